@@ -1,0 +1,237 @@
+//! Compute backends: the set of device operations the GPT model is written
+//! against, and the implementations of it (CPU here; GPU and CUDA beside it).
+//!
+//! The model never touches memory directly: it allocates tensors on a backend,
+//! uploads tokens, and calls the operations below. Every operation mirrors one
+//! function of llm.c's train_gpt2.c, forward beside backward, so each kernel can
+//! be tested alone against the CPU backend (the oracle).
+//!
+//! Conventions every backend follows:
+//! - tensors are flat `f32` arrays, row-major, shapes given by the arguments;
+//! - backward operations ACCUMULATE (`+=`) into their gradient outputs, so the
+//!   caller zeroes gradients once per step (and micro-batches accumulate);
+//! - weights are stored `(out_features, in_features)` as in llm.c, so
+//!   `matmul_forward` computes `out = inp · weightᵀ + bias` (the NT layout);
+//! - results are deterministic: the same inputs on the same device give the
+//!   same bits, whatever the thread scheduling.
+
+pub mod cpu;
+
+/// Shape of a matmul: `n` rows of `c` input features mapped to `oc` outputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatmulShape {
+    pub n: usize,
+    pub c: usize,
+    pub oc: usize,
+}
+
+/// Shape of causal self-attention over a `(b, t, 3c)` qkv tensor with `nh` heads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttentionShape {
+    pub b: usize,
+    pub t: usize,
+    pub c: usize,
+    pub nh: usize,
+}
+
+/// Shape of the token + position encoder: `(b, t)` tokens into `c` channels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EncoderShape {
+    pub b: usize,
+    pub t: usize,
+    pub c: usize,
+}
+
+/// Shape of the fused softmax + cross-entropy: `n` positions over `v` real
+/// vocabulary entries, stored with row stride `vp` (the padded vocabulary).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogitsShape {
+    pub n: usize,
+    pub v: usize,
+    pub vp: usize,
+}
+
+/// One AdamW update's hyper-parameters (decoupled weight decay, as in
+/// Loshchilov & Hutter). `step` counts from 1.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AdamWStep {
+    pub lr: f32,
+    pub beta1: f32,
+    pub beta2: f32,
+    pub eps: f32,
+    pub weight_decay: f32,
+    pub step: u32,
+}
+
+/// The operations the GPT model needs from a device.
+///
+/// `Tensor` holds `f32`s, `Tokens` holds `u32` token ids; both live on the
+/// device. Only `upload*` and `download` move data between host and device.
+#[allow(clippy::too_many_arguments)]
+pub trait Backend {
+    type Tensor;
+    type Tokens;
+
+    /// Human-readable description: backend kind and device name.
+    fn describe(&self) -> String;
+
+    // ---- memory ----
+    /// A zero-filled tensor of `len` floats.
+    fn tensor(&self, len: usize) -> Self::Tensor;
+    /// A zero-filled token buffer of `len` ids.
+    fn tokens(&self, len: usize) -> Self::Tokens;
+    fn len(&self, t: &Self::Tensor) -> usize;
+    fn upload(&self, dst: &mut Self::Tensor, src: &[f32]);
+    fn upload_tokens(&self, dst: &mut Self::Tokens, src: &[u32]);
+    fn download(&self, src: &Self::Tensor) -> Vec<f32>;
+    fn zero(&self, t: &mut Self::Tensor);
+
+    // ---- encoder: out[b,t,:] = wte[tok[b,t],:] + wpe[t,:] ----
+    fn encoder_forward(
+        &self,
+        out: &mut Self::Tensor,
+        tokens: &Self::Tokens,
+        wte: &Self::Tensor,
+        wpe: &Self::Tensor,
+        s: EncoderShape,
+    );
+    fn encoder_backward(
+        &self,
+        dwte: &mut Self::Tensor,
+        dwpe: &mut Self::Tensor,
+        dout: &Self::Tensor,
+        tokens: &Self::Tokens,
+        s: EncoderShape,
+    );
+
+    // ---- layernorm over the last axis of an (n, c) tensor, eps = 1e-5 ----
+    fn layernorm_forward(
+        &self,
+        out: &mut Self::Tensor,
+        mean: &mut Self::Tensor,
+        rstd: &mut Self::Tensor,
+        inp: &Self::Tensor,
+        weight: &Self::Tensor,
+        bias: &Self::Tensor,
+        n: usize,
+        c: usize,
+    );
+    fn layernorm_backward(
+        &self,
+        dinp: &mut Self::Tensor,
+        dweight: &mut Self::Tensor,
+        dbias: &mut Self::Tensor,
+        dout: &Self::Tensor,
+        inp: &Self::Tensor,
+        weight: &Self::Tensor,
+        mean: &Self::Tensor,
+        rstd: &Self::Tensor,
+        n: usize,
+        c: usize,
+    );
+
+    // ---- matmul: out(n,oc) = inp(n,c) · weight(oc,c)ᵀ + bias(oc) ----
+    fn matmul_forward(
+        &self,
+        out: &mut Self::Tensor,
+        inp: &Self::Tensor,
+        weight: &Self::Tensor,
+        bias: Option<&Self::Tensor>,
+        s: MatmulShape,
+    );
+    /// dinp += dout·weight (NN), dweight += doutᵀ·inp (TN), dbias += Σₙ dout.
+    fn matmul_backward(
+        &self,
+        dinp: &mut Self::Tensor,
+        dweight: &mut Self::Tensor,
+        dbias: Option<&mut Self::Tensor>,
+        dout: &Self::Tensor,
+        inp: &Self::Tensor,
+        weight: &Self::Tensor,
+        s: MatmulShape,
+    );
+
+    // ---- causal multi-head attention ----
+    /// qkv is (b, t, 3c) laid out [q | k | v]; out is (b, t, c); att keeps the
+    /// softmaxed scores (b, nh, t, t) for the backward pass.
+    fn attention_forward(
+        &self,
+        out: &mut Self::Tensor,
+        att: &mut Self::Tensor,
+        qkv: &Self::Tensor,
+        s: AttentionShape,
+    );
+    fn attention_backward(
+        &self,
+        dqkv: &mut Self::Tensor,
+        dout: &Self::Tensor,
+        qkv: &Self::Tensor,
+        att: &Self::Tensor,
+        s: AttentionShape,
+    );
+
+    // ---- GELU (tanh approximation, argument of tanh clamped) ----
+    fn gelu_forward(&self, out: &mut Self::Tensor, inp: &Self::Tensor);
+    fn gelu_backward(&self, dinp: &mut Self::Tensor, inp: &Self::Tensor, dout: &Self::Tensor);
+
+    // ---- residual ----
+    fn residual_forward(&self, out: &mut Self::Tensor, a: &Self::Tensor, b: &Self::Tensor);
+    /// da += dout; db += dout.
+    fn residual_backward(
+        &self,
+        da: &mut Self::Tensor,
+        db: &mut Self::Tensor,
+        dout: &Self::Tensor,
+    );
+
+    // ---- fused softmax + cross-entropy over the real vocabulary ----
+    /// probs(n, vp) = softmax(logits) over the first v columns (padded columns
+    /// get 0); losses(n) = -ln probs[target].
+    fn softmax_xent_forward(
+        &self,
+        losses: &mut Self::Tensor,
+        probs: &mut Self::Tensor,
+        logits: &Self::Tensor,
+        targets: &Self::Tokens,
+        s: LogitsShape,
+    );
+    /// dlogits += (probs - onehot(target)) * dloss for the first v columns.
+    fn softmax_xent_backward(
+        &self,
+        dlogits: &mut Self::Tensor,
+        probs: &Self::Tensor,
+        targets: &Self::Tokens,
+        dloss: f32,
+        s: LogitsShape,
+    );
+
+    // ---- reductions and the optimizer (results stay on the device) ----
+    /// out[slot] = scale * Σ x, summed in a fixed order.
+    fn sum_into(&self, out: &mut Self::Tensor, slot: usize, x: &Self::Tensor, scale: f32);
+    /// out[slot] = Σ x², summed in a fixed order.
+    fn sum_squares_into(&self, out: &mut Self::Tensor, slot: usize, x: &Self::Tensor);
+    /// Global gradient-norm clipping: reads the per-tensor squared norms in
+    /// `partials[0..count]`, writes the norm to `stats[norm_slot]` and the
+    /// factor min(1, max_norm / (norm + 1e-6)) to `stats[scale_slot]`
+    /// (`max_norm <= 0` disables clipping: factor 1).
+    fn grad_clip_scale(
+        &self,
+        stats: &mut Self::Tensor,
+        norm_slot: usize,
+        scale_slot: usize,
+        partials: &Self::Tensor,
+        count: usize,
+        max_norm: f32,
+    );
+    /// AdamW on one tensor with grad multiplied by `stats[scale_slot]` first.
+    fn adamw_update(
+        &self,
+        param: &mut Self::Tensor,
+        grad: &Self::Tensor,
+        m: &mut Self::Tensor,
+        v: &mut Self::Tensor,
+        stats: &Self::Tensor,
+        scale_slot: usize,
+        hp: AdamWStep,
+    );
+}

@@ -1,0 +1,8 @@
+//! murmur-node: the library behind the `murmur` binary.
+//!
+//! - `compute`: the Backend trait and its implementations (CPU; GPU via wgpu).
+//! - `data`: tokenizers, corpora (text, llm.c shards, synthetic), batching.
+//! - `model`: the GPT model, explicit forward and backward over a Backend.
+//! - `train`: optimizer schedule, the single-machine training loop, checkpoints.
+
+pub mod compute;
