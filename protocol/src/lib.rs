@@ -1,5 +1,17 @@
 //! murmur-protocol: everything nodes must agree on byte for byte.
 //!
-//! Pure and deterministic: no I/O, no clocks, no threads, no async. The crate
-//! is being built under issue #4; this root only fixes its place in the
-//! workspace.
+//! Pure and deterministic: no I/O, no clocks, no threads, no async (sans-IO,
+//! in the manner of quinn-proto and rustls). The node drives it: it feeds
+//! decoded messages and a caller-supplied `now` into the round state machine
+//! and carries out the actions that come back. The wire format is specified in
+//! docs/protocol.md.
+
+pub mod codec;
+pub mod hash;
+pub mod identity;
+pub mod wire;
+
+pub use codec::{decode_delta, decode_delta_into, encode_delta, Codec, CodecError, ErrorFeedback};
+pub use hash::{PayloadHash, RunId, StateId};
+pub use identity::{NodeKey, PublicKey, Signature, SignatureError};
+pub use wire::WireError;
