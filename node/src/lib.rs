@@ -6,3 +6,5 @@
 //! - `train`: optimizer schedule, the single-machine training loop, checkpoints.
 
 pub mod compute;
+pub mod data;
+pub mod model;

@@ -177,12 +177,7 @@ pub trait Backend {
     // ---- residual ----
     fn residual_forward(&self, out: &mut Self::Tensor, a: &Self::Tensor, b: &Self::Tensor);
     /// da += dout; db += dout.
-    fn residual_backward(
-        &self,
-        da: &mut Self::Tensor,
-        db: &mut Self::Tensor,
-        dout: &Self::Tensor,
-    );
+    fn residual_backward(&self, da: &mut Self::Tensor, db: &mut Self::Tensor, dout: &Self::Tensor);
 
     // ---- fused softmax + cross-entropy over the real vocabulary ----
     /// probs(n, vp) = softmax(logits) over the first v columns (padded columns

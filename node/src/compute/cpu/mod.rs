@@ -1,1 +1,210 @@
-//! CPU backend (being written).
+//! The CPU backend: the correctness oracle for every other backend and a real,
+//! multi-threaded backend for volunteers without a GPU.
+//!
+//! Tensors are plain `Vec<f32>`; the kernels live in `kernels`, the GEMM in
+//! `gemm`, vector helpers in `simd`. Threads come from rayon's global pool
+//! (`RAYON_NUM_THREADS` sets its size).
+
+pub mod gemm;
+pub mod kernels;
+pub mod simd;
+
+use super::{AdamWStep, AttentionShape, Backend, EncoderShape, LogitsShape, MatmulShape};
+
+/// The CPU backend. Stateless: all data lives in the tensors.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct CpuBackend;
+
+impl CpuBackend {
+    pub fn new() -> Self {
+        CpuBackend
+    }
+}
+
+impl Backend for CpuBackend {
+    type Tensor = Vec<f32>;
+    type Tokens = Vec<u32>;
+
+    fn describe(&self) -> String {
+        let isa = if simd::has_avx2_fma() { "avx2+fma" } else { "baseline" };
+        format!("cpu ({} threads, {isa})", rayon::current_num_threads())
+    }
+
+    fn tensor(&self, len: usize) -> Vec<f32> {
+        vec![0.0; len]
+    }
+    fn tokens(&self, len: usize) -> Vec<u32> {
+        vec![0; len]
+    }
+    fn len(&self, t: &Vec<f32>) -> usize {
+        t.len()
+    }
+    fn upload(&self, dst: &mut Vec<f32>, src: &[f32]) {
+        dst[..src.len()].copy_from_slice(src);
+    }
+    fn upload_tokens(&self, dst: &mut Vec<u32>, src: &[u32]) {
+        dst[..src.len()].copy_from_slice(src);
+    }
+    fn download(&self, src: &Vec<f32>) -> Vec<f32> {
+        src.clone()
+    }
+    fn zero(&self, t: &mut Vec<f32>) {
+        t.fill(0.0);
+    }
+
+    fn encoder_forward(
+        &self,
+        out: &mut Vec<f32>,
+        tokens: &Vec<u32>,
+        wte: &Vec<f32>,
+        wpe: &Vec<f32>,
+        s: EncoderShape,
+    ) {
+        kernels::encoder_forward(out, tokens, wte, wpe, s);
+    }
+    fn encoder_backward(
+        &self,
+        dwte: &mut Vec<f32>,
+        dwpe: &mut Vec<f32>,
+        dout: &Vec<f32>,
+        tokens: &Vec<u32>,
+        s: EncoderShape,
+    ) {
+        kernels::encoder_backward(dwte, dwpe, dout, tokens, s);
+    }
+
+    fn layernorm_forward(
+        &self,
+        out: &mut Vec<f32>,
+        mean: &mut Vec<f32>,
+        rstd: &mut Vec<f32>,
+        inp: &Vec<f32>,
+        weight: &Vec<f32>,
+        bias: &Vec<f32>,
+        n: usize,
+        c: usize,
+    ) {
+        kernels::layernorm_forward(out, mean, rstd, inp, weight, bias, n, c);
+    }
+    fn layernorm_backward(
+        &self,
+        dinp: &mut Vec<f32>,
+        dweight: &mut Vec<f32>,
+        dbias: &mut Vec<f32>,
+        dout: &Vec<f32>,
+        inp: &Vec<f32>,
+        weight: &Vec<f32>,
+        mean: &Vec<f32>,
+        rstd: &Vec<f32>,
+        n: usize,
+        c: usize,
+    ) {
+        kernels::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, n, c);
+    }
+
+    fn matmul_forward(
+        &self,
+        out: &mut Vec<f32>,
+        inp: &Vec<f32>,
+        weight: &Vec<f32>,
+        bias: Option<&Vec<f32>>,
+        s: MatmulShape,
+    ) {
+        kernels::matmul_forward(out, inp, weight, bias.map(|b| b.as_slice()), s);
+    }
+    fn matmul_backward(
+        &self,
+        dinp: &mut Vec<f32>,
+        dweight: &mut Vec<f32>,
+        dbias: Option<&mut Vec<f32>>,
+        dout: &Vec<f32>,
+        inp: &Vec<f32>,
+        weight: &Vec<f32>,
+        s: MatmulShape,
+    ) {
+        kernels::matmul_backward(dinp, dweight, dbias.map(|b| b.as_mut_slice()), dout, inp, weight, s);
+    }
+
+    fn attention_forward(&self, out: &mut Vec<f32>, att: &mut Vec<f32>, qkv: &Vec<f32>, s: AttentionShape) {
+        kernels::attention_forward(out, att, qkv, s);
+    }
+    fn attention_backward(
+        &self,
+        dqkv: &mut Vec<f32>,
+        dout: &Vec<f32>,
+        qkv: &Vec<f32>,
+        att: &Vec<f32>,
+        s: AttentionShape,
+    ) {
+        kernels::attention_backward(dqkv, dout, qkv, att, s);
+    }
+
+    fn gelu_forward(&self, out: &mut Vec<f32>, inp: &Vec<f32>) {
+        kernels::gelu_forward(out, inp);
+    }
+    fn gelu_backward(&self, dinp: &mut Vec<f32>, inp: &Vec<f32>, dout: &Vec<f32>) {
+        kernels::gelu_backward(dinp, inp, dout);
+    }
+
+    fn residual_forward(&self, out: &mut Vec<f32>, a: &Vec<f32>, b: &Vec<f32>) {
+        kernels::residual_forward(out, a, b);
+    }
+    fn residual_backward(&self, da: &mut Vec<f32>, db: &mut Vec<f32>, dout: &Vec<f32>) {
+        kernels::accumulate(da, dout);
+        kernels::accumulate(db, dout);
+    }
+
+    fn softmax_xent_forward(
+        &self,
+        losses: &mut Vec<f32>,
+        probs: &mut Vec<f32>,
+        logits: &Vec<f32>,
+        targets: &Vec<u32>,
+        s: LogitsShape,
+    ) {
+        kernels::softmax_xent_forward(losses, probs, logits, targets, s);
+    }
+    fn softmax_xent_backward(
+        &self,
+        dlogits: &mut Vec<f32>,
+        probs: &Vec<f32>,
+        targets: &Vec<u32>,
+        dloss: f32,
+        s: LogitsShape,
+    ) {
+        kernels::softmax_xent_backward(dlogits, probs, targets, dloss, s);
+    }
+
+    fn sum_into(&self, out: &mut Vec<f32>, slot: usize, x: &Vec<f32>, scale: f32) {
+        out[slot] = (kernels::sum(x) * scale as f64) as f32;
+    }
+    fn sum_squares_into(&self, out: &mut Vec<f32>, slot: usize, x: &Vec<f32>) {
+        out[slot] = kernels::sum_squares(x) as f32;
+    }
+    fn grad_clip_scale(
+        &self,
+        stats: &mut Vec<f32>,
+        norm_slot: usize,
+        scale_slot: usize,
+        partials: &Vec<f32>,
+        count: usize,
+        max_norm: f32,
+    ) {
+        let total: f64 = partials[..count].iter().map(|x| *x as f64).sum();
+        let norm = total.sqrt() as f32;
+        stats[norm_slot] = norm;
+        stats[scale_slot] = if max_norm > 0.0 && norm > max_norm { max_norm / (norm + 1e-6) } else { 1.0 };
+    }
+    fn adamw_update(
+        &self,
+        param: &mut Vec<f32>,
+        grad: &Vec<f32>,
+        m: &mut Vec<f32>,
+        v: &mut Vec<f32>,
+        stats: &Vec<f32>,
+        scale_slot: usize,
+        hp: AdamWStep,
+    ) {
+        kernels::adamw_update(param, grad, m, v, stats[scale_slot], hp);
+    }
+}

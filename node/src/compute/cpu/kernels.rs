@@ -1,0 +1,378 @@
+//! The CPU backend's kernels, one plain function per op, forward beside
+//! backward (llm.c's layout). Work is split over rows with rayon; every
+//! output element is computed by one task in a fixed order, so results are
+//! deterministic. Reductions across rows (weight gradients) run in row order.
+
+use rayon::prelude::*;
+
+use super::gemm::{gemm, MatRef};
+use super::simd;
+use crate::compute::{AdamWStep, AttentionShape, EncoderShape, LogitsShape, MatmulShape};
+
+const LN_EPS: f32 = 1e-5;
+/// GELU's tanh argument is clamped here so no backend ever sees an overflow.
+pub const GELU_TANH_CLAMP: f32 = 10.0;
+const GELU_SCALE: f32 = 0.797_884_6; // sqrt(2/pi)
+
+pub fn encoder_forward(out: &mut [f32], tokens: &[u32], wte: &[f32], wpe: &[f32], s: EncoderShape) {
+    let c = s.c;
+    out[..s.b * s.t * c].par_chunks_mut(c).enumerate().for_each(|(bt, o)| {
+        let tok = tokens[bt] as usize;
+        let t = bt % s.t;
+        let (we, pe) = (&wte[tok * c..(tok + 1) * c], &wpe[t * c..(t + 1) * c]);
+        for ((o, w), p) in o.iter_mut().zip(we).zip(pe) {
+            *o = w + p;
+        }
+    });
+}
+
+pub fn encoder_backward(dwte: &mut [f32], dwpe: &mut [f32], dout: &[f32], tokens: &[u32], s: EncoderShape) {
+    let c = s.c;
+    for bt in 0..s.b * s.t {
+        let tok = tokens[bt] as usize;
+        let t = bt % s.t;
+        let d = &dout[bt * c..(bt + 1) * c];
+        simd::add_assign(&mut dwte[tok * c..(tok + 1) * c], d);
+        simd::add_assign(&mut dwpe[t * c..(t + 1) * c], d);
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn layernorm_forward(
+    out: &mut [f32],
+    mean: &mut [f32],
+    rstd: &mut [f32],
+    inp: &[f32],
+    w: &[f32],
+    b: &[f32],
+    n: usize,
+    c: usize,
+) {
+    out[..n * c]
+        .par_chunks_mut(c)
+        .zip(mean[..n].par_iter_mut().zip(rstd[..n].par_iter_mut()))
+        .enumerate()
+        .for_each(|(i, (o, (m, r)))| {
+            let x = &inp[i * c..(i + 1) * c];
+            let mu = simd::sum(x) / c as f32;
+            let var = x.iter().map(|v| (v - mu) * (v - mu)).sum::<f32>() / c as f32;
+            let rs = 1.0 / (var + LN_EPS).sqrt();
+            for (((o, x), w), b) in o.iter_mut().zip(x).zip(w).zip(b) {
+                *o = (x - mu) * rs * w + b;
+            }
+            *m = mu;
+            *r = rs;
+        });
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn layernorm_backward(
+    dinp: &mut [f32],
+    dw: &mut [f32],
+    db: &mut [f32],
+    dout: &[f32],
+    inp: &[f32],
+    w: &[f32],
+    mean: &[f32],
+    rstd: &[f32],
+    n: usize,
+    c: usize,
+) {
+    dinp[..n * c].par_chunks_mut(c).enumerate().for_each(|(i, di)| {
+        let (x, d) = (&inp[i * c..(i + 1) * c], &dout[i * c..(i + 1) * c]);
+        let (mu, rs) = (mean[i], rstd[i]);
+        let mut dnorm_mean = 0f32;
+        let mut dnorm_norm_mean = 0f32;
+        for j in 0..c {
+            let norm = (x[j] - mu) * rs;
+            let dnorm = w[j] * d[j];
+            dnorm_mean += dnorm;
+            dnorm_norm_mean += dnorm * norm;
+        }
+        dnorm_mean /= c as f32;
+        dnorm_norm_mean /= c as f32;
+        for j in 0..c {
+            let norm = (x[j] - mu) * rs;
+            let dnorm = w[j] * d[j];
+            di[j] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * rs;
+        }
+    });
+    // Parameter gradients: parallel over channel blocks, rows in order.
+    const CB: usize = 64;
+    dw[..c].par_chunks_mut(CB).zip(db[..c].par_chunks_mut(CB)).enumerate().for_each(|(blk, (dwb, dbb))| {
+        let j0 = blk * CB;
+        for i in 0..n {
+            let (mu, rs) = (mean[i], rstd[i]);
+            let row = i * c + j0;
+            for k in 0..dwb.len() {
+                let d = dout[row + k];
+                dwb[k] += (inp[row + k] - mu) * rs * d;
+                dbb[k] += d;
+            }
+        }
+    });
+}
+
+pub fn matmul_forward(out: &mut [f32], inp: &[f32], weight: &[f32], bias: Option<&[f32]>, s: MatmulShape) {
+    let MatmulShape { n, c, oc } = s;
+    let a = MatRef { data: inp, rs: c, cs: 1 };
+    let b = MatRef { data: weight, rs: 1, cs: c }; // weightᵀ
+    match bias {
+        Some(bias) => {
+            out[..n * oc].par_chunks_mut(oc).for_each(|row| row.copy_from_slice(&bias[..oc]));
+            gemm(n, oc, c, a, b, out, oc, true);
+        }
+        None => gemm(n, oc, c, a, b, out, oc, false),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_backward(
+    dinp: &mut [f32],
+    dweight: &mut [f32],
+    dbias: Option<&mut [f32]>,
+    dout: &[f32],
+    inp: &[f32],
+    weight: &[f32],
+    s: MatmulShape,
+) {
+    let MatmulShape { n, c, oc } = s;
+    // NN: dinp(n,c) += dout(n,oc) · weight(oc,c)
+    gemm(
+        n,
+        c,
+        oc,
+        MatRef { data: dout, rs: oc, cs: 1 },
+        MatRef { data: weight, rs: c, cs: 1 },
+        dinp,
+        c,
+        true,
+    );
+    // TN: dweight(oc,c) += dout(n,oc)ᵀ · inp(n,c)
+    gemm(
+        oc,
+        c,
+        n,
+        MatRef { data: dout, rs: 1, cs: oc },
+        MatRef { data: inp, rs: c, cs: 1 },
+        dweight,
+        c,
+        true,
+    );
+    if let Some(db) = dbias {
+        const CB: usize = 64;
+        db[..oc].par_chunks_mut(CB).enumerate().for_each(|(blk, dbb)| {
+            let o0 = blk * CB;
+            for i in 0..n {
+                simd::add_assign(dbb, &dout[i * oc + o0..i * oc + o0 + dbb.len()]);
+            }
+        });
+    }
+}
+
+/// Shares a mutable base pointer with tasks that write disjoint elements.
+#[derive(Clone, Copy)]
+struct SharedMut(*mut f32);
+// SAFETY: only used where each task writes a disjoint set of indices.
+unsafe impl Send for SharedMut {}
+unsafe impl Sync for SharedMut {}
+
+pub fn attention_forward(out: &mut [f32], att: &mut [f32], qkv: &[f32], s: AttentionShape) {
+    let AttentionShape { b, t: tt, c, nh } = s;
+    let hs = c / nh;
+    let scale = 1.0 / (hs as f32).sqrt();
+    let c3 = 3 * c;
+    let outp = SharedMut(out.as_mut_ptr());
+    assert!(out.len() >= b * tt * c && att.len() >= b * nh * tt * tt);
+    att[..b * nh * tt * tt].par_chunks_mut(tt * tt).enumerate().for_each(|(bh, att_bh)| {
+        let (bi, h) = (bh / nh, bh % nh);
+        let outp = outp;
+        for t in 0..tt {
+            let q = &qkv[(bi * tt + t) * c3 + h * hs..][..hs];
+            let row = &mut att_bh[t * tt..(t + 1) * tt];
+            let mut maxv = f32::NEG_INFINITY;
+            for (t2, r) in row.iter_mut().enumerate().take(t + 1) {
+                let k = &qkv[(bi * tt + t2) * c3 + c + h * hs..][..hs];
+                *r = simd::dot(q, k) * scale;
+                maxv = maxv.max(*r);
+            }
+            let mut sum = 0f32;
+            for r in row.iter_mut().take(t + 1) {
+                *r = simd::exp(*r - maxv);
+                sum += *r;
+            }
+            let inv = 1.0 / sum;
+            for r in row.iter_mut().take(t + 1) {
+                *r *= inv;
+            }
+            row[t + 1..].fill(0.0);
+            // SAFETY: (bi, t, h) owns out[(bi*tt+t)*c + h*hs ..][..hs]; no
+            // other task writes there, and `out` outlives the scope.
+            let o = unsafe { std::slice::from_raw_parts_mut(outp.0.add((bi * tt + t) * c + h * hs), hs) };
+            o.fill(0.0);
+            for (t2, a) in row.iter().enumerate().take(t + 1) {
+                let v = &qkv[(bi * tt + t2) * c3 + 2 * c + h * hs..][..hs];
+                simd::axpy(o, *a, v);
+            }
+        }
+    });
+}
+
+pub fn attention_backward(dqkv: &mut [f32], dout: &[f32], qkv: &[f32], att: &[f32], s: AttentionShape) {
+    let AttentionShape { b, t: tt, c, nh } = s;
+    let hs = c / nh;
+    let scale = 1.0 / (hs as f32).sqrt();
+    let c3 = 3 * c;
+    assert!(dqkv.len() >= b * tt * c3 && att.len() >= b * nh * tt * tt);
+    let dp = SharedMut(dqkv.as_mut_ptr());
+    (0..b * nh).into_par_iter().for_each_init(
+        || vec![0f32; tt],
+        |datt, bh| {
+            let (bi, h) = (bh / nh, bh % nh);
+            let dp = dp;
+            // SAFETY: the (bi, h) task owns the h-th head's q, k and v columns of
+            // batch row bi in dqkv; tasks never overlap and dqkv outlives them.
+            let slot = |t: usize, part: usize| unsafe {
+                std::slice::from_raw_parts_mut(dp.0.add((bi * tt + t) * c3 + part * c + h * hs), hs)
+            };
+            let att_bh = &att[bh * tt * tt..(bh + 1) * tt * tt];
+            for t in 0..tt {
+                let row = &att_bh[t * tt..(t + 1) * tt];
+                let d = &dout[(bi * tt + t) * c + h * hs..][..hs];
+                // through the weighted sum of values
+                for t2 in 0..=t {
+                    let v = &qkv[(bi * tt + t2) * c3 + 2 * c + h * hs..][..hs];
+                    datt[t2] = simd::dot(d, v);
+                    simd::axpy(slot(t2, 2), row[t2], d);
+                }
+                // through the softmax
+                let mut s_dot = 0f32;
+                for t2 in 0..=t {
+                    s_dot += row[t2] * datt[t2];
+                }
+                let q = &qkv[(bi * tt + t) * c3 + h * hs..][..hs];
+                for t2 in 0..=t {
+                    let dpre = row[t2] * (datt[t2] - s_dot) * scale;
+                    let k = &qkv[(bi * tt + t2) * c3 + c + h * hs..][..hs];
+                    simd::axpy(slot(t, 0), dpre, k);
+                    simd::axpy(slot(t2, 1), dpre, q);
+                }
+            }
+        },
+    );
+}
+
+#[inline(always)]
+fn gelu_inner(x: f32) -> f32 {
+    (GELU_SCALE * (x + 0.044715 * x * x * x)).clamp(-GELU_TANH_CLAMP, GELU_TANH_CLAMP)
+}
+
+pub fn gelu_forward(out: &mut [f32], inp: &[f32]) {
+    out.par_chunks_mut(4096).zip(inp.par_chunks(4096)).for_each(|(o, x)| {
+        for (o, &x) in o.iter_mut().zip(x) {
+            *o = 0.5 * x * (1.0 + simd::tanh(gelu_inner(x)));
+        }
+    });
+}
+
+pub fn gelu_backward(dinp: &mut [f32], inp: &[f32], dout: &[f32]) {
+    dinp.par_chunks_mut(4096).zip(inp.par_chunks(4096).zip(dout.par_chunks(4096))).for_each(
+        |(di, (x, d))| {
+            for ((di, &x), &d) in di.iter_mut().zip(x).zip(d) {
+                let u = GELU_SCALE * (x + 0.044715 * x * x * x);
+                let th = simd::tanh(u.clamp(-GELU_TANH_CLAMP, GELU_TANH_CLAMP));
+                // d/du tanh is 0 where the argument was clamped.
+                let sech2 = if u.abs() < GELU_TANH_CLAMP { 1.0 - th * th } else { 0.0 };
+                let grad = 0.5 * (1.0 + th) + 0.5 * x * sech2 * GELU_SCALE * (1.0 + 3.0 * 0.044715 * x * x);
+                *di += grad * d;
+            }
+        },
+    );
+}
+
+pub fn residual_forward(out: &mut [f32], a: &[f32], b: &[f32]) {
+    out.par_chunks_mut(4096).zip(a.par_chunks(4096).zip(b.par_chunks(4096))).for_each(|(o, (a, b))| {
+        for ((o, a), b) in o.iter_mut().zip(a).zip(b) {
+            *o = a + b;
+        }
+    });
+}
+
+pub fn accumulate(d: &mut [f32], dout: &[f32]) {
+    d.par_chunks_mut(4096).zip(dout.par_chunks(4096)).for_each(|(d, g)| simd::add_assign(d, g));
+}
+
+pub fn softmax_xent_forward(
+    losses: &mut [f32],
+    probs: &mut [f32],
+    logits: &[f32],
+    targets: &[u32],
+    s: LogitsShape,
+) {
+    let LogitsShape { n, v, vp } = s;
+    probs[..n * vp].par_chunks_mut(vp).zip(losses[..n].par_iter_mut()).enumerate().for_each(
+        |(i, (p, loss))| {
+            let l = &logits[i * vp..i * vp + v];
+            let maxv = l.iter().fold(f32::NEG_INFINITY, |m, x| m.max(*x));
+            let mut sum = 0f32;
+            for (p, x) in p.iter_mut().zip(l) {
+                *p = simd::exp(x - maxv);
+                sum += *p;
+            }
+            let inv = 1.0 / sum;
+            for p in p[..v].iter_mut() {
+                *p *= inv;
+            }
+            p[v..].fill(0.0);
+            let tgt = targets[i] as usize;
+            // -ln p computed from the logits keeps precision when p underflows.
+            *loss = sum.ln() + maxv - l[tgt.min(v - 1)];
+        },
+    );
+}
+
+pub fn softmax_xent_backward(
+    dlogits: &mut [f32],
+    probs: &[f32],
+    targets: &[u32],
+    dloss: f32,
+    s: LogitsShape,
+) {
+    let LogitsShape { n, v, vp } = s;
+    dlogits[..n * vp].par_chunks_mut(vp).enumerate().for_each(|(i, dl)| {
+        let p = &probs[i * vp..i * vp + v];
+        let tgt = targets[i] as usize;
+        for (j, (d, p)) in dl[..v].iter_mut().zip(p).enumerate() {
+            let ind = if j == tgt { 1.0 } else { 0.0 };
+            *d += (p - ind) * dloss;
+        }
+    });
+}
+
+/// Σ x in fixed 64Ki blocks combined in order (f64 between blocks).
+pub fn sum(x: &[f32]) -> f64 {
+    x.par_chunks(1 << 16).map(|c| simd::sum(c) as f64).collect::<Vec<_>>().iter().sum()
+}
+
+pub fn sum_squares(x: &[f32]) -> f64 {
+    x.par_chunks(1 << 16).map(simd::sum_squares).collect::<Vec<_>>().iter().sum()
+}
+
+pub fn adamw_update(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], grad_scale: f32, hp: AdamWStep) {
+    let bc1 = 1.0 - hp.beta1.powi(hp.step as i32);
+    let bc2 = 1.0 - hp.beta2.powi(hp.step as i32);
+    const CH: usize = 8192;
+    p.par_chunks_mut(CH).zip(m.par_chunks_mut(CH).zip(v.par_chunks_mut(CH))).enumerate().for_each(
+        |(ci, (p, (m, v)))| {
+            let g = &g[ci * CH..ci * CH + p.len()];
+            for i in 0..p.len() {
+                let gi = g[i] * grad_scale;
+                m[i] = hp.beta1 * m[i] + (1.0 - hp.beta1) * gi;
+                v[i] = hp.beta2 * v[i] + (1.0 - hp.beta2) * gi * gi;
+                let mhat = m[i] / bc1;
+                let vhat = v[i] / bc2;
+                p[i] -= hp.lr * (mhat / (vhat.sqrt() + hp.eps) + hp.weight_decay * p[i]);
+            }
+        },
+    );
+}

@@ -1,0 +1,496 @@
+//! The GPT model over any Backend: explicit forward and backward passes, one
+//! backend op per step of llm.c's train_gpt2.c, and the optimizer update.
+//!
+//! Owns the device tensors: parameters, their gradients, AdamW moments,
+//! activations and activation gradients for one `(batch, seq)` shape, and a
+//! small `stats` tensor (losses, gradient norm) that is the only thing read
+//! back per step.
+
+use super::config::ModelConfig;
+use super::params::{layer_index, lnf_index, param_specs, LayerParam as P, ParamSpec, WPE, WTE};
+use crate::compute::{AdamWStep, AttentionShape, Backend, EncoderShape, LogitsShape, MatmulShape};
+
+/// Slots of the stats tensor.
+const STAT_NORM: usize = 0;
+const STAT_SCALE: usize = 1;
+const STAT_LOSS0: usize = 2;
+
+/// Activations of one transformer block.
+struct LayerActs<T> {
+    ln1: T,
+    ln1_mean: T,
+    ln1_rstd: T,
+    qkv: T,
+    atty: T,
+    att: T,
+    attproj: T,
+    residual2: T,
+    ln2: T,
+    ln2_mean: T,
+    ln2_rstd: T,
+    fch: T,
+    fch_gelu: T,
+    fcproj: T,
+    residual3: T,
+}
+
+/// Gradients of one block's activations.
+struct LayerGrads<T> {
+    ln1: T,
+    qkv: T,
+    atty: T,
+    attproj: T,
+    residual2: T,
+    ln2: T,
+    fch: T,
+    fch_gelu: T,
+    fcproj: T,
+    residual3: T,
+}
+
+struct Acts<T> {
+    encoded: T,
+    layers: Vec<LayerActs<T>>,
+    lnf: T,
+    lnf_mean: T,
+    lnf_rstd: T,
+    logits: T,
+    probs: T,
+    losses: T,
+}
+
+struct Grads<T> {
+    encoded: T,
+    layers: Vec<LayerGrads<T>>,
+    lnf: T,
+    logits: T,
+}
+
+/// A GPT model living on backend `B`.
+pub struct Gpt<B: Backend> {
+    pub config: ModelConfig,
+    specs: Vec<ParamSpec>,
+    params: Vec<B::Tensor>,
+    grads: Vec<B::Tensor>,
+    adam_m: Vec<B::Tensor>,
+    adam_v: Vec<B::Tensor>,
+    /// Per-tensor squared gradient norms.
+    partials: B::Tensor,
+    stats: B::Tensor,
+    /// Activation buffers for `shape`, allocated on first use.
+    acts: Option<(Acts<B::Tensor>, Grads<B::Tensor>)>,
+    shape: (usize, usize),
+    inputs: B::Tokens,
+    targets: B::Tokens,
+    /// Micro-batch losses recorded since the last `zero_grad`.
+    micro: usize,
+    max_micro: usize,
+}
+
+/// Splits two distinct mutable elements out of one slice.
+fn two_mut<T>(v: &mut [T], i: usize, j: usize) -> (&mut T, &mut T) {
+    assert!(i < j);
+    let (lo, hi) = v.split_at_mut(j);
+    (&mut lo[i], &mut hi[0])
+}
+
+impl<B: Backend> Gpt<B> {
+    /// A model with the given host parameter values (canonical order).
+    /// `max_micro` bounds the micro-batches accumulated per optimizer step.
+    pub fn new(backend: &B, config: ModelConfig, values: &[Vec<f32>], max_micro: usize) -> Self {
+        let specs = param_specs(&config);
+        assert_eq!(values.len(), specs.len(), "parameter tensor count");
+        let alloc = |s: &ParamSpec| backend.tensor(s.numel());
+        let mut params: Vec<B::Tensor> = specs.iter().map(alloc).collect();
+        for (p, v) in params.iter_mut().zip(values) {
+            backend.upload(p, v);
+        }
+        let max_micro = max_micro.max(1);
+        Gpt {
+            grads: specs.iter().map(alloc).collect(),
+            adam_m: specs.iter().map(alloc).collect(),
+            adam_v: specs.iter().map(alloc).collect(),
+            partials: backend.tensor(specs.len()),
+            stats: backend.tensor(STAT_LOSS0 + max_micro),
+            params,
+            specs,
+            config,
+            acts: None,
+            shape: (0, 0),
+            inputs: backend.tokens(0),
+            targets: backend.tokens(0),
+            micro: 0,
+            max_micro,
+        }
+    }
+
+    pub fn specs(&self) -> &[ParamSpec] {
+        &self.specs
+    }
+
+    /// Current parameter values, canonical order.
+    pub fn download_params(&self, backend: &B) -> Vec<Vec<f32>> {
+        self.params.iter().map(|p| backend.download(p)).collect()
+    }
+
+    /// Replaces parameter values (canonical order).
+    pub fn upload_params(&mut self, backend: &B, values: &[Vec<f32>]) {
+        for (p, v) in self.params.iter_mut().zip(values) {
+            backend.upload(p, v);
+        }
+    }
+
+    /// AdamW moments (m then v per tensor), for checkpoints.
+    pub fn download_moments(&self, backend: &B) -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
+        (
+            self.adam_m.iter().map(|t| backend.download(t)).collect(),
+            self.adam_v.iter().map(|t| backend.download(t)).collect(),
+        )
+    }
+
+    pub fn upload_moments(&mut self, backend: &B, m: &[Vec<f32>], v: &[Vec<f32>]) {
+        for (t, x) in self.adam_m.iter_mut().zip(m) {
+            backend.upload(t, x);
+        }
+        for (t, x) in self.adam_v.iter_mut().zip(v) {
+            backend.upload(t, x);
+        }
+    }
+
+    /// Clears AdamW moments (a fresh inner optimizer).
+    pub fn reset_moments(&mut self, backend: &B) {
+        for t in self.adam_m.iter_mut().chain(self.adam_v.iter_mut()) {
+            backend.zero(t);
+        }
+    }
+
+    fn ensure_shape(&mut self, backend: &B, b: usize, t: usize) {
+        if self.acts.is_some() && self.shape == (b, t) {
+            return;
+        }
+        let cfg = &self.config;
+        let (c, nh, vp, bt) = (cfg.n_embd, cfg.n_head, cfg.padded_vocab_size, b * t);
+        let z = |n: usize| backend.tensor(n);
+        let layers = (0..cfg.n_layer)
+            .map(|_| LayerActs {
+                ln1: z(bt * c),
+                ln1_mean: z(bt),
+                ln1_rstd: z(bt),
+                qkv: z(bt * 3 * c),
+                atty: z(bt * c),
+                att: z(b * nh * t * t),
+                attproj: z(bt * c),
+                residual2: z(bt * c),
+                ln2: z(bt * c),
+                ln2_mean: z(bt),
+                ln2_rstd: z(bt),
+                fch: z(bt * 4 * c),
+                fch_gelu: z(bt * 4 * c),
+                fcproj: z(bt * c),
+                residual3: z(bt * c),
+            })
+            .collect();
+        let glayers = (0..cfg.n_layer)
+            .map(|_| LayerGrads {
+                ln1: z(bt * c),
+                qkv: z(bt * 3 * c),
+                atty: z(bt * c),
+                attproj: z(bt * c),
+                residual2: z(bt * c),
+                ln2: z(bt * c),
+                fch: z(bt * 4 * c),
+                fch_gelu: z(bt * 4 * c),
+                fcproj: z(bt * c),
+                residual3: z(bt * c),
+            })
+            .collect();
+        let acts = Acts {
+            encoded: z(bt * c),
+            layers,
+            lnf: z(bt * c),
+            lnf_mean: z(bt),
+            lnf_rstd: z(bt),
+            logits: z(bt * vp),
+            probs: z(bt * vp),
+            losses: z(bt),
+        };
+        let grads = Grads { encoded: z(bt * c), layers: glayers, lnf: z(bt * c), logits: z(bt * vp) };
+        self.acts = Some((acts, grads));
+        self.shape = (b, t);
+        self.inputs = backend.tokens(bt);
+        self.targets = backend.tokens(bt);
+    }
+
+    /// Forward pass over `inputs` (b×t). With `targets`, computes the mean
+    /// loss into the stats tensor (read it with `read_losses`).
+    pub fn forward(&mut self, backend: &B, inputs: &[u32], targets: Option<&[u32]>, b: usize, t: usize) {
+        assert!(t <= self.config.max_seq_len, "sequence longer than the model's context");
+        assert_eq!(inputs.len(), b * t);
+        self.ensure_shape(backend, b, t);
+        backend.upload_tokens(&mut self.inputs, inputs);
+        let cfg = &self.config;
+        let (c, nh, bt) = (cfg.n_embd, cfg.n_head, b * t);
+        let p = &self.params;
+        let (acts, _) = self.acts.as_mut().expect("activations allocated");
+        backend.encoder_forward(&mut acts.encoded, &self.inputs, &p[WTE], &p[WPE], EncoderShape { b, t, c });
+        for l in 0..cfg.n_layer {
+            let (done, rest) = acts.layers.split_at_mut(l);
+            let a = &mut rest[0];
+            let residual = if l == 0 { &acts.encoded } else { &done[l - 1].residual3 };
+            let w = |k: P| &p[layer_index(l, k)];
+            backend.layernorm_forward(
+                &mut a.ln1,
+                &mut a.ln1_mean,
+                &mut a.ln1_rstd,
+                residual,
+                w(P::Ln1W),
+                w(P::Ln1B),
+                bt,
+                c,
+            );
+            let mm = |oc, ic| MatmulShape { n: bt, c: ic, oc };
+            backend.matmul_forward(&mut a.qkv, &a.ln1, w(P::QkvW), Some(w(P::QkvB)), mm(3 * c, c));
+            backend.attention_forward(&mut a.atty, &mut a.att, &a.qkv, AttentionShape { b, t, c, nh });
+            backend.matmul_forward(&mut a.attproj, &a.atty, w(P::AttProjW), Some(w(P::AttProjB)), mm(c, c));
+            backend.residual_forward(&mut a.residual2, residual, &a.attproj);
+            backend.layernorm_forward(
+                &mut a.ln2,
+                &mut a.ln2_mean,
+                &mut a.ln2_rstd,
+                &a.residual2,
+                w(P::Ln2W),
+                w(P::Ln2B),
+                bt,
+                c,
+            );
+            backend.matmul_forward(&mut a.fch, &a.ln2, w(P::FcW), Some(w(P::FcB)), mm(4 * c, c));
+            backend.gelu_forward(&mut a.fch_gelu, &a.fch);
+            backend.matmul_forward(
+                &mut a.fcproj,
+                &a.fch_gelu,
+                w(P::FcProjW),
+                Some(w(P::FcProjB)),
+                mm(c, 4 * c),
+            );
+            backend.residual_forward(&mut a.residual3, &a.residual2, &a.fcproj);
+        }
+        let last = match acts.layers.last() {
+            Some(l) => &l.residual3,
+            None => &acts.encoded,
+        };
+        let lnf = lnf_index(cfg);
+        backend.layernorm_forward(
+            &mut acts.lnf,
+            &mut acts.lnf_mean,
+            &mut acts.lnf_rstd,
+            last,
+            &p[lnf],
+            &p[lnf + 1],
+            bt,
+            c,
+        );
+        let vp = cfg.padded_vocab_size;
+        backend.matmul_forward(&mut acts.logits, &acts.lnf, &p[WTE], None, MatmulShape { n: bt, c, oc: vp });
+        if let Some(targets) = targets {
+            assert_eq!(targets.len(), bt);
+            backend.upload_tokens(&mut self.targets, targets);
+            let ls = LogitsShape { n: bt, v: cfg.vocab_size, vp };
+            backend.softmax_xent_forward(&mut acts.losses, &mut acts.probs, &acts.logits, &self.targets, ls);
+            let slot = STAT_LOSS0 + self.micro.min(self.max_micro - 1);
+            backend.sum_into(&mut self.stats, slot, &acts.losses, 1.0 / bt as f32);
+            self.micro = (self.micro + 1).min(self.max_micro);
+        }
+    }
+
+    /// Logits of the last forward pass, downloaded (`b·t × padded vocab`).
+    pub fn download_logits(&self, backend: &B) -> Vec<f32> {
+        self.acts.as_ref().map(|(a, _)| backend.download(&a.logits)).unwrap_or_default()
+    }
+
+    /// Zeroes parameter gradients and the micro-batch loss record.
+    pub fn zero_grad(&mut self, backend: &B) {
+        for g in self.grads.iter_mut() {
+            backend.zero(g);
+        }
+        self.micro = 0;
+    }
+
+    /// Backward pass of the last forward (which must have had targets),
+    /// accumulating into the parameter gradients scaled by `1/accum`.
+    pub fn backward(&mut self, backend: &B, accum: usize) {
+        let (b, t) = self.shape;
+        let cfg = &self.config;
+        let (c, nh, bt, vp) = (cfg.n_embd, cfg.n_head, b * t, cfg.padded_vocab_size);
+        let p = &self.params;
+        let gp = &mut self.grads;
+        let (acts, g) = self.acts.as_mut().expect("forward before backward");
+        backend.zero(&mut g.encoded);
+        backend.zero(&mut g.lnf);
+        backend.zero(&mut g.logits);
+        for gl in g.layers.iter_mut() {
+            for x in [
+                &mut gl.ln1,
+                &mut gl.qkv,
+                &mut gl.atty,
+                &mut gl.attproj,
+                &mut gl.residual2,
+                &mut gl.ln2,
+                &mut gl.fch,
+                &mut gl.fch_gelu,
+                &mut gl.fcproj,
+                &mut gl.residual3,
+            ] {
+                backend.zero(x);
+            }
+        }
+        let dloss = 1.0 / (bt * accum.max(1)) as f32;
+        let ls = LogitsShape { n: bt, v: cfg.vocab_size, vp };
+        backend.softmax_xent_backward(&mut g.logits, &acts.probs, &self.targets, dloss, ls);
+        backend.matmul_backward(
+            &mut g.lnf,
+            &mut gp[WTE],
+            None,
+            &g.logits,
+            &acts.lnf,
+            &p[WTE],
+            MatmulShape { n: bt, c, oc: vp },
+        );
+        let lnf = lnf_index(cfg);
+        {
+            let (dw, db) = two_mut(gp, lnf, lnf + 1);
+            let (last, dlast) = match (acts.layers.last(), g.layers.last_mut()) {
+                (Some(a), Some(gl)) => (&a.residual3, &mut gl.residual3),
+                _ => (&acts.encoded, &mut g.encoded),
+            };
+            backend.layernorm_backward(
+                dlast,
+                dw,
+                db,
+                &g.lnf,
+                last,
+                &p[lnf],
+                &acts.lnf_mean,
+                &acts.lnf_rstd,
+                bt,
+                c,
+            );
+        }
+        for l in (0..cfg.n_layer).rev() {
+            let a = &acts.layers[l];
+            let residual = if l == 0 { &acts.encoded } else { &acts.layers[l - 1].residual3 };
+            let (glo, ghi) = g.layers.split_at_mut(l);
+            let gl = &mut ghi[0];
+            let dresidual = if l == 0 { &mut g.encoded } else { &mut glo[l - 1].residual3 };
+            let w = |k: P| &p[layer_index(l, k)];
+            let idx = |k: P| layer_index(l, k);
+            let mm = |oc, ic| MatmulShape { n: bt, c: ic, oc };
+
+            backend.residual_backward(&mut gl.residual2, &mut gl.fcproj, &gl.residual3);
+            let (dw, db) = two_mut(gp, idx(P::FcProjW), idx(P::FcProjB));
+            backend.matmul_backward(
+                &mut gl.fch_gelu,
+                dw,
+                Some(db),
+                &gl.fcproj,
+                &a.fch_gelu,
+                w(P::FcProjW),
+                mm(c, 4 * c),
+            );
+            backend.gelu_backward(&mut gl.fch, &a.fch, &gl.fch_gelu);
+            let (dw, db) = two_mut(gp, idx(P::FcW), idx(P::FcB));
+            backend.matmul_backward(&mut gl.ln2, dw, Some(db), &gl.fch, &a.ln2, w(P::FcW), mm(4 * c, c));
+            let (dw, db) = two_mut(gp, idx(P::Ln2W), idx(P::Ln2B));
+            backend.layernorm_backward(
+                &mut gl.residual2,
+                dw,
+                db,
+                &gl.ln2,
+                &a.residual2,
+                w(P::Ln2W),
+                &a.ln2_mean,
+                &a.ln2_rstd,
+                bt,
+                c,
+            );
+            backend.residual_backward(dresidual, &mut gl.attproj, &gl.residual2);
+            let (dw, db) = two_mut(gp, idx(P::AttProjW), idx(P::AttProjB));
+            backend.matmul_backward(
+                &mut gl.atty,
+                dw,
+                Some(db),
+                &gl.attproj,
+                &a.atty,
+                w(P::AttProjW),
+                mm(c, c),
+            );
+            backend.attention_backward(&mut gl.qkv, &gl.atty, &a.qkv, &a.att, AttentionShape { b, t, c, nh });
+            let (dw, db) = two_mut(gp, idx(P::QkvW), idx(P::QkvB));
+            backend.matmul_backward(&mut gl.ln1, dw, Some(db), &gl.qkv, &a.ln1, w(P::QkvW), mm(3 * c, c));
+            let (dw, db) = two_mut(gp, idx(P::Ln1W), idx(P::Ln1B));
+            backend.layernorm_backward(
+                dresidual,
+                dw,
+                db,
+                &gl.ln1,
+                residual,
+                w(P::Ln1W),
+                &a.ln1_mean,
+                &a.ln1_rstd,
+                bt,
+                c,
+            );
+        }
+        let (dwte, dwpe) = two_mut(gp, WTE, WPE);
+        backend.encoder_backward(dwte, dwpe, &g.encoded, &self.inputs, EncoderShape { b, t, c });
+    }
+
+    /// Clips the global gradient norm to `max_norm` (≤ 0: no clipping) and
+    /// applies AdamW; weight decay only on 2-D weights.
+    pub fn optimizer_step(&mut self, backend: &B, hp: AdamWStep, max_norm: f32) {
+        for (i, g) in self.grads.iter().enumerate() {
+            backend.sum_squares_into(&mut self.partials, i, g);
+        }
+        let n = self.grads.len();
+        backend.grad_clip_scale(&mut self.stats, STAT_NORM, STAT_SCALE, &self.partials, n, max_norm);
+        for (i, spec) in self.specs.iter().enumerate() {
+            let hp = AdamWStep { weight_decay: if spec.decay { hp.weight_decay } else { 0.0 }, ..hp };
+            backend.adamw_update(
+                &mut self.params[i],
+                &self.grads[i],
+                &mut self.adam_m[i],
+                &mut self.adam_v[i],
+                &self.stats,
+                STAT_SCALE,
+                hp,
+            );
+        }
+    }
+
+    /// Reads the stats tensor once: the mean loss of each micro-batch since
+    /// `zero_grad`, and the gradient norm of the last `optimizer_step`.
+    pub fn read_stats(&self, backend: &B) -> StepStats {
+        let s = backend.download(&self.stats);
+        StepStats { losses: s[STAT_LOSS0..STAT_LOSS0 + self.micro].to_vec(), grad_norm: s[STAT_NORM] }
+    }
+
+    /// Parameter gradients (canonical order), for tests and diagnostics.
+    pub fn download_grads(&self, backend: &B) -> Vec<Vec<f32>> {
+        self.grads.iter().map(|g| backend.download(g)).collect()
+    }
+}
+
+/// What one step reports.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepStats {
+    pub losses: Vec<f32>,
+    pub grad_norm: f32,
+}
+
+impl StepStats {
+    pub fn mean_loss(&self) -> f32 {
+        if self.losses.is_empty() {
+            return f32::NAN;
+        }
+        self.losses.iter().sum::<f32>() / self.losses.len() as f32
+    }
+}

@@ -1,0 +1,16 @@
+//! The GPT model family (llm.c's train_gpt2.c): shapes and presets, parameter
+//! layout and initialisation, and forward/backward over a compute backend.
+
+pub mod config;
+pub mod gpt;
+pub mod params;
+pub mod rng;
+
+pub use config::{ConfigError, ModelConfig, PRESETS};
+pub use gpt::{Gpt, StepStats};
+pub use params::{init_params, param_specs, ParamSpec};
+
+#[cfg(test)]
+mod reference;
+#[cfg(test)]
+mod tests;
