@@ -6,12 +6,26 @@
 //! and carries out the actions that come back. The wire format is specified in
 //! docs/protocol.md.
 
+pub mod aggregate;
 pub mod codec;
+pub mod commit;
 pub mod hash;
 pub mod identity;
+pub mod manifest;
+pub mod outer;
+pub mod spec;
+pub mod state;
+pub mod telemetry;
 pub mod wire;
 
+pub use aggregate::{aggregate, Aggregate, AggregateError, AggregateRejection, DeltaInput};
 pub use codec::{decode_delta, decode_delta_into, encode_delta, Codec, CodecError, ErrorFeedback};
+pub use commit::RoundCommit;
 pub use hash::{PayloadHash, RunId, StateId};
 pub use identity::{NodeKey, PublicKey, Signature, SignatureError};
+pub use manifest::DeltaManifest;
+pub use outer::{initial_momentum, outer_step, OuterError};
+pub use spec::{AdmissionPolicy, InnerOptimizer, ModelShape, OuterOptimizer, RobustMode, RunSpec};
+pub use state::{state_id, StateHeader, TrainingState};
+pub use telemetry::Telemetry;
 pub use wire::WireError;

@@ -1,0 +1,143 @@
+//! Deterministic aggregation of a round's pseudo-gradients.
+//!
+//! Inputs are validated (shape, finite values, non-zero tokens, one payload
+//! per hash), sorted by payload hash, and combined by the run's RobustMode.
+//! Every sum runs in f64 in that fixed order, with no fused multiply-add, so
+//! honest nodes given the same set of deltas produce bit-identical results
+//! on any hardware, whatever order the deltas arrived in.
+
+mod robust;
+
+use crate::hash::PayloadHash;
+use crate::identity::PublicKey;
+use crate::spec::RobustMode;
+use thiserror::Error;
+
+/// One decoded delta offered for aggregation.
+#[derive(Debug, Clone, Copy)]
+pub struct DeltaInput<'a> {
+    pub payload_hash: PayloadHash,
+    pub signer: PublicKey,
+    pub tokens: u64,
+    pub values: &'a [f32],
+}
+
+/// Why a delta was left out of the aggregate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum AggregateRejection {
+    #[error("delta has {found} elements, the model has {expected}")]
+    WrongShape { expected: usize, found: usize },
+    #[error("element {index} is not finite")]
+    NonFinite { index: usize },
+    #[error("delta claims zero tokens")]
+    ZeroTokens,
+    #[error("another input with the same payload hash was already included")]
+    Duplicate,
+    #[error("inputs with the same payload hash disagree")]
+    HashConflict,
+}
+
+/// A rejected input.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejected {
+    pub payload_hash: PayloadHash,
+    pub signer: PublicKey,
+    pub reason: AggregateRejection,
+}
+
+/// The aggregated pseudo-gradient Δ and what went into it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Aggregate {
+    pub delta: Vec<f32>,
+    /// Hashes of the included deltas, ascending (the RoundCommit's list).
+    pub included: Vec<PayloadHash>,
+    /// Rejected inputs, ordered by (hash, signer).
+    pub rejected: Vec<Rejected>,
+    /// Sum of the included deltas' claimed tokens.
+    pub total_tokens: u64,
+}
+
+/// Aggregation could not produce a delta.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum AggregateError {
+    #[error("no delta survived validation ({} rejected)", rejected.len())]
+    NoValidDeltas { rejected: Vec<Rejected> },
+}
+
+fn same_input(a: &DeltaInput<'_>, b: &DeltaInput<'_>) -> bool {
+    a.signer == b.signer
+        && a.tokens == b.tokens
+        && a.values.len() == b.values.len()
+        && a.values.iter().zip(b.values).all(|(x, y)| x.to_bits() == y.to_bits())
+}
+
+fn validate(d: &DeltaInput<'_>, expected_len: usize) -> Option<AggregateRejection> {
+    if d.values.len() != expected_len {
+        return Some(AggregateRejection::WrongShape { expected: expected_len, found: d.values.len() });
+    }
+    if let Some(index) = d.values.iter().position(|v| !v.is_finite()) {
+        return Some(AggregateRejection::NonFinite { index });
+    }
+    if d.tokens == 0 {
+        return Some(AggregateRejection::ZeroTokens);
+    }
+    None
+}
+
+/// Aggregate `inputs` (in any order) into one pseudo-gradient of
+/// `expected_len` elements using `mode`.
+pub fn aggregate(
+    inputs: &[DeltaInput<'_>],
+    expected_len: usize,
+    mode: RobustMode,
+) -> Result<Aggregate, AggregateError> {
+    let mut sorted: Vec<&DeltaInput<'_>> = inputs.iter().collect();
+    sorted.sort_by(|a, b| a.payload_hash.cmp(&b.payload_hash).then(a.signer.cmp(&b.signer)));
+    let mut rejected = Vec::new();
+    let mut accepted: Vec<&DeltaInput<'_>> = Vec::new();
+    let mut i = 0;
+    while i < sorted.len() {
+        // The run of inputs sharing this payload hash.
+        let mut j = i + 1;
+        while j < sorted.len() && sorted[j].payload_hash == sorted[i].payload_hash {
+            j += 1;
+        }
+        let group = &sorted[i..j];
+        let reject =
+            |d: &DeltaInput<'_>, reason| Rejected { payload_hash: d.payload_hash, signer: d.signer, reason };
+        if group.iter().all(|d| same_input(d, group[0])) {
+            match validate(group[0], expected_len) {
+                Some(reason) => rejected.extend(group.iter().map(|d| reject(d, reason))),
+                None => {
+                    accepted.push(group[0]);
+                    rejected.extend(group[1..].iter().map(|d| reject(d, AggregateRejection::Duplicate)));
+                }
+            }
+        } else {
+            rejected.extend(group.iter().map(|d| reject(d, AggregateRejection::HashConflict)));
+        }
+        i = j;
+    }
+    if accepted.is_empty() {
+        return Err(AggregateError::NoValidDeltas { rejected });
+    }
+    let values: Vec<&[f32]> = accepted.iter().map(|d| d.values).collect();
+    let tokens: Vec<u64> = accepted.iter().map(|d| d.tokens).collect();
+    let delta = match mode {
+        RobustMode::Mean => robust::weighted_mean(&values, &tokens, None, expected_len),
+        RobustMode::NormClip { multiple } => {
+            robust::norm_clipped_mean(&values, &tokens, multiple, expected_len)
+        }
+        RobustMode::TrimmedMean { trim } => robust::trimmed_mean(&values, trim, expected_len),
+        RobustMode::Median => robust::median(&values, expected_len),
+    };
+    Ok(Aggregate {
+        delta,
+        included: accepted.iter().map(|d| d.payload_hash).collect(),
+        rejected,
+        total_tokens: tokens.iter().fold(0u64, |a, t| a.saturating_add(*t)),
+    })
+}
+
+#[cfg(test)]
+mod tests;

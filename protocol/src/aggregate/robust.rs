@@ -1,0 +1,99 @@
+//! The combining rules: token-weighted mean, norm-clipped mean, coordinate-wise
+//! trimmed mean and coordinate-wise median. Inputs arrive already validated
+//! and sorted; every reduction runs in f64 in input order (or, per
+//! coordinate, in sorted-value order), never with fused multiply-add.
+
+/// Median of finite values in f64 (mean of the middle two when even).
+fn median_f64(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    match n {
+        0 => 0.0,
+        _ if n % 2 == 1 => v[n / 2],
+        _ => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+    }
+}
+
+/// L2 norm in f64, summed in index order.
+pub(super) fn l2_norm(x: &[f32]) -> f64 {
+    x.iter()
+        .fold(0f64, |acc, &v| {
+            let v = f64::from(v);
+            acc + v * v
+        })
+        .sqrt()
+}
+
+/// Σᵢ wᵢ·sᵢ·xᵢ / Σᵢ wᵢ with wᵢ = tokens (or `weights` when given) and
+/// sᵢ = `scales[i]` (1 when absent).
+pub(super) fn weighted_mean(values: &[&[f32]], tokens: &[u64], scales: Option<&[f64]>, n: usize) -> Vec<f32> {
+    let weights: Vec<f64> = tokens.iter().map(|&t| t as f64).collect();
+    weighted_mean_f64(values, &weights, scales, n)
+}
+
+fn weighted_mean_f64(values: &[&[f32]], weights: &[f64], scales: Option<&[f64]>, n: usize) -> Vec<f32> {
+    let total: f64 = weights.iter().fold(0.0, |a, w| a + w);
+    let mut acc = vec![0f64; n];
+    for (i, x) in values.iter().enumerate() {
+        let w = weights[i] * scales.map_or(1.0, |s| s[i]);
+        for (a, &v) in acc.iter_mut().zip(x.iter()) {
+            *a += w * f64::from(v);
+        }
+    }
+    acc.into_iter().map(|a| (a / total) as f32).collect()
+}
+
+/// Clip every delta's L2 norm to `multiple` × the median norm, weight by
+/// tokens capped at twice the median token count, and average.
+pub(super) fn norm_clipped_mean(values: &[&[f32]], tokens: &[u64], multiple: f32, n: usize) -> Vec<f32> {
+    let norms: Vec<f64> = values.iter().map(|x| l2_norm(x)).collect();
+    let threshold = f64::from(multiple) * median_f64(norms.clone());
+    let scales: Vec<f64> = norms
+        .iter()
+        .map(|&norm| if norm > threshold && norm > 0.0 { threshold / norm } else { 1.0 })
+        .collect();
+    let cap = 2.0 * median_f64(tokens.iter().map(|&t| t as f64).collect());
+    let weights: Vec<f64> = tokens.iter().map(|&t| (t as f64).min(cap)).collect();
+    weighted_mean_f64(values, &weights, Some(&scales), n)
+}
+
+/// Per coordinate: sort the values, drop ⌊trim·m⌋ from each end, average the
+/// rest (unweighted: claimed token counts are not trusted here).
+pub(super) fn trimmed_mean(values: &[&[f32]], trim: f32, n: usize) -> Vec<f32> {
+    let m = values.len();
+    let mut t = (f64::from(trim) * m as f64).floor() as usize;
+    if 2 * t >= m {
+        t = (m - 1) / 2;
+    }
+    let kept = (m - 2 * t) as f64;
+    let mut column = vec![0f32; m];
+    (0..n)
+        .map(|j| {
+            for (c, x) in column.iter_mut().zip(values) {
+                *c = x[j];
+            }
+            column.sort_unstable_by(|a, b| a.total_cmp(b));
+            let sum = column[t..m - t].iter().fold(0f64, |a, &v| a + f64::from(v));
+            (sum / kept) as f32
+        })
+        .collect()
+}
+
+/// Per coordinate median (mean of the middle two, in f64, when m is even).
+pub(super) fn median(values: &[&[f32]], n: usize) -> Vec<f32> {
+    let m = values.len();
+    let mut column = vec![0f32; m];
+    (0..n)
+        .map(|j| {
+            for (c, x) in column.iter_mut().zip(values) {
+                *c = x[j];
+            }
+            column.sort_unstable_by(|a, b| a.total_cmp(b));
+            if m % 2 == 1 {
+                column[m / 2]
+            } else {
+                ((f64::from(column[m / 2 - 1]) + f64::from(column[m / 2])) / 2.0) as f32
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,203 @@
+//! Tests of aggregation: validation, weighting, robust modes, and
+//! bit-identical results under every permutation of the inputs.
+
+use super::*;
+use proptest::prelude::*;
+
+fn h(b: u8) -> PayloadHash {
+    PayloadHash([b; 32])
+}
+
+fn input(hash: u8, tokens: u64, values: &[f32]) -> DeltaInput<'_> {
+    DeltaInput { payload_hash: h(hash), signer: PublicKey([hash; 32]), tokens, values }
+}
+
+const MODES: [RobustMode; 5] = [
+    RobustMode::Mean,
+    RobustMode::NormClip { multiple: 1.5 },
+    RobustMode::TrimmedMean { trim: 0.2 },
+    RobustMode::TrimmedMean { trim: 0.0 },
+    RobustMode::Median,
+];
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
+
+/// Heap's algorithm: every permutation of 0..n.
+fn permutations(n: usize) -> Vec<Vec<usize>> {
+    fn go(k: usize, a: &mut Vec<usize>, out: &mut Vec<Vec<usize>>) {
+        if k <= 1 {
+            out.push(a.clone());
+            return;
+        }
+        for i in 0..k {
+            go(k - 1, a, out);
+            if k % 2 == 0 {
+                a.swap(i, k - 1);
+            } else {
+                a.swap(0, k - 1);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    go(n, &mut (0..n).collect(), &mut out);
+    out
+}
+
+#[test]
+fn heap_permutations_are_complete() {
+    let mut p = permutations(4);
+    assert_eq!(p.len(), 24);
+    p.sort();
+    p.dedup();
+    assert_eq!(p.len(), 24);
+}
+
+#[test]
+fn weighted_by_tokens() {
+    let a = [1.0f32, 0.0];
+    let b = [4.0f32, 3.0];
+    let agg = aggregate(&[input(2, 300, &b), input(1, 100, &a)], 2, RobustMode::Mean).expect("aggregates");
+    assert_eq!(agg.delta, vec![3.25, 2.25]);
+    assert_eq!(agg.included, vec![h(1), h(2)]);
+    assert_eq!(agg.total_tokens, 400);
+    assert!(agg.rejected.is_empty());
+}
+
+#[test]
+fn invalid_inputs_are_rejected_with_reasons() {
+    let ok = [1.0f32, 1.0];
+    let short = [1.0f32];
+    let nan = [1.0f32, f32::NAN];
+    let other = [2.0f32, 2.0];
+    let inputs = [
+        input(1, 10, &ok),
+        input(2, 10, &short),
+        input(3, 10, &nan),
+        input(4, 0, &ok),
+        input(1, 10, &ok),
+        DeltaInput { payload_hash: h(5), signer: PublicKey([5; 32]), tokens: 10, values: &ok },
+        DeltaInput { payload_hash: h(5), signer: PublicKey([6; 32]), tokens: 10, values: &other },
+    ];
+    let agg = aggregate(&inputs, 2, RobustMode::Mean).expect("one survives");
+    assert_eq!(agg.included, vec![h(1)]);
+    let reasons: Vec<_> = agg.rejected.iter().map(|r| (r.payload_hash, r.reason)).collect();
+    assert_eq!(
+        reasons,
+        vec![
+            (h(1), AggregateRejection::Duplicate),
+            (h(2), AggregateRejection::WrongShape { expected: 2, found: 1 }),
+            (h(3), AggregateRejection::NonFinite { index: 1 }),
+            (h(4), AggregateRejection::ZeroTokens),
+            (h(5), AggregateRejection::HashConflict),
+            (h(5), AggregateRejection::HashConflict),
+        ]
+    );
+    assert!(matches!(
+        aggregate(&[input(3, 1, &nan)], 2, RobustMode::Mean),
+        Err(AggregateError::NoValidDeltas { .. })
+    ));
+    assert!(matches!(aggregate(&[], 2, RobustMode::Median), Err(AggregateError::NoValidDeltas { .. })));
+}
+
+#[test]
+fn robust_modes_resist_an_outlier() {
+    let honest: Vec<[f32; 3]> = vec![[1.0, 1.0, 1.0], [1.1, 0.9, 1.0], [0.9, 1.1, 1.0], [1.0, 1.0, 1.1]];
+    let attack = [-100.0f32, 1000.0, 50.0];
+    let mut inputs: Vec<DeltaInput<'_>> =
+        honest.iter().enumerate().map(|(i, v)| input(i as u8, 100, v)).collect();
+    inputs.push(input(9, 100, &attack));
+    let mean = aggregate(&inputs, 3, RobustMode::Mean).expect("aggregates").delta;
+    assert!(mean[1] > 100.0, "plain mean is dragged: {mean:?}");
+    for mode in
+        [RobustMode::Median, RobustMode::TrimmedMean { trim: 0.2 }, RobustMode::NormClip { multiple: 1.0 }]
+    {
+        let d = aggregate(&inputs, 3, mode).expect("aggregates").delta;
+        assert!(d.iter().all(|x| (x - 1.0).abs() < 0.5), "{mode:?} gave {d:?}");
+    }
+}
+
+#[test]
+fn norm_clip_caps_token_weights() {
+    let a = [1.0f32];
+    let b = [1.0f32];
+    let liar = [-1.0f32];
+    // The liar claims 10⁹ tokens; its weight is capped at twice the median.
+    let d = aggregate(
+        &[input(1, 100, &a), input(2, 100, &b), input(3, 1_000_000_000, &liar)],
+        1,
+        RobustMode::NormClip { multiple: 1.0 },
+    )
+    .expect("aggregates")
+    .delta;
+    assert_eq!(d, vec![0.0]);
+}
+
+#[test]
+fn median_and_trimmed_mean_by_hand() {
+    let (a, b, c, d) = ([1.0f32], [2.0f32], [10.0f32], [4.0f32]);
+    let all = [input(1, 1, &a), input(2, 1, &b), input(3, 1, &c), input(4, 1, &d)];
+    assert_eq!(aggregate(&all, 1, RobustMode::Median).expect("ok").delta, vec![3.0]);
+    assert_eq!(aggregate(&all[..3], 1, RobustMode::Median).expect("ok").delta, vec![2.0]);
+    assert_eq!(aggregate(&all, 1, RobustMode::TrimmedMean { trim: 0.25 }).expect("ok").delta, vec![3.0]);
+}
+
+fn deltas(max_n: usize) -> impl Strategy<Value = Vec<(u64, Vec<f32>)>> {
+    (1usize..=max_n).prop_flat_map(|n| {
+        proptest::collection::vec((1u64..1_000_000, proptest::collection::vec(-1e3f32..1e3, 17)), n..=n)
+    })
+}
+
+fn check_all_orders(ds: &[(u64, Vec<f32>)], orders: &[Vec<usize>]) -> Result<(), TestCaseError> {
+    let inputs: Vec<DeltaInput<'_>> = ds
+        .iter()
+        .enumerate()
+        .map(|(i, (t, v))| DeltaInput {
+            payload_hash: PayloadHash(crate::hash::domain_hash("test", &[i as u8])),
+            signer: PublicKey([i as u8; 32]),
+            tokens: *t,
+            values: v,
+        })
+        .collect();
+    for mode in MODES {
+        let reference = aggregate(&inputs, 17, mode).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        for order in orders {
+            let permuted: Vec<DeltaInput<'_>> = order.iter().map(|&i| inputs[i]).collect();
+            let got = aggregate(&permuted, 17, mode).map_err(|e| TestCaseError::fail(e.to_string()))?;
+            prop_assert_eq!(bits(&got.delta), bits(&reference.delta), "{:?} order {:?}", mode, order);
+            prop_assert_eq!(&got.included, &reference.included);
+        }
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn bit_identical_under_every_permutation_up_to_five(ds in deltas(5)) {
+        check_all_orders(&ds, &permutations(ds.len()))?;
+    }
+
+    #[test]
+    fn bit_identical_under_random_permutations(ds in deltas(12), seeds in proptest::collection::vec(any::<u64>(), 20)) {
+        let orders: Vec<Vec<usize>> = seeds.iter().map(|&s| {
+            // Fisher–Yates driven by a splitmix64 stream.
+            let mut state = s;
+            let mut next = move || {
+                state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+                let mut z = state;
+                z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+                z ^ (z >> 31)
+            };
+            let mut order: Vec<usize> = (0..ds.len()).collect();
+            for i in (1..order.len()).rev() {
+                order.swap(i, (next() % (i as u64 + 1)) as usize);
+            }
+            order
+        }).collect();
+        check_all_orders(&ds, &orders)?;
+    }
+}

@@ -1,0 +1,100 @@
+//! The outer optimizer step: from θ_r, momentum m_r and the aggregated
+//! pseudo-gradient Δ (= θ_r − θ_local, averaged), compute S_{r+1}.
+//!
+//! Nesterov (DiLoCo; lr η, momentum μ):
+//!   m_{r+1} = μ·m_r + Δ
+//!   θ_{r+1} = θ_r − η·(Δ + μ·m_{r+1})
+//! Average: θ_{r+1} = θ_r − Δ, no momentum.
+//!
+//! Each element is computed in f64 from the f32 inputs and rounded once to
+//! f32 (m_{r+1} is rounded before it enters θ's update); no fused multiply-add.
+
+use crate::spec::OuterOptimizer;
+use crate::state::TrainingState;
+use thiserror::Error;
+
+/// The state and delta do not fit the optimizer.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum OuterError {
+    #[error("delta has {found} elements, the state has {expected}")]
+    WrongShape { expected: usize, found: usize },
+    #[error("momentum buffer missing, or present for an optimizer without one, or of the wrong length")]
+    Momentum,
+}
+
+/// The genesis momentum for `opt`: zeros of length `n` when it keeps momentum.
+pub fn initial_momentum(opt: OuterOptimizer, n: usize) -> Option<Vec<f32>> {
+    opt.has_momentum().then(|| vec![0.0; n])
+}
+
+/// Apply one outer step in place: S_r → S_{r+1} (the round increments).
+pub fn outer_step(opt: OuterOptimizer, state: &mut TrainingState, delta: &[f32]) -> Result<(), OuterError> {
+    let n = state.params.len();
+    if delta.len() != n {
+        return Err(OuterError::WrongShape { expected: n, found: delta.len() });
+    }
+    match (opt, state.momentum.as_mut()) {
+        (OuterOptimizer::Average, None) => {
+            for (p, &d) in state.params.iter_mut().zip(delta) {
+                *p = (f64::from(*p) - f64::from(d)) as f32;
+            }
+        }
+        (OuterOptimizer::Nesterov { lr, momentum }, Some(m)) if m.len() == n => {
+            let (lr, mu) = (f64::from(lr), f64::from(momentum));
+            for ((p, mi), &d) in state.params.iter_mut().zip(m.iter_mut()).zip(delta) {
+                let d = f64::from(d);
+                let m_next = (mu * f64::from(*mi) + d) as f32;
+                *mi = m_next;
+                *p = (f64::from(*p) - lr * (d + mu * f64::from(m_next))) as f32;
+            }
+        }
+        _ => return Err(OuterError::Momentum),
+    }
+    state.round = state.round.saturating_add(1);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hash::RunId;
+
+    fn state(opt: OuterOptimizer, params: Vec<f32>) -> TrainingState {
+        let n = params.len();
+        TrainingState { run: RunId([0; 32]), round: 0, params, momentum: initial_momentum(opt, n) }
+    }
+
+    #[test]
+    fn average_subtracts_the_delta() {
+        let mut s = state(OuterOptimizer::Average, vec![1.0, 2.0]);
+        outer_step(OuterOptimizer::Average, &mut s, &[0.5, -1.0]).expect("fits");
+        assert_eq!(s.params, vec![0.5, 3.0]);
+        assert_eq!(s.round, 1);
+        assert_eq!(s.momentum, None);
+    }
+
+    #[test]
+    fn nesterov_follows_the_formula() {
+        let opt = OuterOptimizer::DILOCO;
+        let mut s = state(opt, vec![1.0]);
+        outer_step(opt, &mut s, &[0.1]).expect("fits");
+        // m1 = 0.1; θ1 = 1 − 0.7·(0.1 + 0.9·0.1) = 0.867
+        assert_eq!(s.momentum.as_deref(), Some(&[0.1f32][..]));
+        assert!((s.params[0] - 0.867).abs() < 1e-6);
+        outer_step(opt, &mut s, &[0.1]).expect("fits");
+        // m2 = 0.19; θ2 = 0.867 − 0.7·(0.1 + 0.171) = 0.6773
+        assert!((s.momentum.as_deref().unwrap_or(&[0.0])[0] - 0.19).abs() < 1e-6);
+        assert!((s.params[0] - 0.6773).abs() < 1e-5);
+    }
+
+    #[test]
+    fn mismatches_are_errors() {
+        let opt = OuterOptimizer::DILOCO;
+        let mut s = state(opt, vec![1.0, 2.0]);
+        assert_eq!(outer_step(opt, &mut s, &[0.0]), Err(OuterError::WrongShape { expected: 2, found: 1 }));
+        assert_eq!(outer_step(OuterOptimizer::Average, &mut s, &[0.0, 0.0]), Err(OuterError::Momentum));
+        s.momentum = Some(vec![0.0]);
+        assert_eq!(outer_step(opt, &mut s, &[0.0, 0.0]), Err(OuterError::Momentum));
+        assert_eq!(s.round, 0);
+    }
+}

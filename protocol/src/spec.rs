@@ -1,0 +1,395 @@
+//! The RunSpec: everything that defines a training run, its canonical bytes,
+//! and its RunId (blake3 of those bytes under the run-id domain).
+//!
+//! Two nodes are in the same run exactly when their RunSpecs encode to the
+//! same bytes; every field that changes what honest nodes compute is here.
+
+use crate::codec::Codec;
+use crate::hash::{run_id_of, RunId};
+use crate::identity::PublicKey;
+use crate::wire::{MessageType, Reader, WireError, Writer, MAX_ALLOWLIST, MAX_ELEMENTS, MAX_STRING_BYTES};
+
+/// Longest model preset name.
+pub const MAX_PRESET_BYTES: usize = 64;
+
+/// The model architecture: a preset name plus the shape numbers it implies,
+/// so a node can check it builds the same model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelShape {
+    pub preset: String,
+    pub vocab_size: u32,
+    pub context_len: u32,
+    pub n_layer: u32,
+    pub n_head: u32,
+    pub d_model: u32,
+    /// Number of f32 parameters: the element count of every state and delta.
+    pub param_count: u64,
+}
+
+/// The inner optimizer (AdamW) each node runs for H steps per round.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct InnerOptimizer {
+    pub lr: f32,
+    pub beta1: f32,
+    pub beta2: f32,
+    pub eps: f32,
+    pub weight_decay: f32,
+    /// Global gradient-norm clip (0 = off).
+    pub grad_clip: f32,
+    pub warmup_steps: u32,
+    /// Sequences per inner step.
+    pub batch_size: u32,
+}
+
+/// The outer optimizer applied to the aggregated pseudo-gradient.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum OuterOptimizer {
+    /// Nesterov momentum: m ← μ·m + Δ; θ ← θ − lr·(Δ + μ·m).
+    Nesterov { lr: f32, momentum: f32 },
+    /// Plain averaging: θ ← θ − Δ (lr 1, no momentum state).
+    Average,
+}
+
+impl OuterOptimizer {
+    /// DiLoCo's defaults: Nesterov, lr 0.7, momentum 0.9.
+    pub const DILOCO: OuterOptimizer = OuterOptimizer::Nesterov { lr: 0.7, momentum: 0.9 };
+
+    /// Whether the state carries a momentum buffer.
+    pub fn has_momentum(&self) -> bool {
+        matches!(self, OuterOptimizer::Nesterov { .. })
+    }
+}
+
+/// How the accepted deltas of a round are combined.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum RobustMode {
+    /// Token-weighted mean.
+    Mean,
+    /// Scale each delta whose L2 norm exceeds `multiple` × the median norm
+    /// down to that norm, then take the token-weighted mean (weights capped
+    /// at twice the median token count).
+    NormClip { multiple: f32 },
+    /// Per coordinate, drop ⌊trim·n⌋ lowest and highest values, average the rest.
+    TrimmedMean { trim: f32 },
+    /// Per coordinate median.
+    Median,
+}
+
+/// Who may contribute deltas and commits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdmissionPolicy {
+    Open,
+    /// Only these signers (strictly increasing by bytes, non-empty).
+    Allowlist(Vec<PublicKey>),
+}
+
+impl AdmissionPolicy {
+    pub fn admits(&self, key: &PublicKey) -> bool {
+        match self {
+            AdmissionPolicy::Open => true,
+            AdmissionPolicy::Allowlist(keys) => keys.binary_search(key).is_ok(),
+        }
+    }
+}
+
+/// The definition of a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunSpec {
+    pub model: ModelShape,
+    /// Data source description, e.g. `synthetic:seed=1` or `shards:/path`.
+    pub data: String,
+    pub inner: InnerOptimizer,
+    /// Inner steps H per round.
+    pub inner_steps: u32,
+    pub outer: OuterOptimizer,
+    pub codec: Codec,
+    pub robust: RobustMode,
+    /// Fewest verified deltas a round may close with.
+    pub quorum: u32,
+    /// Seconds after a round opens at which it closes if quorum is met.
+    pub round_deadline_secs: u32,
+    pub admission: AdmissionPolicy,
+    pub seed: u64,
+}
+
+fn invalid(field: &'static str, why: &'static str) -> WireError {
+    WireError::Invalid { field, why }
+}
+
+impl RunSpec {
+    /// The canonical bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::message(MessageType::RunSpec);
+        let m = &self.model;
+        w.str(&m.preset);
+        for v in [m.vocab_size, m.context_len, m.n_layer, m.n_head, m.d_model] {
+            w.u32(v);
+        }
+        w.u64(m.param_count);
+        w.str(&self.data);
+        let i = &self.inner;
+        for v in [i.lr, i.beta1, i.beta2, i.eps, i.weight_decay, i.grad_clip] {
+            w.f32(v);
+        }
+        w.u32(i.warmup_steps);
+        w.u32(i.batch_size);
+        w.u32(self.inner_steps);
+        match self.outer {
+            OuterOptimizer::Average => w.u8(0),
+            OuterOptimizer::Nesterov { lr, momentum } => {
+                w.u8(1);
+                w.f32(lr);
+                w.f32(momentum);
+            }
+        }
+        self.codec.write(&mut w);
+        match self.robust {
+            RobustMode::Mean => w.u8(0),
+            RobustMode::NormClip { multiple } => {
+                w.u8(1);
+                w.f32(multiple);
+            }
+            RobustMode::TrimmedMean { trim } => {
+                w.u8(2);
+                w.f32(trim);
+            }
+            RobustMode::Median => w.u8(3),
+        }
+        w.u32(self.quorum);
+        w.u32(self.round_deadline_secs);
+        match &self.admission {
+            AdmissionPolicy::Open => w.u8(0),
+            AdmissionPolicy::Allowlist(keys) => {
+                w.u8(1);
+                w.u32(u32::try_from(keys.len()).unwrap_or(u32::MAX));
+                for k in keys {
+                    w.bytes(&k.0);
+                }
+            }
+        }
+        w.u64(self.seed);
+        w.finish()
+    }
+
+    /// Parse and validate canonical bytes.
+    pub fn decode(bytes: &[u8]) -> Result<Self, WireError> {
+        let mut r = Reader::message(bytes, MessageType::RunSpec)?;
+        let model = ModelShape {
+            preset: r.str("model.preset", MAX_PRESET_BYTES)?,
+            vocab_size: r.u32()?,
+            context_len: r.u32()?,
+            n_layer: r.u32()?,
+            n_head: r.u32()?,
+            d_model: r.u32()?,
+            param_count: r.u64()?,
+        };
+        let data = r.str("data", MAX_STRING_BYTES)?;
+        let inner = InnerOptimizer {
+            lr: r.f32("inner.lr")?,
+            beta1: r.f32("inner.beta1")?,
+            beta2: r.f32("inner.beta2")?,
+            eps: r.f32("inner.eps")?,
+            weight_decay: r.f32("inner.weight_decay")?,
+            grad_clip: r.f32("inner.grad_clip")?,
+            warmup_steps: r.u32()?,
+            batch_size: r.u32()?,
+        };
+        let inner_steps = r.u32()?;
+        let outer = match r.u8()? {
+            0 => OuterOptimizer::Average,
+            1 => OuterOptimizer::Nesterov { lr: r.f32("outer.lr")?, momentum: r.f32("outer.momentum")? },
+            tag => return Err(WireError::BadTag { field: "outer", tag }),
+        };
+        let codec = Codec::read(&mut r)?;
+        let robust = match r.u8()? {
+            0 => RobustMode::Mean,
+            1 => RobustMode::NormClip { multiple: r.f32("robust.multiple")? },
+            2 => RobustMode::TrimmedMean { trim: r.f32("robust.trim")? },
+            3 => RobustMode::Median,
+            tag => return Err(WireError::BadTag { field: "robust", tag }),
+        };
+        let quorum = r.u32()?;
+        let round_deadline_secs = r.u32()?;
+        let admission = match r.u8()? {
+            0 => AdmissionPolicy::Open,
+            1 => {
+                let n = r.count("admission.allowlist", MAX_ALLOWLIST, 32)?;
+                let mut keys = Vec::with_capacity(n);
+                for _ in 0..n {
+                    keys.push(PublicKey(r.array()?));
+                }
+                AdmissionPolicy::Allowlist(keys)
+            }
+            tag => return Err(WireError::BadTag { field: "admission", tag }),
+        };
+        let seed = r.u64()?;
+        r.finish()?;
+        let spec = RunSpec {
+            model,
+            data,
+            inner,
+            inner_steps,
+            outer,
+            codec,
+            robust,
+            quorum,
+            round_deadline_secs,
+            admission,
+            seed,
+        };
+        spec.validate()?;
+        Ok(spec)
+    }
+
+    /// The range rules `decode` enforces beyond the byte format.
+    pub fn validate(&self) -> Result<(), WireError> {
+        if self.model.preset.len() > MAX_PRESET_BYTES {
+            return Err(invalid("model.preset", "longer than 64 bytes"));
+        }
+        if self.data.len() > MAX_STRING_BYTES {
+            return Err(invalid("data", "longer than 1024 bytes"));
+        }
+        if self.model.param_count == 0 || self.model.param_count > MAX_ELEMENTS {
+            return Err(invalid("model.param_count", "must be in 1..=2^31"));
+        }
+        let finite = [
+            self.inner.lr,
+            self.inner.beta1,
+            self.inner.beta2,
+            self.inner.eps,
+            self.inner.weight_decay,
+            self.inner.grad_clip,
+        ];
+        if finite.iter().any(|v| !v.is_finite()) {
+            return Err(invalid("inner", "hyperparameters must be finite"));
+        }
+        if self.inner_steps == 0 {
+            return Err(invalid("inner_steps", "must be at least 1"));
+        }
+        if let OuterOptimizer::Nesterov { lr, momentum } = self.outer {
+            if !(lr.is_finite() && lr > 0.0) {
+                return Err(invalid("outer.lr", "must be positive"));
+            }
+            if !(0.0..1.0).contains(&momentum) {
+                return Err(invalid("outer.momentum", "must be in [0, 1)"));
+            }
+        }
+        if !self.codec.is_valid() {
+            return Err(invalid("codec", "parameters out of range"));
+        }
+        match self.robust {
+            RobustMode::NormClip { multiple } if !(multiple.is_finite() && multiple > 0.0) => {
+                return Err(invalid("robust.multiple", "must be positive"));
+            }
+            RobustMode::TrimmedMean { trim } if !(0.0..0.5).contains(&trim) => {
+                return Err(invalid("robust.trim", "must be in [0, 0.5)"));
+            }
+            _ => {}
+        }
+        if self.quorum == 0 {
+            return Err(invalid("quorum", "must be at least 1"));
+        }
+        if self.round_deadline_secs == 0 {
+            return Err(invalid("round_deadline_secs", "must be at least 1"));
+        }
+        if let AdmissionPolicy::Allowlist(keys) = &self.admission {
+            if keys.is_empty() || keys.len() > MAX_ALLOWLIST {
+                return Err(invalid("admission.allowlist", "must hold 1..=4096 keys"));
+            }
+            if keys.windows(2).any(|p| p[0] >= p[1]) {
+                return Err(invalid("admission.allowlist", "keys must strictly increase"));
+            }
+        }
+        Ok(())
+    }
+
+    /// blake3 (run-id domain) of the canonical bytes.
+    pub fn run_id(&self) -> RunId {
+        run_id_of(&self.encode())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// A small valid spec used across the crate's tests and golden vectors.
+    pub(crate) fn sample_spec() -> RunSpec {
+        RunSpec {
+            model: ModelShape {
+                preset: "tiny".into(),
+                vocab_size: 256,
+                context_len: 64,
+                n_layer: 2,
+                n_head: 2,
+                d_model: 64,
+                param_count: 116_480,
+            },
+            data: "synthetic:seed=1".into(),
+            inner: InnerOptimizer {
+                lr: 1e-3,
+                beta1: 0.9,
+                beta2: 0.95,
+                eps: 1e-8,
+                weight_decay: 0.1,
+                grad_clip: 1.0,
+                warmup_steps: 10,
+                batch_size: 8,
+            },
+            inner_steps: 100,
+            outer: OuterOptimizer::DILOCO,
+            codec: Codec::Int8Block { block: 256 },
+            robust: RobustMode::Mean,
+            quorum: 2,
+            round_deadline_secs: 60,
+            admission: AdmissionPolicy::Open,
+            seed: 42,
+        }
+    }
+
+    #[test]
+    fn round_trips_and_hashes_stably() {
+        let spec = sample_spec();
+        let bytes = spec.encode();
+        assert_eq!(RunSpec::decode(&bytes).as_ref(), Ok(&spec));
+        assert_eq!(spec.run_id(), sample_spec().run_id());
+        let mut other = sample_spec();
+        other.seed = 43;
+        assert_ne!(other.run_id(), spec.run_id());
+    }
+
+    #[test]
+    fn every_variant_round_trips() {
+        let mut spec = sample_spec();
+        spec.outer = OuterOptimizer::Average;
+        spec.robust = RobustMode::TrimmedMean { trim: 0.25 };
+        spec.codec = Codec::TopK { density_ppm: 1000, block: 64 };
+        spec.admission = AdmissionPolicy::Allowlist(vec![PublicKey([1; 32]), PublicKey([2; 32])]);
+        for robust in [RobustMode::NormClip { multiple: 2.0 }, RobustMode::Median, spec.robust] {
+            spec.robust = robust;
+            let bytes = spec.encode();
+            let back = RunSpec::decode(&bytes).expect("valid spec decodes");
+            assert_eq!(back, spec);
+            assert_eq!(back.encode(), bytes);
+        }
+    }
+
+    #[test]
+    fn invalid_ranges_are_rejected() {
+        let mut bad = sample_spec();
+        bad.quorum = 0;
+        assert!(matches!(RunSpec::decode(&bad.encode()), Err(WireError::Invalid { field: "quorum", .. })));
+        let mut bad = sample_spec();
+        bad.admission = AdmissionPolicy::Allowlist(vec![PublicKey([2; 32]), PublicKey([1; 32])]);
+        assert!(RunSpec::decode(&bad.encode()).is_err());
+        let mut bad = sample_spec();
+        bad.outer = OuterOptimizer::Nesterov { lr: 0.7, momentum: 1.0 };
+        assert!(RunSpec::decode(&bad.encode()).is_err());
+        let mut bad = sample_spec();
+        bad.inner.lr = f32::NAN;
+        assert!(matches!(RunSpec::decode(&bad.encode()), Err(WireError::NonFinite { .. })));
+        let mut trailing = sample_spec().encode();
+        trailing.push(0);
+        assert_eq!(RunSpec::decode(&trailing), Err(WireError::TrailingBytes(1)));
+    }
+}
