@@ -1,0 +1,579 @@
+//! The round state machine (sans-IO): events in, actions out.
+//!
+//! The node feeds it decoded messages, payload verification results, peer
+//! membership changes and timer ticks, each with a caller-supplied `now` in
+//! milliseconds; it answers with actions to carry out (fetch, publish,
+//! aggregate, re-sync, reject). It never reads a clock, never blocks, never
+//! does I/O. The rules it implements are specified in docs/protocol.md §7.
+
+mod reason;
+mod votes;
+
+pub use reason::{PeerScore, Rejection, Scoreboard, MAX_SCORED_PEERS};
+pub use votes::{MAX_VOTERS, MAX_VOTE_ROUNDS};
+
+use crate::codec::Codec;
+use crate::commit::RoundCommit;
+use crate::hash::{PayloadHash, RunId, StateId};
+use crate::identity::{NodeKey, PublicKey, Signature};
+use crate::manifest::DeltaManifest;
+use crate::spec::{AdmissionPolicy, RunSpec};
+use crate::wire::MAX_COMMIT_DELTAS;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use votes::{Vote, Votes};
+
+/// Most live members tracked.
+pub const MAX_MEMBERS: usize = 65_536;
+
+/// What the machine needs from the RunSpec.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoundConfig {
+    pub run: RunId,
+    pub codec: Codec,
+    pub element_count: u64,
+    pub quorum: u32,
+    pub deadline_ms: u64,
+    pub admission: AdmissionPolicy,
+}
+
+impl RoundConfig {
+    pub fn from_spec(spec: &RunSpec) -> Self {
+        Self {
+            run: spec.run_id(),
+            codec: spec.codec,
+            element_count: spec.model.param_count,
+            quorum: spec.quorum,
+            deadline_ms: u64::from(spec.round_deadline_secs) * 1000,
+            admission: spec.admission.clone(),
+        }
+    }
+}
+
+/// Whose fault a failed payload fetch was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PayloadFault {
+    /// The serving peer sent bytes that do not hash to the requested hash.
+    HashMismatch,
+    /// The bytes hash correctly but do not decode to a valid delta of the
+    /// run's codec and shape (or hold non-finite values): the signer's fault.
+    Undecodable,
+}
+
+/// Something that happened, reported by the node.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// A decoded DeltaManifest delivered by peer `from` (signature unchecked).
+    ManifestReceived {
+        from: PublicKey,
+        manifest: DeltaManifest,
+    },
+    /// The payload with this hash was fetched, hash-checked and decoded.
+    PayloadVerified {
+        payload_hash: PayloadHash,
+    },
+    /// Fetching or decoding the payload failed; `from` served the bytes.
+    PayloadInvalid {
+        payload_hash: PayloadHash,
+        from: PublicKey,
+        fault: PayloadFault,
+    },
+    /// A training member connected (not observers such as dashboards).
+    PeerJoined {
+        peer: PublicKey,
+    },
+    PeerLeft {
+        peer: PublicKey,
+    },
+    /// The time returned by `next_timeout` has come.
+    TimerFired,
+    /// A decoded RoundCommit delivered by peer `from` (signature unchecked).
+    CommitReceived {
+        from: PublicKey,
+        commit: RoundCommit,
+    },
+    /// This node finished training: its encoded payload is stored locally.
+    LocalDeltaReady {
+        round: u64,
+        base: StateId,
+        payload_hash: PayloadHash,
+        tokens: u64,
+        train_loss: f32,
+    },
+    /// The node carried out `Action::Aggregate` and the outer step.
+    Aggregated {
+        round: u64,
+        included: Vec<PayloadHash>,
+        new_state: StateId,
+    },
+    /// Aggregation found no valid delta among those offered; they are all
+    /// dropped and the round keeps collecting.
+    AggregationFailed {
+        round: u64,
+    },
+}
+
+/// An accepted, verified delta handed to aggregation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AcceptedDelta {
+    pub payload_hash: PayloadHash,
+    pub signer: PublicKey,
+    pub tokens: u64,
+}
+
+/// Something the node must do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// A round began: train from `base` (fetching that state first if the
+    /// node does not hold it).
+    RoundOpened { round: u64, base: StateId },
+    /// Fetch this payload (any peer holding it may serve it; `from`
+    /// announced it), check its hash, decode it, and report back.
+    FetchPayload { payload_hash: PayloadHash, payload_len: u64, signer: PublicKey, from: PublicKey },
+    /// Gossip this (signed) manifest of our own delta.
+    PublishManifest(DeltaManifest),
+    /// Aggregate exactly these deltas (sorted by hash) onto `base`, apply the
+    /// outer step, and report `Event::Aggregated` or `AggregationFailed`.
+    Aggregate { round: u64, base: StateId, deltas: Vec<AcceptedDelta> },
+    /// Gossip this (signed) commit.
+    PublishCommit(RoundCommit),
+    /// Most committers hold another state: fetch `state` and continue from
+    /// it as the base of `round` (a `RoundOpened` follows).
+    Resync { round: u64, state: StateId, peers: Vec<PublicKey> },
+    /// Charge `peer` for `reason` (only reasons with a non-zero penalty).
+    Reject { peer: PublicKey, reason: Rejection },
+}
+
+/// Where the current round stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Collecting,
+    Aggregating,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    manifest: DeltaManifest,
+    announced_by: PublicKey,
+    verified: bool,
+}
+
+/// The per-node round state machine.
+#[derive(Debug)]
+pub struct RoundMachine {
+    cfg: RoundConfig,
+    key: NodeKey,
+    me: PublicKey,
+    round: u64,
+    base: StateId,
+    phase: Phase,
+    opened_at: u64,
+    now: u64,
+    members: BTreeSet<PublicKey>,
+    entries: BTreeMap<PublicKey, Entry>,
+    by_hash: BTreeMap<PayloadHash, PublicKey>,
+    /// Signers excluded from the current round, and why.
+    excluded: BTreeMap<PublicKey, Rejection>,
+    offered: Vec<AcceptedDelta>,
+    votes: Votes,
+    scores: Scoreboard,
+    actions: VecDeque<Action>,
+}
+
+impl RoundMachine {
+    /// Start at `round` from state `base` at time `now`; emits `RoundOpened`.
+    pub fn new(cfg: RoundConfig, key: NodeKey, round: u64, base: StateId, now: u64) -> Self {
+        let me = key.public();
+        let mut m = Self {
+            cfg,
+            key,
+            me,
+            round,
+            base,
+            phase: Phase::Collecting,
+            opened_at: now,
+            now,
+            members: BTreeSet::new(),
+            entries: BTreeMap::new(),
+            by_hash: BTreeMap::new(),
+            excluded: BTreeMap::new(),
+            offered: Vec::new(),
+            votes: Votes::default(),
+            scores: Scoreboard::default(),
+            actions: VecDeque::new(),
+        };
+        m.open(round, base);
+        m
+    }
+
+    pub fn round(&self) -> u64 {
+        self.round
+    }
+    pub fn base(&self) -> StateId {
+        self.base
+    }
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+    pub fn scores(&self) -> &Scoreboard {
+        &self.scores
+    }
+    pub fn members(&self) -> impl Iterator<Item = &PublicKey> {
+        self.members.iter()
+    }
+    /// Verified deltas collected so far in the current round.
+    pub fn ready_count(&self) -> usize {
+        self.entries.values().filter(|e| e.verified).count()
+    }
+
+    /// When the node should send `TimerFired`: the current round's deadline,
+    /// while it lies in the future and the round is collecting.
+    pub fn next_timeout(&self) -> Option<u64> {
+        let deadline = self.opened_at.saturating_add(self.cfg.deadline_ms);
+        (self.phase == Phase::Collecting && deadline > self.now).then_some(deadline)
+    }
+
+    /// The next action to carry out, in order.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// Feed one event at time `now` (ms; a `now` earlier than one seen
+    /// before is treated as the latest seen).
+    pub fn handle(&mut self, now: u64, event: Event) {
+        self.now = self.now.max(now);
+        match event {
+            Event::ManifestReceived { from, manifest } => self.on_manifest(from, manifest),
+            Event::PayloadVerified { payload_hash } => self.on_verified(payload_hash),
+            Event::PayloadInvalid { payload_hash, from, fault } => self.on_invalid(payload_hash, from, fault),
+            Event::PeerJoined { peer } => {
+                if self.cfg.admission.admits(&peer) && self.members.len() < MAX_MEMBERS {
+                    self.members.insert(peer);
+                }
+            }
+            Event::PeerLeft { peer } => {
+                self.members.remove(&peer);
+            }
+            Event::TimerFired => {}
+            Event::CommitReceived { from, commit } => self.on_commit(from, commit),
+            Event::LocalDeltaReady { round, base, payload_hash, tokens, train_loss } => {
+                self.on_local(round, base, payload_hash, tokens, train_loss)
+            }
+            Event::Aggregated { round, included, new_state } => {
+                self.on_aggregated(round, included, new_state)
+            }
+            Event::AggregationFailed { round } => self.on_aggregation_failed(round),
+        }
+        self.maybe_close();
+    }
+
+    fn reject(&mut self, peer: PublicKey, reason: Rejection) {
+        self.scores.charge(peer, reason);
+        if reason.penalty() > 0 {
+            self.actions.push_back(Action::Reject { peer, reason });
+        }
+    }
+
+    fn open(&mut self, round: u64, base: StateId) {
+        self.round = round;
+        self.base = base;
+        self.phase = Phase::Collecting;
+        self.opened_at = self.now;
+        self.entries.clear();
+        self.by_hash.clear();
+        self.excluded.clear();
+        self.offered.clear();
+        self.votes.prune_below(round.saturating_sub(1));
+        self.actions.push_back(Action::RoundOpened { round, base });
+    }
+
+    /// Checks shared by manifests and commits; charges `from` or the signer.
+    fn screen(&mut self, from: PublicKey, signer: PublicKey, run: RunId, valid_sig: bool) -> bool {
+        if !valid_sig {
+            self.reject(from, Rejection::BadSignature);
+        } else if !self.cfg.admission.admits(&signer) {
+            self.reject(signer, Rejection::NotAdmitted);
+        } else if run != self.cfg.run {
+            self.reject(from, Rejection::WrongRun);
+        } else {
+            return true;
+        }
+        false
+    }
+
+    fn on_manifest(&mut self, from: PublicKey, m: DeltaManifest) {
+        let valid_sig = m.verify().is_ok();
+        if !self.screen(from, m.signer, m.run, valid_sig) {
+            return;
+        }
+        let signer = m.signer;
+        let reason = if m.round > self.round {
+            Some(Rejection::FutureRound)
+        } else if m.round + 1 < self.round {
+            Some(Rejection::Replay)
+        } else if m.round < self.round || self.phase == Phase::Aggregating {
+            Some(Rejection::Late)
+        } else if let Some(r) = self.excluded.get(&signer) {
+            Some(*r)
+        } else if m.base != self.base {
+            Some(Rejection::WrongBase)
+        } else if m.codec != self.cfg.codec {
+            Some(Rejection::WrongCodec)
+        } else if m.element_count != self.cfg.element_count
+            || self.cfg.codec.payload_len(m.element_count) != Some(m.payload_len)
+        {
+            Some(Rejection::WrongShape)
+        } else if m.tokens == 0 {
+            Some(Rejection::ZeroTokens)
+        } else {
+            None
+        };
+        if let Some(reason) = reason {
+            return self.reject(signer, reason);
+        }
+        if let Some(existing) = self.entries.get(&signer) {
+            if existing.manifest == m {
+                return self.scores.charge(signer, Rejection::Duplicate);
+            }
+            // Equivocation: drop both, exclude the signer for the round.
+            let old_hash = existing.manifest.payload_hash;
+            self.entries.remove(&signer);
+            self.by_hash.remove(&old_hash);
+            self.excluded.insert(signer, Rejection::Equivocation);
+            return self.reject(signer, Rejection::Equivocation);
+        }
+        if self.by_hash.contains_key(&m.payload_hash) {
+            return self.reject(signer, Rejection::PayloadReuse);
+        }
+        if self.entries.len() >= MAX_COMMIT_DELTAS {
+            return self.scores.charge(signer, Rejection::RoundFull);
+        }
+        self.actions.push_back(Action::FetchPayload {
+            payload_hash: m.payload_hash,
+            payload_len: m.payload_len,
+            signer,
+            from,
+        });
+        self.by_hash.insert(m.payload_hash, signer);
+        self.entries.insert(signer, Entry { manifest: m, announced_by: from, verified: false });
+    }
+
+    fn on_verified(&mut self, hash: PayloadHash) {
+        let signer = self.by_hash.get(&hash).copied();
+        match signer.and_then(|s| self.entries.get_mut(&s)) {
+            Some(e) if self.phase == Phase::Collecting => e.verified = true,
+            _ => self.scores.charge(self.me, Rejection::UnknownPayload),
+        }
+    }
+
+    fn on_invalid(&mut self, hash: PayloadHash, from: PublicKey, fault: PayloadFault) {
+        match fault {
+            PayloadFault::HashMismatch => {
+                self.reject(from, Rejection::PayloadHashMismatch);
+                // Ask the announcer again, unless it was the one serving bad bytes.
+                let retry = self.by_hash.get(&hash).and_then(|s| self.entries.get(s)).and_then(|e| {
+                    (!e.verified && e.announced_by != from && self.phase == Phase::Collecting).then_some(
+                        Action::FetchPayload {
+                            payload_hash: hash,
+                            payload_len: e.manifest.payload_len,
+                            signer: e.manifest.signer,
+                            from: e.announced_by,
+                        },
+                    )
+                });
+                self.actions.extend(retry);
+            }
+            PayloadFault::Undecodable => {
+                let Some(signer) = self.by_hash.get(&hash).copied() else {
+                    return self.scores.charge(self.me, Rejection::UnknownPayload);
+                };
+                if self.phase != Phase::Collecting {
+                    return;
+                }
+                self.entries.remove(&signer);
+                self.by_hash.remove(&hash);
+                self.excluded.insert(signer, Rejection::InvalidPayload);
+                self.reject(signer, Rejection::InvalidPayload);
+            }
+        }
+    }
+
+    fn on_local(&mut self, round: u64, base: StateId, hash: PayloadHash, tokens: u64, train_loss: f32) {
+        let me = self.me;
+        let stale = round != self.round
+            || base != self.base
+            || self.phase != Phase::Collecting
+            || self.entries.contains_key(&me)
+            || self.by_hash.contains_key(&hash)
+            || tokens == 0
+            || !train_loss.is_finite();
+        if stale {
+            return self.scores.charge(me, Rejection::StaleLocalDelta);
+        }
+        let codec = self.cfg.codec;
+        let manifest = DeltaManifest {
+            run: self.cfg.run,
+            round,
+            base,
+            signer: me,
+            tokens,
+            train_loss,
+            codec,
+            element_count: self.cfg.element_count,
+            payload_len: codec.payload_len(self.cfg.element_count).unwrap_or(0),
+            payload_hash: hash,
+            signature: Signature::default(),
+        }
+        .sign(&self.key);
+        self.by_hash.insert(hash, me);
+        self.entries.insert(me, Entry { manifest: manifest.clone(), announced_by: me, verified: true });
+        self.actions.push_back(Action::PublishManifest(manifest));
+    }
+
+    /// Close the round when quorum is met and either every live member's
+    /// delta is in or the deadline has passed.
+    fn maybe_close(&mut self) {
+        if self.phase != Phase::Collecting {
+            return;
+        }
+        let ready = self.ready_count();
+        if ready < self.cfg.quorum as usize || ready == 0 {
+            return;
+        }
+        let all_in = self
+            .members
+            .iter()
+            .chain(std::iter::once(&self.me))
+            .filter(|p| !self.excluded.contains_key(p))
+            .all(|p| self.entries.get(p).is_some_and(|e| e.verified));
+        let deadline = self.now >= self.opened_at.saturating_add(self.cfg.deadline_ms);
+        if all_in || deadline {
+            let hashes: Vec<PayloadHash> =
+                self.entries.values().filter(|e| e.verified).map(|e| e.manifest.payload_hash).collect();
+            self.close(hashes);
+        }
+    }
+
+    /// Offer exactly `hashes` (all verified) to aggregation.
+    fn close(&mut self, mut hashes: Vec<PayloadHash>) {
+        hashes.sort();
+        let unfetched: Vec<PublicKey> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| !hashes.contains(&e.manifest.payload_hash))
+            .map(|(k, _)| *k)
+            .collect();
+        for signer in unfetched {
+            self.scores.charge(signer, Rejection::Unfetched);
+        }
+        self.offered = hashes
+            .iter()
+            .filter_map(|h| {
+                let signer = *self.by_hash.get(h)?;
+                let e = self.entries.get(&signer)?;
+                Some(AcceptedDelta { payload_hash: *h, signer, tokens: e.manifest.tokens })
+            })
+            .collect();
+        self.phase = Phase::Aggregating;
+        self.actions.push_back(Action::Aggregate {
+            round: self.round,
+            base: self.base,
+            deltas: self.offered.clone(),
+        });
+    }
+
+    fn on_aggregated(&mut self, round: u64, mut included: Vec<PayloadHash>, new_state: StateId) {
+        if self.phase != Phase::Aggregating || round != self.round {
+            return;
+        }
+        included.sort();
+        included.dedup();
+        included.retain(|h| self.offered.iter().any(|d| d.payload_hash == *h));
+        let refused: Vec<PublicKey> = self
+            .offered
+            .iter()
+            .filter(|d| included.binary_search(&d.payload_hash).is_err())
+            .map(|d| d.signer)
+            .collect();
+        for signer in refused {
+            self.reject(signer, Rejection::AggregationRejected);
+        }
+        let commit = RoundCommit {
+            run: self.cfg.run,
+            round,
+            base: self.base,
+            included: included.clone(),
+            new_state,
+            signer: self.me,
+            signature: Signature::default(),
+        }
+        .sign(&self.key);
+        let _ = self.votes.record(round, self.me, Vote { state: new_state, included });
+        self.actions.push_back(Action::PublishCommit(commit));
+        self.open(round + 1, new_state);
+        self.check_votes(round);
+    }
+
+    fn on_aggregation_failed(&mut self, round: u64) {
+        if self.phase != Phase::Aggregating || round != self.round {
+            return;
+        }
+        for d in std::mem::take(&mut self.offered) {
+            self.entries.remove(&d.signer);
+            self.by_hash.remove(&d.payload_hash);
+            self.excluded.insert(d.signer, Rejection::AggregationRejected);
+            self.reject(d.signer, Rejection::AggregationRejected);
+        }
+        self.phase = Phase::Collecting;
+    }
+
+    fn on_commit(&mut self, from: PublicKey, c: RoundCommit) {
+        let valid_sig = c.verify().is_ok();
+        if !self.screen(from, c.signer, c.run, valid_sig) {
+            return;
+        }
+        if c.round.saturating_add(1) < self.round {
+            return self.reject(c.signer, Rejection::Replay);
+        }
+        let vote = Vote { state: c.new_state, included: c.included };
+        match self.votes.record(c.round, c.signer, vote) {
+            Ok(()) => self.check_votes(c.round),
+            Err(reason) => self.reject(c.signer, reason),
+        }
+    }
+
+    /// The re-sync rule: a StateId reported for round q by at least `quorum`
+    /// committers who are a strict majority of q's committers wins.
+    fn check_votes(&mut self, q: u64) {
+        let Some(leader) = self.votes.leader(q) else { return };
+        let count = leader.voters.len();
+        if count < self.cfg.quorum as usize || 2 * count <= leader.total {
+            return;
+        }
+        let next = q.saturating_add(1);
+        if next == self.round && leader.state == self.base {
+            return;
+        }
+        if q == self.round {
+            if self.phase == Phase::Aggregating {
+                // Our own result decides first; votes are re-checked after it.
+                return;
+            }
+            let have_all = leader
+                .included
+                .iter()
+                .all(|h| self.by_hash.get(h).and_then(|s| self.entries.get(s)).is_some_and(|e| e.verified));
+            if have_all && !leader.included.is_empty() {
+                // Recompute the majority's result from the same deltas.
+                return self.close(leader.included);
+            }
+        }
+        if next < self.round {
+            return;
+        }
+        self.actions.push_back(Action::Resync { round: next, state: leader.state, peers: leader.voters });
+        self.open(next, leader.state);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,123 @@
+//! The tally of RoundCommits: which StateId each committer reported for each
+//! recent round, with commit equivocation detection and bounded memory.
+
+use super::reason::Rejection;
+use crate::hash::{PayloadHash, StateId};
+use crate::identity::PublicKey;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Most rounds whose votes are kept at once.
+pub const MAX_VOTE_ROUNDS: usize = 8;
+/// Most voters kept per round.
+pub const MAX_VOTERS: usize = 4096;
+
+/// One committer's report for one round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Vote {
+    pub state: StateId,
+    pub included: Vec<PayloadHash>,
+}
+
+/// The leading StateId of a round.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Leader {
+    pub state: StateId,
+    pub included: Vec<PayloadHash>,
+    pub voters: Vec<PublicKey>,
+    /// All distinct committers counted for the round.
+    pub total: usize,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Votes {
+    rounds: BTreeMap<u64, BTreeMap<PublicKey, Vote>>,
+    equivocators: BTreeMap<u64, BTreeSet<PublicKey>>,
+}
+
+impl Votes {
+    /// Record `signer`'s vote for `round`.
+    pub fn record(&mut self, round: u64, signer: PublicKey, vote: Vote) -> Result<(), Rejection> {
+        if self.equivocators.get(&round).is_some_and(|s| s.contains(&signer)) {
+            return Err(Rejection::CommitEquivocation);
+        }
+        if !self.rounds.contains_key(&round) && self.rounds.len() >= MAX_VOTE_ROUNDS {
+            // Evict the round with the fewest voters, the highest such round first.
+            let victim = self
+                .rounds
+                .iter()
+                .min_by(|a, b| a.1.len().cmp(&b.1.len()).then(b.0.cmp(a.0)))
+                .map(|(r, _)| *r);
+            if let Some(r) = victim {
+                self.rounds.remove(&r);
+                self.equivocators.remove(&r);
+            }
+        }
+        let voters = self.rounds.entry(round).or_default();
+        match voters.get(&signer) {
+            Some(v) if *v == vote => Err(Rejection::Duplicate),
+            Some(_) => {
+                voters.remove(&signer);
+                self.equivocators.entry(round).or_default().insert(signer);
+                Err(Rejection::CommitEquivocation)
+            }
+            None if voters.len() >= MAX_VOTERS => Err(Rejection::RoundFull),
+            None => {
+                voters.insert(signer, vote);
+                Ok(())
+            }
+        }
+    }
+
+    /// The StateId most voters reported for `round` (ties: smallest StateId).
+    pub fn leader(&self, round: u64) -> Option<Leader> {
+        let voters = self.rounds.get(&round)?;
+        let mut by_state: BTreeMap<StateId, (Vec<PublicKey>, &Vec<PayloadHash>)> = BTreeMap::new();
+        for (k, v) in voters {
+            by_state.entry(v.state).or_insert_with(|| (Vec::new(), &v.included)).0.push(*k);
+        }
+        let (state, (voters_for, included)) =
+            by_state.into_iter().max_by(|a, b| a.1 .0.len().cmp(&b.1 .0.len()).then(b.0.cmp(&a.0)))?;
+        Some(Leader { state, included: included.clone(), voters: voters_for, total: voters.len() })
+    }
+
+    /// Forget rounds below `round`.
+    pub fn prune_below(&mut self, round: u64) {
+        self.rounds = self.rounds.split_off(&round);
+        self.equivocators = self.equivocators.split_off(&round);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vote(s: u8) -> Vote {
+        Vote { state: StateId([s; 32]), included: vec![] }
+    }
+
+    #[test]
+    fn leader_and_equivocation() {
+        let mut v = Votes::default();
+        let (a, b, c) = (PublicKey([1; 32]), PublicKey([2; 32]), PublicKey([3; 32]));
+        assert_eq!(v.record(5, a, vote(9)), Ok(()));
+        assert_eq!(v.record(5, b, vote(9)), Ok(()));
+        assert_eq!(v.record(5, c, vote(8)), Ok(()));
+        assert_eq!(v.record(5, a, vote(9)), Err(Rejection::Duplicate));
+        let l = v.leader(5).expect("votes");
+        assert_eq!((l.state, l.voters.len(), l.total), (StateId([9; 32]), 2, 3));
+        assert_eq!(v.record(5, a, vote(7)), Err(Rejection::CommitEquivocation));
+        assert_eq!(v.record(5, a, vote(9)), Err(Rejection::CommitEquivocation));
+        assert_eq!(v.leader(5).map(|l| l.total), Some(2));
+        v.prune_below(6);
+        assert_eq!(v.leader(5), None);
+    }
+
+    #[test]
+    fn memory_is_bounded() {
+        let mut v = Votes::default();
+        for r in 0..100u64 {
+            let _ = v.record(r, PublicKey([1; 32]), vote(1));
+        }
+        assert!(v.rounds.len() <= MAX_VOTE_ROUNDS);
+    }
+}
