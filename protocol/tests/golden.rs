@@ -1,0 +1,187 @@
+//! Golden test vectors: the exact bytes of every message type (signed ones
+//! carrying an ed25519 signature by a fixed key) and the identifiers derived
+//! from them, compared with the hex fixtures in tests/fixtures/.
+//!
+//! Regenerate (only when the wire format deliberately changes):
+//! `MURMUR_BLESS=1 cargo test -p murmur-protocol --test golden`
+
+use murmur_protocol::codec::{encode_delta, Codec};
+use murmur_protocol::hash::{hex, payload_hash_of, unhex, PayloadHash, RunId, StateId};
+use murmur_protocol::identity::{verify, NodeKey, PublicKey, Signature, SIGN_DELTA_MANIFEST};
+use murmur_protocol::spec::{
+    AdmissionPolicy, InnerOptimizer, ModelShape, OuterOptimizer, RobustMode, RunSpec,
+};
+use murmur_protocol::{DeltaManifest, RoundCommit, Telemetry, TrainingState};
+use std::path::PathBuf;
+
+fn key() -> NodeKey {
+    NodeKey::from_seed(*b"murmur golden vector signing key")
+}
+
+fn spec() -> RunSpec {
+    RunSpec {
+        model: ModelShape {
+            preset: "tiny".into(),
+            vocab_size: 256,
+            context_len: 64,
+            n_layer: 2,
+            n_head: 2,
+            d_model: 64,
+            param_count: 116_480,
+        },
+        data: "synthetic:seed=1".into(),
+        inner: InnerOptimizer {
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.95,
+            eps: 1e-8,
+            weight_decay: 0.1,
+            grad_clip: 1.0,
+            warmup_steps: 10,
+            batch_size: 8,
+        },
+        inner_steps: 100,
+        outer: OuterOptimizer::DILOCO,
+        codec: Codec::Int8Block { block: 256 },
+        robust: RobustMode::NormClip { multiple: 2.0 },
+        quorum: 2,
+        round_deadline_secs: 60,
+        admission: AdmissionPolicy::Open,
+        seed: 42,
+    }
+}
+
+fn state(run: RunId) -> TrainingState {
+    TrainingState { run, round: 1, params: vec![0.5, -1.0, 0.25], momentum: Some(vec![0.0, 0.125, -0.5]) }
+}
+
+fn delta_values() -> Vec<f32> {
+    vec![0.5, -0.25, 0.125, 1.0, -2.0, 0.0, 0.75, -0.0625]
+}
+
+/// (fixture name, bytes) for every vector.
+fn vectors() -> Vec<(&'static str, Vec<u8>)> {
+    let k = key();
+    let spec = spec();
+    let run = spec.run_id();
+    let st = state(run);
+    let base = st.id();
+    let codec = Codec::Int8Block { block: 4 };
+    let payload = encode_delta(codec, &delta_values()).unwrap_or_default();
+    let payload_hash = payload_hash_of(&payload);
+    let manifest = DeltaManifest {
+        run,
+        round: 1,
+        base,
+        signer: PublicKey::default(),
+        tokens: 65_536,
+        train_loss: 3.25,
+        codec,
+        element_count: 8,
+        payload_len: payload.len() as u64,
+        payload_hash,
+        signature: Signature::default(),
+    }
+    .sign(&k);
+    let commit = RoundCommit {
+        run,
+        round: 1,
+        base,
+        included: vec![payload_hash],
+        new_state: StateId(blake3::hash(b"next state").into()),
+        signer: PublicKey::default(),
+        signature: Signature::default(),
+    }
+    .sign(&k);
+    let telemetry = Telemetry {
+        run,
+        round: 1,
+        train_loss: 3.25,
+        val_loss: Some(3.5),
+        tokens_per_sec: 12_345.5,
+        device: "cpu".into(),
+        bytes_sent: 1024,
+        bytes_recv: 2048,
+        peer_count: 3,
+        state: base,
+        signer: PublicKey::default(),
+        signature: Signature::default(),
+    }
+    .sign(&k);
+    let mut v = vec![
+        ("signing_key_seed", k.seed().to_vec()),
+        ("signing_key_public", k.public().0.to_vec()),
+        ("run_spec", spec.encode()),
+        ("run_id", run.0.to_vec()),
+        ("state_payload", st.encode()),
+        ("state_id", base.0.to_vec()),
+        ("delta_manifest", manifest.encode()),
+        ("round_commit", commit.encode()),
+        ("telemetry", telemetry.encode()),
+    ];
+    for c in [
+        Codec::F32,
+        Codec::F16,
+        Codec::Bf16,
+        Codec::Int8Block { block: 4 },
+        Codec::Int4Block { block: 4 },
+        Codec::TopK { density_ppm: 250_000, block: 2 },
+    ] {
+        let name: &'static str = match c {
+            Codec::F32 => "delta_payload_f32",
+            Codec::F16 => "delta_payload_f16",
+            Codec::Bf16 => "delta_payload_bf16",
+            Codec::Int8Block { .. } => "delta_payload_int8_b4",
+            Codec::Int4Block { .. } => "delta_payload_int4_b4",
+            Codec::TopK { .. } => "delta_payload_topk_250000ppm_b2",
+        };
+        v.push((name, encode_delta(c, &delta_values()).unwrap_or_default()));
+    }
+    v.push(("delta_payload_int8_b4_hash", payload_hash.0.to_vec()));
+    v
+}
+
+fn fixture_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests").join("fixtures")
+}
+
+#[test]
+fn golden_vectors_match_fixtures() {
+    let bless = std::env::var_os("MURMUR_BLESS").is_some();
+    for (name, bytes) in vectors() {
+        assert!(!bytes.is_empty(), "{name} is empty");
+        let path = fixture_dir().join(format!("{name}.hex"));
+        if bless {
+            std::fs::write(&path, format!("{}\n", hex(&bytes))).expect("write fixture");
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let expected = unhex(text.trim()).unwrap_or_else(|| panic!("{name}: bad hex"));
+        assert_eq!(hex(&bytes), hex(&expected), "{name} differs from its golden vector");
+    }
+}
+
+#[test]
+fn golden_messages_decode_and_verify() {
+    let read = |name: &str| {
+        let text = std::fs::read_to_string(fixture_dir().join(format!("{name}.hex"))).expect("fixture");
+        unhex(text.trim()).expect("hex")
+    };
+    let spec_bytes = read("run_spec");
+    let spec = RunSpec::decode(&spec_bytes).expect("spec");
+    assert_eq!(spec.encode(), spec_bytes);
+    assert_eq!(spec.run_id().0.to_vec(), read("run_id"));
+    let m = DeltaManifest::decode(&read("delta_manifest")).expect("manifest");
+    assert_eq!(m.verify(), Ok(()));
+    assert_eq!(m.signer.0.to_vec(), read("signing_key_public"));
+    // The signature is a plain ed25519 signature over domain || unsigned bytes.
+    assert_eq!(verify(&m.signer, SIGN_DELTA_MANIFEST, &m.signed_bytes(), &m.signature), Ok(()));
+    assert_eq!(PayloadHash(m.payload_hash.0).0.to_vec(), read("delta_payload_int8_b4_hash"));
+    assert_eq!(payload_hash_of(&read("delta_payload_int8_b4")), m.payload_hash);
+    let c = RoundCommit::decode(&read("round_commit")).expect("commit");
+    assert_eq!(c.verify(), Ok(()));
+    let t = Telemetry::decode(&read("telemetry")).expect("telemetry");
+    assert_eq!(t.verify(), Ok(()));
+    let s = TrainingState::decode(&read("state_payload"), 3).expect("state");
+    assert_eq!(s.id().0.to_vec(), read("state_id"));
+}

@@ -1,0 +1,309 @@
+//! Property tests of the message encodings: decode(encode(x)) == x for random
+//! valid messages, every decoder total on arbitrary bytes, and signature
+//! verification failing after any single-bit change of a signed message.
+
+use murmur_protocol::codec::Codec;
+use murmur_protocol::hash::{PayloadHash, RunId, StateId};
+use murmur_protocol::identity::{NodeKey, PublicKey, Signature};
+use murmur_protocol::spec::{
+    AdmissionPolicy, InnerOptimizer, ModelShape, OuterOptimizer, RobustMode, RunSpec,
+};
+use murmur_protocol::{DeltaManifest, RoundCommit, StateHeader, Telemetry, TrainingState};
+use proptest::prelude::*;
+
+fn h32() -> impl Strategy<Value = [u8; 32]> {
+    any::<[u8; 32]>()
+}
+
+fn codec() -> impl Strategy<Value = Codec> {
+    prop_oneof![
+        Just(Codec::F32),
+        Just(Codec::F16),
+        Just(Codec::Bf16),
+        (1u32..=65536).prop_map(|block| Codec::Int8Block { block }),
+        (1u32..=65536).prop_map(|block| Codec::Int4Block { block }),
+        (1u32..=1_000_000, 1u32..=65536).prop_map(|(density_ppm, block)| Codec::TopK { density_ppm, block }),
+    ]
+}
+
+fn finite() -> impl Strategy<Value = f32> {
+    proptest::num::f32::NORMAL | proptest::num::f32::SUBNORMAL | proptest::num::f32::ZERO
+}
+
+fn manifest() -> impl Strategy<Value = DeltaManifest> {
+    (h32(), any::<u64>(), h32(), any::<u64>(), finite(), codec(), 1u64..=(1 << 31), h32(), any::<[u8; 32]>())
+        .prop_map(|(run, round, base, tokens, train_loss, codec, element_count, hash, seed)| {
+            DeltaManifest {
+                run: RunId(run),
+                round,
+                base: StateId(base),
+                signer: PublicKey::default(),
+                tokens,
+                train_loss,
+                codec,
+                element_count,
+                payload_len: codec.payload_len(element_count).unwrap_or(0),
+                payload_hash: PayloadHash(hash),
+                signature: Signature::default(),
+            }
+            .sign(&NodeKey::from_seed(seed))
+        })
+}
+
+fn commit() -> impl Strategy<Value = RoundCommit> {
+    (h32(), any::<u64>(), h32(), proptest::collection::btree_set(h32(), 0..20), h32(), any::<[u8; 32]>())
+        .prop_map(|(run, round, base, included, new_state, seed)| {
+            RoundCommit {
+                run: RunId(run),
+                round,
+                base: StateId(base),
+                included: included.into_iter().map(PayloadHash).collect(),
+                new_state: StateId(new_state),
+                signer: PublicKey::default(),
+                signature: Signature::default(),
+            }
+            .sign(&NodeKey::from_seed(seed))
+        })
+}
+
+fn telemetry() -> impl Strategy<Value = Telemetry> {
+    (
+        (h32(), any::<u64>(), finite(), proptest::option::of(finite()), finite()),
+        ("[a-zA-Z0-9 é:()-]{0,40}", any::<u64>(), any::<u64>(), any::<u32>(), h32(), any::<[u8; 32]>()),
+    )
+        .prop_map(
+            |(
+                (run, round, train_loss, val_loss, tokens_per_sec),
+                (device, sent, recv, peers, state, seed),
+            )| {
+                Telemetry {
+                    run: RunId(run),
+                    round,
+                    train_loss,
+                    val_loss,
+                    tokens_per_sec,
+                    device,
+                    bytes_sent: sent,
+                    bytes_recv: recv,
+                    peer_count: peers,
+                    state: StateId(state),
+                    signer: PublicKey::default(),
+                    signature: Signature::default(),
+                }
+                .sign(&NodeKey::from_seed(seed))
+            },
+        )
+}
+
+fn spec() -> impl Strategy<Value = RunSpec> {
+    let outer = prop_oneof![
+        Just(OuterOptimizer::Average),
+        (0.001f32..10.0, 0.0f32..0.999).prop_map(|(lr, momentum)| OuterOptimizer::Nesterov { lr, momentum }),
+    ];
+    let robust = prop_oneof![
+        Just(RobustMode::Mean),
+        Just(RobustMode::Median),
+        (0.01f32..100.0).prop_map(|multiple| RobustMode::NormClip { multiple }),
+        (0.0f32..0.49).prop_map(|trim| RobustMode::TrimmedMean { trim }),
+    ];
+    let admission = prop_oneof![
+        Just(AdmissionPolicy::Open),
+        proptest::collection::btree_set(h32(), 1..5)
+            .prop_map(|s| AdmissionPolicy::Allowlist(s.into_iter().map(PublicKey).collect())),
+    ];
+    (
+        ("[a-z0-9-]{0,20}", any::<[u32; 5]>(), 1u64..=(1 << 31), "[ -~]{0,60}"),
+        (any::<[u32; 2]>(), proptest::array::uniform6(finite()), 1u32.., outer, codec(), robust),
+        (1u32.., 1u32.., admission, any::<u64>()),
+    )
+        .prop_map(
+            |(
+                (preset, dims, params, data),
+                (ints, f, steps, outer, codec, robust),
+                (q, dl, admission, seed),
+            )| RunSpec {
+                model: ModelShape {
+                    preset,
+                    vocab_size: dims[0],
+                    context_len: dims[1],
+                    n_layer: dims[2],
+                    n_head: dims[3],
+                    d_model: dims[4],
+                    param_count: params,
+                },
+                data,
+                inner: InnerOptimizer {
+                    lr: f[0],
+                    beta1: f[1],
+                    beta2: f[2],
+                    eps: f[3],
+                    weight_decay: f[4],
+                    grad_clip: f[5],
+                    warmup_steps: ints[0],
+                    batch_size: ints[1],
+                },
+                inner_steps: steps,
+                outer,
+                codec,
+                robust,
+                quorum: q,
+                round_deadline_secs: dl,
+                admission,
+                seed,
+            },
+        )
+}
+
+/// Flip one bit; the result must fail to decode or fail to verify.
+fn flip(bytes: &[u8], bit: usize) -> Vec<u8> {
+    let mut b = bytes.to_vec();
+    b[bit / 8] ^= 1 << (bit % 8);
+    b
+}
+
+proptest! {
+    #[test]
+    fn manifest_round_trips(m in manifest()) {
+        let bytes = m.encode();
+        let back = DeltaManifest::decode(&bytes).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(&back, &m);
+        prop_assert_eq!(back.encode(), bytes);
+        prop_assert!(back.verify().is_ok());
+    }
+
+    #[test]
+    fn commit_round_trips(c in commit()) {
+        let bytes = c.encode();
+        let back = RoundCommit::decode(&bytes).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(&back, &c);
+        prop_assert_eq!(back.encode(), bytes);
+        prop_assert!(back.verify().is_ok());
+    }
+
+    #[test]
+    fn telemetry_round_trips(t in telemetry()) {
+        let bytes = t.encode();
+        let back = Telemetry::decode(&bytes).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(&back, &t);
+        prop_assert_eq!(back.encode(), bytes);
+        prop_assert!(back.verify().is_ok());
+    }
+
+    #[test]
+    fn run_spec_round_trips(s in spec()) {
+        let bytes = s.encode();
+        let back = RunSpec::decode(&bytes).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(&back, &s);
+        prop_assert_eq!(back.encode(), bytes);
+    }
+
+    #[test]
+    fn state_round_trips(params in proptest::collection::vec(finite(), 0..50), round in any::<u64>(), with_m in any::<bool>()) {
+        let momentum = with_m.then(|| params.iter().map(|p| p * 0.5).collect());
+        let s = TrainingState { run: RunId([3; 32]), round, params: params.clone(), momentum };
+        let bytes = s.encode();
+        let back = TrainingState::decode(&bytes, params.len()).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(back.encode(), bytes);
+        prop_assert_eq!(back.id(), s.id());
+    }
+
+    #[test]
+    fn decoders_are_total_on_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..400), tag in 1u8..=6) {
+        // Make the envelope plausible half of the time so decoding goes deep.
+        let mut b = bytes;
+        if b.len() >= 2 && b[0] % 2 == 0 {
+            b[0] = 1;
+            b[1] = tag;
+        }
+        for ok in [
+            RunSpec::decode(&b).map(|x| x.encode()).ok(),
+            DeltaManifest::decode(&b).map(|x| x.encode()).ok(),
+            RoundCommit::decode(&b).map(|x| x.encode()).ok(),
+            Telemetry::decode(&b).map(|x| x.encode()).ok(),
+            TrainingState::decode(&b, 4).map(|x| x.encode()).ok(),
+        ].into_iter().flatten() {
+            // Whatever decodes re-encodes to the same bytes: canonical.
+            prop_assert_eq!(ok, b.clone());
+        }
+        let _ = StateHeader::decode_prefix(&b);
+    }
+
+    #[test]
+    fn any_single_bit_flip_breaks_a_signed_message(m in manifest(), c in commit(), t in telemetry(), bit in any::<prop::sample::Index>()) {
+        let mb = m.encode();
+        let x = flip(&mb, bit.index(mb.len() * 8));
+        prop_assert!(DeltaManifest::decode(&x).map_or(true, |d| d.verify().is_err()));
+        let cb = c.encode();
+        let x = flip(&cb, bit.index(cb.len() * 8));
+        prop_assert!(RoundCommit::decode(&x).map_or(true, |d| d.verify().is_err()));
+        let tb = t.encode();
+        let x = flip(&tb, bit.index(tb.len() * 8));
+        prop_assert!(Telemetry::decode(&x).map_or(true, |d| d.verify().is_err()));
+    }
+}
+
+/// Exhaustive: every bit of one message of each signed type.
+#[test]
+fn every_single_bit_flip_is_rejected() {
+    let key = NodeKey::from_seed([5; 32]);
+    let m = DeltaManifest {
+        run: RunId([1; 32]),
+        round: 3,
+        base: StateId([2; 32]),
+        signer: PublicKey::default(),
+        tokens: 100,
+        train_loss: 1.5,
+        codec: Codec::TopK { density_ppm: 1000, block: 64 },
+        element_count: 1_000_000,
+        payload_len: Codec::TopK { density_ppm: 1000, block: 64 }.payload_len(1_000_000).unwrap_or(0),
+        payload_hash: PayloadHash([4; 32]),
+        signature: Signature::default(),
+    }
+    .sign(&key);
+    let c = RoundCommit {
+        run: RunId([1; 32]),
+        round: 3,
+        base: StateId([2; 32]),
+        included: vec![PayloadHash([4; 32]), PayloadHash([5; 32])],
+        new_state: StateId([6; 32]),
+        signer: PublicKey::default(),
+        signature: Signature::default(),
+    }
+    .sign(&key);
+    let t = Telemetry {
+        run: RunId([1; 32]),
+        round: 3,
+        train_loss: 1.5,
+        val_loss: None,
+        tokens_per_sec: 10.0,
+        device: "cpu".into(),
+        bytes_sent: 1,
+        bytes_recv: 2,
+        peer_count: 3,
+        state: StateId([6; 32]),
+        signer: PublicKey::default(),
+        signature: Signature::default(),
+    }
+    .sign(&key);
+    let mb = m.encode();
+    for bit in 0..mb.len() * 8 {
+        assert!(
+            DeltaManifest::decode(&flip(&mb, bit)).map_or(true, |d| d.verify().is_err()),
+            "manifest bit {bit}"
+        );
+    }
+    let cb = c.encode();
+    for bit in 0..cb.len() * 8 {
+        assert!(
+            RoundCommit::decode(&flip(&cb, bit)).map_or(true, |d| d.verify().is_err()),
+            "commit bit {bit}"
+        );
+    }
+    let tb = t.encode();
+    for bit in 0..tb.len() * 8 {
+        assert!(
+            Telemetry::decode(&flip(&tb, bit)).map_or(true, |d| d.verify().is_err()),
+            "telemetry bit {bit}"
+        );
+    }
+}
