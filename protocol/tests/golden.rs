@@ -185,3 +185,16 @@ fn golden_messages_decode_and_verify() {
     let s = TrainingState::decode(&read("state_payload"), 3).expect("state");
     assert_eq!(s.id().0.to_vec(), read("state_id"));
 }
+
+#[test]
+fn docs_print_the_golden_vectors() {
+    let doc_path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join("docs").join("protocol.md");
+    let Ok(doc) = std::fs::read_to_string(&doc_path) else {
+        // The crate may be built outside the repository (e.g. packaged).
+        return;
+    };
+    let doc_hex: String = doc.split_whitespace().collect();
+    for (name, bytes) in vectors() {
+        assert!(doc_hex.contains(&hex(&bytes)), "docs/protocol.md lacks the golden vector {name}");
+    }
+}
