@@ -5,6 +5,9 @@
 //! - `model`: the GPT model, explicit forward and backward over a Backend.
 //! - `train`: optimizer schedule, the single-machine training loop, checkpoints.
 
+pub mod checkpoint;
+pub mod cli;
 pub mod compute;
 pub mod data;
 pub mod model;
+pub mod train;

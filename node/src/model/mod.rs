@@ -5,6 +5,7 @@ pub mod config;
 pub mod gpt;
 pub mod params;
 pub mod rng;
+pub mod sample;
 
 pub use config::{ConfigError, ModelConfig, PRESETS};
 pub use gpt::{Gpt, StepStats};

@@ -1,0 +1,42 @@
+//! The `murmur` command line: subcommands, their flags, and dispatch.
+
+pub mod bench;
+pub mod device;
+pub mod model_io;
+pub mod train;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+/// murmur: volunteers train one model together.
+#[derive(Parser, Debug)]
+#[command(name = "murmur", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Train a model on this machine alone.
+    Train(train::TrainArgs),
+    /// Write a checkpoint as a Hugging Face GPT-2 model.
+    Export(model_io::ExportArgs),
+    /// Read a Hugging Face GPT-2 model into a murmur checkpoint.
+    Import(model_io::ImportArgs),
+    /// Generate text from a checkpoint.
+    Sample(model_io::SampleArgs),
+    /// Measure throughput.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+}
+
+pub fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Train(a) => train::run(a),
+        Command::Export(a) => model_io::export(a),
+        Command::Import(a) => model_io::import(a),
+        Command::Sample(a) => model_io::sample(a),
+        Command::Bench(c) => bench::run(c),
+    }
+}
