@@ -20,7 +20,9 @@ pub mod telemetry;
 pub mod wire;
 
 pub use aggregate::{aggregate, Aggregate, AggregateError, AggregateRejection, DeltaInput};
-pub use codec::{decode_delta, decode_delta_into, encode_delta, Codec, CodecError, ErrorFeedback};
+pub use codec::{
+    decode_delta, decode_delta_into, encode_delta, Codec, CodecError, DeltaPayloadHeader, ErrorFeedback,
+};
 pub use commit::RoundCommit;
 pub use hash::{PayloadHash, RunId, StateId};
 pub use identity::{NodeKey, PublicKey, Signature, SignatureError};

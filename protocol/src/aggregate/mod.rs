@@ -1,6 +1,6 @@
 //! Deterministic aggregation of a round's pseudo-gradients.
 //!
-//! Inputs are validated (shape, finite values, non-zero tokens, one payload
+//! Inputs are validated (shape, finite values within ±2⁶⁴, non-zero tokens, one payload
 //! per hash), sorted by payload hash, and combined by the run's RobustMode.
 //! Every sum runs in f64 in that fixed order, with no fused multiply-add, so
 //! honest nodes given the same set of deltas produce bit-identical results
@@ -8,6 +8,7 @@
 
 mod robust;
 
+use crate::codec::MAX_ABS_VALUE;
 use crate::hash::PayloadHash;
 use crate::identity::PublicKey;
 use crate::spec::RobustMode;
@@ -29,6 +30,8 @@ pub enum AggregateRejection {
     WrongShape { expected: usize, found: usize },
     #[error("element {index} is not finite")]
     NonFinite { index: usize },
+    #[error("element {index} exceeds ±2^64, the codecs' value domain")]
+    OutOfRange { index: usize },
     #[error("delta claims zero tokens")]
     ZeroTokens,
     #[error("another input with the same payload hash was already included")]
@@ -77,6 +80,9 @@ fn validate(d: &DeltaInput<'_>, expected_len: usize) -> Option<AggregateRejectio
     }
     if let Some(index) = d.values.iter().position(|v| !v.is_finite()) {
         return Some(AggregateRejection::NonFinite { index });
+    }
+    if let Some(index) = d.values.iter().position(|v| v.abs() > MAX_ABS_VALUE) {
+        return Some(AggregateRejection::OutOfRange { index });
     }
     if d.tokens == 0 {
         return Some(AggregateRejection::ZeroTokens);

@@ -71,6 +71,7 @@ fn invalid_inputs_are_rejected_with_reasons() {
     let short = [1.0f32];
     let nan = [1.0f32, f32::NAN];
     let other = [2.0f32, 2.0];
+    let huge = [1e30f32, 0.0];
     let inputs = [
         input(1, 10, &ok),
         input(2, 10, &short),
@@ -81,6 +82,10 @@ fn invalid_inputs_are_rejected_with_reasons() {
         DeltaInput { payload_hash: h(5), signer: PublicKey([6; 32]), tokens: 10, values: &other },
     ];
     let agg = aggregate(&inputs, 2, RobustMode::Mean).expect("one survives");
+    assert!(matches!(
+        aggregate(&[input(1, 10, &huge)], 2, RobustMode::Mean),
+        Err(AggregateError::NoValidDeltas { rejected }) if rejected[0].reason == AggregateRejection::OutOfRange { index: 0 }
+    ));
     assert_eq!(agg.included, vec![h(1)]);
     let reasons: Vec<_> = agg.rejected.iter().map(|r| (r.payload_hash, r.reason)).collect();
     assert_eq!(

@@ -106,7 +106,7 @@ pub(super) fn scale_at(scales: &[u8], i: usize) -> f32 {
 }
 
 /// Dequantize `q` with scale `s`, enforcing the canonical rules.
-pub(super) fn dequantize(q: i8, s: f32, width: Width) -> Result<f32, CodecError> {
+pub(super) fn dequantize(q: i8, s: f32, width: Width, index: usize) -> Result<f32, CodecError> {
     let limit = width.levels() as i8;
     if q < -limit {
         return Err(CodecError::NonCanonical("quantized value out of range"));
@@ -114,12 +114,7 @@ pub(super) fn dequantize(q: i8, s: f32, width: Width) -> Result<f32, CodecError>
     if s == 0.0 && q != 0 {
         return Err(CodecError::NonCanonical("zero scale with a non-zero value"));
     }
-    let v = f32::from(q) * s;
-    if v.is_finite() {
-        Ok(v)
-    } else {
-        Err(CodecError::NonCanonical("dequantized value overflows"))
-    }
+    super::check_decoded(f32::from(q) * s, index)
 }
 
 pub(super) fn decode(body: &[u8], block: u32, width: Width, out: &mut [f32]) -> Result<(), CodecError> {
@@ -128,7 +123,7 @@ pub(super) fn decode(body: &[u8], block: u32, width: Width, out: &mut [f32]) -> 
     match width {
         Width::Int8 => {
             for (i, (slot, &raw)) in out.iter_mut().zip(values).enumerate() {
-                *slot = dequantize(raw as i8, scale_at(scales, i / b), width)?;
+                *slot = dequantize(raw as i8, scale_at(scales, i / b), width, i)?;
             }
         }
         Width::Int4 => {
@@ -141,7 +136,7 @@ pub(super) fn decode(body: &[u8], block: u32, width: Width, out: &mut [f32]) -> 
                 let nib = if i % 2 == 0 { byte & 0x0f } else { byte >> 4 };
                 // Sign-extend the nibble.
                 let q = ((nib << 4) as i8) >> 4;
-                *slot = dequantize(q, scale_at(scales, i / b), width)?;
+                *slot = dequantize(q, scale_at(scales, i / b), width, i)?;
             }
         }
     }

@@ -7,9 +7,9 @@
 //! - bf16: |x̂ − x| ≤ 2⁻⁸·|x| + 2⁻¹³³ + max(0, |x| − bf16::MAX).
 //!
 //! Bodies are the values little-endian, in order; decoders reject any value
-//! that decodes to NaN or ±∞.
+//! that decodes to NaN, ±∞ or beyond ±2⁶⁴.
 
-use super::CodecError;
+use super::{check_decoded, CodecError};
 use half::{bf16, f16};
 
 pub(super) fn encode_f32(values: &[f32], out: &mut Vec<u8>) {
@@ -21,10 +21,7 @@ pub(super) fn encode_f32(values: &[f32], out: &mut Vec<u8>) {
 pub(super) fn decode_f32(body: &[u8], out: &mut [f32]) -> Result<(), CodecError> {
     for (i, (slot, raw)) in out.iter_mut().zip(body.chunks_exact(4)).enumerate() {
         let v = f32::from_le_bytes([raw[0], raw[1], raw[2], raw[3]]);
-        if !v.is_finite() {
-            return Err(CodecError::NonFinite { index: i });
-        }
-        *slot = v;
+        *slot = check_decoded(v, i)?;
     }
     Ok(())
 }
@@ -40,10 +37,7 @@ pub(super) fn encode_f16(values: &[f32], out: &mut Vec<u8>) {
 pub(super) fn decode_f16(body: &[u8], out: &mut [f32]) -> Result<(), CodecError> {
     for (i, (slot, raw)) in out.iter_mut().zip(body.chunks_exact(2)).enumerate() {
         let v = f16::from_bits(u16::from_le_bytes([raw[0], raw[1]])).to_f32();
-        if !v.is_finite() {
-            return Err(CodecError::NonFinite { index: i });
-        }
-        *slot = v;
+        *slot = check_decoded(v, i)?;
     }
     Ok(())
 }
@@ -59,10 +53,7 @@ pub(super) fn encode_bf16(values: &[f32], out: &mut Vec<u8>) {
 pub(super) fn decode_bf16(body: &[u8], out: &mut [f32]) -> Result<(), CodecError> {
     for (i, (slot, raw)) in out.iter_mut().zip(body.chunks_exact(2)).enumerate() {
         let v = bf16::from_bits(u16::from_le_bytes([raw[0], raw[1]])).to_f32();
-        if !v.is_finite() {
-            return Err(CodecError::NonFinite { index: i });
-        }
-        *slot = v;
+        *slot = check_decoded(v, i)?;
     }
     Ok(())
 }

@@ -178,6 +178,49 @@ impl Codec {
     }
 }
 
+/// `Codec::from_str` could not parse a codec name.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("unknown codec {0:?}: expected f32, f16, bf16, int8[-b<block>], int4[-b<block>] or topk[-<ppm>ppm][-b<block>]")]
+pub struct UnknownCodec(pub String);
+
+impl std::str::FromStr for Codec {
+    type Err = UnknownCodec;
+
+    /// Parse the names `Codec::name` produces, plus short forms with default
+    /// parameters: `int8` = block 256, `int4` = block 64, `topk` = 10 000 ppm
+    /// (1%) with block 256.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = || UnknownCodec(s.to_owned());
+        let mut parts = s.split('-');
+        let head = parts.next().unwrap_or_default();
+        let (mut block, mut ppm) = (None, None);
+        for p in parts {
+            if let Some(b) = p.strip_prefix('b') {
+                block = Some(b.parse::<u32>().map_err(|_| bad())?);
+            } else if let Some(d) = p.strip_suffix("ppm") {
+                ppm = Some(d.parse::<u32>().map_err(|_| bad())?);
+            } else {
+                return Err(bad());
+            }
+        }
+        let codec = match head {
+            "f32" | "f16" | "bf16" if block.is_some() || ppm.is_some() => return Err(bad()),
+            "f32" => Codec::F32,
+            "f16" => Codec::F16,
+            "bf16" => Codec::Bf16,
+            "int8" if ppm.is_none() => Codec::Int8Block { block: block.unwrap_or(256) },
+            "int4" if ppm.is_none() => Codec::Int4Block { block: block.unwrap_or(64) },
+            "topk" => Codec::TopK { density_ppm: ppm.unwrap_or(10_000), block: block.unwrap_or(256) },
+            _ => return Err(bad()),
+        };
+        if codec.is_valid() {
+            Ok(codec)
+        } else {
+            Err(bad())
+        }
+    }
+}
+
 /// The header every delta payload starts with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DeltaPayloadHeader {
@@ -249,7 +292,8 @@ fn checked_body(payload: &[u8], codec: Codec, n: u64) -> Result<&[u8], CodecErro
 }
 
 /// Decode a payload that must use `codec` and hold exactly `out.len()`
-/// elements into `out`. Allocates nothing. Every decoded value is finite.
+/// elements into `out`. Allocates nothing. Every decoded value is finite
+/// and within ±`MAX_ABS_VALUE`.
 pub fn decode_delta_into(payload: &[u8], codec: Codec, out: &mut [f32]) -> Result<(), CodecError> {
     let body = checked_body(payload, codec, out.len() as u64)?;
     match codec {
@@ -275,6 +319,18 @@ pub fn decode_delta(payload: &[u8], codec: Codec, expected_elements: usize) -> R
     let mut out = vec![0f32; expected_elements];
     decode_delta_into(payload, codec, &mut out)?;
     Ok(out)
+}
+
+/// Check one decoded value: finite and within ±MAX_ABS_VALUE, the same
+/// domain the encoder accepts.
+pub(crate) fn check_decoded(v: f32, index: usize) -> Result<f32, CodecError> {
+    if !v.is_finite() {
+        Err(CodecError::NonFinite { index })
+    } else if v.abs() > MAX_ABS_VALUE {
+        Err(CodecError::OutOfRange { index })
+    } else {
+        Ok(v)
+    }
 }
 
 /// ‖decoded − original‖₂ / ‖original‖₂ in f64 (0 when both are zero), for

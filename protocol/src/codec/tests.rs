@@ -99,7 +99,9 @@ proptest! {
     fn decoders_are_total(bytes in proptest::collection::vec(any::<u8>(), 0..200), codec in codecs(), n in 0usize..64) {
         // Never panics; on success every value is finite.
         if let Ok(v) = decode_delta(&bytes, codec, n) {
-            prop_assert!(v.iter().all(|x| x.is_finite()));
+            prop_assert!(v.iter().all(|x| x.is_finite() && x.abs() <= MAX_ABS_VALUE));
+            // What decodes can always be re-encoded with the same codec.
+            prop_assert!(encode_delta(codec, &v).is_ok());
         }
     }
 
@@ -167,6 +169,18 @@ fn decoder_checks_codec_length_and_canonical_form() {
     let last = bad.len() - 1;
     bad[last] |= 0x10;
     assert!(matches!(decode_delta(&bad, c4, 3), Err(CodecError::NonCanonical(_))));
+    // A finite value beyond what the encoder accepts is rejected too.
+    let mut bad = encode_delta(Codec::F32, &x).expect("encodes");
+    let h = header_len(Codec::F32);
+    bad[h..h + 4].copy_from_slice(&1e30f32.to_bits().to_le_bytes());
+    assert_eq!(decode_delta(&bad, Codec::F32, 3), Err(CodecError::OutOfRange { index: 0 }));
+    let mut bad = encode_delta(Codec::Int8Block { block: 2 }, &x).expect("encodes");
+    let h = header_len(Codec::Int8Block { block: 2 });
+    bad[h..h + 4].copy_from_slice(&1e30f32.to_bits().to_le_bytes());
+    assert_eq!(
+        decode_delta(&bad, Codec::Int8Block { block: 2 }, 3),
+        Err(CodecError::OutOfRange { index: 0 })
+    );
     // f16 infinity on the wire is rejected.
     let mut bad = encode_delta(Codec::F16, &x).expect("encodes");
     let h = header_len(Codec::F16);
@@ -223,4 +237,17 @@ fn relative_error_is_reported() {
     assert_eq!(relative_l2_error(&[1.0, 0.0], &[1.0, 0.0]), 0.0);
     assert!((relative_l2_error(&[3.0, 4.0], &[3.0, 4.5]) - 0.1).abs() < 1e-12);
     assert_eq!(relative_l2_error(&[0.0], &[1.0]), f64::INFINITY);
+}
+
+#[test]
+fn names_parse_back() {
+    for c in ALL {
+        assert_eq!(c.name().parse::<Codec>(), Ok(c));
+    }
+    assert_eq!("int8".parse::<Codec>(), Ok(Codec::Int8Block { block: 256 }));
+    assert_eq!("topk".parse::<Codec>(), Ok(Codec::TopK { density_ppm: 10_000, block: 256 }));
+    assert_eq!("topk-1000ppm".parse::<Codec>(), Ok(Codec::TopK { density_ppm: 1000, block: 256 }));
+    for bad in ["", "f64", "int8-b0", "int8-5ppm", "f32-b4", "topk-0ppm", "int4-x"] {
+        assert!(bad.parse::<Codec>().is_err(), "{bad}");
+    }
 }

@@ -79,7 +79,7 @@ pub(super) fn decode(body: &[u8], k: usize, block: u32, out: &mut [f32]) -> Resu
         }
         prev = Some(i);
         let slot = out.get_mut(i as usize).ok_or(CodecError::NonCanonical("top-k index out of range"))?;
-        *slot = block::dequantize(q as i8, block::scale_at(scales, j / b), Width::Int8)?;
+        *slot = block::dequantize(q as i8, block::scale_at(scales, j / b), Width::Int8, i as usize)?;
     }
     Ok(())
 }
