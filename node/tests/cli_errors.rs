@@ -19,7 +19,8 @@ fn assert_clean_error(out: &Output, needles: &[&str]) {
 }
 
 fn train_args<'a>(data: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
-    let mut v = vec!["train", "--data", data, "--steps", "1", "--batch", "1", "--seq", "8", "--device", "cpu"];
+    let mut v =
+        vec!["train", "--data", data, "--steps", "1", "--batch", "1", "--seq", "8", "--device", "cpu"];
     v.extend_from_slice(extra);
     v
 }
@@ -67,7 +68,9 @@ fn truncated_and_corrupt_checkpoints() {
     let ckpt = make_checkpoint(dir.path());
     let bytes = std::fs::read(&ckpt).unwrap();
     let out_dir = dir.path().join("export");
-    let export = |p: &Path| murmur(&["export", "--checkpoint", p.to_str().unwrap(), "--out", out_dir.to_str().unwrap()]);
+    let export = |p: &Path| {
+        murmur(&["export", "--checkpoint", p.to_str().unwrap(), "--out", out_dir.to_str().unwrap()])
+    };
 
     let truncated = dir.path().join("truncated.murmur");
     std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();

@@ -54,7 +54,9 @@ pub enum CheckpointError {
     Write { path: PathBuf, source: std::io::Error },
     #[error("{path} is not a murmur checkpoint (bad magic bytes); pass a file written by `murmur train`")]
     BadMagic { path: PathBuf },
-    #[error("{path} has checkpoint format version {found}; this murmur reads version {VERSION}, upgrade murmur")]
+    #[error(
+        "{path} has checkpoint format version {found}; this murmur reads version {VERSION}, upgrade murmur"
+    )]
     BadVersion { path: PathBuf, found: u32 },
     #[error("{path} is truncated: {expected} bytes expected, {found} present; it was cut off while being written, use an earlier checkpoint")]
     Truncated { path: PathBuf, expected: u64, found: u64 },
@@ -118,7 +120,10 @@ pub fn load(path: &Path) -> Result<Checkpoint, CheckpointError> {
     }
     let meta_len = u64::from_le_bytes(head[12..20].try_into().expect("8 bytes"));
     if meta_len > MAX_META {
-        return Err(CheckpointError::BadMeta { path: p(), reason: format!("metadata length {meta_len} exceeds 16 MiB") });
+        return Err(CheckpointError::BadMeta {
+            path: p(),
+            reason: format!("metadata length {meta_len} exceeds 16 MiB"),
+        });
     }
     if size < 20 + meta_len + 32 {
         return Err(CheckpointError::Truncated { path: p(), expected: 20 + meta_len + 32, found: size });
@@ -131,7 +136,10 @@ pub fn load(path: &Path) -> Result<Checkpoint, CheckpointError> {
     let model = ModelConfig::new(m.n_layer, m.n_embd, m.n_head, m.vocab_size, m.max_seq_len)
         .map_err(|e| CheckpointError::BadMeta { path: p(), reason: e.to_string() })?;
     if &model != m {
-        return Err(CheckpointError::BadMeta { path: p(), reason: "padded vocabulary does not match".into() });
+        return Err(CheckpointError::BadMeta {
+            path: p(),
+            reason: "padded vocabulary does not match".into(),
+        });
     }
     let copies: u64 = if meta.has_moments { 3 } else { 1 };
     let data_len = copies * 4 * model.param_count() as u64;
@@ -149,10 +157,10 @@ pub fn load(path: &Path) -> Result<Checkpoint, CheckpointError> {
         return Err(CheckpointError::Corrupt { path: p() });
     }
     let specs = param_specs(&model);
-    let mut floats = data[..data_len as usize]
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
-    let mut take = || -> Vec<Vec<f32>> { specs.iter().map(|s| floats.by_ref().take(s.numel()).collect()).collect() };
+    let mut floats =
+        data[..data_len as usize].chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+    let mut take =
+        || -> Vec<Vec<f32>> { specs.iter().map(|s| floats.by_ref().take(s.numel()).collect()).collect() };
     let params = take();
     let moments = if meta.has_moments { Some((take(), take())) } else { None };
     Ok(Checkpoint { meta, params, moments })
@@ -178,7 +186,8 @@ mod tests {
         let model = ModelConfig::new(1, 8, 2, 10, 4).unwrap();
         let params = init_params(&model, 1);
         let m: Vec<Vec<f32>> = params.iter().map(|t| t.iter().map(|x| x * 0.5).collect()).collect();
-        let meta = CheckpointMeta { model, step: 7, has_moments: true, train_state: serde_json::json!({"a": 1}) };
+        let meta =
+            CheckpointMeta { model, step: 7, has_moments: true, train_state: serde_json::json!({"a": 1}) };
         Checkpoint { meta, moments: Some((m.clone(), m)), params }
     }
 

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use crate::model::params::{WTE};
+use crate::model::params::WTE;
 use crate::model::{param_specs, ModelConfig};
 
 /// Largest safetensors JSON header accepted.
@@ -114,14 +114,16 @@ pub fn export(dir: &Path, cfg: &ModelConfig, params: &[Vec<f32>]) -> Result<(), 
     let st = dir.join("model.safetensors");
     std::fs::write(&st, &buf).map_err(werr(&st))?;
     let cj = dir.join("config.json");
-    let text = serde_json::to_string_pretty(&hf_config(cfg)).map_err(|e| werr(&cj)(std::io::Error::other(e)))?;
+    let text =
+        serde_json::to_string_pretty(&hf_config(cfg)).map_err(|e| werr(&cj)(std::io::Error::other(e)))?;
     std::fs::write(&cj, text).map_err(werr(&cj))?;
     Ok(())
 }
 
 /// Parsed safetensors: tensor name → (shape, f32 values).
 fn read_safetensors(path: &Path) -> Result<BTreeMap<String, (Vec<usize>, Vec<f32>)>, SafetensorsError> {
-    let bytes = std::fs::read(path).map_err(|source| SafetensorsError::Read { path: path.to_path_buf(), source })?;
+    let bytes =
+        std::fs::read(path).map_err(|source| SafetensorsError::Read { path: path.to_path_buf(), source })?;
     let fmt = |reason: String| SafetensorsError::Format { path: path.to_path_buf(), reason };
     if bytes.len() < 8 {
         return Err(fmt(format!("file is {} bytes, shorter than the 8-byte header length", bytes.len())));
@@ -142,7 +144,11 @@ fn read_safetensors(path: &Path) -> Result<BTreeMap<String, (Vec<usize>, Vec<f32
         let width = match dtype {
             "F32" => 4,
             "F16" | "BF16" => 2,
-            other => return Err(fmt(format!("tensor {name} has dtype {other:?}; only F32, F16 and BF16 are read"))),
+            other => {
+                return Err(fmt(format!(
+                    "tensor {name} has dtype {other:?}; only F32, F16 and BF16 are read"
+                )))
+            }
         };
         let shape: Vec<usize> = info["shape"]
             .as_array()
@@ -156,7 +162,9 @@ fn read_safetensors(path: &Path) -> Result<BTreeMap<String, (Vec<usize>, Vec<f32
         let numel = shape.iter().try_fold(1usize, |a, d| a.checked_mul(*d));
         let (begin, end) = (offs[0], offs[1]);
         if begin > end || end > data.len() || numel.and_then(|n| n.checked_mul(width)) != Some(end - begin) {
-            return Err(fmt(format!("tensor {name}: offsets {begin}..{end} do not match shape {shape:?} {dtype}")));
+            return Err(fmt(format!(
+                "tensor {name}: offsets {begin}..{end} do not match shape {shape:?} {dtype}"
+            )));
         }
         let raw = &data[begin..end];
         let values: Vec<f32> = match dtype {
@@ -179,14 +187,21 @@ pub fn import(path: &Path) -> Result<(ModelConfig, Vec<Vec<f32>>), SafetensorsEr
         (path.to_path_buf(), path.with_file_name("config.json"))
     };
     let merr = |reason: String| SafetensorsError::Model { path: st.clone(), reason };
-    let conf_text = std::fs::read_to_string(&cj).map_err(|source| SafetensorsError::Read { path: cj.clone(), source })?;
+    let conf_text =
+        std::fs::read_to_string(&cj).map_err(|source| SafetensorsError::Read { path: cj.clone(), source })?;
     let conf: Value = serde_json::from_str(&conf_text)
         .map_err(|e| SafetensorsError::Format { path: cj.clone(), reason: format!("config.json: {e}") })?;
     let dim = |k: &str| -> Result<usize, SafetensorsError> {
         conf[k].as_u64().map(|v| v as usize).ok_or_else(|| merr(format!("config.json lacks a numeric `{k}`")))
     };
-    let cfg = ModelConfig::new(dim("n_layer")?, dim("n_embd")?, dim("n_head")?, dim("vocab_size")?, dim("n_positions")?)
-        .map_err(|e| merr(e.to_string()))?;
+    let cfg = ModelConfig::new(
+        dim("n_layer")?,
+        dim("n_embd")?,
+        dim("n_head")?,
+        dim("vocab_size")?,
+        dim("n_positions")?,
+    )
+    .map_err(|e| merr(e.to_string()))?;
     let mut tensors = read_safetensors(&st)?;
     let mut params = Vec::new();
     for (i, spec) in param_specs(&cfg).iter().enumerate() {
@@ -196,7 +211,10 @@ pub fn import(path: &Path) -> Result<(ModelConfig, Vec<Vec<f32>>), SafetensorsEr
             .ok_or_else(|| merr(format!("tensor {} is missing", spec.name)))?;
         let values = if i == WTE {
             if shape != [cfg.vocab_size, cfg.n_embd] {
-                return Err(merr(format!("wte.weight has shape {shape:?}, config says [{}, {}]", cfg.vocab_size, cfg.n_embd)));
+                return Err(merr(format!(
+                    "wte.weight has shape {shape:?}, config says [{}, {}]",
+                    cfg.vocab_size, cfg.n_embd
+                )));
             }
             let mut padded = values;
             padded.resize(cfg.padded_vocab_size * cfg.n_embd, 0.0);
@@ -246,7 +264,10 @@ mod tests {
         a.forward(&be, &tokens, None, 2, 8);
         b.forward(&be, &tokens, None, 2, 8);
         let (la, lb) = (a.download_logits(&be), b.download_logits(&be));
-        assert_eq!(la.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), lb.iter().map(|x| x.to_bits()).collect::<Vec<_>>());
+        assert_eq!(
+            la.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            lb.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
+        );
         // Conv1D layout on disk: c_attn is (in=C, out=3C)
         let raw = read_safetensors(&dir.path().join("model.safetensors")).unwrap();
         assert_eq!(raw["h.0.attn.c_attn.weight"].0, vec![16, 48]);

@@ -44,7 +44,9 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Train(a) => {
             let cfg = ModelConfig::new(a.layers, a.channels, a.heads, a.vocab, a.seq)?;
-            let r = with_backend!(a.device, |backend| bench_train(backend, &cfg, a.batch, a.seq, a.warmup, a.steps));
+            let r = with_backend!(a.device, |backend| bench_train(
+                backend, &cfg, a.batch, a.seq, a.warmup, a.steps
+            ));
             if a.json {
                 println!("{}", serde_json::to_string(&r)?);
             } else {

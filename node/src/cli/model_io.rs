@@ -83,13 +83,26 @@ pub fn import(args: ImportArgs) -> Result<()> {
 pub fn sample(args: SampleArgs) -> Result<()> {
     let ckpt = native::load(&args.checkpoint)?;
     let cfg = ckpt.meta.model.clone();
-    let kind = args.tokenizer.unwrap_or(if cfg.vocab_size <= 256 { TokenizerKind::Byte } else { TokenizerKind::Gpt2 });
+    let kind = args.tokenizer.unwrap_or(if cfg.vocab_size <= 256 {
+        TokenizerKind::Byte
+    } else {
+        TokenizerKind::Gpt2
+    });
     let tok = kind.build()?;
     if tok.vocab_size() > cfg.vocab_size {
-        bail!("tokenizer {kind} has {} tokens but the model only {}; pass --tokenizer byte", tok.vocab_size(), cfg.vocab_size);
+        bail!(
+            "tokenizer {kind} has {} tokens but the model only {}; pass --tokenizer byte",
+            tok.vocab_size(),
+            cfg.vocab_size
+        );
     }
     let prompt = tok.encode(&args.prompt);
-    let opts = SampleOptions { max_new_tokens: args.tokens, temperature: args.temperature, top_k: args.top_k, seed: args.seed };
+    let opts = SampleOptions {
+        max_new_tokens: args.tokens,
+        temperature: args.temperature,
+        top_k: args.top_k,
+        seed: args.seed,
+    };
     let out = with_backend!(args.device, |backend| {
         let mut model = Gpt::new(backend, cfg.clone(), &ckpt.params, 1);
         generate(backend, &mut model, &prompt, opts, tok.eot())

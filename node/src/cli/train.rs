@@ -101,7 +101,8 @@ struct TrainFile {
 }
 
 fn read_config_file(path: &Path) -> Result<TrainFile> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config file {}", path.display()))?;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read config file {}", path.display()))?;
     toml::from_str(&text).map_err(|e| {
         anyhow::anyhow!(
             "config file {} is malformed: {}\nexpected TOML keys among: preset, data, tokenizer, steps, batch, seq, \
@@ -179,7 +180,8 @@ pub fn run(args: TrainArgs) -> Result<()> {
     let summary = with_backend!(args.device, |backend| train(backend, &config, &corpus, resume, |ev| {
         print_event(ev, json)
     })?);
-    let gap = summary.entropy_floor.map(|f| (summary.ln_vocab - summary.val_loss as f64) / (summary.ln_vocab - f));
+    let gap =
+        summary.entropy_floor.map(|f| (summary.ln_vocab - summary.val_loss as f64) / (summary.ln_vocab - f));
     if json {
         let mut v = serde_json::to_value(&summary)?;
         v["event"] = "done".into();
@@ -192,7 +194,8 @@ pub fn run(args: TrainArgs) -> Result<()> {
             summary.val_loss,
             summary.tokens_per_s,
             match (summary.entropy_floor, gap) {
-                (Some(f), Some(g)) => format!(", entropy floor {f:.4}, {:.1}% of the gap from ln(vocab) closed", g * 100.0),
+                (Some(f), Some(g)) =>
+                    format!(", entropy floor {f:.4}, {:.1}% of the gap from ln(vocab) closed", g * 100.0),
                 _ => String::new(),
             }
         );

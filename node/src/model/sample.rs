@@ -60,7 +60,8 @@ fn pick(logits: &[f32], opts: SampleOptions, rng: &mut Rng) -> u32 {
         order.truncate(opts.top_k);
     }
     let maxv = logits[order[0]];
-    let weights: Vec<f64> = order.iter().map(|&i| (((logits[i] - maxv) / opts.temperature) as f64).exp()).collect();
+    let weights: Vec<f64> =
+        order.iter().map(|&i| (((logits[i] - maxv) / opts.temperature) as f64).exp()).collect();
     let total: f64 = weights.iter().sum();
     let mut coin = rng.next_f64() * total;
     for (w, &i) in weights.iter().zip(&order) {

@@ -6,8 +6,8 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::compute::{AdamWStep, Backend};
-use crate::model::{init_params, Gpt, ModelConfig};
 use crate::model::rng::Rng;
+use crate::model::{init_params, Gpt, ModelConfig};
 
 /// One throughput measurement.
 #[derive(Clone, Debug, Serialize)]
@@ -46,7 +46,8 @@ pub fn bench_train<B: Backend>(
         model.zero_grad(backend);
         model.forward(backend, &x, Some(&y), batch, seq);
         model.backward(backend, 1);
-        let hp = AdamWStep { lr: 1e-4, beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.0, step: step as u32 };
+        let hp =
+            AdamWStep { lr: 1e-4, beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.0, step: step as u32 };
         model.optimizer_step(backend, hp, 1.0);
         model.read_stats(backend)
     };

@@ -69,10 +69,29 @@ pub struct TrainConfig {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum TrainEvent {
-    Start { params: usize, backend: String, data: String, entropy_floor: Option<f64>, resumed_from: Option<u64> },
-    Step { step: usize, loss: f32, lr: f32, grad_norm: f32, ms: f64, tokens_per_s: f64 },
-    Val { step: usize, val_loss: f32 },
-    Checkpoint { step: usize, path: PathBuf },
+    Start {
+        params: usize,
+        backend: String,
+        data: String,
+        entropy_floor: Option<f64>,
+        resumed_from: Option<u64>,
+    },
+    Step {
+        step: usize,
+        loss: f32,
+        lr: f32,
+        grad_norm: f32,
+        ms: f64,
+        tokens_per_s: f64,
+    },
+    Val {
+        step: usize,
+        val_loss: f32,
+    },
+    Checkpoint {
+        step: usize,
+        path: PathBuf,
+    },
 }
 
 /// The end of a run.
@@ -112,7 +131,12 @@ pub enum TrainError {
 }
 
 /// Mean loss over `batches` held-out batches.
-pub fn evaluate<B: Backend>(backend: &B, model: &mut Gpt<B>, loader: &mut BatchLoader, batches: usize) -> Result<f32, TrainError> {
+pub fn evaluate<B: Backend>(
+    backend: &B,
+    model: &mut Gpt<B>,
+    loader: &mut BatchLoader,
+    batches: usize,
+) -> Result<f32, TrainError> {
     loader.reset();
     let mut total = 0f64;
     for _ in 0..batches.max(1) {
@@ -169,7 +193,8 @@ pub fn train<B: Backend>(
         resumed_from: (start_step > 0).then_some(start_step as u64),
     });
     let o = &config.optimizer;
-    let sched = LrSchedule { max_lr: o.lr, min_lr_frac: o.min_lr_frac, warmup: o.warmup, total: config.steps };
+    let sched =
+        LrSchedule { max_lr: o.lr, min_lr_frac: o.min_lr_frac, warmup: o.warmup, total: config.steps };
     let tokens_per_step = (config.batch * config.seq * accum) as u64;
     let run_start = Instant::now();
     let mut last_loss = f32::NAN;
@@ -253,7 +278,8 @@ fn save_checkpoint<B: Backend>(
             model: config.model.clone(),
             step: step as u64,
             has_moments: true,
-            train_state: serde_json::to_value(&state).map_err(|e| TrainError::ResumeMismatch(e.to_string()))?,
+            train_state: serde_json::to_value(&state)
+                .map_err(|e| TrainError::ResumeMismatch(e.to_string()))?,
         },
         params: model.download_params(backend),
         moments: Some((m, v)),
@@ -268,7 +294,9 @@ pub fn latest_checkpoint(dir: &std::path::Path) -> Option<PathBuf> {
         .ok()?
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
-            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("ckpt-") && n.ends_with(".murmur"))
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("ckpt-") && n.ends_with(".murmur"))
         })
         .collect();
     found.sort();
