@@ -12,6 +12,40 @@ use crate::train::bench::bench_train;
 pub enum BenchCommand {
     /// Full training steps (forward, backward, AdamW) on one shape.
     Train(BenchTrainArgs),
+    /// GPU kernels: matmul GFLOP/s per layout, GB/s of memory-bound kernels.
+    Kernels(BenchKernelsArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct BenchKernelsArgs {
+    /// gpu (any adapter, lavapipe included) or auto (hardware GPUs only).
+    #[arg(long, value_enum, default_value = "gpu")]
+    pub device: DeviceArg,
+    /// Matmul tiling: small or large (default: chosen for the adapter).
+    #[arg(long)]
+    pub tiles: Option<String>,
+    /// Matmul rows (batch × sequence).
+    #[arg(long, default_value_t = 256)]
+    pub rows: usize,
+    /// Matmul input features.
+    #[arg(long, default_value_t = 768)]
+    pub channels: usize,
+    /// Matmul output features.
+    #[arg(long, default_value_t = 768)]
+    pub out_channels: usize,
+    /// Elements of the elementwise kernels.
+    #[arg(long, default_value_t = 1 << 22)]
+    pub elems: usize,
+    /// Softmax-cross-entropy rows.
+    #[arg(long, default_value_t = 64)]
+    pub logit_rows: usize,
+    #[arg(long, default_value_t = 50257)]
+    pub vocab: usize,
+    /// Timed runs per kernel (the best is reported).
+    #[arg(long, default_value_t = 3)]
+    pub iters: usize,
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -42,6 +76,7 @@ pub struct BenchTrainArgs {
 
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
+        BenchCommand::Kernels(a) => super::bench_kernels::run(a),
         BenchCommand::Train(a) => {
             let cfg = ModelConfig::new(a.layers, a.channels, a.heads, a.vocab, a.seq)?;
             let r = with_backend!(a.device, |backend| bench_train(

@@ -1,7 +1,9 @@
 //! The `murmur` command line: subcommands, their flags, and dispatch.
 
 pub mod bench;
+pub mod bench_kernels;
 pub mod device;
+pub mod devices;
 pub mod model_io;
 pub mod train;
 
@@ -29,6 +31,8 @@ pub enum Command {
     /// Measure throughput.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// List GPU adapters (backend, type, limits, features).
+    Devices(devices::DevicesArgs),
 }
 
 pub fn run(cli: Cli) -> Result<()> {
@@ -38,5 +42,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Import(a) => model_io::import(a),
         Command::Sample(a) => model_io::sample(a),
         Command::Bench(c) => bench::run(c),
+        Command::Devices(a) => devices::run(a),
     }
 }

@@ -16,6 +16,7 @@
 //!   same bits, whatever the thread scheduling.
 
 pub mod cpu;
+pub mod gpu;
 
 /// Shape of a matmul: `n` rows of `c` input features mapped to `oc` outputs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,0 +1,153 @@
+//! Finding a GPU and opening it: adapter discovery (for `murmur devices` and
+//! `--device`), and a device opened with the adapter's OWN limits — wgpu's
+//! defaults cap storage bindings at 128 MiB, less than gpt2-124m's embedding.
+
+use thiserror::Error;
+
+/// Why no GPU device could be opened.
+#[derive(Debug, Error)]
+pub enum GpuError {
+    #[error("no GPU adapter found (install a Vulkan, Metal or DX12 driver; for a software one on Debian: apt-get install mesa-vulkan-drivers)")]
+    NoAdapter,
+    #[error(
+        "no hardware GPU adapter found (only software adapters: {0}); pass --device gpu to use one anyway"
+    )]
+    OnlySoftware(String),
+    #[error("could not open GPU device `{name}`: {source}")]
+    RequestDevice {
+        name: String,
+        #[source]
+        source: wgpu::RequestDeviceError,
+    },
+}
+
+/// One adapter as `murmur devices` reports it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct AdapterSummary {
+    pub name: String,
+    pub backend: String,
+    pub device_type: String,
+    /// A software rasterizer (llvmpipe/lavapipe, WARP): never chosen by `auto`.
+    pub software: bool,
+    pub driver: String,
+    pub max_buffer_size: u64,
+    pub max_storage_buffer_binding_size: u64,
+    pub max_storage_buffers_per_shader_stage: u32,
+    pub max_compute_workgroup_storage_size: u32,
+    pub max_compute_invocations_per_workgroup: u32,
+    pub max_compute_workgroups_per_dimension: u32,
+    pub min_storage_buffer_offset_alignment: u32,
+    pub subgroup_sizes: (u32, u32),
+    pub features: Vec<String>,
+}
+
+/// Which adapters a backend may be opened on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AdapterChoice {
+    /// Hardware GPUs only (integrated or discrete); `--device auto`.
+    HardwareOnly,
+    /// Any adapter, software ones included; `--device gpu`.
+    Any,
+}
+
+fn instance() -> wgpu::Instance {
+    wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env())
+}
+
+fn is_software(info: &wgpu::AdapterInfo) -> bool {
+    info.device_type == wgpu::DeviceType::Cpu
+}
+
+/// Preference order: discrete, integrated, virtual, other, software.
+fn rank(info: &wgpu::AdapterInfo) -> u8 {
+    match info.device_type {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Other => 3,
+        wgpu::DeviceType::Cpu => 4,
+    }
+}
+
+fn adapters() -> Vec<wgpu::Adapter> {
+    let mut all = pollster::block_on(instance().enumerate_adapters(wgpu::Backends::all()));
+    // Compute needs storage buffers in compute shaders; GL adapters without
+    // them are not candidates.
+    all.retain(|a| a.limits().max_storage_buffers_per_shader_stage >= 6);
+    all.sort_by_key(|a| rank(&a.get_info()));
+    all
+}
+
+/// Every adapter this machine exposes, best first.
+pub fn list_adapters() -> Vec<AdapterSummary> {
+    adapters().iter().map(summarize).collect()
+}
+
+/// True when some adapter qualifies under `choice` (cheap: opens no device).
+pub fn adapter_available(choice: AdapterChoice) -> bool {
+    adapters().iter().any(|a| choice == AdapterChoice::Any || !is_software(&a.get_info()))
+}
+
+fn summarize(a: &wgpu::Adapter) -> AdapterSummary {
+    let info = a.get_info();
+    let l = a.limits();
+    AdapterSummary {
+        name: info.name.clone(),
+        backend: format!("{:?}", info.backend),
+        device_type: format!("{:?}", info.device_type),
+        software: is_software(&info),
+        driver: format!("{} {}", info.driver, info.driver_info).trim().to_string(),
+        max_buffer_size: l.max_buffer_size,
+        max_storage_buffer_binding_size: l.max_storage_buffer_binding_size,
+        max_storage_buffers_per_shader_stage: l.max_storage_buffers_per_shader_stage,
+        max_compute_workgroup_storage_size: l.max_compute_workgroup_storage_size,
+        max_compute_invocations_per_workgroup: l.max_compute_invocations_per_workgroup,
+        max_compute_workgroups_per_dimension: l.max_compute_workgroups_per_dimension,
+        min_storage_buffer_offset_alignment: l.min_storage_buffer_offset_alignment,
+        subgroup_sizes: (info.subgroup_min_size, info.subgroup_max_size),
+        features: a.features().iter_names().map(|(name, _)| name.to_string()).collect(),
+    }
+}
+
+/// An open device and what the kernels need to know about it.
+pub struct GpuContext {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub info: wgpu::AdapterInfo,
+    pub limits: wgpu::Limits,
+}
+
+impl GpuContext {
+    /// Opens the best adapter allowed by `choice`, with its own limits.
+    pub fn open(choice: AdapterChoice) -> Result<Self, GpuError> {
+        let all = adapters();
+        let software: Vec<String> =
+            all.iter().filter(|a| is_software(&a.get_info())).map(|a| a.get_info().name).collect();
+        let adapter = all
+            .into_iter()
+            .find(|a| choice == AdapterChoice::Any || !is_software(&a.get_info()))
+            .ok_or_else(|| {
+            if software.is_empty() {
+                GpuError::NoAdapter
+            } else {
+                GpuError::OnlySoftware(software.join(", "))
+            }
+        })?;
+        let info = adapter.get_info();
+        let limits = adapter.limits();
+        let desc = wgpu::DeviceDescriptor {
+            label: Some("murmur"),
+            required_features: wgpu::Features::empty(),
+            required_limits: limits.clone(),
+            ..Default::default()
+        };
+        let (device, queue) = pollster::block_on(adapter.request_device(&desc))
+            .map_err(|source| GpuError::RequestDevice { name: info.name.clone(), source })?;
+        let limits = device.limits();
+        Ok(GpuContext { device, queue, info, limits })
+    }
+
+    pub fn is_software(&self) -> bool {
+        is_software(&self.info)
+    }
+}

@@ -1,0 +1,146 @@
+// Matmul family: C(M,N) = [C +] [bias] + A(M,K) · B(K,N), register- and
+// workgroup-tiled. Every operand is a strided view (element (i,k) of A lives at
+// a_base + i*a_rs + k*a_cs), so one kernel serves the NT (forward), NN (input
+// gradient) and TN (weight gradient) layouts; the loads pick the coalesced
+// order from whichever stride is 1. Tile sizes are the consts below; the host
+// rewrites these lines with the configuration chosen for the adapter.
+
+const TILE_M: u32 = 64u;
+const TILE_N: u32 = 64u;
+const TILE_K: u32 = 16u;
+const THREAD_M: u32 = 4u;
+const THREAD_N: u32 = 4u;
+
+const WG_X: u32 = TILE_N / THREAD_N;
+const WG_Y: u32 = TILE_M / THREAD_M;
+const THREADS: u32 = WG_X * WG_Y;
+
+struct Args {
+    m: u32,
+    n: u32,
+    k: u32,
+    flags: u32, // bit 0: accumulate into C, bit 1: add bias(N)
+    a_base: u32,
+    a_rs: u32,
+    a_cs: u32,
+    b_base: u32,
+    b_rs: u32,
+    b_cs: u32,
+    c_base: u32,
+    c_rs: u32,
+    bias_base: u32,
+}
+
+@group(0) @binding(0) var<uniform> args: Args;
+@group(0) @binding(1) var<storage, read_write> c_out: array<f32>;
+@group(0) @binding(2) var<storage, read> a_in: array<f32>;
+@group(0) @binding(3) var<storage, read> b_in: array<f32>;
+@group(0) @binding(4) var<storage, read> bias: array<f32>;
+
+var<workgroup> a_tile: array<f32, TILE_K * TILE_M>; // [k][m]
+var<workgroup> b_tile: array<f32, TILE_K * TILE_N>; // [k][n]
+
+fn load_a(row0: u32, k0: u32, lid: u32) {
+    for (var idx = lid; idx < TILE_M * TILE_K; idx += THREADS) {
+        var i: u32;
+        var kk: u32;
+        if (args.a_cs == 1u) {
+            i = idx / TILE_K;
+            kk = idx % TILE_K;
+        } else {
+            kk = idx / TILE_M;
+            i = idx % TILE_M;
+        }
+        let gi = row0 + i;
+        let gk = k0 + kk;
+        var v = 0.0;
+        if (gi < args.m && gk < args.k) {
+            v = a_in[args.a_base + gi * args.a_rs + gk * args.a_cs];
+        }
+        a_tile[kk * TILE_M + i] = v;
+    }
+}
+
+fn load_b(col0: u32, k0: u32, lid: u32) {
+    for (var idx = lid; idx < TILE_N * TILE_K; idx += THREADS) {
+        var j: u32;
+        var kk: u32;
+        if (args.b_cs == 1u) {
+            kk = idx / TILE_N;
+            j = idx % TILE_N;
+        } else {
+            j = idx / TILE_K;
+            kk = idx % TILE_K;
+        }
+        let gj = col0 + j;
+        let gk = k0 + kk;
+        var v = 0.0;
+        if (gj < args.n && gk < args.k) {
+            v = b_in[args.b_base + gk * args.b_rs + gj * args.b_cs];
+        }
+        b_tile[kk * TILE_N + j] = v;
+    }
+}
+
+@compute @workgroup_size(WG_X, WG_Y, 1)
+fn matmul(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_id) lid3: vec3<u32>,
+) {
+    let lx = lid3.x;
+    let ly = lid3.y;
+    let lid = ly * WG_X + lx;
+    let row0 = wid.y * TILE_M;
+    let col0 = wid.x * TILE_N;
+
+    var acc: array<f32, THREAD_M * THREAD_N>;
+    for (var r = 0u; r < THREAD_M * THREAD_N; r++) {
+        acc[r] = 0.0;
+    }
+    var a_reg: array<f32, THREAD_M>;
+    var b_reg: array<f32, THREAD_N>;
+
+    for (var k0 = 0u; k0 < args.k; k0 += TILE_K) {
+        load_a(row0, k0, lid);
+        load_b(col0, k0, lid);
+        workgroupBarrier();
+        for (var kk = 0u; kk < TILE_K; kk++) {
+            for (var tm = 0u; tm < THREAD_M; tm++) {
+                a_reg[tm] = a_tile[kk * TILE_M + tm * WG_Y + ly];
+            }
+            for (var tn = 0u; tn < THREAD_N; tn++) {
+                b_reg[tn] = b_tile[kk * TILE_N + tn * WG_X + lx];
+            }
+            for (var tm = 0u; tm < THREAD_M; tm++) {
+                for (var tn = 0u; tn < THREAD_N; tn++) {
+                    acc[tm * THREAD_N + tn] = fma(a_reg[tm], b_reg[tn], acc[tm * THREAD_N + tn]);
+                }
+            }
+        }
+        workgroupBarrier();
+    }
+
+    let accumulate = (args.flags & 1u) != 0u;
+    let with_bias = (args.flags & 2u) != 0u;
+    for (var tm = 0u; tm < THREAD_M; tm++) {
+        let gi = row0 + tm * WG_Y + ly;
+        if (gi >= args.m) {
+            continue;
+        }
+        for (var tn = 0u; tn < THREAD_N; tn++) {
+            let gj = col0 + tn * WG_X + lx;
+            if (gj >= args.n) {
+                continue;
+            }
+            let at = args.c_base + gi * args.c_rs + gj;
+            var v = acc[tm * THREAD_N + tn];
+            if (with_bias) {
+                v += bias[args.bias_base + gj];
+            }
+            if (accumulate) {
+                v += c_out[at];
+            }
+            c_out[at] = v;
+        }
+    }
+}
