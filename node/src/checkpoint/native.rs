@@ -37,13 +37,16 @@ pub struct CheckpointMeta {
     pub train_state: serde_json::Value,
 }
 
+/// Tensors in canonical order.
+pub type Tensors = Vec<Vec<f32>>;
+
 /// A loaded checkpoint.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Checkpoint {
     pub meta: CheckpointMeta,
     pub params: Vec<Vec<f32>>,
     /// AdamW (m, v) when saved.
-    pub moments: Option<(Vec<Vec<f32>>, Vec<Vec<f32>>)>,
+    pub moments: Option<(Tensors, Tensors)>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -121,7 +121,9 @@ pub fn export(dir: &Path, cfg: &ModelConfig, params: &[Vec<f32>]) -> Result<(), 
 }
 
 /// Parsed safetensors: tensor name → (shape, f32 values).
-fn read_safetensors(path: &Path) -> Result<BTreeMap<String, (Vec<usize>, Vec<f32>)>, SafetensorsError> {
+type TensorMap = BTreeMap<String, (Vec<usize>, Vec<f32>)>;
+
+fn read_safetensors(path: &Path) -> Result<TensorMap, SafetensorsError> {
     let bytes =
         std::fs::read(path).map_err(|source| SafetensorsError::Read { path: path.to_path_buf(), source })?;
     let fmt = |reason: String| SafetensorsError::Format { path: path.to_path_buf(), reason };

@@ -21,7 +21,7 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Train a model on this machine alone.
-    Train(train::TrainArgs),
+    Train(Box<train::TrainArgs>),
     /// Write a checkpoint as a Hugging Face GPT-2 model.
     Export(model_io::ExportArgs),
     /// Read a Hugging Face GPT-2 model into a murmur checkpoint.
@@ -37,7 +37,7 @@ pub enum Command {
 
 pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Train(a) => train::run(a),
+        Command::Train(a) => train::run(*a),
         Command::Export(a) => model_io::export(a),
         Command::Import(a) => model_io::import(a),
         Command::Sample(a) => model_io::sample(a),

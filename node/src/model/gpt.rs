@@ -59,6 +59,12 @@ struct Acts<T> {
     losses: T,
 }
 
+/// Activations and their gradients for one `(batch, seq)` shape.
+struct Workspace<T> {
+    acts: Acts<T>,
+    grads: Grads<T>,
+}
+
 struct Grads<T> {
     encoded: T,
     layers: Vec<LayerGrads<T>>,
@@ -78,7 +84,7 @@ pub struct Gpt<B: Backend> {
     partials: B::Tensor,
     stats: B::Tensor,
     /// Activation buffers for `shape`, allocated on first use.
-    acts: Option<(Acts<B::Tensor>, Grads<B::Tensor>)>,
+    acts: Option<Workspace<B::Tensor>>,
     shape: (usize, usize),
     inputs: B::Tokens,
     targets: B::Tokens,
@@ -215,7 +221,7 @@ impl<B: Backend> Gpt<B> {
             losses: z(bt),
         };
         let grads = Grads { encoded: z(bt * c), layers: glayers, lnf: z(bt * c), logits: z(bt * vp) };
-        self.acts = Some((acts, grads));
+        self.acts = Some(Workspace { acts, grads });
         self.shape = (b, t);
         self.inputs = backend.tokens(bt);
         self.targets = backend.tokens(bt);
@@ -231,7 +237,7 @@ impl<B: Backend> Gpt<B> {
         let cfg = &self.config;
         let (c, nh, bt) = (cfg.n_embd, cfg.n_head, b * t);
         let p = &self.params;
-        let (acts, _) = self.acts.as_mut().expect("activations allocated");
+        let acts = &mut self.acts.as_mut().expect("activations allocated").acts;
         backend.encoder_forward(&mut acts.encoded, &self.inputs, &p[WTE], &p[WPE], EncoderShape { b, t, c });
         for l in 0..cfg.n_layer {
             let (done, rest) = acts.layers.split_at_mut(l);
@@ -304,7 +310,7 @@ impl<B: Backend> Gpt<B> {
 
     /// Logits of the last forward pass, downloaded (`b·t × padded vocab`).
     pub fn download_logits(&self, backend: &B) -> Vec<f32> {
-        self.acts.as_ref().map(|(a, _)| backend.download(&a.logits)).unwrap_or_default()
+        self.acts.as_ref().map(|w| backend.download(&w.acts.logits)).unwrap_or_default()
     }
 
     /// Zeroes parameter gradients and the micro-batch loss record.
@@ -323,7 +329,7 @@ impl<B: Backend> Gpt<B> {
         let (c, nh, bt, vp) = (cfg.n_embd, cfg.n_head, b * t, cfg.padded_vocab_size);
         let p = &self.params;
         let gp = &mut self.grads;
-        let (acts, g) = self.acts.as_mut().expect("forward before backward");
+        let Workspace { acts, grads: g } = self.acts.as_mut().expect("forward before backward");
         backend.zero(&mut g.encoded);
         backend.zero(&mut g.lnf);
         backend.zero(&mut g.logits);

@@ -40,6 +40,7 @@ impl MatRef<'_> {
 
 /// `C[m×n] = A[m×k]·B[k×n]` (or `+=` when `accumulate`), C row-major with
 /// leading dimension `ldc`.
+#[allow(clippy::too_many_arguments)]
 pub fn gemm(
     m: usize,
     n: usize,

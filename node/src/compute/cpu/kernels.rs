@@ -177,6 +177,13 @@ struct SharedMut(*mut f32);
 unsafe impl Send for SharedMut {}
 unsafe impl Sync for SharedMut {}
 
+impl SharedMut {
+    /// The base pointer (a method, so closures capture the whole wrapper).
+    fn ptr(self) -> *mut f32 {
+        self.0
+    }
+}
+
 pub fn attention_forward(out: &mut [f32], att: &mut [f32], qkv: &[f32], s: AttentionShape) {
     let AttentionShape { b, t: tt, c, nh } = s;
     let hs = c / nh;
@@ -186,7 +193,6 @@ pub fn attention_forward(out: &mut [f32], att: &mut [f32], qkv: &[f32], s: Atten
     assert!(out.len() >= b * tt * c && att.len() >= b * nh * tt * tt);
     att[..b * nh * tt * tt].par_chunks_mut(tt * tt).enumerate().for_each(|(bh, att_bh)| {
         let (bi, h) = (bh / nh, bh % nh);
-        let outp = outp;
         for t in 0..tt {
             let q = &qkv[(bi * tt + t) * c3 + h * hs..][..hs];
             let row = &mut att_bh[t * tt..(t + 1) * tt];
@@ -208,7 +214,7 @@ pub fn attention_forward(out: &mut [f32], att: &mut [f32], qkv: &[f32], s: Atten
             row[t + 1..].fill(0.0);
             // SAFETY: (bi, t, h) owns out[(bi*tt+t)*c + h*hs ..][..hs]; no
             // other task writes there, and `out` outlives the scope.
-            let o = unsafe { std::slice::from_raw_parts_mut(outp.0.add((bi * tt + t) * c + h * hs), hs) };
+            let o = unsafe { std::slice::from_raw_parts_mut(outp.ptr().add((bi * tt + t) * c + h * hs), hs) };
             o.fill(0.0);
             for (t2, a) in row.iter().enumerate().take(t + 1) {
                 let v = &qkv[(bi * tt + t2) * c3 + 2 * c + h * hs..][..hs];
@@ -229,11 +235,10 @@ pub fn attention_backward(dqkv: &mut [f32], dout: &[f32], qkv: &[f32], att: &[f3
         || vec![0f32; tt],
         |datt, bh| {
             let (bi, h) = (bh / nh, bh % nh);
-            let dp = dp;
             // SAFETY: the (bi, h) task owns the h-th head's q, k and v columns of
             // batch row bi in dqkv; tasks never overlap and dqkv outlives them.
             let slot = |t: usize, part: usize| unsafe {
-                std::slice::from_raw_parts_mut(dp.0.add((bi * tt + t) * c3 + part * c + h * hs), hs)
+                std::slice::from_raw_parts_mut(dp.ptr().add((bi * tt + t) * c3 + part * c + h * hs), hs)
             };
             let att_bh = &att[bh * tt * tt..(bh + 1) * tt * tt];
             for t in 0..tt {
