@@ -70,9 +70,9 @@ fn rank(info: &wgpu::AdapterInfo) -> u8 {
 }
 
 fn adapters() -> Vec<wgpu::Adapter> {
-    let mut all = pollster::block_on(instance().enumerate_adapters(wgpu::Backends::all()));
-    // Compute needs storage buffers in compute shaders; GL adapters without
-    // them are not candidates.
+    let mut all = pollster::block_on(instance().enumerate_adapters(wgpu::Backends::PRIMARY));
+    // Vulkan, Metal and DX12 only (GL's compute support is partial); the
+    // kernels bind up to 6 storage buffers at once.
     all.retain(|a| a.limits().max_storage_buffers_per_shader_stage >= 6);
     all.sort_by_key(|a| rank(&a.get_info()));
     all
