@@ -1,11 +1,12 @@
-//! `murmur bench`: throughput measurements (training steps; kernels and
-//! codecs are added by the GPU and protocol work).
+//! `murmur bench`: throughput measurements (training steps, GPU kernels,
+//! delta codecs).
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
 
 use super::device::{with_backend, DeviceArg};
 use crate::model::ModelConfig;
+use crate::sim::codec_bench::{bench_codec, synthetic_delta, DEFAULT_CODECS};
 use crate::train::bench::bench_train;
 
 #[derive(Subcommand, Debug)]
@@ -14,6 +15,8 @@ pub enum BenchCommand {
     Train(BenchTrainArgs),
     /// GPU kernels: matmul GFLOP/s per layout, GB/s of memory-bound kernels.
     Kernels(BenchKernelsArgs),
+    /// Delta codecs: compression ratio, relative L2 error, encode/decode GB/s.
+    Codecs(BenchCodecsArgs),
 }
 
 #[derive(Args, Debug)]
@@ -49,6 +52,25 @@ pub struct BenchKernelsArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct BenchCodecsArgs {
+    /// Elements of the synthetic pseudo-gradient.
+    #[arg(long, default_value_t = 10_000_000)]
+    pub elements: usize,
+    /// Codecs to measure (repeatable); default: f32, f16, bf16, int8-b256,
+    /// int4-b64 and top-k at 10%, 5% and 1%.
+    #[arg(long = "codec")]
+    pub codecs: Vec<String>,
+    /// Timed repetitions (the best is reported).
+    #[arg(long, default_value_t = 3)]
+    pub reps: usize,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// One JSON object per codec per line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
 pub struct BenchTrainArgs {
     #[arg(long, value_enum, default_value = "auto")]
     pub device: DeviceArg,
@@ -77,6 +99,7 @@ pub struct BenchTrainArgs {
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Kernels(a) => super::bench_kernels::run(a),
+        BenchCommand::Codecs(a) => bench_codecs(a),
         BenchCommand::Train(a) => {
             let cfg = ModelConfig::new(a.layers, a.channels, a.heads, a.vocab, a.seq)?;
             let r = with_backend!(a.device, |backend| bench_train(
@@ -103,4 +126,35 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             Ok(())
         }
     }
+}
+
+fn bench_codecs(a: BenchCodecsArgs) -> Result<()> {
+    let codecs: Vec<murmur_protocol::Codec> = if a.codecs.is_empty() {
+        DEFAULT_CODECS.to_vec()
+    } else {
+        a.codecs.iter().map(|c| c.parse()).collect::<Result<_, _>>()?
+    };
+    let delta = synthetic_delta(a.elements, a.seed);
+    if !a.json {
+        println!(
+            "{} elements, best of {} runs; GB/s counts the f32 side (4 bytes per element)",
+            a.elements, a.reps
+        );
+        println!(
+            "{:<22} {:>10} {:>12} {:>12} {:>12}",
+            "codec", "ratio", "rel L2 err", "encode GB/s", "decode GB/s"
+        );
+    }
+    for codec in codecs {
+        let r = bench_codec(codec, &delta, a.reps)?;
+        if a.json {
+            println!("{}", serde_json::to_string(&r)?);
+        } else {
+            println!(
+                "{:<22} {:>10.2} {:>12.3e} {:>12.3} {:>12.3}",
+                r.codec, r.ratio, r.rel_l2_error, r.encode_gb_s, r.decode_gb_s
+            );
+        }
+    }
+    Ok(())
 }

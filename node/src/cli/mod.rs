@@ -5,6 +5,7 @@ pub mod bench_kernels;
 pub mod device;
 pub mod devices;
 pub mod model_io;
+pub mod sim;
 pub mod train;
 
 use anyhow::Result;
@@ -33,6 +34,8 @@ pub enum Command {
     Bench(bench::BenchCommand),
     /// List GPU adapters (backend, type, limits, features).
     Devices(devices::DevicesArgs),
+    /// Simulate N workers training together (DiLoCo or data parallel) in one process.
+    Sim(sim::SimArgs),
 }
 
 pub fn run(cli: Cli) -> Result<()> {
@@ -43,5 +46,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Sample(a) => model_io::sample(a),
         Command::Bench(c) => bench::run(c),
         Command::Devices(a) => devices::run(a),
+        Command::Sim(a) => sim::run(a),
     }
 }

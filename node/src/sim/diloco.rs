@@ -1,0 +1,279 @@
+//! The DiLoCo round loop: every honest worker trains H inner AdamW steps from
+//! θ_r on its own shard, sends Δ_i = θ_r − θ_i through the run's codec with its
+//! error-feedback residual; adversaries send poisoned payloads; the deltas are
+//! decoded, aggregated by the protocol's robust `aggregate`, and the protocol's
+//! outer optimizer produces θ_{r+1}.
+
+use std::time::Instant;
+
+use murmur_protocol::hash::{domain_hash, payload_hash_of, PayloadHash};
+use murmur_protocol::{
+    aggregate, decode_delta, initial_momentum, outer_step, CodecError, DeltaInput, ErrorFeedback, NodeKey,
+    PublicKey, RunId, TrainingState,
+};
+
+use super::adversary::poisoned_payload;
+use super::params::{flatten, pseudo_gradient, split};
+use super::{
+    accumulate_batch, robust_name, Evaluator, InnerMoments, SimConfig, SimError, SimEvent, SimReport,
+};
+use crate::compute::Backend;
+use crate::data::{BatchLoader, Corpus};
+use crate::model::rng::Rng;
+use crate::model::{init_params, Gpt};
+
+/// AdamW first and second moments, per tensor in canonical order.
+type Moments = (Vec<Vec<f32>>, Vec<Vec<f32>>);
+
+/// What one simulated worker keeps between rounds.
+struct Worker {
+    key: PublicKey,
+    /// `None` for adversaries (they do not train).
+    loader: Option<BatchLoader>,
+    feedback: ErrorFeedback,
+    /// AdamW (m, v) when moments are kept across rounds.
+    moments: Option<Moments>,
+    /// AdamW bias-correction step of the last inner step.
+    adam_step: u32,
+    bytes_sent: u64,
+}
+
+/// A worker's signing identity, derived from the run seed and its index.
+fn worker_key(seed: u64, index: usize) -> PublicKey {
+    let mut material = seed.to_le_bytes().to_vec();
+    material.extend_from_slice(&(index as u64).to_le_bytes());
+    NodeKey::from_seed(domain_hash("murmur/sim/worker-key", &material)).public()
+}
+
+/// One honest worker's round: H inner steps from θ_r. Returns θ_i and the
+/// last step's loss.
+#[allow(clippy::too_many_arguments)]
+fn train_round<B: Backend>(
+    backend: &B,
+    config: &SimConfig,
+    model: &mut Gpt<B>,
+    worker: &mut Worker,
+    loader: &mut BatchLoader,
+    theta: &[Vec<f32>],
+    first_step: usize,
+    steps: usize,
+    schedule: &crate::train::schedule::LrSchedule,
+) -> Result<(Vec<f32>, f32), SimError> {
+    model.upload_params(backend, theta);
+    match (&worker.moments, config.inner_moments) {
+        (Some((m, v)), InnerMoments::Keep) => model.upload_moments(backend, m, v),
+        _ => {
+            model.reset_moments(backend);
+            worker.adam_step = 0;
+        }
+    }
+    let mut loss = f32::NAN;
+    for s in 0..steps {
+        model.zero_grad(backend);
+        accumulate_batch(backend, model, loader, 1)?;
+        worker.adam_step = worker.adam_step.saturating_add(1);
+        let hp = config.adamw(schedule.lr(first_step + s), worker.adam_step);
+        model.optimizer_step(backend, hp, config.optimizer.grad_clip);
+        loss = model.read_stats(backend).mean_loss();
+        if !loss.is_finite() {
+            break;
+        }
+    }
+    if config.inner_moments == InnerMoments::Keep {
+        worker.moments = Some(model.download_moments(backend));
+    }
+    Ok((flatten(&model.download_params(backend)), loss))
+}
+
+/// Mean of decoded honest deltas, in f64 (what the adversary corrupts).
+fn honest_mean(deltas: &[Vec<f32>], n: usize) -> Vec<f32> {
+    let mut acc = vec![0f64; n];
+    for d in deltas {
+        for (a, &v) in acc.iter_mut().zip(d) {
+            *a += f64::from(v);
+        }
+    }
+    let count = deltas.len().max(1) as f64;
+    acc.into_iter().map(|a| (a / count) as f32).collect()
+}
+
+pub(super) fn run<B: Backend>(
+    backend: &B,
+    config: &SimConfig,
+    corpus: &Corpus,
+    mut sink: impl FnMut(&SimEvent),
+) -> Result<SimReport, SimError> {
+    let started = Instant::now();
+    let plan = config.plan()?;
+    let schedule = config.schedule(plan);
+    let initial = init_params(&config.model, config.seed);
+    let mut model = Gpt::new(backend, config.model.clone(), &initial, 1);
+    let mut evaluator = Evaluator::new(backend, config, corpus, &initial)?;
+    let specs = model.specs().to_vec();
+    let n = config.model.param_count();
+    let honest = config.workers - config.adversaries;
+    let mut workers = (0..config.workers)
+        .map(|i| {
+            let loader = if i < honest {
+                Some(corpus.train_loader(
+                    config.batch,
+                    config.seq,
+                    config.seed,
+                    i as u64,
+                    config.workers as u64,
+                )?)
+            } else {
+                None
+            };
+            Ok(Worker {
+                key: worker_key(config.seed, i),
+                loader,
+                feedback: ErrorFeedback::new(n),
+                moments: None,
+                adam_step: 0,
+                bytes_sent: 0,
+            })
+        })
+        .collect::<Result<Vec<_>, SimError>>()?;
+    let run = RunId(domain_hash("murmur/sim/run", format!("{config:?}").as_bytes()));
+    let mut state = TrainingState {
+        run,
+        round: 0,
+        params: flatten(&initial),
+        momentum: initial_momentum(config.outer, n),
+    };
+    let tokens_per_worker_step = (config.batch * config.seq) as u64;
+    sink(&SimEvent::Start {
+        mode: config.mode,
+        workers: config.workers,
+        adversaries: config.adversaries,
+        params: n,
+        steps_per_worker: plan.steps_per_worker,
+        rounds: plan.rounds,
+        inner_steps: config.inner_steps,
+        tokens: config.trained_tokens(plan),
+        codec: config.codec.name(),
+    });
+    let mut attack_rng = Rng::new(config.seed ^ 0xA77A_C4ED);
+    let (mut rejected_total, mut val_loss, mut diverged, mut steps_done) = (0usize, None, false, 0usize);
+    for round in 0..plan.rounds {
+        let steps = config.inner_steps.min(plan.steps_per_worker - steps_done);
+        let theta = split(&state.params, &specs);
+        let mut payloads: Vec<(PublicKey, Vec<u8>)> = Vec::with_capacity(config.workers);
+        let mut train_loss = 0f64;
+        for (i, worker) in workers.iter_mut().enumerate().take(honest) {
+            let Some(mut loader) = worker.loader.take() else { continue };
+            let trained = train_round(
+                backend,
+                config,
+                &mut model,
+                worker,
+                &mut loader,
+                &theta,
+                steps_done + 1,
+                steps,
+                &schedule,
+            );
+            worker.loader = Some(loader);
+            let (local, loss) = trained?;
+            train_loss += f64::from(loss) / honest as f64;
+            let delta = pseudo_gradient(&state.params, &local);
+            match worker.feedback.encode(config.codec, &delta) {
+                Ok(p) => payloads.push((worker.key, p)),
+                // A non-finite or out-of-range local model: training blew up.
+                Err(CodecError::NonFinite { .. } | CodecError::OutOfRange { .. }) => diverged = true,
+                Err(e) => return Err(SimError::Encode { worker: i, source: e }),
+            }
+        }
+        steps_done += steps;
+        if diverged {
+            break;
+        }
+        let decoded: Vec<Option<Vec<f32>>> =
+            payloads.iter().map(|(_, p)| decode_delta(p, config.codec, n).ok()).collect();
+        if config.adversaries > 0 {
+            let honest_deltas: Vec<Vec<f32>> = decoded.iter().flatten().cloned().collect();
+            let target = honest_mean(&honest_deltas, n);
+            for worker in &workers[honest..] {
+                let p = poisoned_payload(config.attack, config.codec, &target, &mut attack_rng)
+                    .map_err(|e| SimError::Encode { worker: honest, source: e })?;
+                payloads.push((worker.key, p));
+            }
+        }
+        for (worker, (_, p)) in workers.iter_mut().zip(&payloads) {
+            worker.bytes_sent += p.len() as u64;
+        }
+        // Honest nodes decode every payload; what fails is rejected.
+        let decoded: Vec<(PayloadHash, PublicKey, Option<Vec<f32>>)> = payloads
+            .iter()
+            .map(|(key, p)| (payload_hash_of(p), *key, decode_delta(p, config.codec, n).ok()))
+            .collect();
+        let inputs: Vec<DeltaInput<'_>> = decoded
+            .iter()
+            .filter_map(|(hash, key, values)| {
+                values.as_deref().map(|values| DeltaInput {
+                    payload_hash: *hash,
+                    signer: *key,
+                    tokens: tokens_per_worker_step * steps as u64,
+                    values,
+                })
+            })
+            .collect();
+        let undecodable = decoded.len() - inputs.len();
+        let agg = aggregate(&inputs, n, config.robust)?;
+        let rejected = undecodable + agg.rejected.len();
+        rejected_total += rejected;
+        outer_step(config.outer, &mut state, &agg.delta)?;
+        let loss = evaluator.loss(backend, &state.params)?;
+        val_loss = Some(loss);
+        sink(&SimEvent::Round {
+            round: round + 1,
+            tokens: steps_done as u64 * tokens_per_worker_step * config.workers as u64,
+            val_loss: loss,
+            train_loss: train_loss as f32,
+            bytes_per_worker: workers[0].bytes_sent,
+            rejected,
+            seconds: started.elapsed().as_secs_f64(),
+        });
+        if !loss.is_finite() {
+            diverged = true;
+            break;
+        }
+    }
+    Ok(SimReport {
+        mode: config.mode,
+        codec: config.codec.name(),
+        inner_steps: config.inner_steps,
+        rounds: plan.rounds,
+        workers: config.workers,
+        adversaries: config.adversaries,
+        attack: (config.adversaries > 0).then_some(config.attack),
+        robust: robust_name(config.robust),
+        tokens: config.trained_tokens(plan),
+        params: n,
+        val_loss: if diverged { None } else { val_loss },
+        diverged,
+        bytes_per_worker: workers[0].bytes_sent,
+        rejected: rejected_total,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worker_keys_are_distinct_and_stable() {
+        assert_eq!(worker_key(1, 0), worker_key(1, 0));
+        assert_ne!(worker_key(1, 0), worker_key(1, 1));
+        assert_ne!(worker_key(1, 0), worker_key(2, 0));
+    }
+
+    #[test]
+    fn honest_mean_averages_elementwise() {
+        let m = honest_mean(&[vec![1.0, 2.0], vec![3.0, -2.0]], 2);
+        assert_eq!(m, vec![2.0, 0.0]);
+        assert_eq!(honest_mean(&[], 2), vec![0.0, 0.0]);
+    }
+}

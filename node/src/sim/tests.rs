@@ -1,0 +1,148 @@
+//! Behaviour of the simulator on a model small enough for CI: both modes
+//! learn, DiLoCo tracks data parallelism at a fraction of the bytes, byte
+//! accounting is exact, and a robust mode holds against poisoned workers
+//! where plain averaging does not.
+
+use murmur_protocol::{Codec, OuterOptimizer, RobustMode};
+
+use super::*;
+use crate::compute::cpu::CpuBackend;
+use crate::data::DataSpec;
+
+fn corpus() -> Corpus {
+    Corpus::open(&DataSpec::synthetic()).expect("synthetic corpus opens")
+}
+
+/// 2 layers × 32 channels (about 35k parameters), 4 workers × 4 × 32 tokens
+/// per step, 160 steps per worker.
+fn small(mode: SimMode) -> SimConfig {
+    SimConfig {
+        model: ModelConfig::new(2, 32, 2, 256, 32).expect("valid shape"),
+        mode,
+        workers: 4,
+        inner_steps: 20,
+        codec: Codec::Int8Block { block: 256 },
+        total_tokens: 4 * 4 * 32 * 160,
+        batch: 4,
+        seq: 32,
+        optimizer: OptimizerConfig { lr: 1e-2, warmup: 10, ..OptimizerConfig::default() },
+        inner_moments: InnerMoments::Keep,
+        outer: OuterOptimizer::DILOCO,
+        robust: RobustMode::Mean,
+        adversaries: 0,
+        attack: Attack::SignFlip,
+        seed: 3,
+        val_batches: 4,
+    }
+}
+
+fn simulate_quietly(config: &SimConfig) -> (SimReport, Vec<SimEvent>) {
+    let mut events = Vec::new();
+    let report =
+        simulate(&CpuBackend::new(), config, &corpus(), |e| events.push(e.clone())).expect("simulation runs");
+    (report, events)
+}
+
+fn final_loss(r: &SimReport) -> f32 {
+    r.val_loss.unwrap_or(f32::INFINITY)
+}
+
+#[test]
+fn plan_splits_tokens_into_equal_steps_and_rounds() {
+    let c = small(SimMode::Diloco);
+    assert_eq!(c.plan().expect("valid"), Plan { steps_per_worker: 160, rounds: 8 });
+    let uneven = SimConfig { inner_steps: 50, ..c.clone() };
+    assert_eq!(uneven.plan().expect("valid").rounds, 4);
+    assert_eq!(c.trained_tokens(c.plan().expect("valid")), c.total_tokens);
+}
+
+#[test]
+fn impossible_settings_are_refused() {
+    let c = small(SimMode::Diloco);
+    for bad in [
+        SimConfig { workers: 0, ..c.clone() },
+        SimConfig { total_tokens: 100, ..c.clone() },
+        SimConfig { seq: 64, ..c.clone() },
+        SimConfig { adversaries: 4, ..c.clone() },
+        SimConfig { adversaries: 1, ..small(SimMode::Ddp) },
+        SimConfig { codec: Codec::Int8Block { block: 0 }, ..c.clone() },
+    ] {
+        assert!(matches!(bad.plan(), Err(SimError::Config(_))), "{bad:?} was accepted");
+    }
+}
+
+#[test]
+fn ddp_and_diloco_both_learn_and_diloco_tracks_ddp_for_far_fewer_bytes() {
+    let (ddp, ddp_events) = simulate_quietly(&small(SimMode::Ddp));
+    let (diloco, events) = simulate_quietly(&small(SimMode::Diloco));
+    let ln_vocab = 256f32.ln();
+    let (ddp_loss, diloco_loss) = (final_loss(&ddp), final_loss(&diloco));
+    assert!(ddp_loss < ln_vocab - 1.5, "DDP did not learn: {ddp_loss}");
+    assert!(diloco_loss < ln_vocab - 1.5, "DiLoCo did not learn: {diloco_loss}");
+    eprintln!("SANITY ddp {ddp_loss} diloco {diloco_loss}");
+    assert!(diloco_loss < 1.15 * ddp_loss, "DiLoCo {diloco_loss} vs DDP {ddp_loss}");
+    // Equal tokens; DDP sends 4 bytes per parameter per step, DiLoCo one
+    // int8 payload per round.
+    assert_eq!(ddp.tokens, diloco.tokens);
+    let n = ddp.params as u64;
+    assert_eq!(ddp.bytes_per_worker, 4 * n * 160);
+    let payload = Codec::Int8Block { block: 256 }.payload_len(n).expect("fits");
+    assert_eq!(diloco.bytes_per_worker, payload * 8);
+    assert!(ddp.bytes_per_worker / diloco.bytes_per_worker > 70);
+    // One progress event per round, after a start event; loss falls.
+    assert_eq!(events.len(), 1 + 8);
+    assert_eq!(ddp_events.len(), 1 + 8);
+    let losses: Vec<f32> = events
+        .iter()
+        .filter_map(|e| if let SimEvent::Round { val_loss, .. } = e { Some(*val_loss) } else { None })
+        .collect();
+    assert!(losses[losses.len() - 1] < losses[0], "{losses:?}");
+}
+
+#[test]
+fn robust_mode_holds_against_sign_flips_where_averaging_does_not() {
+    // 5 workers of which 1 flips the sign of the honest update ×10.
+    let clean = SimConfig { workers: 5, total_tokens: 5 * 4 * 32 * 120, ..small(SimMode::Diloco) };
+    let attacked = SimConfig { adversaries: 1, attack: Attack::SignFlip, ..clean.clone() };
+    let (clean_r, _) = simulate_quietly(&clean);
+    let (mean_r, _) = simulate_quietly(&attacked);
+    let (median_r, _) = simulate_quietly(&SimConfig { robust: RobustMode::Median, ..attacked.clone() });
+    let (clean, mean, median) = (final_loss(&clean_r), final_loss(&mean_r), final_loss(&median_r));
+    eprintln!("ROBUST clean {clean} mean {mean} median {median}");
+    assert!(median <= 1.05 * clean, "median under attack {median} vs clean {clean}");
+    assert!(mean > 1.2 * clean, "plain averaging under attack {mean} should be far worse than clean {clean}");
+    assert_eq!(median_r.rejected, 0);
+}
+
+#[test]
+fn nan_payloads_are_rejected_every_round_and_training_goes_on() {
+    let c = SimConfig {
+        workers: 3,
+        adversaries: 1,
+        attack: Attack::Nan,
+        total_tokens: 3 * 4 * 32 * 40,
+        ..small(SimMode::Diloco)
+    };
+    let (r, events) = simulate_quietly(&c);
+    assert_eq!(r.rounds, 2);
+    assert_eq!(r.rejected, 2);
+    assert!(!r.diverged && r.val_loss.is_some_and(f32::is_finite));
+    assert!(events.iter().all(|e| !matches!(e, SimEvent::Round { rejected, .. } if *rejected != 1)));
+}
+
+#[test]
+fn report_serialises_with_the_documented_keys() {
+    let c = SimConfig {
+        workers: 2,
+        total_tokens: 2 * 4 * 32 * 20,
+        codec: Codec::TopK { density_ppm: 50_000, block: 256 },
+        ..small(SimMode::Diloco)
+    };
+    let (r, _) = simulate_quietly(&c);
+    let v = serde_json::to_value(&r).expect("serialises");
+    for key in ["val_loss", "bytes_per_worker", "mode", "codec", "inner_steps", "rounds", "tokens"] {
+        assert!(v.get(key).is_some(), "missing {key} in {v}");
+    }
+    assert_eq!(v["mode"], "diloco");
+    assert_eq!(v["codec"], "topk-50000ppm-b256");
+}
