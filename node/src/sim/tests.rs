@@ -79,7 +79,6 @@ fn ddp_and_diloco_both_learn_and_diloco_tracks_ddp_for_far_fewer_bytes() {
     let (ddp_loss, diloco_loss) = (final_loss(&ddp), final_loss(&diloco));
     assert!(ddp_loss < ln_vocab - 1.5, "DDP did not learn: {ddp_loss}");
     assert!(diloco_loss < ln_vocab - 1.5, "DiLoCo did not learn: {diloco_loss}");
-    eprintln!("SANITY ddp {ddp_loss} diloco {diloco_loss}");
     assert!(diloco_loss < 1.15 * ddp_loss, "DiLoCo {diloco_loss} vs DDP {ddp_loss}");
     // Equal tokens; DDP sends 4 bytes per parameter per step, DiLoCo one
     // int8 payload per round.
@@ -108,7 +107,6 @@ fn robust_mode_holds_against_sign_flips_where_averaging_does_not() {
     let (mean_r, _) = simulate_quietly(&attacked);
     let (median_r, _) = simulate_quietly(&SimConfig { robust: RobustMode::Median, ..attacked.clone() });
     let (clean, mean, median) = (final_loss(&clean_r), final_loss(&mean_r), final_loss(&median_r));
-    eprintln!("ROBUST clean {clean} mean {mean} median {median}");
     assert!(median <= 1.05 * clean, "median under attack {median} vs clean {clean}");
     assert!(mean > 1.2 * clean, "plain averaging under attack {mean} should be far worse than clean {clean}");
     assert_eq!(median_r.rejected, 0);
