@@ -1,11 +1,14 @@
 //! Poisoned updates: what an adversarial worker sends instead of an honest
 //! pseudo-gradient.
 //!
-//! The simulated adversary is omniscient and does not train: delta payloads
-//! are public in murmur (fetched by hash from any peer), so it sees the round's
-//! honest deltas and corrupts their mean — the strongest form of each attack.
-//! Its payload goes through the run's codec like any other, so what honest
-//! nodes decode is exactly what a real attacker could put on the wire.
+//! The simulated adversary does not train: delta payloads are public in
+//! murmur (fetched by hash from any peer), so it takes an honest delta of the
+//! round (adversary j the j-th honest worker's) and corrupts it. Colluding
+//! adversaries therefore send different bytes — two signers offering one
+//! identical payload are both rejected by aggregation as a hash conflict, which
+//! would make the attack trivially harmless. The payload goes through the
+//! run's codec like any other, so what honest nodes decode is exactly what a
+//! real attacker could put on the wire.
 
 use serde::Serialize;
 
@@ -17,7 +20,7 @@ use crate::model::rng::Rng;
 pub const SIGN_FLIP_FACTOR: f32 = -10.0;
 /// The scaling attack's factor.
 pub const SCALE_FACTOR: f32 = 100.0;
-/// The noise attack's standard deviation, in units of the honest mean's RMS.
+/// The noise attack's standard deviation, in units of the honest delta's RMS.
 pub const NOISE_RMS_MULTIPLE: f64 = 10.0;
 
 /// One kind of poisoned update.
@@ -45,7 +48,7 @@ impl Attack {
     }
 }
 
-/// The payload an adversary sends, given the honest mean delta of the round.
+/// The payload an adversary sends, given the honest delta it corrupts.
 /// `rng` drives the noise attack.
 pub fn poisoned_payload(
     attack: Attack,

@@ -85,18 +85,6 @@ fn train_round<B: Backend>(
     Ok((flatten(&model.download_params(backend)), loss))
 }
 
-/// Mean of decoded honest deltas, in f64 (what the adversary corrupts).
-fn honest_mean(deltas: &[Vec<f32>], n: usize) -> Vec<f32> {
-    let mut acc = vec![0f64; n];
-    for d in deltas {
-        for (a, &v) in acc.iter_mut().zip(d) {
-            *a += f64::from(v);
-        }
-    }
-    let count = deltas.len().max(1) as f64;
-    acc.into_iter().map(|a| (a / count) as f32).collect()
-}
-
 pub(super) fn run<B: Backend>(
     backend: &B,
     config: &SimConfig,
@@ -192,11 +180,12 @@ pub(super) fn run<B: Backend>(
         let decoded: Vec<Option<Vec<f32>>> =
             payloads.iter().map(|(_, p)| decode_delta(p, config.codec, n).ok()).collect();
         if config.adversaries > 0 {
-            let honest_deltas: Vec<Vec<f32>> = decoded.iter().flatten().cloned().collect();
-            let target = honest_mean(&honest_deltas, n);
-            for worker in &workers[honest..] {
-                let p = poisoned_payload(config.attack, config.codec, &target, &mut attack_rng)
-                    .map_err(|e| SimError::Encode { worker: honest, source: e })?;
+            let honest_deltas: Vec<Vec<f32>> = decoded.into_iter().flatten().collect();
+            for (j, worker) in workers[honest..].iter().enumerate() {
+                let zeros = vec![0f32; n];
+                let target = honest_deltas.get(j % honest_deltas.len().max(1)).unwrap_or(&zeros);
+                let p = poisoned_payload(config.attack, config.codec, target, &mut attack_rng)
+                    .map_err(|e| SimError::Encode { worker: honest + j, source: e })?;
                 payloads.push((worker.key, p));
             }
         }
@@ -268,12 +257,5 @@ mod tests {
         assert_eq!(worker_key(1, 0), worker_key(1, 0));
         assert_ne!(worker_key(1, 0), worker_key(1, 1));
         assert_ne!(worker_key(1, 0), worker_key(2, 0));
-    }
-
-    #[test]
-    fn honest_mean_averages_elementwise() {
-        let m = honest_mean(&[vec![1.0, 2.0], vec![3.0, -2.0]], 2);
-        assert_eq!(m, vec![2.0, 0.0]);
-        assert_eq!(honest_mean(&[], 2), vec![0.0, 0.0]);
     }
 }

@@ -144,3 +144,18 @@ fn report_serialises_with_the_documented_keys() {
     assert_eq!(v["mode"], "diloco");
     assert_eq!(v["codec"], "topk-50000ppm-b256");
 }
+
+#[test]
+fn colluding_adversaries_send_distinct_payloads_so_none_is_rejected_as_a_conflict() {
+    let c = SimConfig {
+        workers: 5,
+        adversaries: 2,
+        attack: Attack::Scale,
+        robust: RobustMode::Median,
+        total_tokens: 5 * 4 * 32 * 40,
+        ..small(SimMode::Diloco)
+    };
+    let (r, _) = simulate_quietly(&c);
+    assert_eq!(r.rejected, 0);
+    assert!(!r.diverged);
+}
