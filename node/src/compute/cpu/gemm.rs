@@ -103,12 +103,21 @@ fn pack_b(dst: &mut [f32], b: MatRef<'_>, pc: usize, kc: usize, jc: usize, nc: u
             if b.cs == 1 {
                 let base = (pc + p) * b.rs + jc + j0;
                 row[..w].copy_from_slice(&b.data[base..base + w]);
-            } else {
+            } else if b.rs != 1 {
                 for (j, r) in row[..w].iter_mut().enumerate() {
                     *r = b.at(pc + p, jc + j0 + j);
                 }
             }
             row[w..].fill(0.0);
+        }
+        if b.rs == 1 && b.cs != 1 {
+            // Transposed B (the NT layout): read each column contiguously.
+            for j in 0..w {
+                let col = &b.data[(jc + j0 + j) * b.cs + pc..][..kc];
+                for (p, v) in col.iter().enumerate() {
+                    strip[p * NR + j] = *v;
+                }
+            }
         }
     }
 }

@@ -12,7 +12,6 @@ use crate::compute::{AdamWStep, AttentionShape, EncoderShape, LogitsShape, Matmu
 const LN_EPS: f32 = 1e-5;
 /// GELU's tanh argument is clamped here so no backend ever sees an overflow.
 pub const GELU_TANH_CLAMP: f32 = 10.0;
-const GELU_SCALE: f32 = 0.797_884_6; // sqrt(2/pi)
 
 pub fn encoder_forward(out: &mut [f32], tokens: &[u32], wte: &[f32], wpe: &[f32], s: EncoderShape) {
     let c = s.c;
@@ -267,32 +266,16 @@ pub fn attention_backward(dqkv: &mut [f32], dout: &[f32], qkv: &[f32], att: &[f3
     );
 }
 
-#[inline(always)]
-fn gelu_inner(x: f32) -> f32 {
-    (GELU_SCALE * (x + 0.044715 * x * x * x)).clamp(-GELU_TANH_CLAMP, GELU_TANH_CLAMP)
-}
-
 pub fn gelu_forward(out: &mut [f32], inp: &[f32]) {
-    out.par_chunks_mut(4096).zip(inp.par_chunks(4096)).for_each(|(o, x)| {
-        for (o, &x) in o.iter_mut().zip(x) {
-            *o = 0.5 * x * (1.0 + simd::tanh(gelu_inner(x)));
-        }
-    });
+    out.par_chunks_mut(4096)
+        .zip(inp.par_chunks(4096))
+        .for_each(|(o, x)| simd::gelu_forward(o, x, GELU_TANH_CLAMP));
 }
 
 pub fn gelu_backward(dinp: &mut [f32], inp: &[f32], dout: &[f32]) {
-    dinp.par_chunks_mut(4096).zip(inp.par_chunks(4096).zip(dout.par_chunks(4096))).for_each(
-        |(di, (x, d))| {
-            for ((di, &x), &d) in di.iter_mut().zip(x).zip(d) {
-                let u = GELU_SCALE * (x + 0.044715 * x * x * x);
-                let th = simd::tanh(u.clamp(-GELU_TANH_CLAMP, GELU_TANH_CLAMP));
-                // d/du tanh is 0 where the argument was clamped.
-                let sech2 = if u.abs() < GELU_TANH_CLAMP { 1.0 - th * th } else { 0.0 };
-                let grad = 0.5 * (1.0 + th) + 0.5 * x * sech2 * GELU_SCALE * (1.0 + 3.0 * 0.044715 * x * x);
-                *di += grad * d;
-            }
-        },
-    );
+    dinp.par_chunks_mut(4096)
+        .zip(inp.par_chunks(4096).zip(dout.par_chunks(4096)))
+        .for_each(|(di, (x, d))| simd::gelu_backward(di, x, d, GELU_TANH_CLAMP));
 }
 
 pub fn residual_forward(out: &mut [f32], a: &[f32], b: &[f32]) {
