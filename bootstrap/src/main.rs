@@ -1,12 +1,150 @@
-//! murmur-bootstrap: the bootstrap server binary.
+//! murmur-bootstrap: the bootstrap server. It keeps a persistent identity,
+//! serves the DHT (Kademlia server), relays for nodes behind NAT (relay
+//! server, AutoNAT), hosts a run — its RunSpec and genesis state — so that
+//! `murmur node --bootstrap <multiaddr>` is all a volunteer needs, relays
+//! the run's gossip, and exposes metrics.
 //!
-//! The network layer (issue #5) is not built yet, so this binary can only say
-//! so; it exits with an error rather than pretending to serve.
+//! Each listen address is printed on its own stdout line, ending in
+//! `/p2p/<peer id>`, once listening.
 
-fn main() -> anyhow::Result<()> {
-    anyhow::bail!(
-        "murmur-bootstrap {}: the network layer is not built yet (see issue #5); \
-         use `murmur train` for single-machine training",
-        env!("CARGO_PKG_VERSION")
-    )
+mod metrics;
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use libp2p::Multiaddr;
+use murmur_node::net::{self, NetConfig, NetEvent, Role};
+use murmur_node::runtime::server::{ServedStatus, StoreServer};
+use murmur_node::runtime::spec::{genesis, run_spec, RunParams};
+use murmur_node::store::{keyfile, BlobKind, Store};
+use murmur_protocol::Codec;
+
+/// murmur bootstrap server.
+#[derive(Parser, Debug)]
+#[command(name = "murmur-bootstrap", version, about)]
+struct Args {
+    /// Listen addresses (repeatable). Default: TCP and QUIC on port 4001, all interfaces.
+    #[arg(long, env = "MURMUR_BOOTSTRAP_LISTEN")]
+    listen: Vec<Multiaddr>,
+    /// Directory for the key file and the genesis state.
+    #[arg(long, env = "MURMUR_BOOTSTRAP_DATA_DIR", default_value = "murmur-bootstrap-data")]
+    data_dir: PathBuf,
+    /// Key file (32-byte ed25519 seed, created with mode 0600). Default: <data-dir>/bootstrap.key.
+    #[arg(long)]
+    key: Option<PathBuf>,
+    /// Serve Prometheus metrics over HTTP at this address (e.g. 127.0.0.1:9100).
+    #[arg(long)]
+    metrics: Option<std::net::SocketAddr>,
+    /// Do not use mDNS on the local network.
+    #[arg(long)]
+    no_mdns: bool,
+    /// Model preset of the hosted run.
+    #[arg(long, default_value = "tiny")]
+    preset: String,
+    /// Training data of the hosted run.
+    #[arg(long, default_value = "synthetic")]
+    data: String,
+    /// Inner steps H per round.
+    #[arg(long, default_value_t = 100)]
+    inner_steps: u32,
+    /// Sequences per inner step.
+    #[arg(long, default_value_t = 8)]
+    batch: u32,
+    /// Inner learning rate.
+    #[arg(long, default_value_t = 3e-3)]
+    lr: f32,
+    /// Fewest deltas a round may close with.
+    #[arg(long, default_value_t = 1)]
+    quorum: u32,
+    /// Seconds after which a round closes if the quorum is met.
+    #[arg(long, default_value_t = 120)]
+    deadline: u32,
+    /// Delta codec: f32, f16, bf16, int8[-b<block>], int4[-b<block>], topk[-<n>ppm][-b<block>].
+    #[arg(long, default_value = "int8-b256")]
+    codec: String,
+    /// Run seed (genesis parameters and data streams).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+fn main() {
+    if let Err(e) = run(Args::parse()) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(a: Args) -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    let codec: Codec = a.codec.parse().map_err(|e| anyhow::anyhow!("--codec: {e}"))?;
+    let params = RunParams {
+        preset: a.preset.clone(),
+        data: a.data.clone(),
+        inner_steps: a.inner_steps,
+        batch_size: a.batch,
+        lr: a.lr,
+        warmup_steps: RunParams::default().warmup_steps,
+        quorum: a.quorum,
+        round_deadline_secs: a.deadline,
+        codec,
+        seed: a.seed,
+    };
+    let spec = run_spec(&params)?;
+    spec.validate().context("the run spec is invalid")?;
+    let store = Arc::new(Store::open(&a.data_dir)?);
+    let key = keyfile::load_or_create(&a.key.clone().unwrap_or_else(|| a.data_dir.join("bootstrap.key")))?;
+    let g = genesis(&spec)?;
+    let genesis_id = store.blobs.put(BlobKind::State, &g.encode())?;
+    let server = Arc::new(StoreServer::new(store, spec.encode(), false));
+    server.set_status(ServedStatus { round: 0, state: Some(genesis_id) });
+    let listen = if a.listen.is_empty() {
+        vec!["/ip4/0.0.0.0/tcp/4001".parse()?, "/ip4/0.0.0.0/udp/4001/quic-v1".parse()?]
+    } else {
+        a.listen.clone()
+    };
+    eprintln!(
+        "murmur-bootstrap: hosting run {} ({} preset, {} parameters, genesis {})",
+        spec.run_id(),
+        spec.model.preset,
+        spec.model.param_count,
+        murmur_protocol::hash::hex(&genesis_id)
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async move {
+        let mut cfg = NetConfig::new(key, spec.run_id(), Role::Bootstrap);
+        cfg.listen = listen;
+        cfg.mdns = !a.no_mdns;
+        cfg.max_connections = 1024;
+        let (net, mut events) = net::start(cfg, server)?;
+        let started = Instant::now();
+        if let Some(addr) = a.metrics {
+            let l = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("--metrics {addr}"))?;
+            eprintln!("murmur-bootstrap: metrics at http://{}/metrics", l.local_addr()?);
+            tokio::spawn(metrics::serve(l, net.clone(), started));
+        }
+        loop {
+            tokio::select! {
+                ev = events.recv() => match ev {
+                    Some(NetEvent::Listening(addr)) => {
+                        let mut out = std::io::stdout().lock();
+                        writeln!(out, "{addr}")?;
+                        out.flush()?;
+                    }
+                    Some(NetEvent::PeerJoined { peer, role }) => tracing::info!(%peer, role = role.name(), "peer joined"),
+                    Some(NetEvent::Banned { peer }) => tracing::warn!(%peer, "peer banned"),
+                    Some(_) => {}
+                    None => break,
+                },
+                _ = tokio::signal::ctrl_c() => break,
+            }
+        }
+        Ok::<(), anyhow::Error>(())
+    })
 }

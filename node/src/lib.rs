@@ -5,6 +5,9 @@
 //! - `model`: the GPT model, explicit forward and backward over a Backend.
 //! - `train`: optimizer schedule, the single-machine training loop, checkpoints.
 //! - `sim`: the in-process DiLoCo / data-parallel simulator and codec benchmark.
+//! - `store`: content-addressed blobs, sled metadata, key files.
+//! - `net`: the libp2p network (knows messages and blob ids, never tensors).
+//! - `runtime`: the node runtime, where compute and network meet.
 
 pub mod checkpoint;
 pub mod cli;
@@ -12,4 +15,7 @@ pub mod compute;
 pub mod data;
 pub mod model;
 pub mod sim;
+pub mod net;
+pub mod runtime;
+pub mod store;
 pub mod train;

@@ -1,7 +1,14 @@
 //! murmur-tests: helpers shared by the cross-crate and multi-process tests in
-//! `tests/tests/`.
+//! `tests/tests/`: start the release binaries as child processes (killed on
+//! drop), collect their stdout lines, and wait for lines with bounded waits.
 
-use std::path::PathBuf;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
 
 /// Path of a binary built by this workspace (`murmur`, `murmur-bootstrap`),
 /// next to the test executable's own target directory.
@@ -11,5 +18,207 @@ pub fn workspace_binary(name: &str) -> PathBuf {
     if dir.ends_with("deps") {
         dir.pop();
     }
-    dir.join(name)
+    let path = dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: build the binaries first (`cargo build --release --workspace --bins`, as scripts/test.sh does)",
+        path.display()
+    );
+    path
+}
+
+/// A child process whose stdout lines are collected; killed when dropped.
+pub struct Proc {
+    pub name: String,
+    child: Child,
+    lines: Arc<Mutex<Vec<String>>>,
+    pub log: PathBuf,
+}
+
+impl Proc {
+    /// Start `bin` with `args`; stderr goes to `<log_dir>/<name>.log`.
+    pub fn spawn(bin: &str, args: &[String], name: &str, log_dir: &Path) -> Proc {
+        let log = log_dir.join(format!("{name}.log"));
+        let err = std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("log file");
+        let mut child = Command::new(workspace_binary(bin))
+            .args(args)
+            .env("RUST_LOG", std::env::var("MURMUR_TEST_LOG").unwrap_or_else(|_| "warn".into()))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(err))
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {bin}: {e}"));
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let stdout = child.stdout.take().expect("stdout");
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Ok(mut l) = sink.lock() {
+                    l.push(line);
+                }
+            }
+        });
+        Proc { name: name.to_string(), child, lines, log }
+    }
+
+    /// Every stdout line so far.
+    pub fn lines(&self) -> Vec<String> {
+        self.lines.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    /// Every stdout line that is a JSON object.
+    pub fn events(&self) -> Vec<Value> {
+        self.lines().iter().filter_map(|l| serde_json::from_str::<Value>(l).ok()).collect()
+    }
+
+    /// Events with `"event": kind`.
+    pub fn events_of(&self, kind: &str) -> Vec<Value> {
+        self.events().into_iter().filter(|v| v["event"] == kind).collect()
+    }
+
+    /// Wait until a line satisfies `pred`; panics with the log tail after `timeout`.
+    pub fn wait_line(&self, what: &str, timeout: Duration, pred: impl Fn(&str) -> bool) -> String {
+        let t0 = Instant::now();
+        loop {
+            if let Some(l) = self.lines().into_iter().find(|l| pred(l)) {
+                return l;
+            }
+            if t0.elapsed() > timeout {
+                panic!("{}: no line {what} within {timeout:?}\n{}", self.name, self.tail());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Wait until an event satisfies `pred`.
+    pub fn wait_event(&self, what: &str, timeout: Duration, pred: impl Fn(&Value) -> bool) -> Value {
+        let l = self.wait_line(what, timeout, |l| serde_json::from_str::<Value>(l).is_ok_and(|v| pred(&v)));
+        serde_json::from_str(&l).unwrap_or(Value::Null)
+    }
+
+    /// The highest round this node reported as closed.
+    pub fn last_round(&self) -> Option<u64> {
+        self.events_of("round").iter().filter_map(|v| v["round"].as_u64()).max()
+    }
+
+    /// The node's `peer_id` from its `started` event.
+    pub fn peer_id(&self) -> Option<String> {
+        self.events_of("started").last().and_then(|v| v["peer_id"].as_str().map(String::from))
+    }
+
+    /// stdout and stderr tails, for failure messages.
+    pub fn tail(&self) -> String {
+        let lines = self.lines();
+        let out = lines[lines.len().saturating_sub(20)..].join("\n");
+        let err = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let err: Vec<&str> = err.lines().collect();
+        format!(
+            "--- {} stdout ---\n{out}\n--- stderr ---\n{}",
+            self.name,
+            err[err.len().saturating_sub(30)..].join("\n")
+        )
+    }
+
+    /// SIGKILL the process and reap it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Settings of a test run's bootstrap server.
+#[derive(Debug, Clone)]
+pub struct RunSettings {
+    pub inner_steps: u32,
+    pub batch: u32,
+    pub quorum: u32,
+    pub deadline: u32,
+    pub seed: u64,
+}
+
+/// Start a bootstrap server on an ephemeral loopback port; returns it and
+/// its TCP multiaddr (ending in /p2p/<id>).
+pub fn start_bootstrap(dir: &Path, s: &RunSettings) -> (Proc, String) {
+    let args: Vec<String> = [
+        "--listen",
+        "/ip4/127.0.0.1/tcp/0",
+        "--no-mdns",
+        "--data-dir",
+        &dir.join("bootstrap").display().to_string(),
+        "--inner-steps",
+        &s.inner_steps.to_string(),
+        "--batch",
+        &s.batch.to_string(),
+        "--quorum",
+        &s.quorum.to_string(),
+        "--deadline",
+        &s.deadline.to_string(),
+        "--seed",
+        &s.seed.to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let p = Proc::spawn("murmur-bootstrap", &args, "bootstrap", dir);
+    let addr = p.wait_line("with a listen address", Duration::from_secs(60), |l| {
+        l.starts_with("/ip4/127.0.0.1/tcp/") && l.contains("/p2p/")
+    });
+    (p, addr)
+}
+
+/// Start `murmur node --json` against `bootstrap`, storing in `<dir>/<name>`.
+pub fn start_node(dir: &Path, name: &str, bootstrap: &str, extra: &[&str]) -> Proc {
+    let mut args: Vec<String> = vec![
+        "node".into(),
+        "--json".into(),
+        "--no-mdns".into(),
+        "--bootstrap".into(),
+        bootstrap.into(),
+        "--data-dir".into(),
+        dir.join(name).display().to_string(),
+        "--listen".into(),
+        "/ip4/127.0.0.1/tcp/0".into(),
+    ];
+    if !extra.contains(&"--discovery-wait") {
+        args.extend(["--discovery-wait".into(), "2".into()]);
+    }
+    args.extend(extra.iter().map(|s| s.to_string()));
+    Proc::spawn("murmur", &args, name, dir)
+}
+
+/// The last reported state of each round, per node: round → state_id.
+pub fn states_by_round(p: &Proc) -> std::collections::BTreeMap<u64, String> {
+    let mut m = std::collections::BTreeMap::new();
+    for v in p.events_of("round") {
+        if let (Some(r), Some(s)) = (v["round"].as_u64(), v["state_id"].as_str()) {
+            m.insert(r, s.to_string());
+        }
+    }
+    m
+}
+
+/// Wait until `pred` holds, polling; panics with `context()` after `timeout`.
+pub fn wait_until(
+    what: &str,
+    timeout: Duration,
+    mut pred: impl FnMut() -> bool,
+    context: impl Fn() -> String,
+) {
+    let t0 = Instant::now();
+    while !pred() {
+        if t0.elapsed() > timeout {
+            panic!("timed out after {timeout:?} waiting for {what}\n{}", context());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

@@ -17,6 +17,8 @@ pub enum BenchCommand {
     Kernels(BenchKernelsArgs),
     /// Delta codecs: compression ratio, relative L2 error, encode/decode GB/s.
     Codecs(BenchCodecsArgs),
+    /// Move a state-sized blob between nodes on loopback (real network stack).
+    Transfer(super::transfer::BenchTransferArgs),
 }
 
 #[derive(Args, Debug)]
@@ -100,6 +102,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Kernels(a) => super::bench_kernels::run(a),
         BenchCommand::Codecs(a) => bench_codecs(a),
+        BenchCommand::Transfer(a) => super::transfer::run(a),
         BenchCommand::Train(a) => {
             let cfg = ModelConfig::new(a.layers, a.channels, a.heads, a.vocab, a.seq)?;
             let r = with_backend!(a.device, |backend| bench_train(

@@ -6,7 +6,9 @@ pub mod device;
 pub mod devices;
 pub mod model_io;
 pub mod sim;
+pub mod node;
 pub mod train;
+pub mod transfer;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -23,6 +25,8 @@ pub struct Cli {
 pub enum Command {
     /// Train a model on this machine alone.
     Train(Box<train::TrainArgs>),
+    /// Join a training run (or start one) and train with the network.
+    Node(node::NodeArgs),
     /// Write a checkpoint as a Hugging Face GPT-2 model.
     Export(model_io::ExportArgs),
     /// Read a Hugging Face GPT-2 model into a murmur checkpoint.
@@ -41,6 +45,7 @@ pub enum Command {
 pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Train(a) => train::run(*a),
+        Command::Node(a) => node::run(a),
         Command::Export(a) => model_io::export(a),
         Command::Import(a) => model_io::import(a),
         Command::Sample(a) => model_io::sample(a),

@@ -1,0 +1,78 @@
+//! `murmur node`: join a run (or start one) and train with the network.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use libp2p::Multiaddr;
+
+use crate::runtime::spec::{run_spec, RunParams};
+use crate::runtime::{run_node, NodeOptions};
+
+/// Settings of `murmur node`.
+#[derive(Args, Debug)]
+pub struct NodeArgs {
+    /// Bootstrap server address, ending in /p2p/<peer id> (repeatable).
+    #[arg(long, env = "MURMUR_BOOTSTRAP")]
+    pub bootstrap: Vec<Multiaddr>,
+    /// Directory for the key, the store and metadata.
+    #[arg(long, env = "MURMUR_DATA_DIR", default_value = "murmur-data")]
+    pub data_dir: PathBuf,
+    /// Listen addresses (repeatable). Default: all interfaces, TCP and QUIC, random ports.
+    #[arg(long, env = "MURMUR_LISTEN")]
+    pub listen: Vec<Multiaddr>,
+    /// Accept no inbound connections: only dial out, and listen through a
+    /// relay circuit at the bootstrap server (for nodes behind NAT).
+    #[arg(long)]
+    pub private: bool,
+    /// Do not discover peers on the local network with mDNS.
+    #[arg(long)]
+    pub no_mdns: bool,
+    /// Seconds to wait for peers before choosing the state to start from.
+    #[arg(long, default_value_t = 4.0)]
+    pub discovery_wait: f64,
+    /// Inner steps per round when starting a run without a bootstrap server.
+    #[arg(long)]
+    pub inner_steps: Option<u32>,
+    /// Print one JSON object per line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: NodeArgs) -> Result<()> {
+    let listen = if a.listen.is_empty() {
+        vec!["/ip4/0.0.0.0/tcp/0".parse()?, "/ip4/0.0.0.0/udp/0/quic-v1".parse()?]
+    } else {
+        a.listen
+    };
+    let spec = if a.bootstrap.is_empty() {
+        let mut p = RunParams::default();
+        if let Some(h) = a.inner_steps {
+            p.inner_steps = h;
+        }
+        Some(run_spec(&p)?)
+    } else {
+        None
+    };
+    let opts = NodeOptions {
+        bootstrap: a.bootstrap,
+        data_dir: a.data_dir,
+        listen,
+        private: a.private,
+        mdns: !a.no_mdns,
+        json: a.json,
+        spec,
+        discovery_wait: Duration::from_secs_f64(a.discovery_wait.clamp(0.0, 600.0)),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async move {
+        tokio::select! {
+            r = run_node(opts) => r.map_err(anyhow::Error::from),
+            _ = tokio::signal::ctrl_c() => Ok(()),
+        }
+    })
+}

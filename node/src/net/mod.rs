@@ -1,0 +1,260 @@
+//! The network: libp2p peers that find each other, gossip small signed
+//! messages and move content-addressed blobs in verified chunks.
+//!
+//! One task owns the `Swarm` (`swarm`); everything else talks to it through
+//! a cloneable [`NetHandle`] (commands over a channel) and receives
+//! [`NetEvent`]s. The network knows protocol messages and blob ids, never
+//! tensors: what to serve is asked of a [`ContentServer`].
+//!
+//! - `behaviour`: the composed libp2p behaviour and swarm construction.
+//! - `gossip`: topics and message validation.
+//! - `xfer`: the transfer protocol's frames and codec.
+//! - `fetch`: chunked, multi-peer, verified blob download.
+//! - `peers`: identities, typed rejections, scoring and bans.
+//! - `swarm`: the event loop.
+
+pub mod behaviour;
+pub mod fetch;
+pub mod gossip;
+pub mod peers;
+mod swarm;
+pub mod xfer;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use libp2p::{Multiaddr, PeerId};
+use murmur_protocol::{NodeKey, RunId};
+use thiserror::Error;
+use tokio::sync::{mpsc, oneshot};
+
+pub use fetch::{fetch_blob, FetchError};
+pub use gossip::{GossipMessage, TopicKind};
+pub use peers::{peer_id_of, public_key_of, NetRejection};
+pub use xfer::{PeerStatus, XferRequest, XferResponse};
+
+/// What a peer is in the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// A training node that accepts inbound connections.
+    Trainer,
+    /// A training node that accepts no inbound connections (dials out; may
+    /// be reached through a relay circuit).
+    Private,
+    /// A bootstrap server: DHT, relay, AutoNAT, run spec and genesis.
+    Bootstrap,
+    /// Watches the run without training (dashboards).
+    Observer,
+}
+
+impl Role {
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Trainer => "trainer",
+            Role::Private => "private-trainer",
+            Role::Bootstrap => "bootstrap",
+            Role::Observer => "observer",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Self> {
+        Some(match s {
+            "trainer" => Role::Trainer,
+            "private-trainer" => Role::Private,
+            "bootstrap" => Role::Bootstrap,
+            "observer" => Role::Observer,
+            _ => return None,
+        })
+    }
+
+    /// Whether peers of this role contribute deltas.
+    pub fn trains(self) -> bool {
+        matches!(self, Role::Trainer | Role::Private)
+    }
+}
+
+/// How to start the network.
+#[derive(Debug, Clone)]
+pub struct NetConfig {
+    pub key: NodeKey,
+    pub run: RunId,
+    pub role: Role,
+    /// Addresses to listen on (none for a private node).
+    pub listen: Vec<Multiaddr>,
+    /// Bootstrap servers (`.../p2p/<id>`).
+    pub bootstrap: Vec<Multiaddr>,
+    pub mdns: bool,
+    pub max_connections: u32,
+    /// Bytes a relayed circuit may carry (bootstrap servers).
+    pub relay_circuit_bytes: u64,
+    /// Requests served at once; more are answered `Busy`.
+    pub serve_concurrency: usize,
+}
+
+impl NetConfig {
+    pub fn new(key: NodeKey, run: RunId, role: Role) -> Self {
+        Self {
+            key,
+            run,
+            role,
+            listen: Vec::new(),
+            bootstrap: Vec::new(),
+            mdns: false,
+            max_connections: 128,
+            relay_circuit_bytes: 64 << 20,
+            serve_concurrency: 32,
+        }
+    }
+}
+
+/// Answers transfer requests (called on a blocking thread).
+pub trait ContentServer: Send + Sync + 'static {
+    fn status(&self) -> PeerStatus;
+    /// Answer a `Table` or `Chunk` request.
+    fn serve(&self, request: &XferRequest) -> XferResponse;
+}
+
+/// Why a network operation failed.
+#[derive(Debug, Clone, Error)]
+pub enum NetError {
+    #[error("network setup failed: {0}")]
+    Setup(String),
+    #[error("the network task has stopped")]
+    Stopped,
+    #[error("publish failed: {0}")]
+    Publish(String),
+    #[error("request to {peer} failed: {why}")]
+    Request { peer: PeerId, why: String },
+    #[error("dial failed: {0}")]
+    Dial(String),
+}
+
+/// Something the network reports.
+#[derive(Debug, Clone)]
+pub enum NetEvent {
+    /// Listening on this address (ends with `/p2p/<local id>`).
+    Listening(Multiaddr),
+    /// A gossip message that passed validation (decode, run, signature).
+    Gossip { from: PeerId, message: GossipMessage },
+    /// A peer of this run identified itself.
+    PeerJoined { peer: PeerId, role: Role },
+    /// The last connection to a known peer closed.
+    PeerLeft { peer: PeerId },
+    /// A peer's traffic was refused.
+    Rejected { peer: PeerId, reason: NetRejection },
+    /// A peer passed the ban threshold and was disconnected.
+    Banned { peer: PeerId },
+}
+
+/// Counters kept by the network (application bytes, not transport framing).
+#[derive(Debug, Default)]
+pub struct NetStats {
+    pub gossip_bytes_out: AtomicU64,
+    pub gossip_bytes_in: AtomicU64,
+    pub served_bytes: AtomicU64,
+    pub fetched_bytes: AtomicU64,
+    pub requests_served: AtomicU64,
+    pub rejections: AtomicU64,
+    pub bans: AtomicU64,
+    pub connected: AtomicU64,
+}
+
+impl NetStats {
+    pub fn get(v: &AtomicU64) -> u64 {
+        v.load(Ordering::Relaxed)
+    }
+    pub(crate) fn add(v: &AtomicU64, n: u64) {
+        v.fetch_add(n, Ordering::Relaxed);
+    }
+    /// Bytes this node sent: gossip published plus content served.
+    pub fn bytes_sent(&self) -> u64 {
+        Self::get(&self.gossip_bytes_out) + Self::get(&self.served_bytes)
+    }
+    pub fn bytes_received(&self) -> u64 {
+        Self::get(&self.gossip_bytes_in) + Self::get(&self.fetched_bytes)
+    }
+}
+
+/// A connected peer as the swarm knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerInfo {
+    pub peer: PeerId,
+    /// Its role, once identify told us (and only for peers of this run).
+    pub role: Option<Role>,
+}
+
+pub(crate) enum Command {
+    Publish { kind: TopicKind, bytes: Vec<u8>, reply: oneshot::Sender<Result<(), NetError>> },
+    Request { peer: PeerId, request: XferRequest, reply: oneshot::Sender<Result<XferResponse, NetError>> },
+    Penalize { peer: PeerId, reason: NetRejection },
+    Dial { addr: Multiaddr, reply: oneshot::Sender<Result<(), NetError>> },
+    Peers { reply: oneshot::Sender<Vec<PeerInfo>> },
+    ListenAddrs { reply: oneshot::Sender<Vec<Multiaddr>> },
+    Rejections { reply: oneshot::Sender<Vec<(String, u64)>> },
+}
+
+/// The cloneable handle to the swarm task.
+#[derive(Clone)]
+pub struct NetHandle {
+    tx: mpsc::Sender<Command>,
+    pub local: PeerId,
+    pub stats: Arc<NetStats>,
+}
+
+impl NetHandle {
+    async fn ask<T>(&self, make: impl FnOnce(oneshot::Sender<T>) -> Command) -> Result<T, NetError> {
+        let (tx, rx) = oneshot::channel();
+        self.tx.send(make(tx)).await.map_err(|_| NetError::Stopped)?;
+        rx.await.map_err(|_| NetError::Stopped)
+    }
+
+    /// Gossip `bytes` (an encoded, signed message) on `kind`'s topic.
+    pub async fn publish(&self, kind: TopicKind, bytes: Vec<u8>) -> Result<(), NetError> {
+        self.ask(|reply| Command::Publish { kind, bytes, reply }).await?
+    }
+
+    /// Send a transfer request and wait for the answer.
+    pub async fn request(&self, peer: PeerId, request: XferRequest) -> Result<XferResponse, NetError> {
+        self.ask(|reply| Command::Request { peer, request, reply }).await?
+    }
+
+    /// Charge `peer` for `reason`; past the threshold it is disconnected and banned.
+    pub async fn penalize(&self, peer: PeerId, reason: NetRejection) {
+        let _ = self.tx.send(Command::Penalize { peer, reason }).await;
+    }
+
+    pub async fn dial(&self, addr: Multiaddr) -> Result<(), NetError> {
+        self.ask(|reply| Command::Dial { addr, reply }).await?
+    }
+
+    /// Connected peers.
+    pub async fn peers(&self) -> Vec<PeerInfo> {
+        self.ask(|reply| Command::Peers { reply }).await.unwrap_or_default()
+    }
+
+    /// Addresses the swarm listens on (with `/p2p/<id>`).
+    pub async fn listen_addrs(&self) -> Vec<Multiaddr> {
+        self.ask(|reply| Command::ListenAddrs { reply }).await.unwrap_or_default()
+    }
+
+    /// Refusals counted by reason.
+    pub async fn rejections(&self) -> Vec<(String, u64)> {
+        self.ask(|reply| Command::Rejections { reply }).await.unwrap_or_default()
+    }
+}
+
+/// Start the network on the current tokio runtime. The swarm task stops
+/// when every handle is dropped.
+pub fn start(
+    cfg: NetConfig,
+    server: Arc<dyn ContentServer>,
+) -> Result<(NetHandle, mpsc::Receiver<NetEvent>), NetError> {
+    let swarm = behaviour::build_swarm(&cfg)?;
+    let local = *swarm.local_peer_id();
+    let (cmd_tx, cmd_rx) = mpsc::channel(256);
+    let (ev_tx, ev_rx) = mpsc::channel(1024);
+    let stats = Arc::new(NetStats::default());
+    let task = swarm::SwarmTask::new(swarm, cfg, server, ev_tx, stats.clone())?;
+    tokio::spawn(task.run(cmd_rx));
+    Ok((NetHandle { tx: cmd_tx, local, stats }, ev_rx))
+}

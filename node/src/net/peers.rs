@@ -1,0 +1,179 @@
+//! Peers: the bridge between protocol identities (ed25519 public keys) and
+//! libp2p PeerIds, the typed reasons a peer's traffic is refused, and the
+//! ledger that scores peers down and bans them past a threshold.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use libp2p::identity;
+use libp2p::PeerId;
+use murmur_protocol::{PublicKey, Rejection};
+
+/// Penalty at which a peer is disconnected and banned.
+pub const BAN_THRESHOLD: u64 = 300;
+/// How long a ban lasts.
+pub const BAN_DURATION: Duration = Duration::from_secs(600);
+
+/// Why the network layer refused something a peer sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum NetRejection {
+    /// Gossip bytes that do not decode as the topic's message type.
+    Malformed,
+    /// A gossip message whose signature does not verify.
+    BadSignature,
+    /// A gossip message of another run.
+    WrongRun,
+    /// A message or frame larger than its cap.
+    Oversized,
+    /// A chunk or table that does not match the content hash.
+    BadChunk,
+    /// A refusal decided by the round state machine.
+    Round(Rejection),
+}
+
+impl NetRejection {
+    /// What the refusal costs the peer.
+    pub fn penalty(self) -> u64 {
+        match self {
+            NetRejection::Malformed | NetRejection::BadSignature | NetRejection::Oversized => 100,
+            NetRejection::WrongRun => 5,
+            NetRejection::BadChunk => 50,
+            NetRejection::Round(r) => r.penalty(),
+        }
+    }
+
+    /// A short stable name (logs, metrics, JSON).
+    pub fn name(self) -> String {
+        match self {
+            NetRejection::Malformed => "malformed".into(),
+            NetRejection::BadSignature => "bad_signature".into(),
+            NetRejection::WrongRun => "wrong_run".into(),
+            NetRejection::Oversized => "oversized".into(),
+            NetRejection::BadChunk => "bad_chunk".into(),
+            NetRejection::Round(r) => format!("round_{r:?}").to_lowercase(),
+        }
+    }
+}
+
+/// The PeerId of the node whose signing key is `key` (its libp2p identity
+/// is the same ed25519 key); `None` for bytes that are not a valid key.
+pub fn peer_id_of(key: &PublicKey) -> Option<PeerId> {
+    let ed = identity::ed25519::PublicKey::try_from_bytes(&key.0).ok()?;
+    Some(identity::PublicKey::from(ed).to_peer_id())
+}
+
+/// The signing key inside an ed25519 PeerId (identity multihash).
+pub fn public_key_of(peer: &PeerId) -> Option<PublicKey> {
+    // Multihash bytes: code varint (0 = identity), length varint, digest.
+    let bytes = peer.to_bytes();
+    let (&code, rest) = bytes.split_first()?;
+    let (&len, digest) = rest.split_first()?;
+    if code != 0 || len >= 0x80 || usize::from(len) != digest.len() {
+        return None;
+    }
+    let pk = identity::PublicKey::try_decode_protobuf(digest).ok()?;
+    Some(PublicKey(pk.try_into_ed25519().ok()?.to_bytes()))
+}
+
+/// Per-peer penalties and bans.
+#[derive(Debug, Default)]
+pub struct PeerLedger {
+    penalty: HashMap<PeerId, u64>,
+    banned: HashMap<PeerId, Instant>,
+    counts: HashMap<String, u64>,
+}
+
+/// Most peers scored individually.
+const MAX_LEDGER: usize = 65_536;
+
+impl PeerLedger {
+    /// Charge `peer`; returns true when this pushes it past the threshold
+    /// (the caller disconnects and bans it).
+    pub fn charge(&mut self, peer: PeerId, reason: NetRejection, now: Instant) -> bool {
+        *self.counts.entry(reason.name()).or_insert(0) += 1;
+        if !self.penalty.contains_key(&peer) && self.penalty.len() >= MAX_LEDGER {
+            return false;
+        }
+        let p = self.penalty.entry(peer).or_insert(0);
+        let before = *p;
+        *p = p.saturating_add(reason.penalty());
+        if before < BAN_THRESHOLD && *p >= BAN_THRESHOLD {
+            self.banned.insert(peer, now + BAN_DURATION);
+            return true;
+        }
+        false
+    }
+
+    pub fn penalty(&self, peer: &PeerId) -> u64 {
+        self.penalty.get(peer).copied().unwrap_or(0)
+    }
+
+    /// Whether `peer` is banned at `now` (expired bans are lifted and the
+    /// peer starts again from a clean score).
+    pub fn is_banned(&mut self, peer: &PeerId, now: Instant) -> bool {
+        match self.banned.get(peer) {
+            Some(until) if *until > now => true,
+            Some(_) => {
+                self.banned.remove(peer);
+                self.penalty.remove(peer);
+                false
+            }
+            None => false,
+        }
+    }
+
+    /// Peers whose ban has run out.
+    pub fn expired(&mut self, now: Instant) -> Vec<PeerId> {
+        let done: Vec<PeerId> = self.banned.iter().filter(|(_, u)| **u <= now).map(|(p, _)| *p).collect();
+        for p in &done {
+            self.banned.remove(p);
+            self.penalty.remove(p);
+        }
+        done
+    }
+
+    /// Refusals counted by reason name.
+    pub fn counts(&self) -> Vec<(String, u64)> {
+        let mut v: Vec<_> = self.counts.iter().map(|(k, c)| (k.clone(), *c)).collect();
+        v.sort();
+        v
+    }
+
+    pub fn banned_count(&self) -> usize {
+        self.banned.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use murmur_protocol::NodeKey;
+
+    #[test]
+    fn keys_and_peer_ids_are_one_identity() {
+        let key = NodeKey::from_seed([5; 32]);
+        let mut seed = key.seed();
+        let sk = identity::ed25519::SecretKey::try_from_bytes(&mut seed).expect("seed");
+        let kp = identity::Keypair::from(identity::ed25519::Keypair::from(sk));
+        let peer = kp.public().to_peer_id();
+        assert_eq!(peer_id_of(&key.public()), Some(peer));
+        assert_eq!(public_key_of(&peer), Some(key.public()));
+        assert_eq!(public_key_of(&PeerId::random()), None);
+    }
+
+    #[test]
+    fn bans_past_the_threshold_and_expire() {
+        let mut l = PeerLedger::default();
+        let p = PeerId::random();
+        let t0 = Instant::now();
+        assert!(!l.charge(p, NetRejection::BadSignature, t0));
+        assert!(!l.charge(p, NetRejection::Malformed, t0));
+        assert!(!l.is_banned(&p, t0));
+        assert!(l.charge(p, NetRejection::Oversized, t0));
+        assert!(l.is_banned(&p, t0));
+        assert!(!l.charge(p, NetRejection::Oversized, t0), "already banned");
+        assert_eq!(l.expired(t0 + BAN_DURATION), vec![p]);
+        assert!(!l.is_banned(&p, t0 + BAN_DURATION));
+        assert_eq!(l.penalty(&p), 0);
+    }
+}

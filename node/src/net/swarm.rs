@@ -1,0 +1,380 @@
+//! The swarm task: the one owner of the libp2p `Swarm`. It carries out
+//! commands from handles, validates gossip before gossipsub may forward it,
+//! answers transfer requests through the `ContentServer` on blocking
+//! threads, keeps peers discovered (Kademlia, mDNS, identify), and scores
+//! and bans misbehaving peers.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use libp2p::gossipsub::{self, MessageAcceptance, TopicHash};
+use libp2p::multiaddr::Protocol;
+use libp2p::request_response::{self, OutboundRequestId, ResponseChannel};
+use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
+use libp2p::swarm::SwarmEvent;
+use libp2p::{identify, kad, mdns, Multiaddr, PeerId, Swarm};
+use tokio::sync::{mpsc, oneshot};
+
+use super::behaviour::{parse_agent, MurmurBehaviour, MurmurBehaviourEvent};
+use super::gossip::{self, TopicKind};
+use super::peers::{NetRejection, PeerLedger};
+use super::xfer::{FrameError, XferRequest, XferResponse};
+use super::{Command, ContentServer, NetConfig, NetError, NetEvent, NetStats, PeerInfo, Role};
+
+/// How often the task refreshes the DHT and dials known peers.
+const MAINTENANCE: Duration = Duration::from_secs(3);
+
+type Reply = oneshot::Sender<Result<XferResponse, NetError>>;
+
+pub(crate) struct SwarmTask {
+    swarm: Swarm<MurmurBehaviour>,
+    cfg: NetConfig,
+    server: Arc<dyn ContentServer>,
+    events: mpsc::Sender<NetEvent>,
+    stats: Arc<NetStats>,
+    topics: HashMap<TopicHash, TopicKind>,
+    pending: HashMap<OutboundRequestId, Reply>,
+    roles: HashMap<PeerId, Role>,
+    listen: Vec<Multiaddr>,
+    ledger: PeerLedger,
+    serving: Arc<AtomicUsize>,
+    served_tx: mpsc::Sender<(ResponseChannel<XferResponse>, XferResponse)>,
+    served_rx: mpsc::Receiver<(ResponseChannel<XferResponse>, XferResponse)>,
+    bootstrap_peers: HashSet<PeerId>,
+    circuit_requested: bool,
+}
+
+fn peer_of(addr: &Multiaddr) -> Option<PeerId> {
+    addr.iter().find_map(|p| match p {
+        Protocol::P2p(id) => Some(id),
+        _ => None,
+    })
+}
+
+impl SwarmTask {
+    pub(crate) fn new(
+        mut swarm: Swarm<MurmurBehaviour>,
+        cfg: NetConfig,
+        server: Arc<dyn ContentServer>,
+        events: mpsc::Sender<NetEvent>,
+        stats: Arc<NetStats>,
+    ) -> Result<Self, NetError> {
+        let mut topics = HashMap::new();
+        for kind in TopicKind::ALL {
+            let t = kind.topic(&cfg.run);
+            swarm
+                .behaviour_mut()
+                .gossip
+                .subscribe(&t)
+                .map_err(|e| NetError::Setup(format!("subscribe: {e}")))?;
+            topics.insert(t.hash(), kind);
+        }
+        for addr in &cfg.listen {
+            swarm.listen_on(addr.clone()).map_err(|e| NetError::Setup(format!("listen on {addr}: {e}")))?;
+        }
+        let mut bootstrap_peers = HashSet::new();
+        for addr in &cfg.bootstrap {
+            if let Some(peer) = peer_of(addr) {
+                swarm.behaviour_mut().kad.add_address(&peer, addr.clone());
+                bootstrap_peers.insert(peer);
+            }
+            if let Err(e) = swarm.dial(addr.clone()) {
+                tracing::warn!("dialling bootstrap {addr}: {e}");
+            }
+        }
+        let (served_tx, served_rx) = mpsc::channel(256);
+        Ok(Self {
+            swarm,
+            cfg,
+            server,
+            events,
+            stats,
+            topics,
+            pending: HashMap::new(),
+            roles: HashMap::new(),
+            listen: Vec::new(),
+            ledger: PeerLedger::default(),
+            serving: Arc::new(AtomicUsize::new(0)),
+            served_tx,
+            served_rx,
+            bootstrap_peers,
+            circuit_requested: false,
+        })
+    }
+
+    pub(crate) async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
+        let mut tick = tokio::time::interval(MAINTENANCE);
+        loop {
+            tokio::select! {
+                ev = self.swarm.select_next_some() => self.on_swarm_event(ev).await,
+                cmd = commands.recv() => match cmd {
+                    Some(cmd) => self.on_command(cmd).await,
+                    None => break,
+                },
+                Some((channel, response)) = self.served_rx.recv() => {
+                    if let XferResponse::Chunk(b) = &response {
+                        NetStats::add(&self.stats.served_bytes, b.len() as u64);
+                    }
+                    let _ = self.swarm.behaviour_mut().xfer.send_response(channel, response);
+                }
+                _ = tick.tick() => self.maintain(),
+            }
+        }
+        tracing::debug!("network task stopped");
+    }
+
+    async fn emit(&mut self, ev: NetEvent) {
+        let _ = self.events.send(ev).await;
+    }
+
+    async fn charge(&mut self, peer: PeerId, reason: NetRejection) {
+        NetStats::add(&self.stats.rejections, 1);
+        tracing::info!(%peer, reason = %reason.name(), "refused peer traffic");
+        self.emit(NetEvent::Rejected { peer, reason }).await;
+        if self.ledger.charge(peer, reason, Instant::now()) {
+            tracing::warn!(%peer, penalty = self.ledger.penalty(&peer), "banning peer");
+            NetStats::add(&self.stats.bans, 1);
+            self.swarm.behaviour_mut().blocked.block_peer(peer);
+            self.swarm.behaviour_mut().gossip.blacklist_peer(&peer);
+            self.swarm.behaviour_mut().kad.remove_peer(&peer);
+            let _ = self.swarm.disconnect_peer_id(peer);
+            self.emit(NetEvent::Banned { peer }).await;
+        }
+    }
+
+    fn maintain(&mut self) {
+        let now = Instant::now();
+        for peer in self.ledger.expired(now) {
+            self.swarm.behaviour_mut().blocked.unblock_peer(peer);
+            self.swarm.behaviour_mut().gossip.remove_blacklisted_peer(&peer);
+        }
+        let connected: HashSet<PeerId> = self.swarm.connected_peers().copied().collect();
+        if connected.is_empty() {
+            for addr in self.cfg.bootstrap.clone() {
+                let _ = self.swarm.dial(addr);
+            }
+        }
+        let _ = self.swarm.behaviour_mut().kad.bootstrap();
+        let me = *self.swarm.local_peer_id();
+        let mut known = Vec::new();
+        for bucket in self.swarm.behaviour_mut().kad.kbuckets() {
+            for entry in bucket.iter() {
+                known.push(*entry.node.key.preimage());
+            }
+        }
+        let room = (self.cfg.max_connections as usize).saturating_sub(connected.len());
+        for peer in known.into_iter().filter(|p| *p != me && !connected.contains(p)).take(room) {
+            if self.ledger.is_banned(&peer, now) {
+                continue;
+            }
+            let opts = DialOpts::peer_id(peer).condition(PeerCondition::DisconnectedAndNotDialing).build();
+            let _ = self.swarm.dial(opts);
+        }
+    }
+
+    async fn on_command(&mut self, cmd: Command) {
+        match cmd {
+            Command::Publish { kind, bytes, reply } => {
+                let n = bytes.len() as u64;
+                let topic = kind.topic(&self.cfg.run);
+                let r = match self.swarm.behaviour_mut().gossip.publish(topic, bytes) {
+                    Ok(_) => {
+                        NetStats::add(&self.stats.gossip_bytes_out, n);
+                        Ok(())
+                    }
+                    Err(e) => Err(NetError::Publish(e.to_string())),
+                };
+                let _ = reply.send(r);
+            }
+            Command::Request { peer, request, reply } => {
+                let id = self.swarm.behaviour_mut().xfer.send_request(&peer, request);
+                self.pending.insert(id, reply);
+            }
+            Command::Penalize { peer, reason } => self.charge(peer, reason).await,
+            Command::Dial { addr, reply } => {
+                let _ = reply.send(self.swarm.dial(addr).map_err(|e| NetError::Dial(e.to_string())));
+            }
+            Command::Peers { reply } => {
+                let peers = self
+                    .swarm
+                    .connected_peers()
+                    .map(|p| PeerInfo { peer: *p, role: self.roles.get(p).copied() })
+                    .collect();
+                let _ = reply.send(peers);
+            }
+            Command::ListenAddrs { reply } => {
+                let _ = reply.send(self.listen.clone());
+            }
+            Command::Rejections { reply } => {
+                let _ = reply.send(self.ledger.counts());
+            }
+        }
+    }
+
+    async fn on_swarm_event(&mut self, ev: SwarmEvent<MurmurBehaviourEvent>) {
+        match ev {
+            SwarmEvent::NewListenAddr { address, .. } => {
+                let me = *self.swarm.local_peer_id();
+                let full =
+                    if peer_of(&address).is_some() { address } else { address.with(Protocol::P2p(me)) };
+                self.listen.push(full.clone());
+                self.emit(NetEvent::Listening(full)).await;
+            }
+            SwarmEvent::ExpiredListenAddr { address, .. } => {
+                self.listen.retain(|a| !a.to_string().starts_with(&address.to_string()));
+            }
+            SwarmEvent::ConnectionEstablished { peer_id, num_established, .. } => {
+                if num_established.get() == 1 {
+                    NetStats::add(&self.stats.connected, 1);
+                }
+                if self.ledger.is_banned(&peer_id, Instant::now()) {
+                    let _ = self.swarm.disconnect_peer_id(peer_id);
+                }
+                if self.cfg.role == Role::Private
+                    && !self.circuit_requested
+                    && self.bootstrap_peers.contains(&peer_id)
+                {
+                    self.request_circuit(peer_id);
+                }
+            }
+            SwarmEvent::ConnectionClosed { peer_id, num_established: 0, .. } => {
+                self.stats.connected.fetch_sub(1, Ordering::Relaxed);
+                if self.roles.remove(&peer_id).is_some() {
+                    self.emit(NetEvent::PeerLeft { peer: peer_id }).await;
+                }
+            }
+            SwarmEvent::Behaviour(b) => self.on_behaviour(b).await,
+            _ => {}
+        }
+    }
+
+    /// A private node listens through a relay circuit at a bootstrap server.
+    fn request_circuit(&mut self, relay: PeerId) {
+        let Some(addr) = self.cfg.bootstrap.iter().find(|a| peer_of(a) == Some(relay)).cloned() else {
+            return;
+        };
+        match self.swarm.listen_on(addr.with(Protocol::P2pCircuit)) {
+            Ok(_) => self.circuit_requested = true,
+            Err(e) => tracing::warn!("relay circuit via {relay}: {e}"),
+        }
+    }
+
+    async fn on_behaviour(&mut self, ev: MurmurBehaviourEvent) {
+        match ev {
+            MurmurBehaviourEvent::Gossip(gossipsub::Event::Message {
+                propagation_source,
+                message_id,
+                message,
+                ..
+            }) => {
+                NetStats::add(&self.stats.gossip_bytes_in, message.data.len() as u64);
+                let verdict = match self.topics.get(&message.topic) {
+                    Some(kind) => gossip::validate(*kind, &self.cfg.run, &message.data),
+                    None => Err(NetRejection::Malformed),
+                };
+                let acceptance =
+                    if verdict.is_ok() { MessageAcceptance::Accept } else { MessageAcceptance::Reject };
+                let _ = self.swarm.behaviour_mut().gossip.report_message_validation_result(
+                    &message_id,
+                    &propagation_source,
+                    acceptance,
+                );
+                match verdict {
+                    Ok(msg) => self.emit(NetEvent::Gossip { from: propagation_source, message: msg }).await,
+                    Err(reason) => self.charge(propagation_source, reason).await,
+                }
+            }
+            MurmurBehaviourEvent::Identify(identify::Event::Received { peer_id, info, .. }) => {
+                for addr in &info.listen_addrs {
+                    self.swarm.behaviour_mut().kad.add_address(&peer_id, addr.clone());
+                }
+                let Some((role, run)) = parse_agent(&info.agent_version) else { return };
+                if run != self.cfg.run.to_hex() {
+                    return;
+                }
+                if self.roles.insert(peer_id, role).is_none() {
+                    if role == Role::Bootstrap {
+                        self.bootstrap_peers.insert(peer_id);
+                    }
+                    self.emit(NetEvent::PeerJoined { peer: peer_id, role }).await;
+                }
+            }
+            MurmurBehaviourEvent::Mdns(mdns::Event::Discovered(list)) => {
+                for (peer, addr) in list {
+                    self.swarm.behaviour_mut().kad.add_address(&peer, addr.clone());
+                    let _ = self.swarm.dial(DialOpts::peer_id(peer).addresses(vec![addr]).build());
+                }
+            }
+            MurmurBehaviourEvent::Kad(kad::Event::RoutingUpdated { peer, .. }) => {
+                if !self.swarm.is_connected(&peer) && !self.ledger.is_banned(&peer, Instant::now()) {
+                    let opts =
+                        DialOpts::peer_id(peer).condition(PeerCondition::DisconnectedAndNotDialing).build();
+                    let _ = self.swarm.dial(opts);
+                }
+            }
+            MurmurBehaviourEvent::Xfer(ev) => self.on_xfer(ev).await,
+            _ => {}
+        }
+    }
+
+    async fn on_xfer(&mut self, ev: request_response::Event<XferRequest, XferResponse>) {
+        match ev {
+            request_response::Event::Message { peer, message, .. } => match message {
+                request_response::Message::Request { request, channel, .. } => {
+                    self.serve(peer, request, channel)
+                }
+                request_response::Message::Response { request_id, response } => {
+                    if let XferResponse::Chunk(b) = &response {
+                        NetStats::add(&self.stats.fetched_bytes, b.len() as u64);
+                    }
+                    if let Some(reply) = self.pending.remove(&request_id) {
+                        let _ = reply.send(Ok(response));
+                    }
+                }
+            },
+            request_response::Event::OutboundFailure { peer, request_id, error, .. } => {
+                if let Some(reply) = self.pending.remove(&request_id) {
+                    let _ = reply.send(Err(NetError::Request { peer, why: error.to_string() }));
+                }
+            }
+            request_response::Event::InboundFailure {
+                peer,
+                error: request_response::InboundFailure::Io(e),
+                ..
+            } => match FrameError::of(&e) {
+                Some(FrameError::Oversized) => self.charge(peer, NetRejection::Oversized).await,
+                Some(FrameError::Malformed(_)) => self.charge(peer, NetRejection::Malformed).await,
+                None => tracing::debug!(%peer, "inbound transfer failed: {e}"),
+            },
+            _ => {}
+        }
+    }
+
+    fn serve(&mut self, peer: PeerId, request: XferRequest, channel: ResponseChannel<XferResponse>) {
+        NetStats::add(&self.stats.requests_served, 1);
+        if request == XferRequest::Status {
+            let status = self.server.status();
+            let _ = self.swarm.behaviour_mut().xfer.send_response(channel, XferResponse::Status(status));
+            return;
+        }
+        if self.serving.load(Ordering::Relaxed) >= self.cfg.serve_concurrency {
+            tracing::debug!(%peer, "busy: refusing a transfer request");
+            let _ = self.swarm.behaviour_mut().xfer.send_response(channel, XferResponse::Busy);
+            return;
+        }
+        self.serving.fetch_add(1, Ordering::Relaxed);
+        let server = self.server.clone();
+        let serving = self.serving.clone();
+        let tx = self.served_tx.clone();
+        tokio::spawn(async move {
+            let response = tokio::task::spawn_blocking(move || server.serve(&request))
+                .await
+                .unwrap_or(XferResponse::Busy);
+            serving.fetch_sub(1, Ordering::Relaxed);
+            let _ = tx.send((channel, response)).await;
+        });
+    }
+}

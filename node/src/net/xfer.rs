@@ -1,0 +1,363 @@
+//! The content-transfer protocol `/murmur/xfer/1.0.0`: run status, chunk
+//! tables and chunks of content-addressed blobs, as request-response frames.
+//!
+//! Every frame is a u32 little-endian length then that many bytes; the
+//! length is checked against the frame cap before anything is allocated.
+//! Decoders are total: malformed bytes are an error, never a panic.
+
+use futures::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use libp2p::StreamProtocol;
+use std::io;
+
+use crate::store::tree::{BlobKind, CHUNK_LEN, MAX_CHUNKS};
+
+/// Protocol id of the transfer protocol.
+pub const XFER_PROTOCOL: StreamProtocol = StreamProtocol::new("/murmur/xfer/1.0.0");
+/// Wire version byte of every frame body.
+pub const XFER_VERSION: u8 = 1;
+/// Largest request frame body.
+pub const MAX_REQUEST_BYTES: usize = 128;
+/// Largest RunSpec carried in a status response.
+pub const MAX_SPEC_BYTES: usize = 256 * 1024;
+/// Largest response frame body: one chunk plus its framing.
+pub const MAX_RESPONSE_BYTES: usize = CHUNK_LEN as usize + 64;
+
+/// A request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum XferRequest {
+    /// What run the peer serves and where it stands.
+    Status,
+    /// The chunk table of blob `id` (`len` bytes, as the requester expects).
+    Table { kind: BlobKind, id: [u8; 32], len: u64 },
+    /// Chunk `index` of blob `id` of `len` bytes.
+    Chunk { kind: BlobKind, id: [u8; 32], len: u64, index: u64 },
+}
+
+/// A peer's status: its run and its current position.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerStatus {
+    /// Canonical RunSpec bytes.
+    pub spec: Vec<u8>,
+    /// Round the peer is in.
+    pub round: u64,
+    /// The state it trains from in that round, when it holds one it serves.
+    pub state: Option<[u8; 32]>,
+    /// Whether the peer trains (bootstrap servers and observers do not).
+    pub trainer: bool,
+}
+
+/// A response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum XferResponse {
+    Status(PeerStatus),
+    Table(Vec<[u8; 32]>),
+    Chunk(Vec<u8>),
+    NotFound,
+    Busy,
+}
+
+/// Why a frame was refused (carried inside the `io::Error` the codec returns,
+/// so the swarm can charge the sender with a typed reason).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    #[error("frame exceeds its cap")]
+    Oversized,
+    #[error("malformed frame: {0}")]
+    Malformed(&'static str),
+}
+
+impl FrameError {
+    /// The frame error inside an I/O error from the codec, if any.
+    pub fn of(e: &io::Error) -> Option<FrameError> {
+        e.get_ref().and_then(|inner| inner.downcast_ref::<FrameError>()).copied()
+    }
+}
+
+/// Malformed frame.
+fn bad(what: &'static str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, FrameError::Malformed(what))
+}
+
+struct Cursor<'a>(&'a [u8]);
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> io::Result<&'a [u8]> {
+        if self.0.len() < n {
+            return Err(bad("truncated frame"));
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Ok(a)
+    }
+    fn u8(&mut self) -> io::Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> io::Result<u32> {
+        let b = self.take(4)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn u64(&mut self) -> io::Result<u64> {
+        let mut a = [0u8; 8];
+        a.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(a))
+    }
+    fn id(&mut self) -> io::Result<[u8; 32]> {
+        let mut a = [0u8; 32];
+        a.copy_from_slice(self.take(32)?);
+        Ok(a)
+    }
+    fn kind(&mut self) -> io::Result<BlobKind> {
+        BlobKind::from_u8(self.u8()?).ok_or_else(|| bad("unknown blob kind"))
+    }
+    fn finish(self) -> io::Result<()> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(bad("trailing bytes"))
+        }
+    }
+    fn header(&mut self) -> io::Result<u8> {
+        if self.u8()? != XFER_VERSION {
+            return Err(bad("unsupported transfer protocol version"));
+        }
+        self.u8()
+    }
+}
+
+impl XferRequest {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = vec![XFER_VERSION];
+        match self {
+            XferRequest::Status => out.push(1),
+            XferRequest::Table { kind, id, len } => {
+                out.extend([2, kind.to_u8()]);
+                out.extend_from_slice(id);
+                out.extend_from_slice(&len.to_le_bytes());
+            }
+            XferRequest::Chunk { kind, id, len, index } => {
+                out.extend([3, kind.to_u8()]);
+                out.extend_from_slice(id);
+                out.extend_from_slice(&len.to_le_bytes());
+                out.extend_from_slice(&index.to_le_bytes());
+            }
+        }
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> io::Result<Self> {
+        let mut c = Cursor(bytes);
+        let r = match c.header()? {
+            1 => XferRequest::Status,
+            2 => XferRequest::Table { kind: c.kind()?, id: c.id()?, len: c.u64()? },
+            3 => XferRequest::Chunk { kind: c.kind()?, id: c.id()?, len: c.u64()?, index: c.u64()? },
+            _ => return Err(bad("unknown request")),
+        };
+        c.finish()?;
+        Ok(r)
+    }
+}
+
+impl XferResponse {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = vec![XFER_VERSION];
+        match self {
+            XferResponse::Status(s) => {
+                out.push(1);
+                out.extend_from_slice(&(s.spec.len() as u32).to_le_bytes());
+                out.extend_from_slice(&s.spec);
+                out.extend_from_slice(&s.round.to_le_bytes());
+                match s.state {
+                    Some(id) => {
+                        out.push(1);
+                        out.extend_from_slice(&id);
+                    }
+                    None => out.push(0),
+                }
+                out.push(u8::from(s.trainer));
+            }
+            XferResponse::Table(t) => {
+                out.push(2);
+                out.extend_from_slice(&(t.len() as u32).to_le_bytes());
+                for e in t {
+                    out.extend_from_slice(e);
+                }
+            }
+            XferResponse::Chunk(b) => {
+                out.push(3);
+                out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+                out.extend_from_slice(b);
+            }
+            XferResponse::NotFound => out.push(4),
+            XferResponse::Busy => out.push(5),
+        }
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> io::Result<Self> {
+        let mut c = Cursor(bytes);
+        let r = match c.header()? {
+            1 => {
+                let n = c.u32()? as usize;
+                if n > MAX_SPEC_BYTES {
+                    return Err(bad("run spec too long"));
+                }
+                let spec = c.take(n)?.to_vec();
+                let round = c.u64()?;
+                let state = match c.u8()? {
+                    0 => None,
+                    1 => Some(c.id()?),
+                    _ => return Err(bad("bad flag")),
+                };
+                let trainer = match c.u8()? {
+                    0 => false,
+                    1 => true,
+                    _ => return Err(bad("bad flag")),
+                };
+                XferResponse::Status(PeerStatus { spec, round, state, trainer })
+            }
+            2 => {
+                let n = c.u32()? as usize;
+                if n as u64 > MAX_CHUNKS || n.saturating_mul(32) > c.0.len() {
+                    return Err(bad("chunk table too long"));
+                }
+                let mut t = Vec::with_capacity(n);
+                for _ in 0..n {
+                    t.push(c.id()?);
+                }
+                XferResponse::Table(t)
+            }
+            3 => {
+                let n = c.u32()? as usize;
+                if n as u64 > CHUNK_LEN {
+                    return Err(bad("chunk too long"));
+                }
+                XferResponse::Chunk(c.take(n)?.to_vec())
+            }
+            4 => XferResponse::NotFound,
+            5 => XferResponse::Busy,
+            _ => return Err(bad("unknown response")),
+        };
+        c.finish()?;
+        Ok(r)
+    }
+}
+
+async fn read_frame<T: AsyncRead + Unpin + Send>(io: &mut T, cap: usize) -> io::Result<Vec<u8>> {
+    let mut len = [0u8; 4];
+    io.read_exact(&mut len).await?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > cap {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, FrameError::Oversized));
+    }
+    let mut buf = vec![0u8; len];
+    io.read_exact(&mut buf).await?;
+    Ok(buf)
+}
+
+async fn write_frame<T: AsyncWrite + Unpin + Send>(io: &mut T, body: &[u8]) -> io::Result<()> {
+    io.write_all(&(body.len() as u32).to_le_bytes()).await?;
+    io.write_all(body).await?;
+    io.close().await
+}
+
+/// The request-response codec of the transfer protocol.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct XferCodec;
+
+impl libp2p::request_response::Codec for XferCodec {
+    type Protocol = StreamProtocol;
+    type Request = XferRequest;
+    type Response = XferResponse;
+
+    async fn read_request<T: AsyncRead + Unpin + Send>(
+        &mut self,
+        _: &StreamProtocol,
+        io: &mut T,
+    ) -> io::Result<XferRequest> {
+        XferRequest::decode(&read_frame(io, MAX_REQUEST_BYTES).await?)
+    }
+
+    async fn read_response<T: AsyncRead + Unpin + Send>(
+        &mut self,
+        _: &StreamProtocol,
+        io: &mut T,
+    ) -> io::Result<XferResponse> {
+        XferResponse::decode(&read_frame(io, MAX_RESPONSE_BYTES).await?)
+    }
+
+    async fn write_request<T: AsyncWrite + Unpin + Send>(
+        &mut self,
+        _: &StreamProtocol,
+        io: &mut T,
+        req: XferRequest,
+    ) -> io::Result<()> {
+        write_frame(io, &req.encode()).await
+    }
+
+    async fn write_response<T: AsyncWrite + Unpin + Send>(
+        &mut self,
+        _: &StreamProtocol,
+        io: &mut T,
+        res: XferResponse,
+    ) -> io::Result<()> {
+        write_frame(io, &res.encode()).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_message_round_trips() {
+        let reqs = [
+            XferRequest::Status,
+            XferRequest::Table { kind: BlobKind::State, id: [7; 32], len: 99 },
+            XferRequest::Chunk { kind: BlobKind::Delta, id: [1; 32], len: 5 << 20, index: 3 },
+        ];
+        for r in reqs {
+            let b = r.encode();
+            assert!(b.len() <= MAX_REQUEST_BYTES);
+            assert_eq!(XferRequest::decode(&b).expect("decodes"), r);
+        }
+        let resps = [
+            XferResponse::Status(PeerStatus {
+                spec: vec![1, 2, 3],
+                round: 9,
+                state: Some([4; 32]),
+                trainer: true,
+            }),
+            XferResponse::Status(PeerStatus { spec: vec![], round: 0, state: None, trainer: false }),
+            XferResponse::Table(vec![[1; 32], [2; 32]]),
+            XferResponse::Chunk(vec![5; 1000]),
+            XferResponse::NotFound,
+            XferResponse::Busy,
+        ];
+        for r in resps {
+            assert_eq!(XferResponse::decode(&r.encode()).expect("decodes"), r);
+        }
+    }
+
+    #[test]
+    fn malformed_frames_are_errors() {
+        assert!(XferRequest::decode(&[]).is_err());
+        assert!(XferRequest::decode(&[2, 1]).is_err());
+        assert!(XferRequest::decode(&[1, 9]).is_err());
+        assert!(XferRequest::decode(&[1, 2, 3]).is_err());
+        let mut b = XferRequest::Status.encode();
+        b.push(0);
+        assert!(XferRequest::decode(&b).is_err());
+        // A table that claims more entries than it carries, or than any blob has.
+        let mut t = vec![1, 2];
+        t.extend_from_slice(&u32::MAX.to_le_bytes());
+        assert!(XferResponse::decode(&t).is_err());
+        let mut c = vec![1, 3];
+        c.extend_from_slice(&((CHUNK_LEN as u32) + 1).to_le_bytes());
+        assert!(XferResponse::decode(&c).is_err());
+        for n in 0..40u8 {
+            let junk: Vec<u8> = (0..n).map(|i| i.wrapping_mul(37)).collect();
+            let _ = XferResponse::decode(&junk);
+            let _ = XferRequest::decode(&junk);
+        }
+    }
+}

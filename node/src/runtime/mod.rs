@@ -1,0 +1,123 @@
+//! The node runtime: the one place where compute and network meet.
+//!
+//! `run_node` learns the run (from a bootstrap server), reopens the node's
+//! store, starts the network and the trainer thread, cold-starts from the
+//! peers' latest committed state, and then runs the round loop (`node`):
+//! train H steps, publish the manifest, serve the payload, fetch the
+//! others', aggregate, commit, re-sync when the majority disagrees.
+//!
+//! - `spec`: default run, model shape, genesis.
+//! - `startup`: spec discovery, stored position, cold start.
+//! - `trainer`: the compute thread.
+//! - `server`: what the node serves on the transfer protocol.
+//! - `node`: the event loop.
+//! - `report`: JSON / human output.
+
+pub mod node;
+pub mod report;
+pub mod server;
+pub mod spec;
+pub mod startup;
+pub mod trainer;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use libp2p::Multiaddr;
+use murmur_protocol::RunSpec;
+use serde_json::json;
+use thiserror::Error;
+
+use crate::net::{self, NetConfig, NetError, Role};
+use crate::store::{keyfile, Store, StoreError};
+use report::Reporter;
+use server::{ServedStatus, StoreServer};
+
+/// Why the node could not run.
+#[derive(Debug, Error)]
+pub enum RuntimeError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Net(#[from] NetError),
+    #[error(transparent)]
+    Spec(#[from] spec::SpecError),
+    #[error("{0}")]
+    Config(String),
+    #[error("trainer: {0}")]
+    Trainer(String),
+}
+
+/// How `murmur node` runs.
+#[derive(Debug, Clone)]
+pub struct NodeOptions {
+    pub bootstrap: Vec<Multiaddr>,
+    pub data_dir: PathBuf,
+    pub listen: Vec<Multiaddr>,
+    /// Accept no inbound connections: dial out, listen through a relay circuit.
+    pub private: bool,
+    pub mdns: bool,
+    pub json: bool,
+    /// The run to start when no bootstrap server is given.
+    pub spec: Option<RunSpec>,
+    /// How long to wait for peers before choosing a starting state.
+    pub discovery_wait: Duration,
+}
+
+/// Run a training node until the process is stopped.
+pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
+    let started = Instant::now();
+    let out = Reporter { json: opts.json };
+    let store = Arc::new(Store::open(&opts.data_dir)?);
+    let key = keyfile::load_or_create(&store.key_path())?;
+    let spec = if !opts.bootstrap.is_empty() {
+        startup::discover_spec(&key, &opts.bootstrap, Duration::from_secs(60)).await?
+    } else if let Some(s) = opts.spec.clone() {
+        s
+    } else if let Some(s) = store.meta.spec()?.and_then(|b| RunSpec::decode(&b).ok()) {
+        s
+    } else {
+        spec::run_spec(&spec::RunParams::default())?
+    };
+    store.meta.set_spec(&spec.encode())?;
+    let cfg = spec::model_config(&spec)?;
+    let (mine, resumed) = startup::load_position(&store, &spec)?;
+    // Deltas from before a restart are of no further use; older states neither.
+    store.blobs.retain(crate::store::BlobKind::Delta, &[])?;
+    store.blobs.retain(crate::store::BlobKind::State, &[mine.id().0])?;
+    let peer_id = net::peer_id_of(&key.public()).map(|p| p.to_string()).unwrap_or_default();
+    out.event(
+        "started",
+        json!({
+            "peer_id": peer_id,
+            "run": spec.run_id().to_hex(),
+            "round": mine.round,
+            "state_id": mine.id().to_hex(),
+            "resumed": resumed,
+            "params": spec.model.param_count,
+            "data_dir": opts.data_dir.display().to_string(),
+        }),
+    );
+    let server = Arc::new(StoreServer::new(store.clone(), spec.encode(), true));
+    server.set_status(ServedStatus { round: mine.round, state: Some(mine.id().0) });
+    let role = if opts.private { Role::Private } else { Role::Trainer };
+    let mut ncfg = NetConfig::new(key.clone(), spec.run_id(), role);
+    ncfg.listen = if opts.private { Vec::new() } else { opts.listen.clone() };
+    ncfg.bootstrap = opts.bootstrap.clone();
+    ncfg.mdns = opts.mdns;
+    let (net, mut events) = net::start(ncfg, server.clone())?;
+    let (state, replay) =
+        startup::cold_start(&net, &mut events, &store, &spec, mine, opts.discovery_wait, out).await;
+    server.set_status(ServedStatus { round: state.round, state: Some(state.id().0) });
+    let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
+    let shard = u64::from(u16::from_le_bytes([key.public().0[0], key.public().0[1]]));
+    let trainer = trainer::spawn(&spec, cfg, shard, done_tx).map_err(RuntimeError::Trainer)?;
+    out.event(
+        "joined",
+        json!({ "round": state.round, "state_id": state.id().to_hex(), "device": trainer.device }),
+    );
+    let node = node::Node::new(spec, key, store, net, server, trainer, state, out, started);
+    node.run(events, done_rx, replay).await;
+    Ok(())
+}

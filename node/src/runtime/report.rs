@@ -1,0 +1,65 @@
+//! What a node tells its operator: one JSON object per line with `--json`
+//! (one `"event":"round"` object per closed round with at least `round`,
+//! `state_id`, `val_loss` and `included`), or short human lines otherwise.
+
+use serde_json::{json, Value};
+
+/// Prints node events.
+#[derive(Debug, Clone, Copy)]
+pub struct Reporter {
+    pub json: bool,
+}
+
+impl Reporter {
+    /// Print `value` (an object with an `event` field).
+    pub fn emit(&self, value: Value) {
+        if self.json {
+            println!("{value}");
+        } else {
+            println!("{}", human(&value));
+        }
+    }
+
+    pub fn event(&self, event: &str, mut fields: Value) {
+        if let Value::Object(m) = &mut fields {
+            m.insert("event".into(), json!(event));
+        }
+        self.emit(fields);
+    }
+}
+
+fn human(v: &Value) -> String {
+    let event = v.get("event").and_then(Value::as_str).unwrap_or("?");
+    match event {
+        "round" => format!(
+            "round {:>4}  state {}  val_loss {}  included {}  train {:.0}%",
+            v["round"],
+            v["state_id"].as_str().map(|s| &s[..s.len().min(16)]).unwrap_or("?"),
+            v["val_loss"].as_f64().map(|x| format!("{x:.4}")).unwrap_or_else(|| "-".into()),
+            v["included"],
+            v["train_frac"].as_f64().unwrap_or(0.0) * 100.0,
+        ),
+        _ => {
+            let mut s = event.to_string();
+            if let Value::Object(m) = v {
+                for (k, x) in m.iter().filter(|(k, _)| k.as_str() != "event") {
+                    s.push_str(&format!("  {k}={x}"));
+                }
+            }
+            s
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_lines_read_well() {
+        let v = json!({"event": "round", "round": 3, "state_id": "abcdef0123456789abcd", "val_loss": 2.5, "included": 2, "train_frac": 0.95});
+        let h = human(&v);
+        assert!(h.contains("round    3") && h.contains("abcdef0123456789 ") && h.contains("2.5000"), "{h}");
+        assert!(human(&json!({"event": "joined", "round": 1})).starts_with("joined  round=1"));
+    }
+}

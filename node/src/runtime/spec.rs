@@ -1,0 +1,136 @@
+//! Runs as the node sees them: the built-in default RunSpec (tiny preset,
+//! synthetic data), the model shape a spec names, and the genesis state,
+//! a deterministic function of the spec (init_params(config, seed)).
+
+use murmur_protocol::{
+    initial_momentum, AdmissionPolicy, Codec, InnerOptimizer, ModelShape, OuterOptimizer, RobustMode,
+    RunSpec, TrainingState,
+};
+use thiserror::Error;
+
+use crate::model::{init_params, ModelConfig};
+
+/// A spec this build cannot run.
+#[derive(Debug, Error)]
+pub enum SpecError {
+    #[error("run spec names model preset `{0}`, which this build does not know")]
+    UnknownPreset(String),
+    #[error("run spec's model shape does not match preset `{0}` in this build")]
+    ShapeMismatch(String),
+}
+
+/// Knobs of the default run (what `murmur-bootstrap` flags change).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunParams {
+    pub preset: String,
+    pub data: String,
+    pub inner_steps: u32,
+    pub batch_size: u32,
+    pub lr: f32,
+    pub warmup_steps: u32,
+    pub quorum: u32,
+    pub round_deadline_secs: u32,
+    pub codec: Codec,
+    pub seed: u64,
+}
+
+impl Default for RunParams {
+    fn default() -> Self {
+        Self {
+            preset: "tiny".into(),
+            data: "synthetic".into(),
+            inner_steps: 100,
+            batch_size: 8,
+            lr: 3e-3,
+            warmup_steps: 20,
+            quorum: 1,
+            round_deadline_secs: 120,
+            codec: Codec::Int8Block { block: 256 },
+            seed: 1,
+        }
+    }
+}
+
+/// The model shape of `preset` in the spec's terms.
+pub fn model_shape(preset: &str) -> Result<ModelShape, SpecError> {
+    let c = ModelConfig::preset(preset).map_err(|_| SpecError::UnknownPreset(preset.to_string()))?;
+    Ok(ModelShape {
+        preset: preset.to_string(),
+        vocab_size: c.vocab_size as u32,
+        context_len: c.max_seq_len as u32,
+        n_layer: c.n_layer as u32,
+        n_head: c.n_head as u32,
+        d_model: c.n_embd as u32,
+        param_count: c.param_count() as u64,
+    })
+}
+
+/// Build a RunSpec from `p`.
+pub fn run_spec(p: &RunParams) -> Result<RunSpec, SpecError> {
+    Ok(RunSpec {
+        model: model_shape(&p.preset)?,
+        data: p.data.clone(),
+        inner: InnerOptimizer {
+            lr: p.lr,
+            beta1: 0.9,
+            beta2: 0.95,
+            eps: 1e-8,
+            weight_decay: 0.1,
+            grad_clip: 1.0,
+            warmup_steps: p.warmup_steps,
+            batch_size: p.batch_size,
+        },
+        inner_steps: p.inner_steps,
+        outer: OuterOptimizer::DILOCO,
+        codec: p.codec,
+        robust: RobustMode::Mean,
+        quorum: p.quorum,
+        round_deadline_secs: p.round_deadline_secs,
+        admission: AdmissionPolicy::Open,
+        seed: p.seed,
+    })
+}
+
+/// The model configuration of a spec, checked against this build's preset.
+pub fn model_config(spec: &RunSpec) -> Result<ModelConfig, SpecError> {
+    let preset = &spec.model.preset;
+    let c = ModelConfig::preset(preset).map_err(|_| SpecError::UnknownPreset(preset.clone()))?;
+    if model_shape(preset)? != spec.model {
+        return Err(SpecError::ShapeMismatch(preset.clone()));
+    }
+    Ok(c)
+}
+
+/// The genesis state S_0 of a run.
+pub fn genesis(spec: &RunSpec) -> Result<TrainingState, SpecError> {
+    let cfg = model_config(spec)?;
+    let params: Vec<f32> = init_params(&cfg, spec.seed).into_iter().flatten().collect();
+    let momentum = initial_momentum(spec.outer, params.len());
+    Ok(TrainingState { run: spec.run_id(), round: 0, params, momentum })
+}
+
+/// Bytes of every state payload of this run.
+pub fn state_len(spec: &RunSpec) -> u64 {
+    let copies = if spec.outer.has_momentum() { 2 } else { 1 };
+    murmur_protocol::state::STATE_HEADER_LEN as u64 + 4 * copies * spec.model.param_count
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_spec_is_valid_and_genesis_is_deterministic() {
+        let spec = run_spec(&RunParams::default()).expect("spec");
+        spec.validate().expect("valid");
+        assert_eq!(RunSpec::decode(&spec.encode()).expect("decodes"), spec);
+        let a = genesis(&spec).expect("genesis");
+        let b = genesis(&spec).expect("genesis");
+        assert_eq!(a.id(), b.id());
+        assert_eq!(a.params.len() as u64, spec.model.param_count);
+        assert_eq!(a.encode().len() as u64, state_len(&spec));
+        let mut other = RunParams::default();
+        other.seed = 2;
+        assert_ne!(genesis(&run_spec(&other).expect("spec")).expect("genesis").id(), a.id());
+    }
+}

@@ -1,0 +1,68 @@
+//! The node's identity on disk: a 32-byte ed25519 seed in a file readable by
+//! its owner only (mode 0600), created on first use.
+
+use std::fs;
+use std::io::Write;
+use std::path::Path;
+
+use super::StoreError;
+use murmur_protocol::NodeKey;
+
+/// Load the key at `path`, or create one from the OS's random source.
+pub fn load_or_create(path: &Path) -> Result<NodeKey, StoreError> {
+    match fs::read(path) {
+        Ok(bytes) => {
+            let seed = <[u8; 32]>::try_from(bytes.as_slice()).map_err(|_| StoreError::Corrupt("key file"))?;
+            Ok(NodeKey::from_seed(seed))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let mut seed = [0u8; 32];
+            rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut seed);
+            write_key(path, &seed)?;
+            Ok(NodeKey::from_seed(seed))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Write a seed to `path` with mode 0600 (temp file, fsync, rename).
+pub fn write_key(path: &Path, seed: &[u8; 32]) -> Result<(), StoreError> {
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir)?;
+    }
+    let tmp = path.with_extension("tmp");
+    let mut opts = fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        opts.mode(0o600);
+    }
+    let mut f = opts.open(&tmp)?;
+    f.write_all(seed)?;
+    f.sync_all()?;
+    fs::rename(&tmp, path)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn created_once_private_and_stable() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("node.key");
+        let a = load_or_create(&path).expect("create");
+        let b = load_or_create(&path).expect("load");
+        assert_eq!(a.public(), b.public());
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = fs::metadata(&path).expect("meta").permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        fs::write(&path, b"short").expect("write");
+        assert!(load_or_create(&path).is_err());
+    }
+}
