@@ -23,7 +23,7 @@ use super::NetHandle;
 use crate::store::tree::{self, BlobKind};
 
 /// Chunk requests in flight per peer.
-pub const IN_FLIGHT_PER_PEER: usize = 4;
+pub const IN_FLIGHT_PER_PEER: usize = 8;
 /// Attempts per chunk before the fetch gives up.
 const MAX_ATTEMPTS: u32 = 6;
 

@@ -44,7 +44,8 @@ pub(crate) struct SwarmTask {
     served_tx: mpsc::Sender<(ResponseChannel<XferResponse>, XferResponse)>,
     served_rx: mpsc::Receiver<(ResponseChannel<XferResponse>, XferResponse)>,
     bootstrap_peers: HashSet<PeerId>,
-    circuit_requested: bool,
+    /// The relay-circuit listener of a private node, while it is open.
+    circuit: Option<libp2p::core::transport::ListenerId>,
 }
 
 fn peer_of(addr: &Multiaddr) -> Option<PeerId> {
@@ -101,7 +102,7 @@ impl SwarmTask {
             served_tx,
             served_rx,
             bootstrap_peers,
-            circuit_requested: false,
+            circuit: None,
         })
     }
 
@@ -155,6 +156,11 @@ impl SwarmTask {
         if connected.is_empty() {
             for addr in self.cfg.bootstrap.clone() {
                 let _ = self.swarm.dial(addr);
+            }
+        }
+        if self.cfg.role == Role::Private && self.circuit.is_none() {
+            if let Some(relay) = self.bootstrap_peers.iter().find(|p| connected.contains(p)).copied() {
+                self.request_circuit(relay);
             }
         }
         let _ = self.swarm.behaviour_mut().kad.bootstrap();
@@ -218,6 +224,11 @@ impl SwarmTask {
         match ev {
             SwarmEvent::NewListenAddr { address, .. } => {
                 let me = *self.swarm.local_peer_id();
+                // A bootstrap server is reachable where it listens; saying so
+                // lets its relay server accept reservations at once.
+                if self.cfg.role == Role::Bootstrap {
+                    self.swarm.add_external_address(address.clone());
+                }
                 let full =
                     if peer_of(&address).is_some() { address } else { address.with(Protocol::P2p(me)) };
                 self.listen.push(full.clone());
@@ -234,7 +245,7 @@ impl SwarmTask {
                     let _ = self.swarm.disconnect_peer_id(peer_id);
                 }
                 if self.cfg.role == Role::Private
-                    && !self.circuit_requested
+                    && self.circuit.is_none()
                     && self.bootstrap_peers.contains(&peer_id)
                 {
                     self.request_circuit(peer_id);
@@ -244,6 +255,12 @@ impl SwarmTask {
                 self.stats.connected.fetch_sub(1, Ordering::Relaxed);
                 if self.roles.remove(&peer_id).is_some() {
                     self.emit(NetEvent::PeerLeft { peer: peer_id }).await;
+                }
+            }
+            SwarmEvent::ListenerClosed { listener_id, reason, .. } => {
+                if self.circuit == Some(listener_id) {
+                    tracing::info!("relay circuit closed ({reason:?}); retrying");
+                    self.circuit = None;
                 }
             }
             SwarmEvent::Behaviour(b) => self.on_behaviour(b).await,
@@ -257,7 +274,7 @@ impl SwarmTask {
             return;
         };
         match self.swarm.listen_on(addr.with(Protocol::P2pCircuit)) {
-            Ok(_) => self.circuit_requested = true,
+            Ok(id) => self.circuit = Some(id),
             Err(e) => tracing::warn!("relay circuit via {relay}: {e}"),
         }
     }

@@ -394,9 +394,12 @@ impl Node {
         peers.retain(|p| seen.insert(*p));
         let (net, store, spec, tx) =
             (self.net.clone(), self.store.clone(), self.spec.clone(), self.tx.clone());
+        let give_up = Instant::now() + Duration::from_secs(u64::from(self.spec.round_deadline_secs).max(5));
         tokio::spawn(async move {
             let mut fault = Some(None);
-            for attempt in 0..4u64 {
+            let mut attempt = 0u64;
+            while Instant::now() < give_up {
+                attempt += 1;
                 if store.blobs.contains(BlobKind::Delta, &hash.0) {
                     fault = None;
                     break;
@@ -420,7 +423,7 @@ impl Node {
                     }
                     Err(e) => {
                         tracing::debug!("fetching payload {hash:?} (attempt {attempt}): {e}");
-                        tokio::time::sleep(Duration::from_millis(300 * (attempt + 1))).await;
+                        tokio::time::sleep(Duration::from_millis((200 * attempt).min(2000))).await;
                     }
                 }
             }
