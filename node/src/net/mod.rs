@@ -135,7 +135,7 @@ pub enum NetEvent {
     /// Listening on this address (ends with `/p2p/<local id>`).
     Listening(Multiaddr),
     /// A gossip message that passed validation (decode, run, signature).
-    Gossip { from: PeerId, message: GossipMessage },
+    Gossip { from: PeerId, message: Box<GossipMessage> },
     /// A peer of this run identified itself.
     PeerJoined { peer: PeerId, role: Role },
     /// The last connection to a known peer closed.

@@ -257,11 +257,9 @@ impl SwarmTask {
                     self.emit(NetEvent::PeerLeft { peer: peer_id }).await;
                 }
             }
-            SwarmEvent::ListenerClosed { listener_id, reason, .. } => {
-                if self.circuit == Some(listener_id) {
-                    tracing::info!("relay circuit closed ({reason:?}); retrying");
-                    self.circuit = None;
-                }
+            SwarmEvent::ListenerClosed { listener_id, reason, .. } if self.circuit == Some(listener_id) => {
+                tracing::info!("relay circuit closed ({reason:?}); retrying");
+                self.circuit = None;
             }
             SwarmEvent::Behaviour(b) => self.on_behaviour(b).await,
             _ => {}
@@ -300,7 +298,9 @@ impl SwarmTask {
                     acceptance,
                 );
                 match verdict {
-                    Ok(msg) => self.emit(NetEvent::Gossip { from: propagation_source, message: msg }).await,
+                    Ok(msg) => {
+                        self.emit(NetEvent::Gossip { from: propagation_source, message: Box::new(msg) }).await
+                    }
                     Err(reason) => self.charge(propagation_source, reason).await,
                 }
             }
@@ -325,12 +325,12 @@ impl SwarmTask {
                     let _ = self.swarm.dial(DialOpts::peer_id(peer).addresses(vec![addr]).build());
                 }
             }
-            MurmurBehaviourEvent::Kad(kad::Event::RoutingUpdated { peer, .. }) => {
-                if !self.swarm.is_connected(&peer) && !self.ledger.is_banned(&peer, Instant::now()) {
-                    let opts =
-                        DialOpts::peer_id(peer).condition(PeerCondition::DisconnectedAndNotDialing).build();
-                    let _ = self.swarm.dial(opts);
-                }
+            MurmurBehaviourEvent::Kad(kad::Event::RoutingUpdated { peer, .. })
+                if !self.swarm.is_connected(&peer) && !self.ledger.is_banned(&peer, Instant::now()) =>
+            {
+                let opts =
+                    DialOpts::peer_id(peer).condition(PeerCondition::DisconnectedAndNotDialing).build();
+                let _ = self.swarm.dial(opts);
             }
             MurmurBehaviourEvent::Xfer(ev) => self.on_xfer(ev).await,
             _ => {}

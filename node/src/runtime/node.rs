@@ -164,7 +164,7 @@ impl Node {
             NetEvent::Listening(addr) => self.out.event("listening", json!({ "addr": addr.to_string() })),
             NetEvent::Gossip { from, message } => {
                 let Some(from_key) = public_key_of(&from) else { return };
-                match message {
+                match *message {
                     GossipMessage::Manifest(manifest) => {
                         let e = self.holders.entry(manifest.payload_hash).or_default();
                         if !e.contains(&from) && e.len() < 16 {

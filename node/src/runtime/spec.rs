@@ -129,8 +129,7 @@ mod tests {
         assert_eq!(a.id(), b.id());
         assert_eq!(a.params.len() as u64, spec.model.param_count);
         assert_eq!(a.encode().len() as u64, state_len(&spec));
-        let mut other = RunParams::default();
-        other.seed = 2;
+        let other = RunParams { seed: 2, ..Default::default() };
         assert_ne!(genesis(&run_spec(&other).expect("spec")).expect("genesis").id(), a.id());
     }
 }

@@ -131,8 +131,8 @@ pub async fn cold_start(
     let mut seen = Vec::new();
     let mut trainers: Vec<PeerId> = Vec::new();
     let mut last_join = t0;
-    while t0.elapsed() < wait && !(!trainers.is_empty() && last_join.elapsed() > Duration::from_millis(1500))
-    {
+    let settle = Duration::from_millis(1500);
+    while t0.elapsed() < wait && (trainers.is_empty() || last_join.elapsed() <= settle) {
         match tokio::time::timeout(Duration::from_millis(200), events.recv()).await {
             Ok(Some(ev)) => {
                 match &ev {

@@ -15,6 +15,9 @@ use super::tree::{self, BlobKind};
 use super::StoreError;
 use murmur_protocol::hash::hex;
 
+/// A blob's verified chunk table, shared with the server.
+pub type ChunkTable = Arc<Vec<[u8; 32]>>;
+
 /// Most chunk tables kept in memory for serving.
 const TABLE_CACHE: usize = 64;
 
@@ -22,7 +25,7 @@ const TABLE_CACHE: usize = 64;
 #[derive(Debug)]
 pub struct BlobStore {
     root: PathBuf,
-    tables: Mutex<HashMap<(BlobKind, [u8; 32]), Arc<Vec<[u8; 32]>>>>,
+    tables: Mutex<HashMap<(BlobKind, [u8; 32]), ChunkTable>>,
 }
 
 fn fsync_dir(dir: &Path) -> std::io::Result<()> {
@@ -114,7 +117,7 @@ impl BlobStore {
     }
 
     /// The verified chunk table of a stored blob (cached).
-    pub fn table(&self, kind: BlobKind, id: &[u8; 32]) -> Result<Arc<Vec<[u8; 32]>>, StoreError> {
+    pub fn table(&self, kind: BlobKind, id: &[u8; 32]) -> Result<ChunkTable, StoreError> {
         if let Some(t) = self.tables.lock().ok().and_then(|m| m.get(&(kind, *id)).cloned()) {
             return Ok(t);
         }
