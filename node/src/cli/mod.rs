@@ -5,8 +5,8 @@ pub mod bench_kernels;
 pub mod device;
 pub mod devices;
 pub mod model_io;
-pub mod sim;
 pub mod node;
+pub mod sim;
 pub mod train;
 pub mod transfer;
 
