@@ -33,7 +33,7 @@ fn human(v: &Value) -> String {
     match event {
         "round" => format!(
             "round {:>4}  state {}  val_loss {}  included {}  train {:.0}%",
-            v["round"],
+            v["round"].as_u64().unwrap_or(0),
             v["state_id"].as_str().map(|s| &s[..s.len().min(16)]).unwrap_or("?"),
             v["val_loss"].as_f64().map(|x| format!("{x:.4}")).unwrap_or_else(|| "-".into()),
             v["included"],

@@ -160,8 +160,10 @@ mod tests {
                 let table = table_of(kind, &b);
                 assert_eq!(table.len() as u64, chunk_count(n as u64));
                 assert!(table_matches(kind, &id, n as u64, &table), "n = {n}");
+                // A multi-chunk table also binds the hash domain (a one-chunk
+                // table is the id itself; its chunk is checked by hashing).
                 let other = if kind == BlobKind::Delta { BlobKind::State } else { BlobKind::Delta };
-                assert!(!table_matches(other, &id, n as u64, &table));
+                assert_eq!(table_matches(other, &id, n as u64, &table), n <= c, "n = {n}");
             }
         }
     }
@@ -176,7 +178,12 @@ mod tests {
         table[1][0] ^= 1;
         assert!(!table_matches(kind, &id, b.len() as u64, &table));
         let table = table_of(kind, &b);
-        assert!(!table_matches(kind, &id, b.len() as u64 + 1, &table));
+        // The table fixes the tree, not the length inside the last chunk:
+        // that chunk's own entry does, so a wrong length fails there.
+        let last = b.len() / c;
+        let mut longer = b[last * c..].to_vec();
+        longer.push(0);
+        assert_ne!(chunk_entry(kind, b.len() as u64 + 1, last as u64, &longer), Some(table[last]));
         assert!(!table_matches(kind, &id, b.len() as u64, &table[..3]));
         let mut chunk = b[c..2 * c].to_vec();
         assert_eq!(chunk_entry(kind, b.len() as u64, 1, &chunk), Some(table[1]));
