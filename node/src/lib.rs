@@ -8,14 +8,18 @@
 //! - `store`: content-addressed blobs, sled metadata, key files.
 //! - `net`: the libp2p network (knows messages and blob ids, never tensors).
 //! - `runtime`: the node runtime, where compute and network meet.
+//! - `dashboard`: the observing peer and its local web page.
+//! - `testnet`: a local network of real processes (`murmur testnet`).
 
 pub mod checkpoint;
 pub mod cli;
 pub mod compute;
+pub mod dashboard;
 pub mod data;
 pub mod model;
 pub mod net;
 pub mod runtime;
 pub mod sim;
 pub mod store;
+pub mod testnet;
 pub mod train;

@@ -31,5 +31,5 @@ pub use outer::{initial_momentum, outer_step, OuterError};
 pub use round::{AcceptedDelta, Action, Event, PayloadFault, Phase, Rejection, RoundConfig, RoundMachine};
 pub use spec::{AdmissionPolicy, InnerOptimizer, ModelShape, OuterOptimizer, RobustMode, RunSpec};
 pub use state::{state_id, StateHeader, TrainingState};
-pub use telemetry::Telemetry;
+pub use telemetry::{PeerLink, RejectionCount, Telemetry};
 pub use wire::WireError;

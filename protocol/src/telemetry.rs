@@ -6,8 +6,40 @@ use crate::wire::{MessageType, Reader, WireError, Writer};
 
 /// Longest device description.
 pub const MAX_DEVICE_BYTES: usize = 128;
+/// Longest backend name ("cpu", "gpu", "cuda").
+pub const MAX_BACKEND_BYTES: usize = 16;
+/// Most peer links one report lists (the rest are left out).
+pub const MAX_LINKS: usize = 64;
+/// Most rejection reasons one report lists.
+pub const MAX_REJECTION_KINDS: usize = 32;
+/// Longest rejection reason name.
+pub const MAX_REASON_BYTES: usize = 32;
+/// Largest encoding of a Telemetry (every list and string at its cap).
+pub const MAX_TELEMETRY_BYTES: usize = 2 + 32 + 8 + 4 + 5 + 4 + (2 + MAX_DEVICE_BYTES) + 8 + 8 + 4 + 32
+    + (2 + MAX_BACKEND_BYTES)
+    + (4 + MAX_LINKS * 33)
+    + (4 + MAX_REJECTION_KINDS * (2 + MAX_REASON_BYTES + 8))
+    + 32
+    + 64;
 
-/// One node's report at the end of a round. Floats are finite.
+/// A connection the reporting node holds to another node of the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerLink {
+    pub peer: PublicKey,
+    /// Through a relay circuit rather than a direct connection.
+    pub relayed: bool,
+}
+
+/// How many messages of one kind the reporting node refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RejectionCount {
+    /// The typed reason's name, e.g. "bad-signature".
+    pub reason: String,
+    pub count: u64,
+}
+
+/// One node's progress report (at the end of each round and, rate-bounded,
+/// in between). Floats are finite; lists are capped (see the constants).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Telemetry {
     pub run: RunId,
@@ -22,6 +54,12 @@ pub struct Telemetry {
     pub peer_count: u32,
     /// The node's current state.
     pub state: StateId,
+    /// The compute backend: "cpu", "gpu" or "cuda".
+    pub backend: String,
+    /// The node's connections to other nodes of the run.
+    pub links: Vec<PeerLink>,
+    /// Messages the node refused since it started, by reason.
+    pub rejections: Vec<RejectionCount>,
     pub signer: PublicKey,
     pub signature: Signature,
 }
@@ -46,6 +84,17 @@ impl Telemetry {
         w.u64(self.bytes_recv);
         w.u32(self.peer_count);
         w.bytes(&self.state.0);
+        w.str(&self.backend);
+        w.u32(u32::try_from(self.links.len()).unwrap_or(u32::MAX));
+        for l in &self.links {
+            w.bytes(&l.peer.0);
+            w.bool(l.relayed);
+        }
+        w.u32(u32::try_from(self.rejections.len()).unwrap_or(u32::MAX));
+        for r in &self.rejections {
+            w.str(&r.reason);
+            w.u64(r.count);
+        }
         w.bytes(&self.signer.0);
         w.finish()
     }
@@ -71,6 +120,23 @@ impl Telemetry {
             bytes_recv: r.u64()?,
             peer_count: r.u32()?,
             state: StateId(r.array()?),
+            backend: r.str("backend", MAX_BACKEND_BYTES)?,
+            links: {
+                let n = r.count("links", MAX_LINKS, 33)?;
+                let mut links = Vec::with_capacity(n);
+                for _ in 0..n {
+                    links.push(PeerLink { peer: PublicKey(r.array()?), relayed: r.bool("relayed")? });
+                }
+                links
+            },
+            rejections: {
+                let n = r.count("rejections", MAX_REJECTION_KINDS, 2 + 8)?;
+                let mut rejections = Vec::with_capacity(n);
+                for _ in 0..n {
+                    rejections.push(RejectionCount { reason: r.str("reason", MAX_REASON_BYTES)?, count: r.u64()? });
+                }
+                rejections
+            },
             signer: PublicKey(r.array()?),
             signature: Signature(r.array()?),
         };
@@ -107,6 +173,12 @@ pub(crate) mod tests {
             bytes_recv: 3 << 20,
             peer_count: 4,
             state: StateId([5; 32]),
+            backend: "cpu".into(),
+            links: vec![
+                PeerLink { peer: PublicKey([6; 32]), relayed: false },
+                PeerLink { peer: PublicKey([7; 32]), relayed: true },
+            ],
+            rejections: vec![RejectionCount { reason: "bad-signature".into(), count: 3 }],
             signer: PublicKey::default(),
             signature: Signature::default(),
         }
@@ -137,5 +209,25 @@ pub(crate) mod tests {
         let mut t = sample_telemetry(&key);
         t.device = "x".repeat(MAX_DEVICE_BYTES + 1);
         assert!(matches!(Telemetry::decode(&t.encode()), Err(WireError::TooLong { .. })));
+        let mut t = sample_telemetry(&key);
+        t.links = vec![PeerLink { peer: PublicKey([1; 32]), relayed: false }; MAX_LINKS + 1];
+        assert!(matches!(Telemetry::decode(&t.encode()), Err(WireError::TooLong { field: "links", .. })));
+        let mut t = sample_telemetry(&key);
+        t.rejections = vec![RejectionCount { reason: "x".into(), count: 1 }; MAX_REJECTION_KINDS + 1];
+        assert!(matches!(Telemetry::decode(&t.encode()), Err(WireError::TooLong { field: "rejections", .. })));
+    }
+
+    #[test]
+    fn the_largest_report_fits_its_stated_bound() {
+        let key = NodeKey::from_seed([9; 32]);
+        let mut t = sample_telemetry(&key);
+        t.device = "d".repeat(MAX_DEVICE_BYTES);
+        t.backend = "b".repeat(MAX_BACKEND_BYTES);
+        t.links = vec![PeerLink { peer: PublicKey([1; 32]), relayed: true }; MAX_LINKS];
+        t.rejections =
+            vec![RejectionCount { reason: "r".repeat(MAX_REASON_BYTES), count: u64::MAX }; MAX_REJECTION_KINDS];
+        let bytes = t.sign(&key).encode();
+        assert_eq!(bytes.len(), MAX_TELEMETRY_BYTES);
+        assert!(Telemetry::decode(&bytes).is_ok());
     }
 }

@@ -11,7 +11,7 @@ use murmur_protocol::identity::{verify, NodeKey, PublicKey, Signature, SIGN_DELT
 use murmur_protocol::spec::{
     AdmissionPolicy, InnerOptimizer, ModelShape, OuterOptimizer, RobustMode, RunSpec,
 };
-use murmur_protocol::{DeltaManifest, RoundCommit, Telemetry, TrainingState};
+use murmur_protocol::{DeltaManifest, PeerLink, RejectionCount, RoundCommit, Telemetry, TrainingState};
 use std::path::PathBuf;
 
 fn key() -> NodeKey {
@@ -104,6 +104,12 @@ fn vectors() -> Vec<(&'static str, Vec<u8>)> {
         bytes_recv: 2048,
         peer_count: 3,
         state: base,
+        backend: "cpu".into(),
+        links: vec![
+            PeerLink { peer: PublicKey([0x11; 32]), relayed: false },
+            PeerLink { peer: PublicKey([0x22; 32]), relayed: true },
+        ],
+        rejections: vec![RejectionCount { reason: "bad-signature".into(), count: 2 }],
         signer: PublicKey::default(),
         signature: Signature::default(),
     }

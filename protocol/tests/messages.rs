@@ -8,7 +8,7 @@ use murmur_protocol::identity::{NodeKey, PublicKey, Signature};
 use murmur_protocol::spec::{
     AdmissionPolicy, InnerOptimizer, ModelShape, OuterOptimizer, RobustMode, RunSpec,
 };
-use murmur_protocol::{DeltaManifest, RoundCommit, StateHeader, Telemetry, TrainingState};
+use murmur_protocol::{DeltaManifest, PeerLink, RejectionCount, RoundCommit, StateHeader, Telemetry, TrainingState};
 use proptest::prelude::*;
 
 fn h32() -> impl Strategy<Value = [u8; 32]> {
@@ -70,11 +70,17 @@ fn telemetry() -> impl Strategy<Value = Telemetry> {
     (
         (h32(), any::<u64>(), finite(), proptest::option::of(finite()), finite()),
         ("[a-zA-Z0-9 é:()-]{0,40}", any::<u64>(), any::<u64>(), any::<u32>(), h32(), any::<[u8; 32]>()),
+        (
+            "[a-z]{0,16}",
+            proptest::collection::vec((h32(), any::<bool>()), 0..5),
+            proptest::collection::vec(("[a-z-]{0,32}", any::<u64>()), 0..4),
+        ),
     )
         .prop_map(
             |(
                 (run, round, train_loss, val_loss, tokens_per_sec),
                 (device, sent, recv, peers, state, seed),
+                (backend, links, rejections),
             )| {
                 Telemetry {
                     run: RunId(run),
@@ -87,6 +93,12 @@ fn telemetry() -> impl Strategy<Value = Telemetry> {
                     bytes_recv: recv,
                     peer_count: peers,
                     state: StateId(state),
+                    backend,
+                    links: links.into_iter().map(|(k, relayed)| PeerLink { peer: PublicKey(k), relayed }).collect(),
+                    rejections: rejections
+                        .into_iter()
+                        .map(|(reason, count)| RejectionCount { reason, count })
+                        .collect(),
                     signer: PublicKey::default(),
                     signature: Signature::default(),
                 }
@@ -281,6 +293,9 @@ fn every_single_bit_flip_is_rejected() {
         bytes_recv: 2,
         peer_count: 3,
         state: StateId([6; 32]),
+        backend: "cpu".into(),
+        links: vec![PeerLink { peer: PublicKey([4; 32]), relayed: true }],
+        rejections: vec![RejectionCount { reason: "replay".into(), count: 1 }],
         signer: PublicKey::default(),
         signature: Signature::default(),
     }

@@ -222,3 +222,30 @@ pub fn wait_until(
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// The repository's root directory.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The workspace's target directory (where the release binaries are).
+pub fn target_dir() -> PathBuf {
+    let bin = workspace_binary("murmur");
+    bin.parent().and_then(Path::parent).map(Path::to_path_buf).unwrap_or_else(|| repo_root().join("target"))
+}
+
+/// `GET` a `http://host:port/path` URL on loopback; returns the status code
+/// and body, or `None` if nothing answered within a few seconds.
+pub fn http_get(url: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let rest = url.strip_prefix("http://")?;
+    let (host, path) = rest.split_once('/').map(|(h, p)| (h, format!("/{p}"))).unwrap_or((rest, "/".into()));
+    let mut s = std::net::TcpStream::connect(host).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    let status = out.split_whitespace().nth(1)?.parse().ok()?;
+    let body = out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    Some((status, body))
+}

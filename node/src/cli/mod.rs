@@ -2,11 +2,13 @@
 
 pub mod bench;
 pub mod bench_kernels;
+pub mod dashboard;
 pub mod device;
 pub mod devices;
 pub mod model_io;
 pub mod node;
 pub mod sim;
+pub mod testnet;
 pub mod train;
 pub mod transfer;
 
@@ -40,6 +42,10 @@ pub enum Command {
     Devices(devices::DevicesArgs),
     /// Simulate N workers training together (DiLoCo or data parallel) in one process.
     Sim(sim::SimArgs),
+    /// Watch a run and serve a live web page of it (trains nothing).
+    Dashboard(dashboard::DashboardArgs),
+    /// Run a local network on this machine: a bootstrap server, N nodes and the dashboard.
+    Testnet(testnet::TestnetArgs),
 }
 
 pub fn run(cli: Cli) -> Result<()> {
@@ -52,5 +58,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Bench(c) => bench::run(c),
         Command::Devices(a) => devices::run(a),
         Command::Sim(a) => sim::run(a),
+        Command::Dashboard(a) => dashboard::run(a),
+        Command::Testnet(a) => testnet::run(a),
     }
 }

@@ -7,6 +7,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use libp2p::Multiaddr;
 
+use crate::cli::device::{choose, DeviceArg};
 use crate::runtime::spec::{run_spec, RunParams};
 use crate::runtime::{run_node, NodeOptions};
 
@@ -35,6 +36,9 @@ pub struct NodeArgs {
     /// Inner steps per round when starting a run without a bootstrap server.
     #[arg(long)]
     pub inner_steps: Option<u32>,
+    /// Compute backend for the inner steps.
+    #[arg(long, value_enum, default_value_t = DeviceArg::Auto, env = "MURMUR_DEVICE")]
+    pub device: DeviceArg,
     /// Print one JSON object per line.
     #[arg(long)]
     pub json: bool,
@@ -67,6 +71,7 @@ pub fn run(a: NodeArgs) -> Result<()> {
         json: a.json,
         spec,
         discovery_wait: Duration::from_secs_f64(a.discovery_wait.clamp(0.0, 600.0)),
+        device: choose(a.device)?,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

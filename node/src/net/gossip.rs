@@ -12,8 +12,7 @@ use super::peers::NetRejection;
 /// Largest gossip message accepted or sent.
 pub const MAX_GOSSIP_BYTES: usize = 64 * 1024;
 
-/// Largest Telemetry encoding (device string at its 128-byte cap).
-pub const MAX_TELEMETRY_BYTES: usize = 2 + 32 + 8 + 4 + 5 + 4 + 2 + 128 + 8 + 8 + 4 + 32 + 32 + 64;
+pub use murmur_protocol::telemetry::MAX_TELEMETRY_BYTES;
 
 /// What a topic carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

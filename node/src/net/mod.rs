@@ -181,6 +181,8 @@ pub struct PeerInfo {
     pub peer: PeerId,
     /// Its role, once identify told us (and only for peers of this run).
     pub role: Option<Role>,
+    /// Every open connection to it goes through a relay circuit.
+    pub relayed: bool,
 }
 
 pub(crate) enum Command {

@@ -14,7 +14,7 @@ use libp2p::gossipsub::{self, MessageAcceptance, TopicHash};
 use libp2p::multiaddr::Protocol;
 use libp2p::request_response::{self, OutboundRequestId, ResponseChannel};
 use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
-use libp2p::swarm::SwarmEvent;
+use libp2p::swarm::{ConnectionId, SwarmEvent};
 use libp2p::{identify, kad, mdns, Multiaddr, PeerId, Swarm};
 use tokio::sync::{mpsc, oneshot};
 
@@ -46,6 +46,8 @@ pub(crate) struct SwarmTask {
     bootstrap_peers: HashSet<PeerId>,
     /// The relay-circuit listener of a private node, while it is open.
     circuit: Option<libp2p::core::transport::ListenerId>,
+    /// Open connections per peer, each marked relayed (through a circuit) or direct.
+    links: HashMap<PeerId, HashMap<ConnectionId, bool>>,
 }
 
 fn peer_of(addr: &Multiaddr) -> Option<PeerId> {
@@ -103,6 +105,7 @@ impl SwarmTask {
             served_rx,
             bootstrap_peers,
             circuit: None,
+            links: HashMap::new(),
         })
     }
 
@@ -207,7 +210,11 @@ impl SwarmTask {
                 let peers = self
                     .swarm
                     .connected_peers()
-                    .map(|p| PeerInfo { peer: *p, role: self.roles.get(p).copied() })
+                    .map(|p| PeerInfo {
+                        peer: *p,
+                        role: self.roles.get(p).copied(),
+                        relayed: self.links.get(p).is_some_and(|c| !c.is_empty() && c.values().all(|r| *r)),
+                    })
                     .collect();
                 let _ = reply.send(peers);
             }
@@ -237,7 +244,9 @@ impl SwarmTask {
             SwarmEvent::ExpiredListenAddr { address, .. } => {
                 self.listen.retain(|a| !a.to_string().starts_with(&address.to_string()));
             }
-            SwarmEvent::ConnectionEstablished { peer_id, num_established, .. } => {
+            SwarmEvent::ConnectionEstablished { peer_id, connection_id, num_established, endpoint, .. } => {
+                let relayed = endpoint.get_remote_address().iter().any(|p| p == Protocol::P2pCircuit);
+                self.links.entry(peer_id).or_default().insert(connection_id, relayed);
                 if num_established.get() == 1 {
                     NetStats::add(&self.stats.connected, 1);
                 }
@@ -251,7 +260,14 @@ impl SwarmTask {
                     self.request_circuit(peer_id);
                 }
             }
-            SwarmEvent::ConnectionClosed { peer_id, num_established: 0, .. } => {
+            SwarmEvent::ConnectionClosed { peer_id, connection_id, num_established, .. } => {
+                if let Some(c) = self.links.get_mut(&peer_id) {
+                    c.remove(&connection_id);
+                }
+                if num_established > 0 {
+                    return;
+                }
+                self.links.remove(&peer_id);
                 self.stats.connected.fetch_sub(1, Ordering::Relaxed);
                 if self.roles.remove(&peer_id).is_some() {
                     self.emit(NetEvent::PeerLeft { peer: peer_id }).await;

@@ -63,6 +63,8 @@ pub struct NodeOptions {
     pub spec: Option<RunSpec>,
     /// How long to wait for peers before choosing a starting state.
     pub discovery_wait: Duration,
+    /// The compute backend the trainer runs on.
+    pub device: crate::cli::device::Chosen,
 }
 
 /// Run a training node until the process is stopped.
@@ -112,10 +114,15 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
     server.set_status(ServedStatus { round: state.round, state: Some(state.id().0) });
     let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
     let shard = u64::from(u16::from_le_bytes([key.public().0[0], key.public().0[1]]));
-    let trainer = trainer::spawn(&spec, cfg, shard, done_tx).map_err(RuntimeError::Trainer)?;
+    let trainer = trainer::spawn(&spec, cfg, shard, opts.device, done_tx).map_err(RuntimeError::Trainer)?;
     out.event(
         "joined",
-        json!({ "round": state.round, "state_id": state.id().to_hex(), "device": trainer.device }),
+        json!({
+            "round": state.round,
+            "state_id": state.id().to_hex(),
+            "device": trainer.device,
+            "backend": trainer.backend,
+        }),
     );
     let node = node::Node::new(spec, key, store, net, server, trainer, state, out, started);
     node.run(events, done_rx, replay).await;

@@ -10,9 +10,10 @@ use libp2p::PeerId;
 use murmur_protocol::hash::payload_hash_of;
 use murmur_protocol::{
     aggregate, decode_delta, outer_step, AcceptedDelta, Action, DeltaInput, ErrorFeedback, Event,
-    PayloadFault, PayloadHash, Phase, PublicKey, RoundMachine, RunSpec, Signature, StateId, Telemetry,
-    TrainingState,
+    PayloadFault, PayloadHash, PeerLink, Phase, PublicKey, RejectionCount, RoundMachine, RunSpec, Signature,
+    StateId, Telemetry, TrainingState,
 };
+use murmur_protocol::telemetry;
 use serde_json::json;
 use tokio::sync::mpsc;
 
@@ -24,6 +25,20 @@ use crate::net::{
     fetch_blob, peer_id_of, public_key_of, GossipMessage, NetEvent, NetHandle, NetRejection, TopicKind,
 };
 use crate::store::{BlobKind, Position, Store};
+
+/// How often a node reports between round closes.
+const TELEMETRY_EVERY: Duration = Duration::from_secs(5);
+/// The shortest gap between two reports (the bounded rate).
+const TELEMETRY_MIN_GAP: Duration = Duration::from_secs(2);
+
+/// `s` cut to at most `max` bytes on a character boundary.
+fn truncate_utf8(s: &str, max: usize) -> String {
+    let mut end = s.len().min(max);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    s[..end].to_string()
+}
 
 /// Results of work the loop started.
 enum Internal {
@@ -55,6 +70,12 @@ pub struct Node {
     contributed: bool,
     last_bytes_sent: u64,
     last_train_loss: f32,
+    /// Tokens trained since start (for tokens/s).
+    train_tokens: u64,
+    /// When telemetry was last published, for which round, with which val loss.
+    last_telemetry: Option<Instant>,
+    telemetry_round: u64,
+    last_val_loss: Option<f32>,
     /// Signer of each delta offered to aggregation in the current round.
     offered: HashMap<PayloadHash, PublicKey>,
     /// Delta blobs stored, by the round they belong to (for garbage collection).
@@ -105,6 +126,10 @@ impl Node {
             contributed: false,
             last_bytes_sent: 0,
             last_train_loss: f32::NAN,
+            train_tokens: 0,
+            last_telemetry: None,
+            telemetry_round: 0,
+            last_val_loss: None,
             offered: HashMap::new(),
             deltas_by_round: Default::default(),
             recent_states: Default::default(),
@@ -132,6 +157,7 @@ impl Node {
             self.on_net(ev);
         }
         self.drain().await;
+        let mut heartbeat = tokio::time::interval(TELEMETRY_EVERY);
         loop {
             let wake = self
                 .machine
@@ -145,6 +171,11 @@ impl Node {
                 },
                 Some(done) = jobs.recv() => self.on_job(done),
                 Some(internal) = self.rx.recv() => self.on_internal(internal),
+                _ = heartbeat.tick() => {
+                    if self.first_train.is_some() {
+                        self.publish_telemetry(self.telemetry_round, None);
+                    }
+                }
                 _ = tokio::time::sleep_until(wake.into()) => {
                     let now = self.now();
                     self.machine.handle(now, Event::TimerFired);
@@ -204,6 +235,7 @@ impl Node {
         match done {
             JobDone::Trained { round, base, delta, tokens, train_loss, secs } => {
                 self.train_secs += secs;
+                self.train_tokens += tokens;
                 self.last_train_loss = train_loss;
                 if round != self.machine.round() || base != self.machine.base() {
                     return;
@@ -249,30 +281,67 @@ impl Node {
             let _ = self.store.meta.record_round(&self.spec.run_id(), &rec);
         }
         self.out.event("round", v);
+        self.last_telemetry = None;
         self.publish_telemetry(round, val_loss);
     }
 
-    fn publish_telemetry(&self, round: u64, val_loss: Option<f32>) {
+    /// Publish a signed progress report, at most one per `TELEMETRY_MIN_GAP`.
+    /// The network is asked for the node's links and refusals on a task, so
+    /// the loop never waits for it.
+    fn publish_telemetry(&mut self, round: u64, val_loss: Option<f32>) {
+        if self.last_telemetry.is_some_and(|t| t.elapsed() < TELEMETRY_MIN_GAP) {
+            return;
+        }
+        self.last_telemetry = Some(Instant::now());
+        self.telemetry_round = round;
+        if val_loss.is_some() {
+            self.last_val_loss = val_loss;
+        }
         let wall = self.first_train.map_or(1.0, |t| t.elapsed().as_secs_f64().max(1e-3));
-        let tokens_per_round = u64::from(self.spec.inner_steps)
-            * u64::from(self.spec.inner.batch_size)
-            * u64::from(self.spec.model.context_len);
+        let tokens_per_sec = (self.train_tokens as f64 / wall) as f32;
         let t = Telemetry {
             run: self.spec.run_id(),
             round,
             train_loss: if self.last_train_loss.is_finite() { self.last_train_loss } else { 0.0 },
-            val_loss: val_loss.filter(|v| v.is_finite()),
-            tokens_per_sec: (tokens_per_round as f64 * (round + 1) as f64 / wall) as f32,
-            device: self.trainer.device.chars().take(128).collect(),
+            val_loss: self.last_val_loss.filter(|v| v.is_finite()),
+            tokens_per_sec: if tokens_per_sec.is_finite() { tokens_per_sec } else { 0.0 },
+            device: truncate_utf8(&self.trainer.device, telemetry::MAX_DEVICE_BYTES),
             bytes_sent: self.net.stats.bytes_sent(),
             bytes_recv: self.net.stats.bytes_received(),
             peer_count: self.trainers.len() as u32,
             state: self.state_id(),
+            backend: self.trainer.backend.to_string(),
+            links: Vec::new(),
+            rejections: Vec::new(),
             signer: PublicKey::default(),
             signature: Signature::default(),
-        }
-        .sign(&self.key);
-        self.publish(TopicKind::Telemetry, t.encode(), 1);
+        };
+        let (net, key) = (self.net.clone(), self.key.clone());
+        tokio::spawn(async move {
+            let mut t = t;
+            t.links = net
+                .peers()
+                .await
+                .into_iter()
+                .filter(|p| p.role.is_some())
+                .filter_map(|p| public_key_of(&p.peer).map(|k| PeerLink { peer: k, relayed: p.relayed }))
+                .take(telemetry::MAX_LINKS)
+                .collect();
+            t.rejections = net
+                .rejections()
+                .await
+                .into_iter()
+                .take(telemetry::MAX_REJECTION_KINDS)
+                .map(|(reason, count)| RejectionCount {
+                    reason: truncate_utf8(&reason, telemetry::MAX_REASON_BYTES),
+                    count,
+                })
+                .collect();
+            let bytes = t.sign(&key).encode();
+            if let Err(e) = net.publish(TopicKind::Telemetry, bytes).await {
+                tracing::debug!("publishing telemetry: {e}");
+            }
+        });
     }
 
     fn on_internal(&mut self, msg: Internal) {

@@ -22,8 +22,8 @@ use crate::net::{
 };
 use crate::store::{BlobKind, Position, Store};
 
-/// A server with nothing to serve (the short-lived probe swarm).
-struct Nothing;
+/// A server with nothing to serve (the short-lived probe swarm, observers).
+pub struct Nothing;
 
 impl ContentServer for Nothing {
     fn status(&self) -> PeerStatus {

@@ -11,6 +11,8 @@ use std::time::Instant;
 use murmur_protocol::{RunSpec, StateId};
 use tokio::sync::mpsc;
 
+use crate::cli::device::Chosen;
+use crate::compute::gpu::GpuBackend;
 use crate::compute::{AdamWStep, Backend};
 use crate::data::{BatchLoader, Corpus, DataSpec};
 use crate::model::{param_specs, Gpt, ModelConfig};
@@ -53,7 +55,10 @@ pub enum JobDone {
 pub struct TrainerHandle {
     jobs: std_mpsc::Sender<Job>,
     epoch: Arc<AtomicU64>,
+    /// The device in words, e.g. "cpu (2 threads, avx2+fma)".
     pub device: String,
+    /// The backend's short name: "cpu" or "gpu".
+    pub backend: &'static str,
 }
 
 impl TrainerHandle {
@@ -69,11 +74,13 @@ impl TrainerHandle {
     }
 }
 
-/// Start the trainer thread on the CPU backend.
+/// Start the trainer thread on the chosen backend (a GPU backend is opened
+/// on the thread itself, which then owns it).
 pub fn spawn(
     spec: &RunSpec,
     cfg: ModelConfig,
     shard: u64,
+    device: Chosen,
     done: mpsc::UnboundedSender<JobDone>,
 ) -> Result<TrainerHandle, String> {
     let corpus =
@@ -91,14 +98,33 @@ pub fn spawn(
     let val = corpus.val_loader(batch, seq).map_err(|e| e.to_string())?;
     let (tx, rx) = std_mpsc::channel();
     let epoch = Arc::new(AtomicU64::new(0));
-    let backend = crate::compute::cpu::CpuBackend::new();
-    let device = backend.describe();
     let worker = Worker { spec: spec.clone(), cfg, loader, val, epoch: epoch.clone(), step: 0 };
+    let (opened_tx, opened_rx) = std_mpsc::channel::<Result<String, String>>();
     std::thread::Builder::new()
         .name("murmur-trainer".into())
-        .spawn(move || worker.run(backend, rx, done))
+        .spawn(move || match device {
+            Chosen::Cpu => {
+                let backend = crate::compute::cpu::CpuBackend::new();
+                let _ = opened_tx.send(Ok(backend.describe()));
+                worker.run(backend, rx, done)
+            }
+            Chosen::Gpu(choice) => match GpuBackend::new(choice) {
+                Ok(backend) => {
+                    let _ = opened_tx.send(Ok(backend.describe()));
+                    worker.run(backend, rx, done)
+                }
+                Err(e) => {
+                    let _ = opened_tx.send(Err(format!("opening the GPU: {e}")));
+                }
+            },
+        })
         .map_err(|e| e.to_string())?;
-    Ok(TrainerHandle { jobs: tx, epoch, device })
+    let described = opened_rx.recv().map_err(|_| "the trainer thread stopped while starting".to_string())??;
+    let backend = match device {
+        Chosen::Cpu => "cpu",
+        Chosen::Gpu(_) => "gpu",
+    };
+    Ok(TrainerHandle { jobs: tx, epoch, device: described, backend })
 }
 
 struct Worker {

@@ -1,0 +1,43 @@
+//! `murmur dashboard`: watch a run over libp2p and serve its live web page.
+
+use std::net::SocketAddr;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use libp2p::Multiaddr;
+
+use crate::dashboard::{run_dashboard, DashboardOptions};
+
+/// Settings of `murmur dashboard`.
+#[derive(Args, Debug)]
+pub struct DashboardArgs {
+    /// Bootstrap server address, ending in /p2p/<peer id> (repeatable).
+    #[arg(long, env = "MURMUR_BOOTSTRAP", required = true)]
+    pub bootstrap: Vec<Multiaddr>,
+    /// Where to serve the web page (port 0 picks a free one; the URL is printed).
+    #[arg(long, env = "MURMUR_DASHBOARD_HTTP", default_value = "127.0.0.1:8080")]
+    pub http: SocketAddr,
+    /// Do not discover peers on the local network with mDNS.
+    #[arg(long)]
+    pub no_mdns: bool,
+    /// Print one JSON object per line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: DashboardArgs) -> Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    let opts = DashboardOptions { bootstrap: a.bootstrap, http: a.http, mdns: !a.no_mdns, json: a.json };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    rt.block_on(async move {
+        tokio::select! {
+            r = run_dashboard(opts) => r.map_err(anyhow::Error::from),
+            _ = tokio::signal::ctrl_c() => Ok(()),
+        }
+    })
+}

@@ -1,0 +1,562 @@
+//! The board: what the dashboard knows of the run, built only from what it
+//! observes (validated gossip — telemetry, manifests, commits — its own
+//! refusals and the text samples it draws), and the JSON snapshot the web
+//! page renders. Pure and bounded: every list is capped, nothing here does
+//! I/O, and time comes in as milliseconds since the dashboard started.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+
+use murmur_protocol::{DeltaManifest, PayloadHash, PublicKey, RoundCommit, RunSpec, StateId, Telemetry};
+use serde_json::{json, Value};
+
+/// Most nodes tracked (the longest unseen is forgotten first).
+pub const MAX_NODES: usize = 256;
+/// Rounds of history kept per node and for the timeline.
+pub const MAX_ROUNDS: usize = 400;
+/// Rounds shown on the timeline.
+pub const TIMELINE_ROUNDS: usize = 16;
+/// Recent events listed.
+pub const MAX_EVENTS: usize = 40;
+/// A node unseen for this long is drawn as gone.
+pub const ALIVE_MS: u64 = 30_000;
+
+/// One node's report at the close of one round.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RoundPoint {
+    pub round: u64,
+    pub val_loss: Option<f32>,
+    pub train_loss: f32,
+    pub tokens_per_sec: f32,
+    /// Bytes the node sent since its previous round report.
+    pub bytes_sent: Option<u64>,
+}
+
+/// A training node as its telemetry describes it.
+#[derive(Debug, Clone)]
+pub struct NodeView {
+    pub peer: String,
+    pub key: PublicKey,
+    pub last: Telemetry,
+    pub last_seen_ms: u64,
+    pub history: VecDeque<RoundPoint>,
+    /// bytes_sent at the node's last round report.
+    sent_at_last_round: Option<(u64, u64)>,
+}
+
+/// One delta announcement as seen.
+#[derive(Debug, Clone, PartialEq)]
+struct Announced {
+    signer: PublicKey,
+    payload_hash: PayloadHash,
+    payload_len: u64,
+    at_ms: u64,
+}
+
+/// A round as the gossip showed it.
+#[derive(Debug, Clone, Default)]
+struct RoundView {
+    first_manifest_ms: Option<u64>,
+    first_commit_ms: Option<u64>,
+    manifests: Vec<Announced>,
+    /// Commits by new StateId: (included hashes, committers).
+    commits: BTreeMap<StateId, (Vec<PayloadHash>, Vec<PublicKey>)>,
+    /// Nodes alive when the round closed (for stragglers).
+    alive_at_close: Vec<PublicKey>,
+}
+
+/// A text sample drawn from a committed state.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    pub round: u64,
+    pub state: StateId,
+    pub prompt: String,
+    pub text: String,
+}
+
+/// What the dashboard knows.
+pub struct Board {
+    spec: RunSpec,
+    entropy_floor: Option<f64>,
+    /// Peer id (text) → how the page should label it.
+    roles: HashMap<String, &'static str>,
+    nodes: HashMap<PublicKey, NodeView>,
+    rounds: BTreeMap<u64, RoundView>,
+    events: VecDeque<Value>,
+    own_rejections: BTreeMap<String, u64>,
+    sample: Option<Sample>,
+    peer_id_of: fn(&PublicKey) -> String,
+}
+
+fn short(s: &str) -> String {
+    // Peer ids start with the same multihash prefix ("12D3KooW"); the tail tells them apart.
+    let tail = s.len().saturating_sub(6);
+    s.get(tail..).unwrap_or(s).to_string()
+}
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    Some(if v.len() % 2 == 1 { v[m] } else { (v[m - 1] + v[m]) / 2.0 })
+}
+
+impl Board {
+    /// A board for `spec`; `peer_id_of` names a signer as its libp2p peer id.
+    pub fn new(spec: RunSpec, entropy_floor: Option<f64>, peer_id_of: fn(&PublicKey) -> String) -> Self {
+        Self {
+            spec,
+            entropy_floor,
+            roles: HashMap::new(),
+            nodes: HashMap::new(),
+            rounds: BTreeMap::new(),
+            events: VecDeque::new(),
+            own_rejections: BTreeMap::new(),
+            sample: None,
+            peer_id_of,
+        }
+    }
+
+    /// Label a peer that sends no telemetry (the bootstrap server, this dashboard).
+    pub fn set_role(&mut self, peer: String, role: &'static str) {
+        self.roles.insert(peer, role);
+    }
+
+    fn event(&mut self, at_ms: u64, kind: &str, text: String) {
+        self.events.push_back(json!({ "at_ms": at_ms, "kind": kind, "text": text }));
+        while self.events.len() > MAX_EVENTS {
+            self.events.pop_front();
+        }
+    }
+
+    fn round_mut(&mut self, round: u64) -> &mut RoundView {
+        self.rounds.entry(round).or_default()
+    }
+
+    fn trim_rounds(&mut self) {
+        while self.rounds.len() > MAX_ROUNDS {
+            self.rounds.pop_first();
+        }
+    }
+
+    /// A validated Telemetry message.
+    pub fn on_telemetry(&mut self, t: Telemetry, now_ms: u64) {
+        let key = t.signer;
+        if !self.nodes.contains_key(&key) {
+            if self.nodes.len() >= MAX_NODES {
+                if let Some(oldest) = self.nodes.values().min_by_key(|n| n.last_seen_ms).map(|n| n.key) {
+                    self.nodes.remove(&oldest);
+                }
+            }
+            let peer = (self.peer_id_of)(&key);
+            let text = format!("node {} joined ({})", short(&peer), t.device);
+            self.event(now_ms, "join", text);
+            self.nodes.insert(
+                key,
+                NodeView {
+                    peer,
+                    key,
+                    last: t.clone(),
+                    last_seen_ms: now_ms,
+                    history: VecDeque::new(),
+                    sent_at_last_round: None,
+                },
+            );
+        }
+        let Some(node) = self.nodes.get_mut(&key) else { return };
+        node.last_seen_ms = now_ms;
+        // A round report (val loss present) for a round not yet recorded.
+        let new_round = t.val_loss.is_some() && node.history.back().is_none_or(|p| p.round < t.round);
+        if new_round {
+            let bytes_sent = match node.sent_at_last_round {
+                Some((r, sent)) if r < t.round => Some(t.bytes_sent.saturating_sub(sent)),
+                _ => None,
+            };
+            node.sent_at_last_round = Some((t.round, t.bytes_sent));
+            node.history.push_back(RoundPoint {
+                round: t.round,
+                val_loss: t.val_loss,
+                train_loss: t.train_loss,
+                tokens_per_sec: t.tokens_per_sec,
+                bytes_sent,
+            });
+            while node.history.len() > MAX_ROUNDS {
+                node.history.pop_front();
+            }
+        }
+        node.last = t;
+    }
+
+    /// A validated DeltaManifest.
+    pub fn on_manifest(&mut self, m: &DeltaManifest, now_ms: u64) {
+        let late = self.rounds.get(&m.round).and_then(|r| r.first_commit_ms).is_some();
+        let r = self.round_mut(m.round);
+        if r.manifests.iter().any(|a| a.payload_hash == m.payload_hash) || r.manifests.len() >= MAX_NODES {
+            return;
+        }
+        r.first_manifest_ms.get_or_insert(now_ms);
+        r.manifests.push(Announced {
+            signer: m.signer,
+            payload_hash: m.payload_hash,
+            payload_len: m.payload_len,
+            at_ms: now_ms,
+        });
+        self.trim_rounds();
+        if late {
+            let peer = short(&(self.peer_id_of)(&m.signer));
+            self.event(now_ms, "late", format!("late delta from {peer} for round {} (after it closed)", m.round));
+        }
+    }
+
+    /// A validated RoundCommit.
+    pub fn on_commit(&mut self, c: &RoundCommit, now_ms: u64) {
+        let alive: Vec<PublicKey> =
+            self.nodes.values().filter(|n| now_ms.saturating_sub(n.last_seen_ms) < ALIVE_MS).map(|n| n.key).collect();
+        let r = self.round_mut(c.round);
+        if r.first_commit_ms.is_none() {
+            r.first_commit_ms = Some(now_ms);
+            r.alive_at_close = alive;
+        }
+        if r.commits.len() >= MAX_NODES && !r.commits.contains_key(&c.new_state) {
+            return;
+        }
+        let e = r.commits.entry(c.new_state).or_insert_with(|| (c.included.clone(), Vec::new()));
+        if !e.1.contains(&c.signer) && e.1.len() < MAX_NODES {
+            e.1.push(c.signer);
+        }
+        self.trim_rounds();
+    }
+
+    /// The dashboard itself refused a peer's message.
+    pub fn on_own_rejection(&mut self, peer: &str, reason: &str, now_ms: u64) {
+        if self.own_rejections.len() < 64 || self.own_rejections.contains_key(reason) {
+            *self.own_rejections.entry(reason.to_string()).or_default() += 1;
+        }
+        self.event(now_ms, "rejection", format!("refused a message from {}: {reason}", short(peer)));
+    }
+
+    pub fn on_sample(&mut self, s: Sample) {
+        self.sample = Some(s);
+    }
+
+    /// The newest round with a commit, and the StateId most committers reported.
+    pub fn latest_commit(&self) -> Option<(u64, StateId, Vec<PublicKey>)> {
+        self.rounds.iter().rev().find_map(|(round, r)| {
+            r.commits
+                .iter()
+                .max_by_key(|(_, (_, who))| who.len())
+                .map(|(state, (_, who))| (*round, *state, who.clone()))
+        })
+    }
+
+    /// Compressed bytes of one delta and of the same delta in f32.
+    fn delta_sizes(&self) -> (Option<u64>, u64) {
+        let n = self.spec.model.param_count;
+        (self.spec.codec.payload_len(n), n.saturating_mul(4))
+    }
+
+    /// The whole picture as JSON for the page.
+    pub fn snapshot(&self, now_ms: u64) -> Value {
+        let spec = &self.spec;
+        let (payload, f32_bytes) = self.delta_sizes();
+        let run = json!({
+            "id": spec.run_id().to_hex(),
+            "preset": spec.model.preset,
+            "params": spec.model.param_count,
+            "data": spec.data,
+            "codec": spec.codec.name(),
+            "inner_steps": spec.inner_steps,
+            "batch": spec.inner.batch_size,
+            "quorum": spec.quorum,
+            "deadline_secs": spec.round_deadline_secs,
+            "entropy_floor": self.entropy_floor,
+            "delta_bytes": payload,
+            "f32_bytes": f32_bytes,
+            "compression": payload.filter(|p| *p > 0).map(|p| f32_bytes as f64 / p as f64),
+        });
+        let majority_state = self.latest_commit().map(|(_, s, _)| s);
+        let mut nodes: Vec<&NodeView> = self.nodes.values().collect();
+        nodes.sort_by(|a, b| a.peer.cmp(&b.peer));
+        let node_json: Vec<Value> = nodes
+            .iter()
+            .map(|n| {
+                let t = &n.last;
+                json!({
+                    "peer": n.peer,
+                    "short": short(&n.peer),
+                    "device": t.device,
+                    "backend": t.backend,
+                    "round": t.round,
+                    "state": t.state.to_hex(),
+                    "on_majority_state": majority_state.map(|s| s == t.state),
+                    "train_loss": t.train_loss,
+                    "val_loss": t.val_loss,
+                    "tokens_per_sec": t.tokens_per_sec,
+                    "bytes_sent": t.bytes_sent,
+                    "bytes_recv": t.bytes_recv,
+                    "peer_count": t.peer_count,
+                    "alive": now_ms.saturating_sub(n.last_seen_ms) < ALIVE_MS,
+                    "last_seen_ms": n.last_seen_ms,
+                    "rejections": t.rejections.iter().map(|r| json!({"reason": r.reason, "count": r.count})).collect::<Vec<_>>(),
+                    "history": n.history.iter().map(|p| json!({
+                        "round": p.round,
+                        "val_loss": p.val_loss,
+                        "train_loss": p.train_loss,
+                        "tokens_per_sec": p.tokens_per_sec,
+                        "bytes_sent": p.bytes_sent,
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        // Network-wide validation loss: the median of the nodes' reports per round.
+        let mut by_round: BTreeMap<u64, Vec<f64>> = BTreeMap::new();
+        for n in &nodes {
+            for p in &n.history {
+                if let Some(v) = p.val_loss {
+                    by_round.entry(p.round).or_default().push(f64::from(v));
+                }
+            }
+        }
+        let network_loss: Vec<Value> = by_round
+            .into_iter()
+            .filter_map(|(r, v)| median(v).map(|m| json!({"round": r, "val_loss": m})))
+            .collect();
+        let alive_nodes: Vec<&&NodeView> =
+            nodes.iter().filter(|n| now_ms.saturating_sub(n.last_seen_ms) < ALIVE_MS).collect();
+        let tokens_total: f64 = alive_nodes.iter().map(|n| f64::from(n.last.tokens_per_sec)).sum();
+        // The peer graph: every node, the peers they name, and their links.
+        let mut graph_peers: BTreeMap<String, &'static str> = BTreeMap::new();
+        let mut links: BTreeMap<(String, String), bool> = BTreeMap::new();
+        for n in &alive_nodes {
+            graph_peers.insert(n.peer.clone(), "trainer");
+            for l in &n.last.links {
+                let other = (self.peer_id_of)(&l.peer);
+                let role = if self.nodes.contains_key(&l.peer) {
+                    "trainer"
+                } else {
+                    self.roles.get(&other).copied().unwrap_or("peer")
+                };
+                graph_peers.entry(other.clone()).or_insert(role);
+                let key =
+                    if n.peer < other { (n.peer.clone(), other) } else { (other, n.peer.clone()) };
+                // A link is direct if either end reports it direct.
+                let e = links.entry(key).or_insert(true);
+                *e = *e && l.relayed;
+            }
+        }
+        let peers_json: Vec<Value> = graph_peers
+            .iter()
+            .map(|(p, role)| json!({"peer": p, "short": short(p), "role": role}))
+            .collect();
+        let links_json: Vec<Value> =
+            links.iter().map(|((a, b), relayed)| json!({"a": a, "b": b, "relayed": relayed})).collect();
+        let timeline: Vec<Value> =
+            self.rounds.iter().rev().take(TIMELINE_ROUNDS).map(|(round, r)| self.round_json(*round, r)).collect();
+        let mut rejections: BTreeMap<String, u64> = self.own_rejections.clone();
+        for n in &nodes {
+            for r in &n.last.rejections {
+                *rejections.entry(r.reason.clone()).or_default() += r.count;
+            }
+        }
+        json!({
+            "run": run,
+            "now_ms": now_ms,
+            "nodes": node_json,
+            "network": {
+                "val_loss": network_loss,
+                "tokens_per_sec": tokens_total,
+                "alive": alive_nodes.len(),
+                "latest_round": self.latest_commit().map(|(r, _, _)| r),
+                "latest_state": majority_state.map(|s| s.to_hex()),
+            },
+            "graph": { "peers": peers_json, "links": links_json },
+            "rounds": timeline,
+            "rejections": rejections.iter().map(|(k, v)| json!({"reason": k, "count": v})).collect::<Vec<_>>(),
+            "events": self.events.iter().rev().cloned().collect::<Vec<_>>(),
+            "sample": self.sample.as_ref().map(|s| json!({
+                "round": s.round,
+                "state": s.state.to_hex(),
+                "prompt": s.prompt,
+                "text": s.text,
+            })),
+        })
+    }
+
+    fn round_json(&self, round: u64, r: &RoundView) -> Value {
+        let best = r.commits.iter().max_by_key(|(_, (_, who))| who.len());
+        let included: HashSet<PayloadHash> =
+            best.map(|(_, (inc, _))| inc.iter().copied().collect()).unwrap_or_default();
+        let closed = r.first_commit_ms;
+        let late = r.manifests.iter().filter(|a| closed.is_some_and(|c| a.at_ms > c)).count();
+        let contributors: HashSet<PublicKey> =
+            r.manifests.iter().filter(|a| included.contains(&a.payload_hash)).map(|a| a.signer).collect();
+        let stragglers: Vec<String> = if closed.is_some() {
+            r.alive_at_close
+                .iter()
+                .filter(|k| !contributors.contains(k))
+                .map(|k| (self.peer_id_of)(k))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let bytes: u64 = r.manifests.iter().map(|a| a.payload_len).sum();
+        let opened = self
+            .rounds
+            .get(&round.wrapping_sub(1))
+            .and_then(|p| p.first_commit_ms)
+            .or(r.first_manifest_ms);
+        json!({
+            "round": round,
+            "opened_ms": opened,
+            "first_delta_ms": r.first_manifest_ms,
+            "closed_ms": closed,
+            "deltas": r.manifests.len(),
+            "included": best.map(|(_, (inc, _))| inc.len()),
+            "committers": best.map(|(_, (_, who))| who.len()),
+            "state": best.map(|(s, _)| s.to_hex()),
+            "disagreeing_commits": r.commits.len().saturating_sub(1),
+            "late": late,
+            "stragglers": stragglers,
+            "delta_bytes": bytes,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::spec::{run_spec, RunParams};
+    use murmur_protocol::{NodeKey, PeerLink, RejectionCount, Signature};
+
+    fn name(k: &PublicKey) -> String {
+        format!("peer-{:02x}{:02x}", k.0[0], k.0[1])
+    }
+
+    fn telemetry(key: &NodeKey, spec: &RunSpec, round: u64, val: Option<f32>, sent: u64) -> Telemetry {
+        Telemetry {
+            run: spec.run_id(),
+            round,
+            train_loss: 3.0,
+            val_loss: val,
+            tokens_per_sec: 100.0,
+            device: "cpu (2 threads)".into(),
+            bytes_sent: sent,
+            bytes_recv: 0,
+            peer_count: 1,
+            state: StateId([round as u8; 32]),
+            backend: "cpu".into(),
+            links: Vec::new(),
+            rejections: vec![RejectionCount { reason: "bad-signature".into(), count: 2 }],
+            signer: PublicKey::default(),
+            signature: Signature::default(),
+        }
+        .sign(key)
+    }
+
+    fn manifest(key: &NodeKey, spec: &RunSpec, round: u64, h: u8) -> DeltaManifest {
+        DeltaManifest {
+            run: spec.run_id(),
+            round,
+            base: StateId([0; 32]),
+            signer: PublicKey::default(),
+            tokens: 10,
+            train_loss: 1.0,
+            codec: spec.codec,
+            element_count: spec.model.param_count,
+            payload_len: 1000,
+            payload_hash: PayloadHash([h; 32]),
+            signature: Signature::default(),
+        }
+        .sign(key)
+    }
+
+    fn commit(key: &NodeKey, spec: &RunSpec, round: u64, included: Vec<PayloadHash>) -> RoundCommit {
+        RoundCommit {
+            run: spec.run_id(),
+            round,
+            base: StateId([0; 32]),
+            included,
+            new_state: StateId([round as u8 + 1; 32]),
+            signer: PublicKey::default(),
+            signature: Signature::default(),
+        }
+        .sign(key)
+    }
+
+    #[test]
+    fn rounds_nodes_links_and_stragglers_show_in_the_snapshot() {
+        let spec = run_spec(&RunParams::default()).expect("spec");
+        let mut board = Board::new(spec.clone(), Some(0.8354), name);
+        let (a, b) = (NodeKey::from_seed([1; 32]), NodeKey::from_seed([2; 32]));
+        board.set_role("boot".into(), "bootstrap");
+        board.on_telemetry(telemetry(&a, &spec, 0, Some(5.0), 100), 10);
+        board.on_telemetry(telemetry(&b, &spec, 0, Some(5.2), 50), 20);
+        // Round 1: a's delta is included, b's arrives after the close.
+        board.on_manifest(&manifest(&a, &spec, 1, 7), 1000);
+        board.on_commit(&commit(&a, &spec, 1, vec![PayloadHash([7; 32])]), 2000);
+        board.on_commit(&commit(&b, &spec, 1, vec![PayloadHash([7; 32])]), 2100);
+        board.on_manifest(&manifest(&b, &spec, 1, 8), 2500);
+        board.on_telemetry(telemetry(&a, &spec, 1, Some(4.0), 1100), 3000);
+        board.on_telemetry(telemetry(&b, &spec, 1, Some(4.2), 50), 3100);
+        // A heartbeat without val loss adds no history point; its links are the current ones.
+        let mut beat = telemetry(&a, &spec, 1, None, 1200);
+        beat.links = vec![PeerLink { peer: b.public(), relayed: true }];
+        board.on_telemetry(beat.sign(&a), 4000);
+        board.on_own_rejection("12D3KooWxyz", "malformed", 4100);
+
+        let s = board.snapshot(5000);
+        assert_eq!(s["nodes"].as_array().map(Vec::len), Some(2));
+        let nodes = s["nodes"].as_array().cloned().unwrap_or_default();
+        let na = nodes.iter().find(|n| n["peer"] == name(&a.public())).expect("node a");
+        assert_eq!(na["history"].as_array().map(Vec::len), Some(2));
+        assert_eq!(na["history"][1]["bytes_sent"], 1000);
+        assert_eq!(na["backend"], "cpu");
+        // Medians: round 0 (5.0, 5.2) → 5.1; round 1 (4.0, 4.2) → 4.1.
+        let nl = s["network"]["val_loss"].as_array().cloned().unwrap_or_default();
+        assert_eq!(nl.len(), 2);
+        assert!((nl[0]["val_loss"].as_f64().unwrap_or(0.0) - 5.1).abs() < 1e-5, "{nl:?}");
+        assert_eq!(s["network"]["latest_round"], 1);
+        let r1 = &s["rounds"][0];
+        assert_eq!(r1["round"], 1);
+        assert_eq!(r1["deltas"], 2);
+        assert_eq!(r1["included"], 1);
+        assert_eq!(r1["committers"], 2);
+        assert_eq!(r1["late"], 1);
+        assert_eq!(r1["stragglers"], json!([name(&b.public())]));
+        // The link a reports relayed is drawn relayed; both ends are trainers.
+        assert_eq!(s["graph"]["links"].as_array().map(Vec::len), Some(1));
+        assert_eq!(s["graph"]["links"][0]["relayed"], true);
+        assert!(s["graph"]["peers"].as_array().is_some_and(|p| p.iter().all(|x| x["role"] == "trainer")));
+        // Rejections: 2 + 2 from the nodes' reports, 1 of the dashboard's own.
+        let rej = s["rejections"].as_array().cloned().unwrap_or_default();
+        assert!(rej.contains(&json!({"reason": "bad-signature", "count": 4})), "{rej:?}");
+        assert!(rej.contains(&json!({"reason": "malformed", "count": 1})), "{rej:?}");
+        assert!(s["run"]["compression"].as_f64().is_some_and(|c| c > 3.5), "{}", s["run"]);
+        assert_eq!(s["run"]["entropy_floor"], 0.8354);
+    }
+
+    #[test]
+    fn silent_nodes_are_drawn_gone_and_lists_stay_bounded() {
+        let spec = run_spec(&RunParams::default()).expect("spec");
+        let mut board = Board::new(spec.clone(), None, name);
+        let a = NodeKey::from_seed([1; 32]);
+        board.on_telemetry(telemetry(&a, &spec, 0, Some(5.0), 0), 0);
+        assert_eq!(board.snapshot(ALIVE_MS + 1)["nodes"][0]["alive"], false);
+        for r in 0..(MAX_ROUNDS as u64 + 50) {
+            board.on_manifest(&manifest(&a, &spec, r, (r % 250) as u8), r);
+            board.on_telemetry(telemetry(&a, &spec, r + 1, Some(4.0), r), r);
+        }
+        assert!(board.rounds.len() <= MAX_ROUNDS);
+        assert!(board.nodes.values().all(|n| n.history.len() <= MAX_ROUNDS));
+        for i in 0..(MAX_NODES + 10) {
+            let mut seed = [0u8; 32];
+            seed[..8].copy_from_slice(&(i as u64 + 100).to_le_bytes());
+            let k = NodeKey::from_seed(seed);
+            board.on_telemetry(telemetry(&k, &spec, 1, None, 0), 1000 + i as u64);
+        }
+        assert_eq!(board.nodes.len(), MAX_NODES);
+        assert!(board.events.len() <= MAX_EVENTS);
+        assert_eq!(board.snapshot(2000)["rounds"].as_array().map(Vec::len), Some(TIMELINE_ROUNDS));
+    }
+}

@@ -1,0 +1,212 @@
+//! The dashboard: a libp2p peer that trains nothing. It joins a run through
+//! a bootstrap server as an observer, validates the run's gossip like any
+//! node (telemetry, manifests, commits), asks the trainers it meets for
+//! their status, fetches the latest committed state now and then to sample
+//! text from it, and serves a live local web page.
+//!
+//! - `board`: what is known of the run, and the page's JSON snapshot.
+//! - `http`: the local web server (page, snapshot, Server-Sent Events).
+//! - `sampler`: text from a committed state.
+//! - `assets/`: the page (HTML, JS, CSS), compiled in.
+
+pub mod board;
+pub mod http;
+pub mod sampler;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use libp2p::multiaddr::Protocol;
+use libp2p::{Multiaddr, PeerId};
+use murmur_protocol::{NodeKey, PublicKey, RunSpec, StateId, TrainingState};
+use serde_json::json;
+use tokio::sync::{mpsc, watch};
+
+use crate::net::{self, fetch_blob, GossipMessage, NetConfig, NetEvent, NetHandle, Role, XferRequest, XferResponse};
+use crate::runtime::report::Reporter;
+use crate::runtime::spec::state_len;
+use crate::runtime::startup::{discover_spec, Nothing};
+use crate::runtime::RuntimeError;
+use crate::store::BlobKind;
+use board::{Board, Sample};
+use sampler::Sampler;
+
+/// How often the page's snapshot is rebuilt (when something changed).
+const REFRESH: Duration = Duration::from_millis(500);
+/// The shortest gap between two text samples.
+const SAMPLE_EVERY: Duration = Duration::from_secs(10);
+
+/// How `murmur dashboard` runs.
+#[derive(Debug, Clone)]
+pub struct DashboardOptions {
+    pub bootstrap: Vec<Multiaddr>,
+    /// Where the web page is served.
+    pub http: SocketAddr,
+    pub mdns: bool,
+    pub json: bool,
+}
+
+fn peer_name(k: &PublicKey) -> String {
+    net::peer_id_of(k).map(|p| p.to_string()).unwrap_or_else(|| murmur_protocol::hash::hex(&k.0))
+}
+
+fn peer_of(addr: &Multiaddr) -> Option<PeerId> {
+    addr.iter().find_map(|p| match p {
+        Protocol::P2p(id) => Some(id),
+        _ => None,
+    })
+}
+
+enum Internal {
+    Sample(Result<Sample, String>),
+    Status { peer: PeerId, round: u64, state: Option<[u8; 32]> },
+}
+
+/// Run the dashboard until the process is stopped.
+pub async fn run_dashboard(opts: DashboardOptions) -> Result<(), RuntimeError> {
+    let started = Instant::now();
+    let now_ms = || started.elapsed().as_millis() as u64;
+    let out = Reporter { json: opts.json };
+    let key = NodeKey::from_seed(rand::random());
+    let spec = discover_spec(&key, &opts.bootstrap, Duration::from_secs(60)).await?;
+    let sampler = match Sampler::new(&spec) {
+        Ok(s) => Some(Arc::new(s)),
+        Err(e) => {
+            tracing::warn!("no text samples: {e}");
+            None
+        }
+    };
+    let mut board = Board::new(spec.clone(), sampler.as_ref().and_then(|s| s.entropy_floor), peer_name);
+    for addr in &opts.bootstrap {
+        if let Some(p) = peer_of(addr) {
+            board.set_role(p.to_string(), "bootstrap");
+        }
+    }
+    let mut cfg = NetConfig::new(key.clone(), spec.run_id(), Role::Observer);
+    cfg.bootstrap = opts.bootstrap.clone();
+    cfg.mdns = opts.mdns;
+    let (net, mut events) = net::start(cfg, Arc::new(Nothing))?;
+    board.set_role(net.local.to_string(), "dashboard");
+
+    let listener = tokio::net::TcpListener::bind(opts.http)
+        .await
+        .map_err(|e| RuntimeError::Config(format!("--http {}: {e}", opts.http)))?;
+    let addr = listener.local_addr().map_err(|e| RuntimeError::Config(e.to_string()))?;
+    let url = format!("http://{addr}/");
+    out.event(
+        "dashboard",
+        json!({ "url": url, "run": spec.run_id().to_hex(), "peer_id": net.local.to_string() }),
+    );
+    let (snap_tx, snap_rx) = watch::channel(Arc::new(board.snapshot(now_ms()).to_string()));
+    tokio::spawn(http::serve(listener, snap_rx));
+
+    let (tx, mut rx) = mpsc::unbounded_channel::<Internal>();
+    let mut refresh = tokio::time::interval(REFRESH);
+    let mut dirty = false;
+    let mut reported_round: Option<u64> = None;
+    let mut last_sample: Option<(Instant, StateId)> = None;
+    let mut sampling = false;
+    loop {
+        tokio::select! {
+            ev = events.recv() => {
+                let Some(ev) = ev else { break };
+                dirty = true;
+                match ev {
+                    NetEvent::Gossip { message, .. } => match *message {
+                        GossipMessage::Telemetry(t) => board.on_telemetry(t, now_ms()),
+                        GossipMessage::Manifest(m) => board.on_manifest(&m, now_ms()),
+                        GossipMessage::Commit(c) => board.on_commit(&c, now_ms()),
+                    },
+                    NetEvent::Rejected { peer, reason } => {
+                        board.on_own_rejection(&peer.to_string(), &reason.name(), now_ms())
+                    }
+                    NetEvent::PeerJoined { peer, role } if role.trains() => {
+                        ask_status(net.clone(), peer, tx.clone());
+                    }
+                    NetEvent::PeerJoined { peer, role } => board.set_role(peer.to_string(), role.name()),
+                    _ => {}
+                }
+            }
+            Some(msg) = rx.recv() => {
+                dirty = true;
+                match msg {
+                    Internal::Sample(Ok(s)) => {
+                        sampling = false;
+                        board.on_sample(s);
+                    }
+                    Internal::Sample(Err(e)) => {
+                        sampling = false;
+                        tracing::debug!("sampling: {e}");
+                    }
+                    Internal::Status { peer, round, state } => {
+                        tracing::debug!(%peer, round, state = ?state.map(|s| StateId(s).to_hex()), "trainer status");
+                    }
+                }
+            }
+            _ = refresh.tick() => {
+                if let Some((round, state, committers)) = board.latest_commit() {
+                    if reported_round.is_none_or(|r| round > r) {
+                        reported_round = Some(round);
+                        out.event("round", json!({
+                            "round": round,
+                            "state_id": state.to_hex(),
+                            "committers": committers.len(),
+                        }));
+                    }
+                    let due = last_sample.is_none_or(|(t, s)| s != state && t.elapsed() >= SAMPLE_EVERY);
+                    if let (Some(sampler), true, false) = (&sampler, due, sampling) {
+                        sampling = true;
+                        last_sample = Some((Instant::now(), state));
+                        let peers: Vec<PeerId> = committers.iter().filter_map(net::peer_id_of).collect();
+                        spawn_sample(net.clone(), spec.clone(), sampler.clone(), round, state, peers, tx.clone());
+                    }
+                }
+                if dirty {
+                    dirty = false;
+                    let _ = snap_tx.send(Arc::new(board.snapshot(now_ms()).to_string()));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Ask a trainer where it stands (the answer is logged and counted).
+fn ask_status(net: NetHandle, peer: PeerId, tx: mpsc::UnboundedSender<Internal>) {
+    tokio::spawn(async move {
+        let ask = tokio::time::timeout(Duration::from_secs(5), net.request(peer, XferRequest::Status));
+        if let Ok(Ok(XferResponse::Status(s))) = ask.await {
+            let _ = tx.send(Internal::Status { peer, round: s.round, state: s.state });
+        }
+    });
+}
+
+/// Fetch the committed state of `round` from its committers and sample text.
+fn spawn_sample(
+    net: NetHandle,
+    spec: RunSpec,
+    sampler: Arc<Sampler>,
+    round: u64,
+    id: StateId,
+    peers: Vec<PeerId>,
+    tx: mpsc::UnboundedSender<Internal>,
+) {
+    tokio::spawn(async move {
+        let len = state_len(&spec);
+        let result = match fetch_blob(&net, BlobKind::State, id.0, len, len, &peers).await {
+            Err(e) => Err(e.to_string()),
+            Ok(f) => {
+                let n = spec.model.param_count as usize;
+                tokio::task::spawn_blocking(move || {
+                    let state = TrainingState::decode(&f.bytes, n).map_err(|e| e.to_string())?;
+                    let text = sampler.sample(&state);
+                    Ok(Sample { round, state: id, prompt: sampler.prompt.clone(), text })
+                })
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()))
+            }
+        };
+        let _ = tx.send(Internal::Sample(result));
+    });
+}

@@ -1,0 +1,367 @@
+//! A local testnet of real processes (`murmur testnet`, behind
+//! `scripts/testnet.sh`): a bootstrap server, N training nodes and the
+//! dashboard on 127.0.0.1, one log per process, one progress line per
+//! round; optionally nodes that join late, chaos (SIGKILL and restart a
+//! random node every few rounds), and a stop after R rounds with a check
+//! that every surviving node ended on the common StateId. Ctrl-C (or
+//! SIGTERM) stops every process it started.
+//!
+//! - `child`: one process, its logs and its stdout lines.
+//! - `progress`: round reports by node, announcements, agreement.
+
+pub mod child;
+pub mod progress;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use rand::seq::SliceRandom;
+
+use child::{Child, Line};
+use progress::Progress;
+
+/// How a testnet runs.
+#[derive(Debug, Clone)]
+pub struct TestnetOptions {
+    pub nodes: usize,
+    pub preset: String,
+    pub inner_steps: u32,
+    pub batch: u32,
+    pub deadline: u32,
+    pub chaos: bool,
+    /// Rounds between chaos kills.
+    pub chaos_every: u64,
+    /// How many of the nodes start only once `join_at` rounds have closed.
+    pub join_late: usize,
+    pub join_at: u64,
+    /// Stop after this many rounds and check agreement (none: run until Ctrl-C).
+    pub rounds: Option<u64>,
+    /// Logs and data directories (emptied first).
+    pub dir: PathBuf,
+    /// The dashboard's address.
+    pub http: String,
+    /// Threads each node's CPU trainer uses.
+    pub threads_per_node: usize,
+    pub seed: u64,
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+fn install_signal_handlers() {
+    // SAFETY: the handler only stores to an atomic (async-signal-safe).
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+}
+
+/// Time since the testnet started, in milliseconds.
+fn ms(t0: Instant) -> u64 {
+    t0.elapsed().as_millis() as u64
+}
+
+struct Testnet {
+    opts: TestnetOptions,
+    bin_dir: PathBuf,
+    log_dir: PathBuf,
+    tx: mpsc::Sender<Line>,
+    rx: mpsc::Receiver<Line>,
+    bootstrap_addr: String,
+    children: HashMap<String, Child>,
+    /// Nodes that printed `joined` since they were last started.
+    joined: Vec<String>,
+    progress: Progress,
+    t0: Instant,
+}
+
+impl Testnet {
+    fn node_args(&self, name: &str) -> Vec<String> {
+        let data = self.opts.dir.join("data").join(name);
+        vec![
+            "node".into(),
+            "--bootstrap".into(),
+            self.bootstrap_addr.clone(),
+            "--data-dir".into(),
+            data.display().to_string(),
+            "--listen".into(),
+            "/ip4/127.0.0.1/tcp/0".into(),
+            "--no-mdns".into(),
+            "--device".into(),
+            "cpu".into(),
+            "--json".into(),
+        ]
+    }
+
+    fn start_node(&mut self, name: &str) -> Result<()> {
+        let args = self.node_args(name);
+        let envs = [("RAYON_NUM_THREADS", self.opts.threads_per_node.to_string())];
+        let c = Child::spawn(&self.bin_dir, "murmur", &args, &envs, name, &self.log_dir, self.tx.clone())?;
+        println!("started {name} (pid {})", c.pid());
+        self.joined.retain(|n| n != name);
+        self.children.insert(name.to_string(), c);
+        Ok(())
+    }
+
+    /// Wait for a line from `name` that `pick` accepts, handling others.
+    fn wait_for(&mut self, name: &str, what: &str, limit: Duration, pick: impl Fn(&str) -> Option<String>) -> Result<String> {
+        let until = Instant::now() + limit;
+        while Instant::now() < until && !STOP.load(Ordering::SeqCst) {
+            match self.rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(line) if line.name == name => {
+                    if let Some(v) = pick(&line.text) {
+                        return Ok(v);
+                    }
+                }
+                Ok(line) => self.on_line(line),
+                Err(_) => {}
+            }
+            if let Some(c) = self.children.get_mut(name) {
+                if let Some(status) = c.exited() {
+                    bail!("{name} exited ({status}) before {what}; see {}", self.log_dir.join(format!("{name}.err")).display());
+                }
+            }
+        }
+        bail!("no {what} from {name} within {limit:?}; see {}", self.log_dir.display())
+    }
+
+    fn on_line(&mut self, line: Line) {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(&line.text) else { return };
+        match v["event"].as_str() {
+            Some("round") if line.name.starts_with("node-") => self.progress.on_round(&line.name, &v, ms(self.t0)),
+            Some("joined") => {
+                if !self.joined.contains(&line.name) {
+                    self.joined.push(line.name.clone());
+                }
+                println!(
+                    "{} joined at round {} on {}",
+                    line.name,
+                    v["round"],
+                    v["device"].as_str().unwrap_or("?")
+                );
+            }
+            Some("synced") | Some("resynced") => {
+                println!("{} synced to round {} from its peers", line.name, v["round"]);
+            }
+            _ => {}
+        }
+    }
+
+    fn live_nodes(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.joined.iter().filter(|n| self.children.contains_key(*n)).cloned().collect();
+        v.sort();
+        v
+    }
+
+    fn stop_all(&mut self) {
+        for c in self.children.values() {
+            c.terminate();
+        }
+        let until = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < until && self.children.values_mut().any(|c| c.exited().is_none()) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let n = self.children.len();
+        for c in self.children.values_mut() {
+            c.kill();
+        }
+        self.children.clear();
+        println!("stopped {n} processes");
+    }
+}
+
+/// Run a testnet until Ctrl-C, or until `rounds` rounds closed. Returns
+/// whether the surviving nodes agreed (always true without `rounds`).
+pub fn run_testnet(opts: TestnetOptions) -> Result<bool> {
+    if opts.nodes == 0 || opts.join_late >= opts.nodes.max(1) && opts.join_late > 0 {
+        bail!("--nodes must be at least 1 and more than --join-late");
+    }
+    install_signal_handlers();
+    let data = opts.dir.join("data");
+    let log_dir = opts.dir.join("logs");
+    if data.exists() {
+        std::fs::remove_dir_all(&data).with_context(|| format!("clearing {}", data.display()))?;
+    }
+    if log_dir.exists() {
+        std::fs::remove_dir_all(&log_dir).with_context(|| format!("clearing {}", log_dir.display()))?;
+    }
+    std::fs::create_dir_all(&log_dir).with_context(|| format!("creating {}", log_dir.display()))?;
+    let (tx, rx) = mpsc::channel();
+    let mut net = Testnet {
+        bin_dir: child::bin_dir()?,
+        log_dir,
+        tx,
+        rx,
+        bootstrap_addr: String::new(),
+        children: HashMap::new(),
+        joined: Vec::new(),
+        progress: Progress::default(),
+        t0: Instant::now(),
+        opts,
+    };
+    let result = drive(&mut net);
+    net.stop_all();
+    result
+}
+
+fn drive(net: &mut Testnet) -> Result<bool> {
+    let o = net.opts.clone();
+    let boot_args: Vec<String> = [
+        "--listen",
+        "/ip4/127.0.0.1/tcp/0",
+        "--data-dir",
+        &o.dir.join("data").join("bootstrap").display().to_string(),
+        "--no-mdns",
+        "--preset",
+        &o.preset,
+        "--inner-steps",
+        &o.inner_steps.to_string(),
+        "--batch",
+        &o.batch.to_string(),
+        "--deadline",
+        &o.deadline.to_string(),
+        "--seed",
+        &o.seed.to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let c = Child::spawn(&net.bin_dir, "murmur-bootstrap", &boot_args, &[], "bootstrap", &net.log_dir, net.tx.clone())?;
+    println!("started bootstrap (pid {})", c.pid());
+    net.children.insert("bootstrap".into(), c);
+    net.bootstrap_addr = net.wait_for("bootstrap", "a listen address", Duration::from_secs(30), |l| {
+        (l.contains("/tcp/") && l.contains("/p2p/")).then(|| l.trim().to_string())
+    })?;
+    println!("bootstrap server at {}", net.bootstrap_addr);
+    let names: Vec<String> = (1..=o.nodes).map(|i| format!("node-{i}")).collect();
+    let (now, late) = names.split_at(o.nodes - o.join_late);
+    for n in now {
+        net.start_node(n)?;
+    }
+    let dash_args: Vec<String> =
+        ["dashboard", "--bootstrap", &net.bootstrap_addr, "--http", &o.http, "--no-mdns", "--json"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+    let c = Child::spawn(&net.bin_dir, "murmur", &dash_args, &[], "dashboard", &net.log_dir, net.tx.clone())?;
+    println!("started dashboard (pid {})", c.pid());
+    net.children.insert("dashboard".into(), c);
+    let url = net.wait_for("dashboard", "its URL", Duration::from_secs(60), |l| {
+        serde_json::from_str::<serde_json::Value>(l).ok().and_then(|v| v["url"].as_str().map(String::from))
+    })?;
+    println!("dashboard: {url}");
+    println!("logs: {}   (Ctrl-C stops every process)", net.log_dir.display());
+    println!(
+        "{} nodes{}, preset {}, H={} inner steps per round{}",
+        o.nodes,
+        if o.join_late > 0 { format!(" ({} join after round {})", o.join_late, o.join_at) } else { String::new() },
+        o.preset,
+        o.inner_steps,
+        if o.chaos { format!(", chaos: a random node is killed every {} rounds", o.chaos_every) } else { String::new() },
+    );
+
+    let mut late: Vec<String> = late.to_vec();
+    let mut last_chaos: u64 = 0;
+    let mut restarts: Vec<(Instant, String)> = Vec::new();
+    let mut rng = rand::thread_rng();
+    let mut finishing: Option<(u64, Instant)> = None;
+    loop {
+        if STOP.load(Ordering::SeqCst) {
+            println!("stopping");
+            return Ok(true);
+        }
+        while let Ok(line) = net.rx.try_recv() {
+            net.on_line(line);
+        }
+        // Processes that ended on their own.
+        let mut ended = Vec::new();
+        for (name, c) in net.children.iter_mut() {
+            if let Some(status) = c.exited() {
+                ended.push((name.clone(), status));
+            }
+        }
+        for (name, status) in ended {
+            net.children.remove(&name);
+            if name == "bootstrap" || name == "dashboard" {
+                bail!("{name} exited ({status}); see {}", net.log_dir.join(format!("{name}.err")).display());
+            }
+            println!("{name} exited ({status}); see {}", net.log_dir.join(format!("{name}.err")).display());
+        }
+        let live = net.live_nodes();
+        for l in net.progress.ready(&live, ms(net.t0)) {
+            println!("{}", l.human());
+        }
+        let round = net.progress.announced().unwrap_or(0);
+        if !late.is_empty() && net.progress.announced().is_some_and(|r| r + 1 >= o.join_at) {
+            for n in std::mem::take(&mut late) {
+                println!("{n} joins late (round {})", round + 1);
+                net.start_node(&n)?;
+            }
+        }
+        // Chaos: kill a random live node every few rounds, restart it after a pause.
+        let target_reached = o.rounds.is_some_and(|r| round >= r);
+        if o.chaos && !target_reached && round >= last_chaos + o.chaos_every && live.len() >= 2 && restarts.is_empty() {
+            if let Some(victim) = live.choose(&mut rng).cloned() {
+                if let Some(mut c) = net.children.remove(&victim) {
+                    c.kill();
+                    println!("chaos: SIGKILL {victim} (pid {}) after round {round}; restarting it in 3 s", c.pid());
+                }
+                last_chaos = round;
+                restarts.push((Instant::now() + Duration::from_secs(3), victim));
+            }
+        }
+        let due: Vec<String> = restarts.iter().filter(|(t, _)| Instant::now() >= *t).map(|(_, n)| n.clone()).collect();
+        restarts.retain(|(t, _)| Instant::now() < *t);
+        for n in due {
+            println!("chaos: restarting {n}");
+            net.start_node(&n)?;
+        }
+        if let Some(target) = o.rounds {
+            if round >= target && restarts.is_empty() {
+                let (_, since) = *finishing.get_or_insert((target, Instant::now()));
+                let everyone: Vec<String> = net.children.keys().filter(|n| n.starts_with("node-")).cloned().collect();
+                let caught_up = everyone.len() == live.len()
+                    && live.iter().all(|n| net.progress.last_round_of(n).is_some_and(|r| r >= target));
+                if caught_up || since.elapsed() > Duration::from_secs(180) {
+                    return Ok(verdict(net, target));
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Check that every surviving node reached the same StateId.
+fn verdict(net: &Testnet, target: u64) -> bool {
+    let live = net.live_nodes();
+    match net.progress.common_round(&live, target) {
+        Some((round, states)) => {
+            let first = states.first().map(|(_, s)| s.clone()).unwrap_or_default();
+            let agree = states.iter().all(|(_, s)| *s == first);
+            if agree {
+                println!(
+                    "done: all {} surviving nodes are on state {} after round {round}",
+                    states.len(),
+                    &first[..first.len().min(16)]
+                );
+            } else {
+                println!("FAILED: the surviving nodes disagree after round {round}:");
+                for (n, s) in &states {
+                    println!("  {n}: {s}");
+                }
+            }
+            agree
+        }
+        None => {
+            println!("FAILED: the surviving nodes ({}) never all reported a round from {target} on", live.join(", "));
+            false
+        }
+    }
+}
