@@ -249,3 +249,104 @@ pub fn http_get(url: &str) -> Option<(u16, String)> {
     let body = out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
     Some((status, body))
 }
+
+/// `scripts/testnet.sh` running in its own process group, its stdout lines collected.
+pub struct Testnet {
+    pub child: Child,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Testnet {
+    /// Start `scripts/testnet.sh args…` with the already built binaries
+    /// (`MURMUR_TESTNET_NO_BUILD=1`: scripts/test.sh built them).
+    pub fn start(args: &[&str], stderr_log: &Path) -> Testnet {
+        use std::os::unix::process::CommandExt;
+        let err = std::fs::File::create(stderr_log).expect("stderr log");
+        let mut child = Command::new("bash")
+            .arg(repo_root().join("scripts").join("testnet.sh"))
+            .args(args)
+            .env("MURMUR_TESTNET_NO_BUILD", "1")
+            .env("CARGO_TARGET_DIR", target_dir())
+            .env("RUST_LOG", "warn")
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(err))
+            .spawn()
+            .expect("starting scripts/testnet.sh");
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let stdout = child.stdout.take().expect("stdout");
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Ok(mut l) = sink.lock() {
+                    l.push(line);
+                }
+            }
+        });
+        Testnet { child, lines }
+    }
+
+    pub fn lines(&self) -> Vec<String> {
+        self.lines.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    pub fn output(&self) -> String {
+        self.lines().join("\n")
+    }
+
+    /// The highest round the testnet announced (`round   N  state …`).
+    pub fn last_round(&self) -> Option<u64> {
+        self.lines()
+            .iter()
+            .filter_map(|l| l.strip_prefix("round ").and_then(|r| r.split_whitespace().next()?.parse().ok()))
+            .max()
+    }
+
+    /// Pids of every process it reported starting (`started X (pid N)`).
+    pub fn pids(&self) -> Vec<u32> {
+        self.lines()
+            .iter()
+            .filter_map(|l| l.split("(pid ").nth(1)?.trim_end_matches(')').parse().ok())
+            .collect()
+    }
+
+    /// Send SIGINT to its whole process group, as Ctrl-C in a terminal does.
+    pub fn interrupt(&self) {
+        let status = Command::new("kill")
+            .args(["-INT", "--", &format!("-{}", self.child.id())])
+            .status()
+            .expect("running kill");
+        assert!(status.success(), "kill -INT failed");
+    }
+
+    /// Wait for the script to exit, at most `limit`.
+    pub fn wait(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let t0 = Instant::now();
+        while t0.elapsed() < limit {
+            if let Ok(Some(s)) = self.child.try_wait() {
+                return Some(s);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        None
+    }
+}
+
+impl Drop for Testnet {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = Command::new("kill").args(["-KILL", "--", &format!("-{}", self.child.id())]).status();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Whether `pid` is a live murmur process (not gone, not reused by another program).
+pub fn is_murmur_process(pid: u32) -> bool {
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return false };
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // A zombie (state Z) has exited; its parent has not reaped it yet.
+    let zombie = stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'));
+    !zombie && String::from_utf8_lossy(&cmdline).contains("murmur")
+}

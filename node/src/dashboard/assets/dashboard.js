@@ -119,7 +119,7 @@ function renderTokens(snap) {
     points: n.history.map(p => [p.round, p.tokens_per_sec]),
   }));
   lineChart(document.getElementById('chart-tokens'), series, [], 'tokens/s by round',
-    (y, span) => (span < 100 && Math.abs(y) >= 1000 ? y.toFixed(0) : rate(y)));
+    (y, span) => (span < 1000 ? y.toFixed(0) : rate(y)));
   document.getElementById('tokens-total').textContent =
     rate(snap.network.tokens_per_sec) + ' tokens/s in total from ' + snap.network.alive + ' live nodes';
 }

@@ -1,0 +1,46 @@
+//! `scripts/testnet.sh --nodes 4` (issue 6, done-when 2): the local testnet
+//! reaches round 5 with the dashboard serving all four nodes, and Ctrl-C
+//! (SIGINT to the script's process group) leaves no murmur process running.
+
+use std::time::Duration;
+
+use murmur_tests::{http_get, is_murmur_process, wait_until, Testnet};
+
+#[test]
+fn four_node_testnet_reaches_round_five_with_the_dashboard_and_ctrl_c_leaves_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path().display().to_string();
+    let err = dir.path().join("testnet.err");
+    let mut net = Testnet::start(&["--nodes", "4", "--dir", &d, "--http", "127.0.0.1:0"], &err);
+    let ctx = |net: &Testnet| {
+        format!("{}\n--- stderr ---\n{}", net.output(), std::fs::read_to_string(&err).unwrap_or_default())
+    };
+    wait_until("round 5", Duration::from_secs(400), || net.last_round().is_some_and(|r| r >= 5), || ctx(&net));
+    let out = net.output();
+    let url = out
+        .lines()
+        .find_map(|l| l.strip_prefix("dashboard: "))
+        .unwrap_or_else(|| panic!("no dashboard URL:\n{out}"))
+        .trim()
+        .to_string();
+    let (status, body) = http_get(&format!("{url}api/snapshot")).unwrap_or_else(|| panic!("the dashboard at {url} did not answer"));
+    assert_eq!(status, 200);
+    let snap: serde_json::Value = serde_json::from_str(&body).expect("snapshot JSON");
+    assert_eq!(snap["nodes"].as_array().map(Vec::len), Some(4), "the dashboard sees all four nodes: {body}");
+    let (status, page) = http_get(&url).expect("the page");
+    assert!(status == 200 && page.contains("murmur dashboard"), "{page}");
+    // Every round line says all four nodes agree.
+    for l in out.lines().filter(|l| l.starts_with("round ")) {
+        assert!(l.ends_with("nodes agree 4/4"), "{l}\n{out}");
+    }
+    let pids = net.pids();
+    assert_eq!(pids.len(), 6, "bootstrap, 4 nodes and the dashboard:\n{out}");
+    assert!(pids.iter().all(|p| is_murmur_process(*p)), "all six run before Ctrl-C");
+
+    net.interrupt();
+    let status = net.wait(Duration::from_secs(30)).unwrap_or_else(|| panic!("Ctrl-C did not stop the testnet\n{}", ctx(&net)));
+    assert!(status.success(), "the testnet exited with {status}\n{}", ctx(&net));
+    let left: Vec<u32> = pids.into_iter().filter(|p| is_murmur_process(*p)).collect();
+    assert!(left.is_empty(), "processes left after Ctrl-C: {left:?}\n{}", ctx(&net));
+    assert!(net.output().contains("stopped 6 processes"), "{}", ctx(&net));
+}
