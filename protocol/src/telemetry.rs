@@ -15,7 +15,17 @@ pub const MAX_REJECTION_KINDS: usize = 32;
 /// Longest rejection reason name.
 pub const MAX_REASON_BYTES: usize = 32;
 /// Largest encoding of a Telemetry (every list and string at its cap).
-pub const MAX_TELEMETRY_BYTES: usize = 2 + 32 + 8 + 4 + 5 + 4 + (2 + MAX_DEVICE_BYTES) + 8 + 8 + 4 + 32
+pub const MAX_TELEMETRY_BYTES: usize = 2
+    + 32
+    + 8
+    + 4
+    + 5
+    + 4
+    + (2 + MAX_DEVICE_BYTES)
+    + 8
+    + 8
+    + 4
+    + 32
     + (2 + MAX_BACKEND_BYTES)
     + (4 + MAX_LINKS * 33)
     + (4 + MAX_REJECTION_KINDS * (2 + MAX_REASON_BYTES + 8))
@@ -133,7 +143,8 @@ impl Telemetry {
                 let n = r.count("rejections", MAX_REJECTION_KINDS, 2 + 8)?;
                 let mut rejections = Vec::with_capacity(n);
                 for _ in 0..n {
-                    rejections.push(RejectionCount { reason: r.str("reason", MAX_REASON_BYTES)?, count: r.u64()? });
+                    rejections
+                        .push(RejectionCount { reason: r.str("reason", MAX_REASON_BYTES)?, count: r.u64()? });
                 }
                 rejections
             },
@@ -214,7 +225,10 @@ pub(crate) mod tests {
         assert!(matches!(Telemetry::decode(&t.encode()), Err(WireError::TooLong { field: "links", .. })));
         let mut t = sample_telemetry(&key);
         t.rejections = vec![RejectionCount { reason: "x".into(), count: 1 }; MAX_REJECTION_KINDS + 1];
-        assert!(matches!(Telemetry::decode(&t.encode()), Err(WireError::TooLong { field: "rejections", .. })));
+        assert!(matches!(
+            Telemetry::decode(&t.encode()),
+            Err(WireError::TooLong { field: "rejections", .. })
+        ));
     }
 
     #[test]
@@ -224,8 +238,10 @@ pub(crate) mod tests {
         t.device = "d".repeat(MAX_DEVICE_BYTES);
         t.backend = "b".repeat(MAX_BACKEND_BYTES);
         t.links = vec![PeerLink { peer: PublicKey([1; 32]), relayed: true }; MAX_LINKS];
-        t.rejections =
-            vec![RejectionCount { reason: "r".repeat(MAX_REASON_BYTES), count: u64::MAX }; MAX_REJECTION_KINDS];
+        t.rejections = vec![
+            RejectionCount { reason: "r".repeat(MAX_REASON_BYTES), count: u64::MAX };
+            MAX_REJECTION_KINDS
+        ];
         let bytes = t.sign(&key).encode();
         assert_eq!(bytes.len(), MAX_TELEMETRY_BYTES);
         assert!(Telemetry::decode(&bytes).is_ok());

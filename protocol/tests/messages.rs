@@ -8,7 +8,9 @@ use murmur_protocol::identity::{NodeKey, PublicKey, Signature};
 use murmur_protocol::spec::{
     AdmissionPolicy, InnerOptimizer, ModelShape, OuterOptimizer, RobustMode, RunSpec,
 };
-use murmur_protocol::{DeltaManifest, PeerLink, RejectionCount, RoundCommit, StateHeader, Telemetry, TrainingState};
+use murmur_protocol::{
+    DeltaManifest, PeerLink, RejectionCount, RoundCommit, StateHeader, Telemetry, TrainingState,
+};
 use proptest::prelude::*;
 
 fn h32() -> impl Strategy<Value = [u8; 32]> {
@@ -94,7 +96,10 @@ fn telemetry() -> impl Strategy<Value = Telemetry> {
                     peer_count: peers,
                     state: StateId(state),
                     backend,
-                    links: links.into_iter().map(|(k, relayed)| PeerLink { peer: PublicKey(k), relayed }).collect(),
+                    links: links
+                        .into_iter()
+                        .map(|(k, relayed)| PeerLink { peer: PublicKey(k), relayed })
+                        .collect(),
                     rejections: rejections
                         .into_iter()
                         .map(|(reason, count)| RejectionCount { reason, count })

@@ -92,18 +92,23 @@ fn the_dashboard_shows_live_charts_and_both_nodes_in_a_headless_browser() {
     let (_boot, addr) = start_bootstrap(d, &settings);
     let a = start_node(d, "a", &addr, &[]);
     let b = start_node(d, "b", &addr, &[]);
-    let args: Vec<String> = ["dashboard", "--bootstrap", &addr, "--http", "127.0.0.1:0", "--no-mdns", "--json"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let args: Vec<String> =
+        ["dashboard", "--bootstrap", &addr, "--http", "127.0.0.1:0", "--no-mdns", "--json"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
     let dash = Proc::spawn("murmur", &args, "dashboard", d);
     let url = dash.wait_event("with its URL", Duration::from_secs(60), |v| v["event"] == "dashboard")["url"]
         .as_str()
         .unwrap_or_default()
         .to_string();
     let (ida, idb) = (
-        a.wait_event("started", Duration::from_secs(60), |v| v["event"] == "started")["peer_id"].as_str().map(String::from),
-        b.wait_event("started", Duration::from_secs(60), |v| v["event"] == "started")["peer_id"].as_str().map(String::from),
+        a.wait_event("started", Duration::from_secs(60), |v| v["event"] == "started")["peer_id"]
+            .as_str()
+            .map(String::from),
+        b.wait_event("started", Duration::from_secs(60), |v| v["event"] == "started")["peer_id"]
+            .as_str()
+            .map(String::from),
     );
     let (ida, idb) = (ida.expect("a's peer id"), idb.expect("b's peer id"));
     let ctx = || [&a, &b, &dash].iter().map(|p| p.tail()).collect::<Vec<_>>().join("\n");
@@ -117,7 +122,12 @@ fn the_dashboard_shows_live_charts_and_both_nodes_in_a_headless_browser() {
             && v["graph"]["links"].as_array().is_some_and(|l| !l.is_empty())
             && v["sample"].is_object()
     };
-    wait_until("the dashboard to see two rounds from both nodes", Duration::from_secs(300), snapshot_ready, ctx);
+    wait_until(
+        "the dashboard to see two rounds from both nodes",
+        Duration::from_secs(300),
+        snapshot_ready,
+        ctx,
+    );
 
     let profile = tempfile::tempdir().expect("profile dir");
     let dom = headless(&browser, profile.path(), &url, &["--dump-dom"]);
@@ -148,7 +158,12 @@ fn the_dashboard_shows_live_charts_and_both_nodes_in_a_headless_browser() {
 
     let shot = target_dir().join("dashboard.png");
     let _ = std::fs::remove_file(&shot);
-    headless(&browser, profile.path(), &url, &[&format!("--screenshot={}", shot.display()), "--window-size=1400,1900"]);
+    headless(
+        &browser,
+        profile.path(),
+        &url,
+        &[&format!("--screenshot={}", shot.display()), "--window-size=1400,1900"],
+    );
     let size = std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0);
     assert!(size > 20_000, "{} is {size} bytes", shot.display());
 }

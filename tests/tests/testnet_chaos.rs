@@ -13,11 +13,24 @@ fn chaos_testnet_runs_ten_rounds_of_kills_and_restarts_and_the_nodes_agree() {
     let d = dir.path().display().to_string();
     let err = dir.path().join("testnet.err");
     let mut net = Testnet::start(
-        &["--nodes", "4", "--chaos", "--rounds", "10", "--inner-steps", "15", "--dir", &d, "--http", "127.0.0.1:0"],
+        &[
+            "--nodes",
+            "4",
+            "--chaos",
+            "--rounds",
+            "10",
+            "--inner-steps",
+            "15",
+            "--dir",
+            &d,
+            "--http",
+            "127.0.0.1:0",
+        ],
         &err,
     );
     let status = net.wait(Duration::from_secs(900));
-    let out = format!("{}\n--- stderr ---\n{}", net.output(), std::fs::read_to_string(&err).unwrap_or_default());
+    let out =
+        format!("{}\n--- stderr ---\n{}", net.output(), std::fs::read_to_string(&err).unwrap_or_default());
     let status = status.unwrap_or_else(|| panic!("the chaos testnet did not finish in 15 minutes:\n{out}"));
     assert!(status.success(), "exit {status}:\n{out}");
     let kills = out.lines().filter(|l| l.starts_with("chaos: SIGKILL")).count();

@@ -15,7 +15,12 @@ fn four_node_testnet_reaches_round_five_with_the_dashboard_and_ctrl_c_leaves_not
     let ctx = |net: &Testnet| {
         format!("{}\n--- stderr ---\n{}", net.output(), std::fs::read_to_string(&err).unwrap_or_default())
     };
-    wait_until("round 5", Duration::from_secs(400), || net.last_round().is_some_and(|r| r >= 5), || ctx(&net));
+    wait_until(
+        "round 5",
+        Duration::from_secs(400),
+        || net.last_round().is_some_and(|r| r >= 5),
+        || ctx(&net),
+    );
     let out = net.output();
     let url = out
         .lines()
@@ -23,7 +28,8 @@ fn four_node_testnet_reaches_round_five_with_the_dashboard_and_ctrl_c_leaves_not
         .unwrap_or_else(|| panic!("no dashboard URL:\n{out}"))
         .trim()
         .to_string();
-    let (status, body) = http_get(&format!("{url}api/snapshot")).unwrap_or_else(|| panic!("the dashboard at {url} did not answer"));
+    let (status, body) = http_get(&format!("{url}api/snapshot"))
+        .unwrap_or_else(|| panic!("the dashboard at {url} did not answer"));
     assert_eq!(status, 200);
     let snap: serde_json::Value = serde_json::from_str(&body).expect("snapshot JSON");
     assert_eq!(snap["nodes"].as_array().map(Vec::len), Some(4), "the dashboard sees all four nodes: {body}");
@@ -38,7 +44,9 @@ fn four_node_testnet_reaches_round_five_with_the_dashboard_and_ctrl_c_leaves_not
     assert!(pids.iter().all(|p| is_murmur_process(*p)), "all six run before Ctrl-C");
 
     net.interrupt();
-    let status = net.wait(Duration::from_secs(30)).unwrap_or_else(|| panic!("Ctrl-C did not stop the testnet\n{}", ctx(&net)));
+    let status = net
+        .wait(Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("Ctrl-C did not stop the testnet\n{}", ctx(&net)));
     assert!(status.success(), "the testnet exited with {status}\n{}", ctx(&net));
     let left: Vec<u32> = pids.into_iter().filter(|p| is_murmur_process(*p)).collect();
     assert!(left.is_empty(), "processes left after Ctrl-C: {left:?}\n{}", ctx(&net));

@@ -205,14 +205,22 @@ impl Board {
         self.trim_rounds();
         if late {
             let peer = short(&(self.peer_id_of)(&m.signer));
-            self.event(now_ms, "late", format!("late delta from {peer} for round {} (after it closed)", m.round));
+            self.event(
+                now_ms,
+                "late",
+                format!("late delta from {peer} for round {} (after it closed)", m.round),
+            );
         }
     }
 
     /// A validated RoundCommit.
     pub fn on_commit(&mut self, c: &RoundCommit, now_ms: u64) {
-        let alive: Vec<PublicKey> =
-            self.nodes.values().filter(|n| now_ms.saturating_sub(n.last_seen_ms) < ALIVE_MS).map(|n| n.key).collect();
+        let alive: Vec<PublicKey> = self
+            .nodes
+            .values()
+            .filter(|n| now_ms.saturating_sub(n.last_seen_ms) < ALIVE_MS)
+            .map(|n| n.key)
+            .collect();
         let r = self.round_mut(c.round);
         if r.first_commit_ms.is_none() {
             r.first_commit_ms = Some(now_ms);
@@ -338,21 +346,23 @@ impl Board {
                     self.roles.get(&other).copied().unwrap_or("peer")
                 };
                 graph_peers.entry(other.clone()).or_insert(role);
-                let key =
-                    if n.peer < other { (n.peer.clone(), other) } else { (other, n.peer.clone()) };
+                let key = if n.peer < other { (n.peer.clone(), other) } else { (other, n.peer.clone()) };
                 // A link is direct if either end reports it direct.
                 let e = links.entry(key).or_insert(true);
                 *e = *e && l.relayed;
             }
         }
-        let peers_json: Vec<Value> = graph_peers
-            .iter()
-            .map(|(p, role)| json!({"peer": p, "short": short(p), "role": role}))
-            .collect();
+        let peers_json: Vec<Value> =
+            graph_peers.iter().map(|(p, role)| json!({"peer": p, "short": short(p), "role": role})).collect();
         let links_json: Vec<Value> =
             links.iter().map(|((a, b), relayed)| json!({"a": a, "b": b, "relayed": relayed})).collect();
-        let timeline: Vec<Value> =
-            self.rounds.iter().rev().take(TIMELINE_ROUNDS).map(|(round, r)| self.round_json(*round, r)).collect();
+        let timeline: Vec<Value> = self
+            .rounds
+            .iter()
+            .rev()
+            .take(TIMELINE_ROUNDS)
+            .map(|(round, r)| self.round_json(*round, r))
+            .collect();
         let mut rejections: BTreeMap<String, u64> = self.own_rejections.clone();
         for n in &nodes {
             for r in &n.last.rejections {
@@ -401,11 +411,8 @@ impl Board {
             Vec::new()
         };
         let bytes: u64 = r.manifests.iter().map(|a| a.payload_len).sum();
-        let opened = self
-            .rounds
-            .get(&round.wrapping_sub(1))
-            .and_then(|p| p.first_commit_ms)
-            .or(r.first_manifest_ms);
+        let opened =
+            self.rounds.get(&round.wrapping_sub(1)).and_then(|p| p.first_commit_ms).or(r.first_manifest_ms);
         json!({
             "round": round,
             "opened_ms": opened,

@@ -98,11 +98,15 @@ async fn handle(mut sock: TcpStream, mut snapshots: Snapshots) -> std::io::Resul
         return respond(&mut sock, "405 Method Not Allowed", "text/plain", b"only GET\n").await;
     }
     match path {
-        "/" | "/index.html" => respond(&mut sock, "200 OK", "text/html; charset=utf-8", INDEX_HTML.as_bytes()).await,
+        "/" | "/index.html" => {
+            respond(&mut sock, "200 OK", "text/html; charset=utf-8", INDEX_HTML.as_bytes()).await
+        }
         "/dashboard.js" => {
             respond(&mut sock, "200 OK", "text/javascript; charset=utf-8", DASHBOARD_JS.as_bytes()).await
         }
-        "/dashboard.css" => respond(&mut sock, "200 OK", "text/css; charset=utf-8", DASHBOARD_CSS.as_bytes()).await,
+        "/dashboard.css" => {
+            respond(&mut sock, "200 OK", "text/css; charset=utf-8", DASHBOARD_CSS.as_bytes()).await
+        }
         "/api/snapshot" => {
             let body = snapshots.borrow().clone();
             respond(&mut sock, "200 OK", "application/json", body.as_bytes()).await
@@ -167,7 +171,10 @@ mod tests {
         let addr = listener.local_addr().expect("addr");
         tokio::spawn(serve(listener, rx));
         let page = get(addr, "/").await;
-        assert!(page.starts_with("HTTP/1.1 200 OK") && page.contains("<script src=\"/dashboard.js\">"), "{page}");
+        assert!(
+            page.starts_with("HTTP/1.1 200 OK") && page.contains("<script src=\"/dashboard.js\">"),
+            "{page}"
+        );
         assert!(get(addr, "/dashboard.js").await.contains("EventSource"));
         assert!(get(addr, "/api/snapshot").await.ends_with("{\"n\":1}"));
         assert!(get(addr, "/nope").await.starts_with("HTTP/1.1 404"));

@@ -23,7 +23,9 @@ use murmur_protocol::{NodeKey, PublicKey, RunSpec, StateId, TrainingState};
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 
-use crate::net::{self, fetch_blob, GossipMessage, NetConfig, NetEvent, NetHandle, Role, XferRequest, XferResponse};
+use crate::net::{
+    self, fetch_blob, GossipMessage, NetConfig, NetEvent, NetHandle, Role, XferRequest, XferResponse,
+};
 use crate::runtime::report::Reporter;
 use crate::runtime::spec::state_len;
 use crate::runtime::startup::{discover_spec, Nothing};

@@ -49,7 +49,8 @@ impl Sampler {
         let values = split_params(&self.cfg, &state.params);
         let mut model = Gpt::new(&backend, self.cfg.clone(), &values, 1);
         let prompt = self.tokenizer.encode(&self.prompt);
-        let opts = SampleOptions { max_new_tokens: SAMPLE_TOKENS, temperature: 0.8, top_k: 40, seed: state.round };
+        let opts =
+            SampleOptions { max_new_tokens: SAMPLE_TOKENS, temperature: 0.8, top_k: 40, seed: state.round };
         let out = generate(&backend, &mut model, &prompt, opts, self.tokenizer.eot());
         self.tokenizer.decode(&out)
     }

@@ -244,7 +244,9 @@ impl SwarmTask {
             SwarmEvent::ExpiredListenAddr { address, .. } => {
                 self.listen.retain(|a| !a.to_string().starts_with(&address.to_string()));
             }
-            SwarmEvent::ConnectionEstablished { peer_id, connection_id, num_established, endpoint, .. } => {
+            SwarmEvent::ConnectionEstablished {
+                peer_id, connection_id, num_established, endpoint, ..
+            } => {
                 let relayed = endpoint.get_remote_address().iter().any(|p| p == Protocol::P2pCircuit);
                 self.links.entry(peer_id).or_default().insert(connection_id, relayed);
                 if num_established.get() == 1 {

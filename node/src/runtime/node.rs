@@ -8,12 +8,12 @@ use std::time::{Duration, Instant};
 
 use libp2p::PeerId;
 use murmur_protocol::hash::payload_hash_of;
+use murmur_protocol::telemetry;
 use murmur_protocol::{
     aggregate, decode_delta, outer_step, AcceptedDelta, Action, DeltaInput, ErrorFeedback, Event,
     PayloadFault, PayloadHash, PeerLink, Phase, PublicKey, RejectionCount, RoundMachine, RunSpec, Signature,
     StateId, Telemetry, TrainingState,
 };
-use murmur_protocol::telemetry;
 use serde_json::json;
 use tokio::sync::mpsc;
 

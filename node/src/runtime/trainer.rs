@@ -119,7 +119,8 @@ pub fn spawn(
             },
         })
         .map_err(|e| e.to_string())?;
-    let described = opened_rx.recv().map_err(|_| "the trainer thread stopped while starting".to_string())??;
+    let described =
+        opened_rx.recv().map_err(|_| "the trainer thread stopped while starting".to_string())??;
     let backend = match device {
         Chosen::Cpu => "cpu",
         Chosen::Gpu(_) => "gpu",

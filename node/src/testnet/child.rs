@@ -42,7 +42,11 @@ impl Child {
             .open(log_dir.join(format!("{name}.err")))
             .with_context(|| format!("opening the log of {name}"))?;
         let mut cmd = Command::new(&path);
-        cmd.args(args).envs(envs.iter().map(|(k, v)| (*k, v.as_str()))).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::from(err));
+        cmd.args(args)
+            .envs(envs.iter().map(|(k, v)| (*k, v.as_str())))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(err));
         #[cfg(target_os = "linux")]
         {
             use std::os::unix::process::CommandExt;

@@ -111,7 +111,13 @@ impl Testnet {
     }
 
     /// Wait for a line from `name` that `pick` accepts, handling others.
-    fn wait_for(&mut self, name: &str, what: &str, limit: Duration, pick: impl Fn(&str) -> Option<String>) -> Result<String> {
+    fn wait_for(
+        &mut self,
+        name: &str,
+        what: &str,
+        limit: Duration,
+        pick: impl Fn(&str) -> Option<String>,
+    ) -> Result<String> {
         let until = Instant::now() + limit;
         while Instant::now() < until && !STOP.load(Ordering::SeqCst) {
             match self.rx.recv_timeout(Duration::from_millis(100)) {
@@ -125,7 +131,10 @@ impl Testnet {
             }
             if let Some(c) = self.children.get_mut(name) {
                 if let Some(status) = c.exited() {
-                    bail!("{name} exited ({status}) before {what}; see {}", self.log_dir.join(format!("{name}.err")).display());
+                    bail!(
+                        "{name} exited ({status}) before {what}; see {}",
+                        self.log_dir.join(format!("{name}.err")).display()
+                    );
                 }
             }
         }
@@ -135,7 +144,9 @@ impl Testnet {
     fn on_line(&mut self, line: Line) {
         let Ok(v) = serde_json::from_str::<serde_json::Value>(&line.text) else { return };
         match v["event"].as_str() {
-            Some("round") if line.name.starts_with("node-") => self.progress.on_round(&line.name, &v, ms(self.t0)),
+            Some("round") if line.name.starts_with("node-") => {
+                self.progress.on_round(&line.name, &v, ms(self.t0))
+            }
             Some("joined") => {
                 if !self.joined.contains(&line.name) {
                     self.joined.push(line.name.clone());
@@ -155,7 +166,8 @@ impl Testnet {
     }
 
     fn live_nodes(&self) -> Vec<String> {
-        let mut v: Vec<String> = self.joined.iter().filter(|n| self.children.contains_key(*n)).cloned().collect();
+        let mut v: Vec<String> =
+            self.joined.iter().filter(|n| self.children.contains_key(*n)).cloned().collect();
         v.sort();
         v
     }
@@ -233,7 +245,15 @@ fn drive(net: &mut Testnet) -> Result<bool> {
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let c = Child::spawn(&net.bin_dir, "murmur-bootstrap", &boot_args, &[], "bootstrap", &net.log_dir, net.tx.clone())?;
+    let c = Child::spawn(
+        &net.bin_dir,
+        "murmur-bootstrap",
+        &boot_args,
+        &[],
+        "bootstrap",
+        &net.log_dir,
+        net.tx.clone(),
+    )?;
     println!("started bootstrap (pid {})", c.pid());
     net.children.insert("bootstrap".into(), c);
     net.bootstrap_addr = net.wait_for("bootstrap", "a listen address", Duration::from_secs(30), |l| {
@@ -261,10 +281,18 @@ fn drive(net: &mut Testnet) -> Result<bool> {
     println!(
         "{} nodes{}, preset {}, H={} inner steps per round{}",
         o.nodes,
-        if o.join_late > 0 { format!(" ({} join after round {})", o.join_late, o.join_at) } else { String::new() },
+        if o.join_late > 0 {
+            format!(" ({} join after round {})", o.join_late, o.join_at)
+        } else {
+            String::new()
+        },
         o.preset,
         o.inner_steps,
-        if o.chaos { format!(", chaos: a random node is killed every {} rounds", o.chaos_every) } else { String::new() },
+        if o.chaos {
+            format!(", chaos: a random node is killed every {} rounds", o.chaos_every)
+        } else {
+            String::new()
+        },
     );
 
     let mut late: Vec<String> = late.to_vec();
@@ -307,17 +335,26 @@ fn drive(net: &mut Testnet) -> Result<bool> {
         }
         // Chaos: kill a random live node every few rounds, restart it after a pause.
         let target_reached = o.rounds.is_some_and(|r| round >= r);
-        if o.chaos && !target_reached && round >= last_chaos + o.chaos_every && live.len() >= 2 && restarts.is_empty() {
+        if o.chaos
+            && !target_reached
+            && round >= last_chaos + o.chaos_every
+            && live.len() >= 2
+            && restarts.is_empty()
+        {
             if let Some(victim) = live.choose(&mut rng).cloned() {
                 if let Some(mut c) = net.children.remove(&victim) {
                     c.kill();
-                    println!("chaos: SIGKILL {victim} (pid {}) after round {round}; restarting it in 3 s", c.pid());
+                    println!(
+                        "chaos: SIGKILL {victim} (pid {}) after round {round}; restarting it in 3 s",
+                        c.pid()
+                    );
                 }
                 last_chaos = round;
                 restarts.push((Instant::now() + Duration::from_secs(3), victim));
             }
         }
-        let due: Vec<String> = restarts.iter().filter(|(t, _)| Instant::now() >= *t).map(|(_, n)| n.clone()).collect();
+        let due: Vec<String> =
+            restarts.iter().filter(|(t, _)| Instant::now() >= *t).map(|(_, n)| n.clone()).collect();
         restarts.retain(|(t, _)| Instant::now() < *t);
         for n in due {
             println!("chaos: restarting {n}");
@@ -326,7 +363,8 @@ fn drive(net: &mut Testnet) -> Result<bool> {
         if let Some(target) = o.rounds {
             if round >= target && restarts.is_empty() {
                 let (_, since) = *finishing.get_or_insert((target, Instant::now()));
-                let everyone: Vec<String> = net.children.keys().filter(|n| n.starts_with("node-")).cloned().collect();
+                let everyone: Vec<String> =
+                    net.children.keys().filter(|n| n.starts_with("node-")).cloned().collect();
                 let caught_up = everyone.len() == live.len()
                     && live.iter().all(|n| net.progress.last_round_of(n).is_some_and(|r| r >= target));
                 if caught_up || since.elapsed() > Duration::from_secs(180) {
@@ -360,7 +398,10 @@ fn verdict(net: &Testnet, target: u64) -> bool {
             agree
         }
         None => {
-            println!("FAILED: the surviving nodes ({}) never all reported a round from {target} on", live.join(", "));
+            println!(
+                "FAILED: the surviving nodes ({}) never all reported a round from {target} on",
+                live.join(", ")
+            );
             false
         }
     }

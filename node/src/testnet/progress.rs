@@ -91,7 +91,10 @@ impl Progress {
         for round in rounds {
             let reps = &self.reports[&round];
             let all = !live.is_empty() && live.iter().all(|n| reps.contains_key(n));
-            let waited = self.first_seen_ms.get(&round).is_some_and(|t| now_ms.saturating_sub(*t) >= ANNOUNCE_GRACE_MS);
+            let waited = self
+                .first_seen_ms
+                .get(&round)
+                .is_some_and(|t| now_ms.saturating_sub(*t) >= ANNOUNCE_GRACE_MS);
             if !(all || waited) {
                 break;
             }
