@@ -73,6 +73,11 @@ pub enum RobustMode {
     TrimmedMean { trim: f32 },
     /// Per coordinate median.
     Median,
+    /// Leave out every delta whose L2 norm exceeds `multiple` × the median
+    /// norm (an outlier: scaled, flipped-and-amplified or noise-filled), then
+    /// take the token-weighted mean of the rest (weights capped at twice the
+    /// median token count). `multiple` ≥ 1.
+    NormFilter { multiple: f32 },
 }
 
 /// Who may contribute deltas and commits.
@@ -154,6 +159,10 @@ impl RunSpec {
                 w.f32(trim);
             }
             RobustMode::Median => w.u8(3),
+            RobustMode::NormFilter { multiple } => {
+                w.u8(4);
+                w.f32(multiple);
+            }
         }
         w.u32(self.quorum);
         w.u32(self.round_deadline_secs);
@@ -206,6 +215,7 @@ impl RunSpec {
             1 => RobustMode::NormClip { multiple: r.f32("robust.multiple")? },
             2 => RobustMode::TrimmedMean { trim: r.f32("robust.trim")? },
             3 => RobustMode::Median,
+            4 => RobustMode::NormFilter { multiple: r.f32("robust.multiple")? },
             tag => return Err(WireError::BadTag { field: "robust", tag }),
         };
         let quorum = r.u32()?;
@@ -280,6 +290,9 @@ impl RunSpec {
         match self.robust {
             RobustMode::NormClip { multiple } if !(multiple.is_finite() && multiple > 0.0) => {
                 return Err(invalid("robust.multiple", "must be positive"));
+            }
+            RobustMode::NormFilter { multiple } if !(multiple.is_finite() && multiple >= 1.0) => {
+                return Err(invalid("robust.multiple", "must be at least 1"));
             }
             RobustMode::TrimmedMean { trim } if !(0.0..0.5).contains(&trim) => {
                 return Err(invalid("robust.trim", "must be in [0, 0.5)"));

@@ -122,6 +122,7 @@ fn spec() -> impl Strategy<Value = RunSpec> {
         Just(RobustMode::Median),
         (0.01f32..100.0).prop_map(|multiple| RobustMode::NormClip { multiple }),
         (0.0f32..0.49).prop_map(|trim| RobustMode::TrimmedMean { trim }),
+        (1.0f32..100.0).prop_map(|multiple| RobustMode::NormFilter { multiple }),
     ];
     let admission = prop_oneof![
         Just(AdmissionPolicy::Open),

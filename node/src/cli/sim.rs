@@ -30,6 +30,8 @@ pub enum RobustArg {
     TrimmedMean,
     /// Coordinate-wise median.
     Median,
+    /// Leave out deltas whose norm exceeds --clip-multiple × the median norm, then the mean.
+    NormFilter,
 }
 
 /// `--outer`.
@@ -148,6 +150,7 @@ pub fn resolve(a: &SimArgs) -> Result<(SimConfig, DataSpec)> {
         RobustArg::Clip => RobustMode::NormClip { multiple: a.clip_multiple },
         RobustArg::TrimmedMean => RobustMode::TrimmedMean { trim: a.trim },
         RobustArg::Median => RobustMode::Median,
+        RobustArg::NormFilter => RobustMode::NormFilter { multiple: a.clip_multiple.max(1.0) },
     };
     let outer = match a.outer {
         OuterArg::Nesterov => OuterOptimizer::Nesterov { lr: a.outer_lr, momentum: a.outer_momentum },

@@ -213,6 +213,7 @@ pub fn robust_name(mode: RobustMode) -> String {
     match mode {
         RobustMode::Mean => "none".into(),
         RobustMode::NormClip { multiple } => format!("clip-{multiple}"),
+        RobustMode::NormFilter { multiple } => format!("norm-filter-{multiple}"),
         RobustMode::TrimmedMean { trim } => format!("trimmed-mean-{trim}"),
         RobustMode::Median => "median".into(),
     }

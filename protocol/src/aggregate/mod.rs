@@ -38,6 +38,8 @@ pub enum AggregateRejection {
     Duplicate,
     #[error("inputs with the same payload hash disagree")]
     HashConflict,
+    #[error("its L2 norm is an outlier (more than the run's multiple of the median norm)")]
+    NormOutlier,
 }
 
 /// A rejected input.
@@ -127,6 +129,24 @@ pub fn aggregate(
     if accepted.is_empty() {
         return Err(AggregateError::NoValidDeltas { rejected });
     }
+    if let RobustMode::NormFilter { multiple } = mode {
+        let norms: Vec<f64> = accepted.iter().map(|d| robust::l2_norm(d.values)).collect();
+        let keep = robust::within_norm(&norms, multiple);
+        let mut kept = Vec::with_capacity(accepted.len());
+        for (d, k) in accepted.into_iter().zip(keep) {
+            if k {
+                kept.push(d);
+            } else {
+                rejected.push(Rejected {
+                    payload_hash: d.payload_hash,
+                    signer: d.signer,
+                    reason: AggregateRejection::NormOutlier,
+                });
+            }
+        }
+        rejected.sort_by(|a, b| a.payload_hash.cmp(&b.payload_hash).then(a.signer.cmp(&b.signer)));
+        accepted = kept;
+    }
     let values: Vec<&[f32]> = accepted.iter().map(|d| d.values).collect();
     let tokens: Vec<u64> = accepted.iter().map(|d| d.tokens).collect();
     let delta = match mode {
@@ -136,6 +156,7 @@ pub fn aggregate(
         }
         RobustMode::TrimmedMean { trim } => robust::trimmed_mean(&values, trim, expected_len),
         RobustMode::Median => robust::median(&values, expected_len),
+        RobustMode::NormFilter { .. } => robust::capped_weight_mean(&values, &tokens, expected_len),
     };
     Ok(Aggregate {
         delta,

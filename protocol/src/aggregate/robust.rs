@@ -43,6 +43,21 @@ fn weighted_mean_f64(values: &[&[f32]], weights: &[f64], scales: Option<&[f64]>,
     acc.into_iter().map(|a| (a / total) as f32).collect()
 }
 
+/// Which deltas a norm filter keeps: norm ≤ `multiple` × the median norm
+/// (the median itself always passes, so at least half are kept).
+pub(super) fn within_norm(norms: &[f64], multiple: f32) -> Vec<bool> {
+    let threshold = f64::from(multiple) * median_f64(norms.to_vec());
+    norms.iter().map(|&n| n <= threshold).collect()
+}
+
+/// Token-weighted mean with weights capped at twice the median token count
+/// (a delta cannot buy weight by claiming more tokens).
+pub(super) fn capped_weight_mean(values: &[&[f32]], tokens: &[u64], n: usize) -> Vec<f32> {
+    let cap = 2.0 * median_f64(tokens.iter().map(|&t| t as f64).collect());
+    let weights: Vec<f64> = tokens.iter().map(|&t| (t as f64).min(cap)).collect();
+    weighted_mean_f64(values, &weights, None, n)
+}
+
 /// Clip every delta's L2 norm to `multiple` × the median norm, weight by
 /// tokens capped at twice the median token count, and average.
 pub(super) fn norm_clipped_mean(values: &[&[f32]], tokens: &[u64], multiple: f32, n: usize) -> Vec<f32> {

@@ -12,12 +12,13 @@ fn input(hash: u8, tokens: u64, values: &[f32]) -> DeltaInput<'_> {
     DeltaInput { payload_hash: h(hash), signer: PublicKey([hash; 32]), tokens, values }
 }
 
-const MODES: [RobustMode; 5] = [
+const MODES: [RobustMode; 6] = [
     RobustMode::Mean,
     RobustMode::NormClip { multiple: 1.5 },
     RobustMode::TrimmedMean { trim: 0.2 },
     RobustMode::TrimmedMean { trim: 0.0 },
     RobustMode::Median,
+    RobustMode::NormFilter { multiple: 2.0 },
 ];
 
 fn bits(v: &[f32]) -> Vec<u32> {
@@ -115,12 +116,36 @@ fn robust_modes_resist_an_outlier() {
     inputs.push(input(9, 100, &attack));
     let mean = aggregate(&inputs, 3, RobustMode::Mean).expect("aggregates").delta;
     assert!(mean[1] > 100.0, "plain mean is dragged: {mean:?}");
-    for mode in
-        [RobustMode::Median, RobustMode::TrimmedMean { trim: 0.2 }, RobustMode::NormClip { multiple: 1.0 }]
-    {
+    for mode in [
+        RobustMode::Median,
+        RobustMode::TrimmedMean { trim: 0.2 },
+        RobustMode::NormClip { multiple: 1.0 },
+        RobustMode::NormFilter { multiple: 3.0 },
+    ] {
         let d = aggregate(&inputs, 3, mode).expect("aggregates").delta;
         assert!(d.iter().all(|x| (x - 1.0).abs() < 0.5), "{mode:?} gave {d:?}");
     }
+}
+
+#[test]
+fn norm_filter_leaves_out_amplified_deltas_and_says_why() {
+    // Six honest deltas and two sign-flipped ×10 copies with inflated token claims.
+    let honest: Vec<[f32; 2]> =
+        vec![[1.0, 0.5], [1.2, 0.4], [0.8, 0.6], [1.1, 0.5], [0.9, 0.45], [1.0, 0.55]];
+    let flipped: Vec<[f32; 2]> = vec![[-10.0, -5.0], [-12.0, -4.0]];
+    let mut inputs: Vec<DeltaInput<'_>> =
+        honest.iter().enumerate().map(|(i, v)| input(i as u8, 100, v)).collect();
+    inputs.extend(flipped.iter().enumerate().map(|(i, v)| input(200 + i as u8, 10_000, v)));
+    let a = aggregate(&inputs, 2, RobustMode::NormFilter { multiple: 3.0 }).expect("aggregates");
+    let expect_x = honest.iter().map(|v| f64::from(v[0])).sum::<f64>() / 6.0;
+    assert!((f64::from(a.delta[0]) - expect_x).abs() < 1e-6, "{:?}", a.delta);
+    assert_eq!(a.included, (0..6).map(h).collect::<Vec<_>>());
+    assert_eq!(a.rejected.len(), 2);
+    assert!(a.rejected.iter().all(|r| r.reason == AggregateRejection::NormOutlier));
+    assert_eq!(a.total_tokens, 600);
+    // Plain averaging follows the flipped deltas uphill.
+    let mean = aggregate(&inputs, 2, RobustMode::Mean).expect("aggregates");
+    assert!(mean.delta[0] < 0.0, "{:?}", mean.delta);
 }
 
 #[test]
