@@ -27,6 +27,21 @@ pub fn workspace_binary(name: &str) -> PathBuf {
     path
 }
 
+/// Collect `child`'s stdout lines on a thread.
+fn collect_lines(child: &mut Child) -> Arc<Mutex<Vec<String>>> {
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let stdout = child.stdout.take().expect("stdout");
+    let sink = lines.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Ok(mut l) = sink.lock() {
+                l.push(line);
+            }
+        }
+    });
+    lines
+}
+
 /// A child process whose stdout lines are collected; killed when dropped.
 pub struct Proc {
     pub name: String,
@@ -48,16 +63,7 @@ impl Proc {
             .stdin(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("starting {bin}: {e}"));
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let stdout = child.stdout.take().expect("stdout");
-        let sink = lines.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Ok(mut l) = sink.lock() {
-                    l.push(line);
-                }
-            }
-        });
+        let lines = collect_lines(&mut child);
         Proc { name: name.to_string(), child, lines, log }
     }
 
@@ -274,16 +280,7 @@ impl Testnet {
             .stderr(Stdio::from(err))
             .spawn()
             .expect("starting scripts/testnet.sh");
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let stdout = child.stdout.take().expect("stdout");
-        let sink = lines.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Ok(mut l) = sink.lock() {
-                    l.push(line);
-                }
-            }
-        });
+        let lines = collect_lines(&mut child);
         Testnet { child, lines }
     }
 

@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
 use libp2p::Multiaddr;
 
@@ -26,18 +26,7 @@ pub struct DashboardArgs {
 }
 
 pub fn run(a: DashboardArgs) -> Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    super::init_logs();
     let opts = DashboardOptions { bootstrap: a.bootstrap, http: a.http, mdns: !a.no_mdns, json: a.json };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    rt.block_on(async move {
-        tokio::select! {
-            r = run_dashboard(opts) => r.map_err(anyhow::Error::from),
-            _ = tokio::signal::ctrl_c() => Ok(()),
-        }
-    })
+    super::run_until_ctrl_c(run_dashboard(opts))
 }

@@ -48,6 +48,30 @@ pub enum Command {
     Testnet(testnet::TestnetArgs),
 }
 
+/// Logs to stderr, at `RUST_LOG`'s level (default: warnings).
+pub(crate) fn init_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}
+
+/// Run `service` on a multi-threaded tokio runtime until it ends or Ctrl-C.
+pub(crate) fn run_until_ctrl_c<E>(service: impl std::future::Future<Output = Result<(), E>>) -> Result<()>
+where
+    anyhow::Error: From<E>,
+{
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| anyhow::anyhow!("starting the async runtime: {e}"))?;
+    rt.block_on(async move {
+        tokio::select! {
+            r = service => r.map_err(anyhow::Error::from),
+            _ = tokio::signal::ctrl_c() => Ok(()),
+        }
+    })
+}
+
 pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Train(a) => train::run(*a),

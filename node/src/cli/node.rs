@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
 use libp2p::Multiaddr;
 
@@ -45,9 +45,7 @@ pub struct NodeArgs {
 }
 
 pub fn run(a: NodeArgs) -> Result<()> {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+    super::init_logs();
     let listen = if a.listen.is_empty() {
         vec!["/ip4/0.0.0.0/tcp/0".parse()?, "/ip4/0.0.0.0/udp/0/quic-v1".parse()?]
     } else {
@@ -73,14 +71,5 @@ pub fn run(a: NodeArgs) -> Result<()> {
         discovery_wait: Duration::from_secs_f64(a.discovery_wait.clamp(0.0, 600.0)),
         device: choose(a.device)?,
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting the async runtime")?;
-    rt.block_on(async move {
-        tokio::select! {
-            r = run_node(opts) => r.map_err(anyhow::Error::from),
-            _ = tokio::signal::ctrl_c() => Ok(()),
-        }
-    })
+    super::run_until_ctrl_c(run_node(opts))
 }
