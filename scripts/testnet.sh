@@ -14,6 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-target}"
 if [ "${MURMUR_TESTNET_NO_BUILD:-0}" != "1" ]; then
-  cargo build --release -p murmur-node -p murmur-bootstrap --bins
+  # The same build as scripts/test.sh, so the two share every artifact.
+  cargo build --release --workspace --bins
 fi
 exec "$target/release/murmur" testnet "$@"
