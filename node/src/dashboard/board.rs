@@ -62,6 +62,8 @@ struct RoundView {
     commits: BTreeMap<StateId, (Vec<PayloadHash>, Vec<PublicKey>)>,
     /// Nodes alive when the round closed (for stragglers).
     alive_at_close: Vec<PublicKey>,
+    /// Messages the nodes refused while this round was open, by reason.
+    refused: BTreeMap<String, u64>,
 }
 
 /// A text sample drawn from a committed state.
@@ -163,6 +165,26 @@ impl Board {
                     sent_at_last_round: None,
                 },
             );
+        }
+        // Refusals counted since the node's previous report happened in the round in progress.
+        let mut refused: Vec<(String, u64)> = Vec::new();
+        if let Some(prev) = self.nodes.get(&key) {
+            for r in &t.rejections {
+                let before =
+                    prev.last.rejections.iter().find(|p| p.reason == r.reason).map_or(0, |p| p.count);
+                if r.count > before {
+                    refused.push((r.reason.clone(), r.count - before));
+                }
+            }
+        }
+        if !refused.is_empty() {
+            let open = self.round_mut(t.round.saturating_add(1));
+            for (reason, n) in refused {
+                if open.refused.len() < 64 || open.refused.contains_key(&reason) {
+                    *open.refused.entry(reason).or_default() += n;
+                }
+            }
+            self.trim_rounds();
         }
         let Some(node) = self.nodes.get_mut(&key) else { return };
         node.last_seen_ms = now_ms;
@@ -425,6 +447,7 @@ impl Board {
             "disagreeing_commits": r.commits.len().saturating_sub(1),
             "late": late,
             "stragglers": stragglers,
+            "refused": r.refused.iter().map(|(k, v)| json!({"reason": k, "count": v})).collect::<Vec<_>>(),
             "delta_bytes": bytes,
         })
     }
@@ -511,6 +534,10 @@ mod tests {
         beat.links = vec![PeerLink { peer: b.public(), relayed: true }];
         board.on_telemetry(beat.sign(&a), 4000);
         board.on_own_rejection("12D3KooWxyz", "malformed", 4100);
+        // b refused three more bad signatures while round 2 was open.
+        let mut later = telemetry(&b, &spec, 1, None, 60);
+        later.rejections = vec![RejectionCount { reason: "bad-signature".into(), count: 5 }];
+        board.on_telemetry(later.sign(&b), 4200);
 
         let s = board.snapshot(5000);
         assert_eq!(s["nodes"].as_array().map(Vec::len), Some(2));
@@ -524,8 +551,10 @@ mod tests {
         assert_eq!(nl.len(), 2);
         assert!((nl[0]["val_loss"].as_f64().unwrap_or(0.0) - 5.1).abs() < 1e-5, "{nl:?}");
         assert_eq!(s["network"]["latest_round"], 1);
-        let r1 = &s["rounds"][0];
-        assert_eq!(r1["round"], 1);
+        let r1 = s["rounds"]
+            .as_array()
+            .and_then(|r| r.iter().find(|x| x["round"] == 1).cloned())
+            .expect("round 1");
         assert_eq!(r1["deltas"], 2);
         assert_eq!(r1["included"], 1);
         assert_eq!(r1["committers"], 2);
@@ -535,9 +564,11 @@ mod tests {
         assert_eq!(s["graph"]["links"].as_array().map(Vec::len), Some(1));
         assert_eq!(s["graph"]["links"][0]["relayed"], true);
         assert!(s["graph"]["peers"].as_array().is_some_and(|p| p.iter().all(|x| x["role"] == "trainer")));
-        // Rejections: 2 + 2 from the nodes' reports, 1 of the dashboard's own.
+        // Rejections: 2 + 5 from the nodes' reports, 1 of the dashboard's own.
         let rej = s["rejections"].as_array().cloned().unwrap_or_default();
-        assert!(rej.contains(&json!({"reason": "bad-signature", "count": 4})), "{rej:?}");
+        assert!(rej.contains(&json!({"reason": "bad-signature", "count": 7})), "{rej:?}");
+        let r2 = s["rounds"].as_array().and_then(|r| r.iter().find(|x| x["round"] == 2).cloned());
+        assert_eq!(r2.map(|r| r["refused"].clone()), Some(json!([{"reason": "bad-signature", "count": 3}])));
         assert!(rej.contains(&json!({"reason": "malformed", "count": 1})), "{rej:?}");
         assert!(s["run"]["compression"].as_f64().is_some_and(|c| c > 3.5), "{}", s["run"]);
         assert_eq!(s["run"]["entropy_floor"], 0.8354);

@@ -177,9 +177,10 @@ function renderTimeline(snap) {
     const cells = [
       String(r.round), span, String(r.deltas), r.included === null ? '–' : String(r.included),
       r.committers === null ? '–' : String(r.committers) + (r.disagreeing_commits ? ' (+' + r.disagreeing_commits + ' other)' : ''),
-      String(r.late), r.stragglers.map(s => s.slice(-6)).join(' ') || '–', r.state ? r.state.slice(0, 12) : '–',
+      String(r.late), r.stragglers.map(s => s.slice(-6)).join(' ') || '–',
+      r.refused.map(x => x.count + ' ' + x.reason).join(', ') || '–', r.state ? r.state.slice(0, 12) : '–',
     ];
-    cells.forEach((c, i) => tr.appendChild(html('td', i === 7 ? { class: 'mono' } : {}, c)));
+    cells.forEach((c, i) => tr.appendChild(html('td', i === 8 ? { class: 'mono' } : (i === 7 && c !== '–' ? { class: 'warn' } : {}), c)));
     body.appendChild(tr);
   }
 }
