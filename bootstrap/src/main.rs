@@ -66,6 +66,10 @@ struct Args {
     /// Delta codec: f32, f16, bf16, int8[-b<block>], int4[-b<block>], topk[-<n>ppm][-b<block>].
     #[arg(long, default_value = "int8-b256")]
     codec: String,
+    /// How deltas are combined: mean, median, norm-clip[:x], trimmed-mean[:x] or
+    /// norm-filter[:x] (leave out deltas whose norm exceeds x times the median; x = 3).
+    #[arg(long, default_value = "mean")]
+    robust: String,
     /// Run seed (genesis parameters and data streams).
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -94,6 +98,8 @@ fn run(a: Args) -> Result<()> {
         quorum: a.quorum,
         round_deadline_secs: a.deadline,
         codec,
+        robust: murmur_node::runtime::spec::parse_robust(&a.robust)
+            .map_err(|e| anyhow::anyhow!("--robust: {e}"))?,
         seed: a.seed,
     };
     let spec = run_spec(&params)?;

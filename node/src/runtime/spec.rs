@@ -31,6 +31,7 @@ pub struct RunParams {
     pub quorum: u32,
     pub round_deadline_secs: u32,
     pub codec: Codec,
+    pub robust: RobustMode,
     pub seed: u64,
 }
 
@@ -46,6 +47,7 @@ impl Default for RunParams {
             quorum: 1,
             round_deadline_secs: 120,
             codec: Codec::Int8Block { block: 256 },
+            robust: RobustMode::Mean,
             seed: 1,
         }
     }
@@ -63,6 +65,30 @@ pub fn model_shape(preset: &str) -> Result<ModelShape, SpecError> {
         d_model: c.n_embd as u32,
         param_count: c.param_count() as u64,
     })
+}
+
+/// Parse a robust mode as the bootstrap server's `--robust` takes it:
+/// `mean`, `median`, `norm-clip[:multiple]` (2), `trimmed-mean[:trim]` (0.25)
+/// or `norm-filter[:multiple]` (3).
+pub fn parse_robust(s: &str) -> Result<RobustMode, String> {
+    let (name, arg) = match s.split_once(':') {
+        Some((n, a)) => (n, Some(a)),
+        None => (s, None),
+    };
+    let num = |default: f32| -> Result<f32, String> {
+        arg.map_or(Ok(default), |a| a.parse::<f32>().map_err(|_| format!("`{a}` is not a number")))
+    };
+    let mode = match name {
+        "mean" if arg.is_none() => RobustMode::Mean,
+        "median" if arg.is_none() => RobustMode::Median,
+        "norm-clip" => RobustMode::NormClip { multiple: num(2.0)? },
+        "trimmed-mean" => RobustMode::TrimmedMean { trim: num(0.25)? },
+        "norm-filter" => RobustMode::NormFilter { multiple: num(3.0)? },
+        _ => return Err(format!(
+            "unknown robust mode `{s}`: use mean, median, norm-clip[:x], trimmed-mean[:x] or norm-filter[:x]"
+        )),
+    };
+    Ok(mode)
 }
 
 /// Build a RunSpec from `p`.
@@ -83,7 +109,7 @@ pub fn run_spec(p: &RunParams) -> Result<RunSpec, SpecError> {
         inner_steps: p.inner_steps,
         outer: OuterOptimizer::DILOCO,
         codec: p.codec,
-        robust: RobustMode::Mean,
+        robust: p.robust,
         quorum: p.quorum,
         round_deadline_secs: p.round_deadline_secs,
         admission: AdmissionPolicy::Open,
@@ -131,5 +157,19 @@ mod tests {
         assert_eq!(a.encode().len() as u64, state_len(&spec));
         let other = RunParams { seed: 2, ..Default::default() };
         assert_ne!(genesis(&run_spec(&other).expect("spec")).expect("genesis").id(), a.id());
+    }
+
+    #[test]
+    fn robust_modes_parse_with_defaults_and_bad_ones_say_what_to_use() {
+        assert_eq!(parse_robust("mean"), Ok(RobustMode::Mean));
+        assert_eq!(parse_robust("norm-filter"), Ok(RobustMode::NormFilter { multiple: 3.0 }));
+        assert_eq!(parse_robust("trimmed-mean:0.1"), Ok(RobustMode::TrimmedMean { trim: 0.1 }));
+        assert_eq!(parse_robust("norm-clip:1.5"), Ok(RobustMode::NormClip { multiple: 1.5 }));
+        assert!(parse_robust("norm-filter:x").is_err_and(|e| e.contains("not a number")));
+        assert!(parse_robust("krum").is_err_and(|e| e.contains("norm-filter")));
+        let p = RunParams { robust: RobustMode::NormFilter { multiple: 3.0 }, ..Default::default() };
+        let spec = run_spec(&p).expect("spec");
+        spec.validate().expect("valid");
+        assert_ne!(spec.run_id(), run_spec(&RunParams::default()).expect("spec").run_id());
     }
 }
