@@ -67,6 +67,8 @@ pub fn model_shape(preset: &str) -> Result<ModelShape, SpecError> {
     })
 }
 
+const ROBUST_MODES: &str = "use mean, median, norm-clip[:x], trimmed-mean[:x] or norm-filter[:x]";
+
 /// Parse a robust mode as the bootstrap server's `--robust` takes it:
 /// `mean`, `median`, `norm-clip[:multiple]` (2), `trimmed-mean[:trim]` (0.25)
 /// or `norm-filter[:multiple]` (3).
@@ -84,9 +86,7 @@ pub fn parse_robust(s: &str) -> Result<RobustMode, String> {
         "norm-clip" => RobustMode::NormClip { multiple: num(2.0)? },
         "trimmed-mean" => RobustMode::TrimmedMean { trim: num(0.25)? },
         "norm-filter" => RobustMode::NormFilter { multiple: num(3.0)? },
-        _ => return Err(format!(
-            "unknown robust mode `{s}`: use mean, median, norm-clip[:x], trimmed-mean[:x] or norm-filter[:x]"
-        )),
+        _ => return Err(format!("unknown robust mode `{s}`: {ROBUST_MODES}")),
     };
     Ok(mode)
 }
