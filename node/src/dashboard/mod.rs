@@ -17,14 +17,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use libp2p::multiaddr::Protocol;
 use libp2p::{Multiaddr, PeerId};
 use murmur_protocol::{NodeKey, PublicKey, RunSpec, StateId, TrainingState};
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 
 use crate::net::{
-    self, fetch_blob, GossipMessage, NetConfig, NetEvent, NetHandle, Role, XferRequest, XferResponse,
+    self, fetch_blob, peer_of, GossipMessage, NetConfig, NetEvent, NetHandle, Role, XferRequest, XferResponse,
 };
 use crate::runtime::report::Reporter;
 use crate::runtime::spec::state_len;
@@ -51,13 +50,6 @@ pub struct DashboardOptions {
 
 fn peer_name(k: &PublicKey) -> String {
     net::peer_id_of(k).map(|p| p.to_string()).unwrap_or_else(|| murmur_protocol::hash::hex(&k.0))
-}
-
-fn peer_of(addr: &Multiaddr) -> Option<PeerId> {
-    addr.iter().find_map(|p| match p {
-        Protocol::P2p(id) => Some(id),
-        _ => None,
-    })
 }
 
 enum Internal {

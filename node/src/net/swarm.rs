@@ -50,7 +50,8 @@ pub(crate) struct SwarmTask {
     links: HashMap<PeerId, HashMap<ConnectionId, bool>>,
 }
 
-fn peer_of(addr: &Multiaddr) -> Option<PeerId> {
+/// The peer id an address ends with (`…/p2p/<id>`), if any.
+pub(crate) fn peer_of(addr: &Multiaddr) -> Option<PeerId> {
     addr.iter().find_map(|p| match p {
         Protocol::P2p(id) => Some(id),
         _ => None,

@@ -7,7 +7,6 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use libp2p::multiaddr::Protocol;
 use libp2p::{Multiaddr, PeerId};
 use murmur_protocol::{NodeKey, RunId, RunSpec, StateId, TrainingState};
 use serde_json::json;
@@ -17,7 +16,7 @@ use super::report::Reporter;
 use super::spec::{genesis, state_len};
 use super::RuntimeError;
 use crate::net::{
-    self, fetch_blob, ContentServer, NetConfig, NetEvent, NetHandle, PeerStatus, Role, XferRequest,
+    self, fetch_blob, peer_of, ContentServer, NetConfig, NetEvent, NetHandle, PeerStatus, Role, XferRequest,
     XferResponse,
 };
 use crate::store::{BlobKind, Position, Store};
@@ -32,13 +31,6 @@ impl ContentServer for Nothing {
     fn serve(&self, _: &XferRequest) -> XferResponse {
         XferResponse::NotFound
     }
-}
-
-fn peer_of(addr: &Multiaddr) -> Option<PeerId> {
-    addr.iter().find_map(|p| match p {
-        Protocol::P2p(id) => Some(id),
-        _ => None,
-    })
 }
 
 /// Ask the bootstrap servers for the run they host (retrying until `wait`).
