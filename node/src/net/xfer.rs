@@ -4,7 +4,13 @@
 //! Every frame is a u32 little-endian length then that many bytes; the
 //! length is checked against the frame cap before anything is allocated.
 //! Decoders are total: malformed bytes are an error, never a panic.
+//!
+//! Chunks are the bulk of the traffic, so the codec moves them without
+//! intermediate copies: a chunk response is written as its small header and
+//! then the chunk's own bytes, and read straight into a buffer of the
+//! chunk's (capped) length. Every other frame is encoded and decoded whole.
 
+use bytes::Bytes;
 use futures::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use libp2p::StreamProtocol;
 use std::io;
@@ -21,6 +27,13 @@ pub const MAX_REQUEST_BYTES: usize = 128;
 pub const MAX_SPEC_BYTES: usize = 256 * 1024;
 /// Largest response frame body: one chunk plus its framing.
 pub const MAX_RESPONSE_BYTES: usize = CHUNK_LEN as usize + 64;
+/// Response op of a chunk.
+const OP_CHUNK: u8 = 3;
+/// Bytes of a chunk response body before the chunk: version, op, `n: u32`.
+const CHUNK_HEAD: usize = 6;
+/// The first write of a chunk response carries its frame header and up to
+/// this many body bytes, so the header never travels in a frame of its own.
+const FIRST_WRITE: usize = 16 * 1024;
 
 /// A request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,7 +64,8 @@ pub struct PeerStatus {
 pub enum XferResponse {
     Status(PeerStatus),
     Table(Vec<[u8; 32]>),
-    Chunk(Vec<u8>),
+    /// A chunk's bytes (shared, not copied, when served from a cache).
+    Chunk(Bytes),
     NotFound,
     Busy,
 }
@@ -183,7 +197,7 @@ impl XferResponse {
                 }
             }
             XferResponse::Chunk(b) => {
-                out.push(3);
+                out.push(OP_CHUNK);
                 out.extend_from_slice(&(b.len() as u32).to_le_bytes());
                 out.extend_from_slice(b);
             }
@@ -226,12 +240,12 @@ impl XferResponse {
                 }
                 XferResponse::Table(t)
             }
-            3 => {
+            OP_CHUNK => {
                 let n = c.u32()? as usize;
                 if n as u64 > CHUNK_LEN {
                     return Err(bad("chunk too long"));
                 }
-                XferResponse::Chunk(c.take(n)?.to_vec())
+                XferResponse::Chunk(Bytes::copy_from_slice(c.take(n)?))
             }
             4 => XferResponse::NotFound,
             5 => XferResponse::Busy,
@@ -242,21 +256,81 @@ impl XferResponse {
     }
 }
 
-async fn read_frame<T: AsyncRead + Unpin + Send>(io: &mut T, cap: usize) -> io::Result<Vec<u8>> {
+/// Read a frame's length prefix and check it against `cap`.
+async fn read_len<T: AsyncRead + Unpin + Send>(io: &mut T, cap: usize) -> io::Result<usize> {
     let mut len = [0u8; 4];
     io.read_exact(&mut len).await?;
     let len = u32::from_le_bytes(len) as usize;
     if len > cap {
         return Err(io::Error::new(io::ErrorKind::InvalidData, FrameError::Oversized));
     }
+    Ok(len)
+}
+
+async fn read_frame<T: AsyncRead + Unpin + Send>(io: &mut T, cap: usize) -> io::Result<Vec<u8>> {
+    let len = read_len(io, cap).await?;
     let mut buf = vec![0u8; len];
     io.read_exact(&mut buf).await?;
     Ok(buf)
 }
 
+/// Read a response frame. A chunk goes straight into a buffer of its own
+/// length (checked against `CHUNK_LEN` and the frame length first); any
+/// other response is read whole and decoded.
+async fn read_response_frame<T: AsyncRead + Unpin + Send>(io: &mut T) -> io::Result<XferResponse> {
+    let len = read_len(io, MAX_RESPONSE_BYTES).await?;
+    let mut head = [0u8; CHUNK_HEAD];
+    let h = len.min(CHUNK_HEAD);
+    io.read_exact(&mut head[..h]).await?;
+    if h == CHUNK_HEAD && head[0] == XFER_VERSION && head[1] == OP_CHUNK {
+        let n = u32::from_le_bytes([head[2], head[3], head[4], head[5]]) as usize;
+        if n as u64 > CHUNK_LEN {
+            return Err(bad("chunk too long"));
+        }
+        if len < CHUNK_HEAD + n {
+            return Err(bad("truncated frame"));
+        }
+        if len > CHUNK_HEAD + n {
+            return Err(bad("trailing bytes"));
+        }
+        let mut chunk = vec![0u8; n];
+        io.read_exact(&mut chunk).await?;
+        return Ok(XferResponse::Chunk(Bytes::from(chunk)));
+    }
+    let mut body = vec![0u8; len];
+    body[..h].copy_from_slice(&head[..h]);
+    io.read_exact(&mut body[h..]).await?;
+    XferResponse::decode(&body)
+}
+
 async fn write_frame<T: AsyncWrite + Unpin + Send>(io: &mut T, body: &[u8]) -> io::Result<()> {
     io.write_all(&(body.len() as u32).to_le_bytes()).await?;
     io.write_all(body).await?;
+    io.close().await
+}
+
+/// Write a response frame. A chunk is written from its own buffer (the
+/// frame header and the chunk's first bytes together, then the rest), never
+/// copied into an encoded body first.
+async fn write_response_frame<T: AsyncWrite + Unpin + Send>(
+    io: &mut T,
+    res: &XferResponse,
+) -> io::Result<()> {
+    let XferResponse::Chunk(chunk) = res else {
+        return write_frame(io, &res.encode()).await;
+    };
+    let n = u32::try_from(chunk.len())
+        .ok()
+        .filter(|n| u64::from(*n) <= CHUNK_LEN)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, FrameError::Oversized))?;
+    let lead = chunk.len().min(FIRST_WRITE - 4 - CHUNK_HEAD);
+    let mut first = Vec::with_capacity(4 + CHUNK_HEAD + lead);
+    first.extend_from_slice(&(CHUNK_HEAD as u32 + n).to_le_bytes());
+    first.extend_from_slice(&[XFER_VERSION, OP_CHUNK]);
+    first.extend_from_slice(&n.to_le_bytes());
+    first.extend_from_slice(&chunk[..lead]);
+    io.write_all(&first).await?;
+    io.write_all(&chunk[lead..]).await?;
     io.close().await
 }
 
@@ -282,7 +356,7 @@ impl libp2p::request_response::Codec for XferCodec {
         _: &StreamProtocol,
         io: &mut T,
     ) -> io::Result<XferResponse> {
-        XferResponse::decode(&read_frame(io, MAX_RESPONSE_BYTES).await?)
+        read_response_frame(io).await
     }
 
     async fn write_request<T: AsyncWrite + Unpin + Send>(
@@ -300,7 +374,7 @@ impl libp2p::request_response::Codec for XferCodec {
         io: &mut T,
         res: XferResponse,
     ) -> io::Result<()> {
-        write_frame(io, &res.encode()).await
+        write_response_frame(io, &res).await
     }
 }
 
@@ -329,7 +403,7 @@ mod tests {
             }),
             XferResponse::Status(PeerStatus { spec: vec![], round: 0, state: None, trainer: false }),
             XferResponse::Table(vec![[1; 32], [2; 32]]),
-            XferResponse::Chunk(vec![5; 1000]),
+            XferResponse::Chunk(Bytes::from(vec![5; 1000])),
             XferResponse::NotFound,
             XferResponse::Busy,
         ];
@@ -359,5 +433,64 @@ mod tests {
             let _ = XferResponse::decode(&junk);
             let _ = XferRequest::decode(&junk);
         }
+    }
+
+    fn framed(body: &[u8]) -> Vec<u8> {
+        let mut f = (body.len() as u32).to_le_bytes().to_vec();
+        f.extend_from_slice(body);
+        f
+    }
+
+    fn read_back(wire: Vec<u8>) -> io::Result<XferResponse> {
+        futures::executor::block_on(read_response_frame(&mut futures::io::Cursor::new(wire)))
+    }
+
+    #[test]
+    fn streamed_responses_match_the_whole_frame_encoding() {
+        let chunk: Vec<u8> = (0..CHUNK_LEN as usize).map(|i| (i * 7 % 251) as u8).collect();
+        let resps = [
+            XferResponse::Chunk(Bytes::from(chunk)),
+            XferResponse::Chunk(Bytes::from(vec![9u8; 100])),
+            XferResponse::Chunk(Bytes::new()),
+            XferResponse::Table(vec![[3; 32]; 5]),
+            XferResponse::Status(PeerStatus { spec: vec![1; 10], round: 2, state: None, trainer: true }),
+            XferResponse::NotFound,
+            XferResponse::Busy,
+        ];
+        for r in resps {
+            let mut wire = futures::io::Cursor::new(Vec::new());
+            futures::executor::block_on(write_response_frame(&mut wire, &r)).expect("writes");
+            let wire = wire.into_inner();
+            assert_eq!(wire, framed(&r.encode()), "same bytes on the wire");
+            assert_eq!(read_back(wire).expect("reads"), r);
+        }
+    }
+
+    #[test]
+    fn streamed_chunk_reads_check_lengths_before_allocating() {
+        let body = |n: u32, extra: usize| {
+            let mut b = vec![XFER_VERSION, OP_CHUNK];
+            b.extend_from_slice(&n.to_le_bytes());
+            b.extend(std::iter::repeat_n(0u8, extra));
+            b
+        };
+        // A frame over the cap is refused as oversized, whatever it claims.
+        let mut huge = ((MAX_RESPONSE_BYTES + 1) as u32).to_le_bytes().to_vec();
+        huge.extend(body(10, 10));
+        let e = read_back(huge).expect_err("oversized");
+        assert_eq!(FrameError::of(&e), Some(FrameError::Oversized));
+        // A chunk longer than a chunk, a frame shorter or longer than its chunk.
+        for wire in [framed(&body(CHUNK_LEN as u32 + 1, 0)), framed(&body(10, 9)), framed(&body(10, 11))] {
+            let e = read_back(wire).expect_err("malformed");
+            assert!(matches!(FrameError::of(&e), Some(FrameError::Malformed(_))));
+        }
+        // A frame that ends early is an I/O error, not a short chunk.
+        let mut cut = framed(&body(10, 10));
+        cut.truncate(cut.len() - 1);
+        assert!(read_back(cut).is_err());
+        // Short frames and other ops take the whole-frame path.
+        assert!(read_back(framed(&[XFER_VERSION])).is_err());
+        assert!(read_back(framed(&[XFER_VERSION, 9, 0, 0, 0, 0])).is_err());
+        assert!(read_back(framed(&[2, OP_CHUNK, 0, 0, 0, 0])).is_err());
     }
 }

@@ -3,7 +3,9 @@
 //! A blob is written to a temporary name, fsynced, renamed to
 //! `<root>/<kind>/<hex id>`, and the directory is fsynced, so a crash leaves
 //! either the whole blob or none. Reads check the hash; serving checks each
-//! chunk against a table that was itself checked against the id.
+//! chunk against a table that was itself checked against the id, as it is
+//! read from disk, and keeps checked chunks in a bounded cache
+//! (`store::cache`) so a chunk asked for again is not read and hashed again.
 
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
@@ -11,6 +13,9 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use bytes::Bytes;
+
+use super::cache::ChunkCache;
 use super::tree::{self, BlobKind};
 use super::StoreError;
 use murmur_protocol::hash::hex;
@@ -20,12 +25,15 @@ pub type ChunkTable = Arc<Vec<[u8; 32]>>;
 
 /// Most chunk tables kept in memory for serving.
 const TABLE_CACHE: usize = 64;
+/// Most bytes of verified chunks kept in memory for serving.
+pub const CHUNK_CACHE_BYTES: usize = 256 << 20;
 
 /// The blob directory.
 #[derive(Debug)]
 pub struct BlobStore {
     root: PathBuf,
     tables: Mutex<HashMap<(BlobKind, [u8; 32]), ChunkTable>>,
+    chunks: Mutex<ChunkCache>,
 }
 
 fn fsync_dir(dir: &Path) -> std::io::Result<()> {
@@ -43,7 +51,11 @@ impl BlobStore {
             fs::remove_dir_all(&tmp)?;
         }
         fs::create_dir_all(&tmp)?;
-        Ok(Self { root: root.to_path_buf(), tables: Mutex::new(HashMap::new()) })
+        Ok(Self {
+            root: root.to_path_buf(),
+            tables: Mutex::new(HashMap::new()),
+            chunks: Mutex::new(ChunkCache::new(CHUNK_CACHE_BYTES)),
+        })
     }
 
     /// Where blob `id` of `kind` lives.
@@ -110,6 +122,7 @@ impl BlobStore {
             Err(e) => return Err(e.into()),
         };
         if kind.hash(&bytes) != *id {
+            self.forget(kind, id);
             let _ = fs::remove_file(&path);
             return Err(StoreError::HashMismatch { kind, id: hex(id) });
         }
@@ -132,8 +145,13 @@ impl BlobStore {
         Ok(t)
     }
 
-    /// Chunk `index` of a stored blob, checked against its table.
-    pub fn chunk(&self, kind: BlobKind, id: &[u8; 32], index: u64) -> Result<Vec<u8>, StoreError> {
+    /// Chunk `index` of a stored blob, checked against its table when it is
+    /// read from disk (then kept in the chunk cache, and shared from there
+    /// while it stays). A chunk that fails removes the blob.
+    pub fn chunk(&self, kind: BlobKind, id: &[u8; 32], index: u64) -> Result<Bytes, StoreError> {
+        if let Some(b) = self.chunks.lock().ok().and_then(|c| c.get(&(kind, *id, index))) {
+            return Ok(b);
+        }
         let table = self.table(kind, id)?;
         let len = self.len_of(kind, id).ok_or(StoreError::Missing { kind, id: hex(id) })?;
         let (offset, n) = tree::chunk_range(len, index).ok_or(StoreError::BadRange)?;
@@ -143,13 +161,25 @@ impl BlobStore {
         f.read_exact(&mut buf)?;
         let entry = usize::try_from(index).ok().and_then(|i| table.get(i).copied());
         if entry.is_none() || tree::chunk_entry(kind, len, index, &buf) != entry {
-            if let Ok(mut m) = self.tables.lock() {
-                m.remove(&(kind, *id));
-            }
+            self.forget(kind, id);
             let _ = fs::remove_file(self.path(kind, id));
             return Err(StoreError::HashMismatch { kind, id: hex(id) });
         }
+        let buf = Bytes::from(buf);
+        if let Ok(mut c) = self.chunks.lock() {
+            c.insert((kind, *id, index), buf.clone());
+        }
         Ok(buf)
+    }
+
+    /// Drop what is cached about one blob (its table and chunks).
+    fn forget(&self, kind: BlobKind, id: &[u8; 32]) {
+        if let Ok(mut m) = self.tables.lock() {
+            m.remove(&(kind, *id));
+        }
+        if let Ok(mut c) = self.chunks.lock() {
+            c.forget_blob(kind, id);
+        }
     }
 
     /// Ids of every stored blob of `kind`.
@@ -187,9 +217,7 @@ impl BlobStore {
 
     /// Delete one blob (absent is fine).
     pub fn remove(&self, kind: BlobKind, id: &[u8; 32]) -> Result<(), StoreError> {
-        if let Ok(mut m) = self.tables.lock() {
-            m.remove(&(kind, *id));
-        }
+        self.forget(kind, id);
         match fs::remove_file(self.path(kind, id)) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
             _ => Ok(()),
@@ -201,6 +229,7 @@ impl BlobStore {
         let mut removed = 0;
         for id in self.list(kind)? {
             if !keep.contains(&id) {
+                self.forget(kind, &id);
                 fs::remove_file(self.path(kind, &id))?;
                 removed += 1;
             }
@@ -239,7 +268,7 @@ mod tests {
         let id = store.put(BlobKind::State, &bytes).expect("put");
         assert_eq!(store.get(BlobKind::State, &id).expect("get"), bytes);
         assert!(store.get(BlobKind::Delta, &id).is_err());
-        assert_eq!(store.chunk(BlobKind::State, &id, 2).expect("chunk"), bytes[2 << 20..].to_vec());
+        assert_eq!(store.chunk(BlobKind::State, &id, 2).expect("chunk"), bytes[2 << 20..]);
         assert!(store.chunk(BlobKind::State, &id, 3).is_err());
         assert!(store.verify_all().expect("verify").is_empty());
         // Corrupt on disk: reads refuse it and drop the file.
@@ -249,6 +278,31 @@ mod tests {
         assert_eq!(store.verify_all().expect("verify").len(), 1);
         assert!(matches!(store.get(BlobKind::State, &id), Err(StoreError::HashMismatch { .. })));
         assert!(!store.contains(BlobKind::State, &id));
+    }
+
+    #[test]
+    fn served_chunks_are_checked_when_read_and_then_shared() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = BlobStore::open(dir.path()).expect("open");
+        let bytes: Vec<u8> = (0..3_000_000u32).map(|i| (i % 241) as u8).collect();
+        let id = store.put(BlobKind::State, &bytes).expect("put");
+        let first = store.chunk(BlobKind::State, &id, 0).expect("chunk");
+        let again = store.chunk(BlobKind::State, &id, 0).expect("chunk");
+        assert_eq!(first, bytes[..1 << 20]);
+        assert_eq!(first.as_ptr(), again.as_ptr(), "the second request is served from the cache");
+        // A chunk not yet read is checked on its read: corruption there
+        // removes the blob and everything cached about it.
+        let mut b = bytes.clone();
+        b[(1 << 20) + 3] ^= 1;
+        fs::write(store.path(BlobKind::State, &id), &b).expect("write");
+        assert!(matches!(store.chunk(BlobKind::State, &id, 1), Err(StoreError::HashMismatch { .. })));
+        assert!(!store.contains(BlobKind::State, &id));
+        assert!(store.chunk(BlobKind::State, &id, 0).is_err());
+        // Removing a blob drops its cached chunks too.
+        let id = store.put(BlobKind::Delta, &bytes).expect("put");
+        store.chunk(BlobKind::Delta, &id, 2).expect("chunk");
+        store.remove(BlobKind::Delta, &id).expect("remove");
+        assert!(store.chunk(BlobKind::Delta, &id, 2).is_err());
     }
 
     #[test]

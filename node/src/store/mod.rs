@@ -14,6 +14,7 @@
 //! ```
 
 pub mod blob;
+pub mod cache;
 pub mod keyfile;
 pub mod meta;
 pub mod tree;
