@@ -94,13 +94,14 @@ mod tests {
     use super::*;
     use murmur_protocol::decode_delta;
 
-    const CODECS: [Codec; 6] = [
+    const CODECS: [Codec; 7] = [
         Codec::F32,
         Codec::F16,
         Codec::Bf16,
         Codec::Int8Block { block: 256 },
         Codec::Int4Block { block: 64 },
         Codec::TopK { density_ppm: 100_000, block: 256 },
+        Codec::ChunkTopK { chunk: 256, keep: 32 },
     ];
 
     fn honest() -> Vec<f32> {

@@ -18,7 +18,7 @@ use crate::model::rng::Rng;
 const SCALE_SPAN: usize = 4096;
 
 /// The codecs measured when none are named.
-pub const DEFAULT_CODECS: [Codec; 8] = [
+pub const DEFAULT_CODECS: [Codec; 9] = [
     Codec::F32,
     Codec::F16,
     Codec::Bf16,
@@ -27,6 +27,7 @@ pub const DEFAULT_CODECS: [Codec; 8] = [
     Codec::TopK { density_ppm: 100_000, block: 256 },
     Codec::TopK { density_ppm: 50_000, block: 256 },
     Codec::TopK { density_ppm: 10_000, block: 256 },
+    Codec::ChunkTopK { chunk: 256, keep: 32 },
 ];
 
 /// One codec's figures.

@@ -8,11 +8,13 @@
 //! never allocate more than the caller asked for, whatever the bytes say.
 
 mod block;
+mod chunk_topk;
 mod feedback;
 mod float;
 mod topk;
 
 pub use block::block_bound;
+pub use chunk_topk::{chunk_topk_count, MAX_CHUNK};
 pub use feedback::ErrorFeedback;
 pub use float::{bf16_bound, f16_bound};
 pub use topk::topk_count;
@@ -48,6 +50,9 @@ pub enum Codec {
     /// The `density_ppm` parts-per-million largest-magnitude elements, as u32
     /// indices plus int8 values with one scale per `block` kept values.
     TopK { density_ppm: u32, block: u32 },
+    /// From every chunk of `chunk` ≤ 256 elements, its `keep` largest, as u8
+    /// offsets plus int4 values with one scale per chunk.
+    ChunkTopK { chunk: u32, keep: u32 },
 }
 
 /// Why a delta could not be encoded or decoded.
@@ -81,6 +86,7 @@ impl Codec {
             Codec::Int8Block { block } => format!("int8-b{block}"),
             Codec::Int4Block { block } => format!("int4-b{block}"),
             Codec::TopK { density_ppm, block } => format!("topk-{density_ppm}ppm-b{block}"),
+            Codec::ChunkTopK { chunk, keep } => format!("chunktopk-k{keep}-c{chunk}"),
         }
     }
 
@@ -88,7 +94,7 @@ impl Codec {
         match self {
             Codec::F32 | Codec::F16 | Codec::Bf16 => 1,
             Codec::Int8Block { .. } | Codec::Int4Block { .. } => 5,
-            Codec::TopK { .. } => 9,
+            Codec::TopK { .. } | Codec::ChunkTopK { .. } => 9,
         }
     }
 
@@ -110,6 +116,11 @@ impl Codec {
                 w.u8(5);
                 w.u32(density_ppm);
                 w.u32(block);
+            }
+            Codec::ChunkTopK { chunk, keep } => {
+                w.u8(6);
+                w.u32(chunk);
+                w.u32(keep);
             }
         }
     }
@@ -139,6 +150,17 @@ impl Codec {
                 }
                 Codec::TopK { density_ppm, block: block(r)? }
             }
+            6 => {
+                let chunk = r.u32()?;
+                if chunk == 0 || chunk > MAX_CHUNK {
+                    return Err(WireError::Invalid { field: "codec.chunk", why: "must be in 1..=256" });
+                }
+                let keep = r.u32()?;
+                if keep == 0 || keep > chunk {
+                    return Err(WireError::Invalid { field: "codec.keep", why: "must be in 1..=chunk" });
+                }
+                Codec::ChunkTopK { chunk, keep }
+            }
             tag => return Err(WireError::BadTag { field: "codec", tag }),
         })
     }
@@ -150,6 +172,7 @@ impl Codec {
             Codec::F32 | Codec::F16 | Codec::Bf16 => true,
             Codec::Int8Block { block } | Codec::Int4Block { block } => ok_block(block),
             Codec::TopK { density_ppm, block } => ok_block(block) && (1..=PPM).contains(&density_ppm),
+            Codec::ChunkTopK { chunk, keep } => (1..=MAX_CHUNK).contains(&chunk) && (1..=chunk).contains(&keep),
         }
     }
 
@@ -169,6 +192,10 @@ impl Codec {
                 let k = topk_count(n, density_ppm);
                 4 * k + 4 * blocks(k, block) + k
             }
+            Codec::ChunkTopK { chunk, keep } => {
+                let k = chunk_topk_count(n, chunk, keep);
+                4 * blocks(n, chunk) + k + k.div_ceil(2)
+            }
         })
     }
 
@@ -180,7 +207,7 @@ impl Codec {
 
 /// `Codec::from_str` could not parse a codec name.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("unknown codec {0:?}: expected f32, f16, bf16, int8[-b<block>], int4[-b<block>] or topk[-<ppm>ppm][-b<block>]")]
+#[error("unknown codec {0:?}: expected f32, f16, bf16, int8[-b<block>], int4[-b<block>], topk[-<ppm>ppm][-b<block>] or chunktopk-k<keep>[-c<chunk>]")]
 pub struct UnknownCodec(pub String);
 
 impl std::str::FromStr for Codec {
@@ -193,15 +220,23 @@ impl std::str::FromStr for Codec {
         let bad = || UnknownCodec(s.to_owned());
         let mut parts = s.split('-');
         let head = parts.next().unwrap_or_default();
-        let (mut block, mut ppm) = (None, None);
+        let (mut block, mut ppm, mut keep, mut chunk) = (None, None, None, None);
+        let number = |d: &str| d.parse::<u32>().map_err(|_| bad());
         for p in parts {
-            if let Some(b) = p.strip_prefix('b') {
-                block = Some(b.parse::<u32>().map_err(|_| bad())?);
+            if let Some(k) = p.strip_prefix('k') {
+                keep = Some(number(k)?);
+            } else if let Some(c) = p.strip_prefix('c') {
+                chunk = Some(number(c)?);
+            } else if let Some(b) = p.strip_prefix('b') {
+                block = Some(number(b)?);
             } else if let Some(d) = p.strip_suffix("ppm") {
-                ppm = Some(d.parse::<u32>().map_err(|_| bad())?);
+                ppm = Some(number(d)?);
             } else {
                 return Err(bad());
             }
+        }
+        if head != "chunktopk" && (keep.is_some() || chunk.is_some()) {
+            return Err(bad());
         }
         let codec = match head {
             "f32" | "f16" | "bf16" if block.is_some() || ppm.is_some() => return Err(bad()),
@@ -211,6 +246,9 @@ impl std::str::FromStr for Codec {
             "int8" if ppm.is_none() => Codec::Int8Block { block: block.unwrap_or(256) },
             "int4" if ppm.is_none() => Codec::Int4Block { block: block.unwrap_or(64) },
             "topk" => Codec::TopK { density_ppm: ppm.unwrap_or(10_000), block: block.unwrap_or(256) },
+            "chunktopk" if block.is_none() && ppm.is_none() => {
+                Codec::ChunkTopK { chunk: chunk.unwrap_or(MAX_CHUNK), keep: keep.ok_or_else(bad)? }
+            }
             _ => return Err(bad()),
         };
         if codec.is_valid() {
@@ -269,6 +307,7 @@ pub fn encode_delta(codec: Codec, values: &[f32]) -> Result<Vec<u8>, CodecError>
         Codec::Int8Block { block } => block::encode(values, block, block::Width::Int8, &mut out),
         Codec::Int4Block { block } => block::encode(values, block, block::Width::Int4, &mut out),
         Codec::TopK { density_ppm, block } => topk::encode(values, density_ppm, block, &mut out),
+        Codec::ChunkTopK { chunk, keep } => chunk_topk::encode(values, chunk, keep, &mut out),
     }
     Ok(out)
 }
@@ -307,6 +346,7 @@ pub fn decode_delta_into(payload: &[u8], codec: Codec, out: &mut [f32]) -> Resul
                 .map_err(|_| CodecError::TooManyElements(out.len() as u64))?;
             topk::decode(body, k, block, out)
         }
+        Codec::ChunkTopK { chunk, keep } => chunk_topk::decode(body, chunk, keep, out),
     }
 }
 

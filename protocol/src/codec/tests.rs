@@ -4,7 +4,7 @@
 use super::*;
 use proptest::prelude::*;
 
-const ALL: [Codec; 8] = [
+const ALL: [Codec; 10] = [
     Codec::F32,
     Codec::F16,
     Codec::Bf16,
@@ -13,6 +13,8 @@ const ALL: [Codec; 8] = [
     Codec::Int4Block { block: 32 },
     Codec::TopK { density_ppm: 100_000, block: 16 },
     Codec::TopK { density_ppm: 1_000_000, block: 5 },
+    Codec::ChunkTopK { chunk: 16, keep: 3 },
+    Codec::ChunkTopK { chunk: 7, keep: 7 },
 ];
 
 /// Check `decoded` against each codec's stated per-element bound.
@@ -60,6 +62,25 @@ fn check_bound(codec: Codec, x: &[f32], y: &[f32]) -> Result<(), String> {
             }
             Ok(())
         }
+        Codec::ChunkTopK { chunk, keep } => {
+            for (ci, part) in x.chunks(chunk as usize).enumerate() {
+                let kept = chunk_topk::select(part, keep as usize);
+                let bound = block_bound(block::absmax(part), 7.0);
+                let tau = kept.iter().fold(f32::INFINITY, |m, &o| m.min(part[usize::from(o)].abs()));
+                for (o, &xo) in part.iter().enumerate() {
+                    let i = ci * chunk as usize + o;
+                    let ok = if kept.binary_search(&(o as u8)).is_ok() {
+                        err(i) <= bound
+                    } else {
+                        y[i] == 0.0 && xo.abs() <= tau
+                    };
+                    if !ok {
+                        return Err(format!("{codec:?} element {i}: {} vs {}", y[i], xo));
+                    }
+                }
+            }
+            Ok(())
+        }
     }
 }
 
@@ -83,6 +104,9 @@ fn codecs() -> impl Strategy<Value = Codec> {
         (1u32..80).prop_map(|block| Codec::Int8Block { block }),
         (1u32..80).prop_map(|block| Codec::Int4Block { block }),
         (1u32..=PPM, 1u32..40).prop_map(|(density_ppm, block)| Codec::TopK { density_ppm, block }),
+        (1u32..=MAX_CHUNK)
+            .prop_flat_map(|chunk| (Just(chunk), 1..=chunk))
+            .prop_map(|(chunk, keep)| Codec::ChunkTopK { chunk, keep }),
     ]
 }
 
@@ -123,6 +147,12 @@ fn sizes_match_the_formulas() {
     assert_eq!(topk_count(1, 1), 1);
     assert_eq!(topk_count(0, 1), 0);
     assert_eq!(Codec::TopK { density_ppm: 10_000, block: 4 }.body_len(1000), Some(40 + 12 + 10));
+    // 1000 = 3 chunks of 256 keeping 32 + one of 232 keeping 32: 128 kept.
+    assert_eq!(chunk_topk_count(1000, 256, 32), 128);
+    assert_eq!(chunk_topk_count(10, 4, 3), 3 + 3 + 2);
+    assert_eq!(Codec::ChunkTopK { chunk: 256, keep: 32 }.body_len(1000), Some(4 * 4 + 128 + 64));
+    assert_eq!(Codec::ChunkTopK { chunk: 257, keep: 1 }.body_len(1), None);
+    assert_eq!(Codec::ChunkTopK { chunk: 4, keep: 5 }.body_len(1), None);
     assert_eq!(Codec::F32.body_len(MAX_ELEMENTS + 1), None);
     assert_eq!(Codec::Int8Block { block: 0 }.body_len(1), None);
     for c in ALL {
@@ -203,6 +233,27 @@ fn topk_indices_must_increase_and_fit() {
 }
 
 #[test]
+fn chunk_topk_offsets_must_increase_and_stay_in_their_chunk() {
+    let c = Codec::ChunkTopK { chunk: 4, keep: 2 };
+    // Two chunks: [7, 0, 3, 0] keeps offsets 0, 2; [1, 7] (short) keeps both.
+    // Scales are 1, so every kept value is exact in int4.
+    let x = [7.0f32, 0.0, 3.0, 0.0, 1.0, 7.0];
+    let p = encode_delta(c, &x).expect("encodes");
+    let offsets = header_len(c) + 2 * 4;
+    assert_eq!(&p[offsets..offsets + 4], &[0, 2, 0, 1]);
+    assert_eq!(decode_delta(&p, c, 6).expect("decodes"), x.to_vec());
+    let mut bad = p.clone();
+    bad[offsets + 1] = 0; // offsets 0, 0
+    assert!(matches!(decode_delta(&bad, c, 6), Err(CodecError::NonCanonical(_))));
+    let mut bad = p.clone();
+    bad[offsets + 3] = 2; // offset 2 of the 2-element last chunk
+    assert!(matches!(decode_delta(&bad, c, 6), Err(CodecError::NonCanonical(_))));
+    let mut bad = p.clone();
+    bad[offsets + 1] = 4; // offset 4 of a 4-element chunk
+    assert!(matches!(decode_delta(&bad, c, 6), Err(CodecError::NonCanonical(_))));
+}
+
+#[test]
 fn topk_selection_is_deterministic_on_ties() {
     let x = [1.0f32, -1.0, 1.0, 0.5];
     assert_eq!(topk::select(&x, 500_000), vec![0, 1]);
@@ -247,7 +298,22 @@ fn names_parse_back() {
     assert_eq!("int8".parse::<Codec>(), Ok(Codec::Int8Block { block: 256 }));
     assert_eq!("topk".parse::<Codec>(), Ok(Codec::TopK { density_ppm: 10_000, block: 256 }));
     assert_eq!("topk-1000ppm".parse::<Codec>(), Ok(Codec::TopK { density_ppm: 1000, block: 256 }));
-    for bad in ["", "f64", "int8-b0", "int8-5ppm", "f32-b4", "topk-0ppm", "int4-x"] {
+    assert_eq!("chunktopk-k32".parse::<Codec>(), Ok(Codec::ChunkTopK { chunk: 256, keep: 32 }));
+    for bad in [
+        "",
+        "f64",
+        "int8-b0",
+        "int8-5ppm",
+        "f32-b4",
+        "topk-0ppm",
+        "int4-x",
+        "int8-k4",
+        "chunktopk",
+        "chunktopk-k0",
+        "chunktopk-k8-c4",
+        "chunktopk-k1-c257",
+        "chunktopk-k4-b8",
+    ] {
         assert!(bad.parse::<Codec>().is_err(), "{bad}");
     }
 }
