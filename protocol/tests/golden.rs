@@ -132,7 +132,7 @@ fn vectors() -> Vec<(&'static str, Vec<u8>)> {
         Codec::Int8Block { block: 4 },
         Codec::Int4Block { block: 4 },
         Codec::TopK { density_ppm: 250_000, block: 2 },
-        Codec::ChunkTopK { chunk: 4, keep: 2 },
+        Codec::TopKMask { density_ppm: 250_000, block: 2 },
     ] {
         let name: &'static str = match c {
             Codec::F32 => "delta_payload_f32",
@@ -141,7 +141,7 @@ fn vectors() -> Vec<(&'static str, Vec<u8>)> {
             Codec::Int8Block { .. } => "delta_payload_int8_b4",
             Codec::Int4Block { .. } => "delta_payload_int4_b4",
             Codec::TopK { .. } => "delta_payload_topk_250000ppm_b2",
-            Codec::ChunkTopK { .. } => "delta_payload_chunktopk_k2_c4",
+            Codec::TopKMask { .. } => "delta_payload_topkmask_250000ppm_b2",
         };
         v.push((name, encode_delta(c, &delta_values()).unwrap_or_default()));
     }

@@ -101,7 +101,7 @@ mod tests {
         Codec::Int8Block { block: 256 },
         Codec::Int4Block { block: 64 },
         Codec::TopK { density_ppm: 100_000, block: 256 },
-        Codec::ChunkTopK { chunk: 256, keep: 32 },
+        Codec::TopKMask { density_ppm: 140_000, block: 256 },
     ];
 
     fn honest() -> Vec<f32> {

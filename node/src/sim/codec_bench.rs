@@ -27,7 +27,7 @@ pub const DEFAULT_CODECS: [Codec; 9] = [
     Codec::TopK { density_ppm: 100_000, block: 256 },
     Codec::TopK { density_ppm: 50_000, block: 256 },
     Codec::TopK { density_ppm: 10_000, block: 256 },
-    Codec::ChunkTopK { chunk: 256, keep: 32 },
+    Codec::TopKMask { density_ppm: 140_000, block: 256 },
 ];
 
 /// One codec's figures.

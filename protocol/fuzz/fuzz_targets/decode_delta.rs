@@ -17,7 +17,7 @@ fuzz_target!(|data: &[u8]| {
                 3 => Codec::Int8Block { block: 3 },
                 4 => Codec::Int4Block { block: 5 },
                 5 => Codec::TopK { density_ppm: 300_000, block: 2 },
-                _ => Codec::ChunkTopK { chunk: 5, keep: 2 },
+                _ => Codec::TopKMask { density_ppm: 300_000, block: 2 },
             };
             (codec, usize::from(first & 0x1e))
         }

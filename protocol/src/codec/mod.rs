@@ -8,13 +8,12 @@
 //! never allocate more than the caller asked for, whatever the bytes say.
 
 mod block;
-mod chunk_topk;
 mod feedback;
 mod float;
 mod topk;
+mod topk_mask;
 
 pub use block::block_bound;
-pub use chunk_topk::{chunk_topk_count, MAX_CHUNK};
 pub use feedback::ErrorFeedback;
 pub use float::{bf16_bound, f16_bound};
 pub use topk::topk_count;
@@ -50,9 +49,9 @@ pub enum Codec {
     /// The `density_ppm` parts-per-million largest-magnitude elements, as u32
     /// indices plus int8 values with one scale per `block` kept values.
     TopK { density_ppm: u32, block: u32 },
-    /// From every chunk of `chunk` ≤ 256 elements, its `keep` largest, as u8
-    /// offsets plus int4 values with one scale per chunk.
-    ChunkTopK { chunk: u32, keep: u32 },
+    /// The same kept elements as `TopK`, marked in a bit mask (one bit per
+    /// element) with int4 values, one scale per `block` kept values.
+    TopKMask { density_ppm: u32, block: u32 },
 }
 
 /// Why a delta could not be encoded or decoded.
@@ -86,7 +85,7 @@ impl Codec {
             Codec::Int8Block { block } => format!("int8-b{block}"),
             Codec::Int4Block { block } => format!("int4-b{block}"),
             Codec::TopK { density_ppm, block } => format!("topk-{density_ppm}ppm-b{block}"),
-            Codec::ChunkTopK { chunk, keep } => format!("chunktopk-k{keep}-c{chunk}"),
+            Codec::TopKMask { density_ppm, block } => format!("topkmask-{density_ppm}ppm-b{block}"),
         }
     }
 
@@ -94,7 +93,7 @@ impl Codec {
         match self {
             Codec::F32 | Codec::F16 | Codec::Bf16 => 1,
             Codec::Int8Block { .. } | Codec::Int4Block { .. } => 5,
-            Codec::TopK { .. } | Codec::ChunkTopK { .. } => 9,
+            Codec::TopK { .. } | Codec::TopKMask { .. } => 9,
         }
     }
 
@@ -117,10 +116,10 @@ impl Codec {
                 w.u32(density_ppm);
                 w.u32(block);
             }
-            Codec::ChunkTopK { chunk, keep } => {
+            Codec::TopKMask { density_ppm, block } => {
                 w.u8(6);
-                w.u32(chunk);
-                w.u32(keep);
+                w.u32(density_ppm);
+                w.u32(block);
             }
         }
     }
@@ -140,7 +139,7 @@ impl Codec {
             2 => Codec::Bf16,
             3 => Codec::Int8Block { block: block(r)? },
             4 => Codec::Int4Block { block: block(r)? },
-            5 => {
+            tag @ (5 | 6) => {
                 let density_ppm = r.u32()?;
                 if density_ppm == 0 || density_ppm > PPM {
                     return Err(WireError::Invalid {
@@ -148,18 +147,12 @@ impl Codec {
                         why: "must be in 1..=1000000",
                     });
                 }
-                Codec::TopK { density_ppm, block: block(r)? }
-            }
-            6 => {
-                let chunk = r.u32()?;
-                if chunk == 0 || chunk > MAX_CHUNK {
-                    return Err(WireError::Invalid { field: "codec.chunk", why: "must be in 1..=256" });
+                let block = block(r)?;
+                if tag == 5 {
+                    Codec::TopK { density_ppm, block }
+                } else {
+                    Codec::TopKMask { density_ppm, block }
                 }
-                let keep = r.u32()?;
-                if keep == 0 || keep > chunk {
-                    return Err(WireError::Invalid { field: "codec.keep", why: "must be in 1..=chunk" });
-                }
-                Codec::ChunkTopK { chunk, keep }
             }
             tag => return Err(WireError::BadTag { field: "codec", tag }),
         })
@@ -171,8 +164,9 @@ impl Codec {
         match *self {
             Codec::F32 | Codec::F16 | Codec::Bf16 => true,
             Codec::Int8Block { block } | Codec::Int4Block { block } => ok_block(block),
-            Codec::TopK { density_ppm, block } => ok_block(block) && (1..=PPM).contains(&density_ppm),
-            Codec::ChunkTopK { chunk, keep } => (1..=MAX_CHUNK).contains(&chunk) && (1..=chunk).contains(&keep),
+            Codec::TopK { density_ppm, block } | Codec::TopKMask { density_ppm, block } => {
+                ok_block(block) && (1..=PPM).contains(&density_ppm)
+            }
         }
     }
 
@@ -192,9 +186,9 @@ impl Codec {
                 let k = topk_count(n, density_ppm);
                 4 * k + 4 * blocks(k, block) + k
             }
-            Codec::ChunkTopK { chunk, keep } => {
-                let k = chunk_topk_count(n, chunk, keep);
-                4 * blocks(n, chunk) + k + k.div_ceil(2)
+            Codec::TopKMask { density_ppm, block } => {
+                let k = topk_count(n, density_ppm);
+                n.div_ceil(8) + 4 * blocks(k, block) + k.div_ceil(2)
             }
         })
     }
@@ -207,7 +201,7 @@ impl Codec {
 
 /// `Codec::from_str` could not parse a codec name.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("unknown codec {0:?}: expected f32, f16, bf16, int8[-b<block>], int4[-b<block>], topk[-<ppm>ppm][-b<block>] or chunktopk-k<keep>[-c<chunk>]")]
+#[error("unknown codec {0:?}: expected f32, f16, bf16, int8[-b<block>], int4[-b<block>], topk[-<ppm>ppm][-b<block>] or topkmask[-<ppm>ppm][-b<block>]")]
 pub struct UnknownCodec(pub String);
 
 impl std::str::FromStr for Codec {
@@ -215,28 +209,21 @@ impl std::str::FromStr for Codec {
 
     /// Parse the names `Codec::name` produces, plus short forms with default
     /// parameters: `int8` = block 256, `int4` = block 64, `topk` = 10 000 ppm
-    /// (1%) with block 256.
+    /// (1%) with block 256, `topkmask` = 140 000 ppm (14%) with block 256.
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let bad = || UnknownCodec(s.to_owned());
         let mut parts = s.split('-');
         let head = parts.next().unwrap_or_default();
-        let (mut block, mut ppm, mut keep, mut chunk) = (None, None, None, None);
+        let (mut block, mut ppm) = (None, None);
         let number = |d: &str| d.parse::<u32>().map_err(|_| bad());
         for p in parts {
-            if let Some(k) = p.strip_prefix('k') {
-                keep = Some(number(k)?);
-            } else if let Some(c) = p.strip_prefix('c') {
-                chunk = Some(number(c)?);
-            } else if let Some(b) = p.strip_prefix('b') {
+            if let Some(b) = p.strip_prefix('b') {
                 block = Some(number(b)?);
             } else if let Some(d) = p.strip_suffix("ppm") {
                 ppm = Some(number(d)?);
             } else {
                 return Err(bad());
             }
-        }
-        if head != "chunktopk" && (keep.is_some() || chunk.is_some()) {
-            return Err(bad());
         }
         let codec = match head {
             "f32" | "f16" | "bf16" if block.is_some() || ppm.is_some() => return Err(bad()),
@@ -246,8 +233,8 @@ impl std::str::FromStr for Codec {
             "int8" if ppm.is_none() => Codec::Int8Block { block: block.unwrap_or(256) },
             "int4" if ppm.is_none() => Codec::Int4Block { block: block.unwrap_or(64) },
             "topk" => Codec::TopK { density_ppm: ppm.unwrap_or(10_000), block: block.unwrap_or(256) },
-            "chunktopk" if block.is_none() && ppm.is_none() => {
-                Codec::ChunkTopK { chunk: chunk.unwrap_or(MAX_CHUNK), keep: keep.ok_or_else(bad)? }
+            "topkmask" => {
+                Codec::TopKMask { density_ppm: ppm.unwrap_or(140_000), block: block.unwrap_or(256) }
             }
             _ => return Err(bad()),
         };
@@ -307,7 +294,7 @@ pub fn encode_delta(codec: Codec, values: &[f32]) -> Result<Vec<u8>, CodecError>
         Codec::Int8Block { block } => block::encode(values, block, block::Width::Int8, &mut out),
         Codec::Int4Block { block } => block::encode(values, block, block::Width::Int4, &mut out),
         Codec::TopK { density_ppm, block } => topk::encode(values, density_ppm, block, &mut out),
-        Codec::ChunkTopK { chunk, keep } => chunk_topk::encode(values, chunk, keep, &mut out),
+        Codec::TopKMask { density_ppm, block } => topk_mask::encode(values, density_ppm, block, &mut out),
     }
     Ok(out)
 }
@@ -342,12 +329,17 @@ pub fn decode_delta_into(payload: &[u8], codec: Codec, out: &mut [f32]) -> Resul
         Codec::Int8Block { block } => block::decode(body, block, block::Width::Int8, out),
         Codec::Int4Block { block } => block::decode(body, block, block::Width::Int4, out),
         Codec::TopK { density_ppm, block } => {
-            let k = usize::try_from(topk_count(out.len() as u64, density_ppm))
-                .map_err(|_| CodecError::TooManyElements(out.len() as u64))?;
-            topk::decode(body, k, block, out)
+            topk::decode(body, kept_count(out.len(), density_ppm)?, block, out)
         }
-        Codec::ChunkTopK { chunk, keep } => chunk_topk::decode(body, chunk, keep, out),
+        Codec::TopKMask { density_ppm, block } => {
+            topk_mask::decode(body, kept_count(out.len(), density_ppm)?, block, out)
+        }
     }
+}
+
+/// How many of `n` elements a top-k codec keeps, as a usize.
+fn kept_count(n: usize, density_ppm: u32) -> Result<usize, CodecError> {
+    usize::try_from(topk_count(n as u64, density_ppm)).map_err(|_| CodecError::TooManyElements(n as u64))
 }
 
 /// Decode a payload of `codec` that must hold exactly `expected_elements`

@@ -13,8 +13,8 @@ const ALL: [Codec; 10] = [
     Codec::Int4Block { block: 32 },
     Codec::TopK { density_ppm: 100_000, block: 16 },
     Codec::TopK { density_ppm: 1_000_000, block: 5 },
-    Codec::ChunkTopK { chunk: 16, keep: 3 },
-    Codec::ChunkTopK { chunk: 7, keep: 7 },
+    Codec::TopKMask { density_ppm: 200_000, block: 3 },
+    Codec::TopKMask { density_ppm: 1_000_000, block: 64 },
 ];
 
 /// Check `decoded` against each codec's stated per-element bound.
@@ -62,21 +62,14 @@ fn check_bound(codec: Codec, x: &[f32], y: &[f32]) -> Result<(), String> {
             }
             Ok(())
         }
-        Codec::ChunkTopK { chunk, keep } => {
-            for (ci, part) in x.chunks(chunk as usize).enumerate() {
-                let kept = chunk_topk::select(part, keep as usize);
-                let bound = block_bound(block::absmax(part), 7.0);
-                let tau = kept.iter().fold(f32::INFINITY, |m, &o| m.min(part[usize::from(o)].abs()));
-                for (o, &xo) in part.iter().enumerate() {
-                    let i = ci * chunk as usize + o;
-                    let ok = if kept.binary_search(&(o as u8)).is_ok() {
-                        err(i) <= bound
-                    } else {
-                        y[i] == 0.0 && xo.abs() <= tau
-                    };
-                    if !ok {
-                        return Err(format!("{codec:?} element {i}: {} vs {}", y[i], xo));
-                    }
+        Codec::TopKMask { density_ppm, block } => {
+            let kept = topk::select(x, density_ppm);
+            let picked: Vec<f32> = kept.iter().map(|&i| x[i as usize]).collect();
+            blockwise(&picked, block, 7.0, &|j| kept[j] as usize)?;
+            let tau = picked.iter().fold(f32::INFINITY, |m, v| m.min(v.abs()));
+            for i in 0..x.len() {
+                if kept.binary_search(&(i as u32)).is_err() && (y[i] != 0.0 || x[i].abs() > tau) {
+                    return Err(format!("top-k mask dropped element {i} = {} above τ = {tau}", x[i]));
                 }
             }
             Ok(())
@@ -104,9 +97,7 @@ fn codecs() -> impl Strategy<Value = Codec> {
         (1u32..80).prop_map(|block| Codec::Int8Block { block }),
         (1u32..80).prop_map(|block| Codec::Int4Block { block }),
         (1u32..=PPM, 1u32..40).prop_map(|(density_ppm, block)| Codec::TopK { density_ppm, block }),
-        (1u32..=MAX_CHUNK)
-            .prop_flat_map(|chunk| (Just(chunk), 1..=chunk))
-            .prop_map(|(chunk, keep)| Codec::ChunkTopK { chunk, keep }),
+        (1u32..=PPM, 1u32..40).prop_map(|(density_ppm, block)| Codec::TopKMask { density_ppm, block }),
     ]
 }
 
@@ -147,12 +138,9 @@ fn sizes_match_the_formulas() {
     assert_eq!(topk_count(1, 1), 1);
     assert_eq!(topk_count(0, 1), 0);
     assert_eq!(Codec::TopK { density_ppm: 10_000, block: 4 }.body_len(1000), Some(40 + 12 + 10));
-    // 1000 = 3 chunks of 256 keeping 32 + one of 232 keeping 32: 128 kept.
-    assert_eq!(chunk_topk_count(1000, 256, 32), 128);
-    assert_eq!(chunk_topk_count(10, 4, 3), 3 + 3 + 2);
-    assert_eq!(Codec::ChunkTopK { chunk: 256, keep: 32 }.body_len(1000), Some(4 * 4 + 128 + 64));
-    assert_eq!(Codec::ChunkTopK { chunk: 257, keep: 1 }.body_len(1), None);
-    assert_eq!(Codec::ChunkTopK { chunk: 4, keep: 5 }.body_len(1), None);
+    // 1000 elements at 14%: 140 kept; 125 mask bytes, 1 scale, 70 value bytes.
+    assert_eq!(Codec::TopKMask { density_ppm: 140_000, block: 256 }.body_len(1000), Some(125 + 4 + 70));
+    assert_eq!(Codec::TopKMask { density_ppm: 0, block: 256 }.body_len(1), None);
     assert_eq!(Codec::F32.body_len(MAX_ELEMENTS + 1), None);
     assert_eq!(Codec::Int8Block { block: 0 }.body_len(1), None);
     for c in ALL {
@@ -233,24 +221,20 @@ fn topk_indices_must_increase_and_fit() {
 }
 
 #[test]
-fn chunk_topk_offsets_must_increase_and_stay_in_their_chunk() {
-    let c = Codec::ChunkTopK { chunk: 4, keep: 2 };
-    // Two chunks: [7, 0, 3, 0] keeps offsets 0, 2; [1, 7] (short) keeps both.
-    // Scales are 1, so every kept value is exact in int4.
-    let x = [7.0f32, 0.0, 3.0, 0.0, 1.0, 7.0];
+fn topk_mask_marks_exactly_k_elements_within_range() {
+    let c = Codec::TopKMask { density_ppm: 400_000, block: 8 };
+    // 5 elements at 40%: keeps 7 and -7 (indices 0 and 3); scale 1, exact.
+    let x = [7.0f32, 1.0, 0.0, -7.0, 2.0];
     let p = encode_delta(c, &x).expect("encodes");
-    let offsets = header_len(c) + 2 * 4;
-    assert_eq!(&p[offsets..offsets + 4], &[0, 2, 0, 1]);
-    assert_eq!(decode_delta(&p, c, 6).expect("decodes"), x.to_vec());
+    let mask = header_len(c);
+    assert_eq!(p[mask], 0b0000_1001);
+    assert_eq!(decode_delta(&p, c, 5).expect("decodes"), vec![7.0, 0.0, 0.0, -7.0, 0.0]);
     let mut bad = p.clone();
-    bad[offsets + 1] = 0; // offsets 0, 0
-    assert!(matches!(decode_delta(&bad, c, 6), Err(CodecError::NonCanonical(_))));
+    bad[mask] = 0b0000_0001; // one bit instead of k = 2
+    assert!(matches!(decode_delta(&bad, c, 5), Err(CodecError::NonCanonical(_))));
     let mut bad = p.clone();
-    bad[offsets + 3] = 2; // offset 2 of the 2-element last chunk
-    assert!(matches!(decode_delta(&bad, c, 6), Err(CodecError::NonCanonical(_))));
-    let mut bad = p.clone();
-    bad[offsets + 1] = 4; // offset 4 of a 4-element chunk
-    assert!(matches!(decode_delta(&bad, c, 6), Err(CodecError::NonCanonical(_))));
+    bad[mask] = 0b0010_0001; // bit 5 is past the 5 elements
+    assert!(matches!(decode_delta(&bad, c, 5), Err(CodecError::NonCanonical(_))));
 }
 
 #[test]
@@ -298,7 +282,7 @@ fn names_parse_back() {
     assert_eq!("int8".parse::<Codec>(), Ok(Codec::Int8Block { block: 256 }));
     assert_eq!("topk".parse::<Codec>(), Ok(Codec::TopK { density_ppm: 10_000, block: 256 }));
     assert_eq!("topk-1000ppm".parse::<Codec>(), Ok(Codec::TopK { density_ppm: 1000, block: 256 }));
-    assert_eq!("chunktopk-k32".parse::<Codec>(), Ok(Codec::ChunkTopK { chunk: 256, keep: 32 }));
+    assert_eq!("topkmask".parse::<Codec>(), Ok(Codec::TopKMask { density_ppm: 140_000, block: 256 }));
     for bad in [
         "",
         "f64",
@@ -307,12 +291,9 @@ fn names_parse_back() {
         "f32-b4",
         "topk-0ppm",
         "int4-x",
-        "int8-k4",
-        "chunktopk",
-        "chunktopk-k0",
-        "chunktopk-k8-c4",
-        "chunktopk-k1-c257",
-        "chunktopk-k4-b8",
+        "topkmask-0ppm",
+        "topkmask-1000001ppm",
+        "topkmask-b0",
     ] {
         assert!(bad.parse::<Codec>().is_err(), "{bad}");
     }
