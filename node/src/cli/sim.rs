@@ -9,7 +9,7 @@ use murmur_protocol::{Codec, OuterOptimizer, RobustMode};
 use super::device::{with_backend, DeviceArg};
 use crate::data::{Corpus, DataSpec};
 use crate::model::ModelConfig;
-use crate::sim::{simulate, Attack, Feedback, InnerMoments, SimConfig, SimEvent, SimMode};
+use crate::sim::{simulate, Attack, InnerMoments, SimConfig, SimEvent, SimMode};
 use crate::train::OptimizerConfig;
 
 /// `--mode`.
@@ -41,15 +41,6 @@ pub enum OuterArg {
     Nesterov,
     /// θ ← θ − mean Δ.
     Average,
-}
-
-/// `--feedback`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum FeedbackArg {
-    /// Start every round from θ_r and send Δ + residual (classic error feedback).
-    Resend,
-    /// Start every round from θ_r − residual, so unsent progress stays in the worker's model.
-    KeepLocal,
 }
 
 /// `--inner-moments`.
@@ -121,9 +112,6 @@ pub struct SimArgs {
     /// Keep each worker's AdamW moments across rounds, or reset them every round.
     #[arg(long, value_enum, default_value = "keep")]
     pub inner_moments: MomentsArg,
-    /// Where a worker keeps what its codec did not send.
-    #[arg(long, value_enum, default_value = "resend")]
-    pub feedback: FeedbackArg,
     /// How many of the workers are adversarial (the last ones).
     #[arg(long, default_value_t = 0)]
     pub adversaries: usize,
@@ -192,10 +180,6 @@ pub fn resolve(a: &SimArgs) -> Result<(SimConfig, DataSpec)> {
         inner_moments: match a.inner_moments {
             MomentsArg::Keep => InnerMoments::Keep,
             MomentsArg::Reset => InnerMoments::Reset,
-        },
-        feedback: match a.feedback {
-            FeedbackArg::Resend => Feedback::Resend,
-            FeedbackArg::KeepLocal => Feedback::KeepLocal,
         },
         outer,
         robust,

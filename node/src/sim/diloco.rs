@@ -15,8 +15,7 @@ use murmur_protocol::{
 use super::adversary::poisoned_payload;
 use super::params::{flatten, pseudo_gradient, split};
 use super::{
-    accumulate_batch, robust_name, Evaluator, Feedback, InnerMoments, SimConfig, SimError, SimEvent,
-    SimReport,
+    accumulate_batch, robust_name, Evaluator, InnerMoments, SimConfig, SimError, SimEvent, SimReport,
 };
 use crate::compute::Backend;
 use crate::data::{BatchLoader, Corpus};
@@ -147,18 +146,11 @@ pub(super) fn run<B: Backend>(
     let (mut rejected_total, mut val_loss, mut diverged, mut steps_done) = (0usize, None, false, 0usize);
     for round in 0..plan.rounds {
         let steps = config.inner_steps.min(plan.steps_per_worker - steps_done);
+        let theta = split(&state.params, &specs);
         let mut payloads: Vec<(PublicKey, Vec<u8>)> = Vec::with_capacity(config.workers);
         let mut train_loss = 0f64;
         for (i, worker) in workers.iter_mut().enumerate().take(honest) {
             let Some(mut loader) = worker.loader.take() else { continue };
-            // Where this worker starts: θ_r, or θ_r − e with its unsent progress.
-            let start: Vec<f32> = match config.feedback {
-                Feedback::Resend => state.params.clone(),
-                Feedback::KeepLocal => {
-                    state.params.iter().zip(worker.feedback.residual()).map(|(p, e)| p - e).collect()
-                }
-            };
-            let theta = split(&start, &specs);
             let trained = train_round(
                 backend,
                 config,
@@ -173,9 +165,7 @@ pub(super) fn run<B: Backend>(
             worker.loader = Some(loader);
             let (local, loss) = trained?;
             train_loss += f64::from(loss) / honest as f64;
-            // Progress of this round only: adding e back (error feedback)
-            // gives Δ from θ_r under KeepLocal, Δ + e under Resend.
-            let delta = pseudo_gradient(&start, &local);
+            let delta = pseudo_gradient(&state.params, &local);
             match worker.feedback.encode(config.codec, &delta) {
                 Ok(p) => payloads.push((worker.key, p)),
                 // A non-finite or out-of-range local model: training blew up.

@@ -47,22 +47,6 @@ pub enum InnerMoments {
     Reset,
 }
 
-/// Where a DiLoCo worker keeps the part of its progress its codec did not
-/// send (its error-feedback residual e, in pseudo-gradient units).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Feedback {
-    /// Classic error feedback: every round starts from θ_r and sends
-    /// Δ + e. A coordinate the codec skips is learned again from the same θ
-    /// next round and added to e again, so e can hold several copies of one
-    /// movement.
-    Resend,
-    /// Every round starts from θ_r − e (the worker's own unsent progress
-    /// stays in its model) and sends Δ measured from θ_r, which includes e
-    /// once: nothing is counted twice. Same bytes and wire format.
-    KeepLocal,
-}
-
 /// One simulation.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
@@ -81,7 +65,6 @@ pub struct SimConfig {
     /// each worker's total step count.
     pub optimizer: OptimizerConfig,
     pub inner_moments: InnerMoments,
-    pub feedback: Feedback,
     pub outer: OuterOptimizer,
     pub robust: RobustMode,
     /// The last `adversaries` workers are adversarial (DiLoCo only).

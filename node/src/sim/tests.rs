@@ -27,7 +27,6 @@ fn small(mode: SimMode) -> SimConfig {
         seq: 32,
         optimizer: OptimizerConfig { lr: 1e-2, warmup: 10, ..OptimizerConfig::default() },
         inner_moments: InnerMoments::Keep,
-        feedback: Feedback::Resend,
         outer: OuterOptimizer::DILOCO,
         robust: RobustMode::Mean,
         adversaries: 0,
