@@ -63,7 +63,8 @@ struct Args {
     /// Seconds after which a round closes if the quorum is met.
     #[arg(long, default_value_t = 120)]
     deadline: u32,
-    /// Delta codec: f32, f16, bf16, int8[-b<block>], int4[-b<block>], topk[-<n>ppm][-b<block>].
+    /// Delta codec: f32, f16, bf16, int8[-b<block>], int4[-b<block>], topk[-<n>ppm][-b<block>]
+    /// or topkmask[-<n>ppm][-b<block>].
     #[arg(long, default_value = "int8-b256")]
     codec: String,
     /// How deltas are combined: mean, median, norm-clip[:x], trimmed-mean[:x] or

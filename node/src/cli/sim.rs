@@ -67,7 +67,8 @@ pub struct SimArgs {
     /// H: inner steps per round (DDP: steps between validations).
     #[arg(long, default_value_t = 128)]
     pub inner_steps: usize,
-    /// Delta codec: f32, f16, bf16, int8[-b<block>], int4[-b<block>], topk[-<ppm>ppm][-b<block>].
+    /// Delta codec: f32, f16, bf16, int8[-b<block>], int4[-b<block>], topk[-<ppm>ppm][-b<block>]
+    /// or topkmask[-<ppm>ppm][-b<block>] (top-k as a bit mask with int4 values).
     #[arg(long, default_value = "int8")]
     pub codec: String,
     /// Total training tokens over all workers (equal for both modes).
