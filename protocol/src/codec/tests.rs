@@ -50,26 +50,16 @@ fn check_bound(codec: Codec, x: &[f32], y: &[f32]) -> Result<(), String> {
         }),
         Codec::Int8Block { block } => blockwise(x, block, 127.0, &|i| i),
         Codec::Int4Block { block } => blockwise(x, block, 7.0, &|i| i),
-        Codec::TopK { density_ppm, block } => {
+        Codec::TopK { density_ppm, block } | Codec::TopKMask { density_ppm, block } => {
+            // Kept values are int8 (TopK) or int4 (TopKMask) over blocks of kept values.
+            let levels = if matches!(codec, Codec::TopK { .. }) { 127.0 } else { 7.0 };
             let kept = topk::select(x, density_ppm);
             let picked: Vec<f32> = kept.iter().map(|&i| x[i as usize]).collect();
-            blockwise(&picked, block, 127.0, &|j| kept[j] as usize)?;
+            blockwise(&picked, block, levels, &|j| kept[j] as usize)?;
             let tau = picked.iter().fold(f32::INFINITY, |m, v| m.min(v.abs()));
             for i in 0..x.len() {
                 if kept.binary_search(&(i as u32)).is_err() && (y[i] != 0.0 || x[i].abs() > tau) {
-                    return Err(format!("top-k dropped element {i} = {} above τ = {tau}", x[i]));
-                }
-            }
-            Ok(())
-        }
-        Codec::TopKMask { density_ppm, block } => {
-            let kept = topk::select(x, density_ppm);
-            let picked: Vec<f32> = kept.iter().map(|&i| x[i as usize]).collect();
-            blockwise(&picked, block, 7.0, &|j| kept[j] as usize)?;
-            let tau = picked.iter().fold(f32::INFINITY, |m, v| m.min(v.abs()));
-            for i in 0..x.len() {
-                if kept.binary_search(&(i as u32)).is_err() && (y[i] != 0.0 || x[i].abs() > tau) {
-                    return Err(format!("top-k mask dropped element {i} = {} above τ = {tau}", x[i]));
+                    return Err(format!("{codec:?} dropped element {i} = {} above τ = {tau}", x[i]));
                 }
             }
             Ok(())

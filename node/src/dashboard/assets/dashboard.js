@@ -244,5 +244,12 @@ function setStatus(text, cls) {
 
 fetch('/api/snapshot').then(r => r.json()).then(render).catch(e => console.error(e));
 const events = new EventSource('/api/events');
-events.addEventListener('snapshot', e => { setStatus('live', 'live'); render(JSON.parse(e.data)); });
+let streamed = 0;
+events.addEventListener('snapshot', e => {
+  setStatus('live', 'live');
+  // Snapshots received over the stream; unlike the status it is not reset
+  // when the stream drops (or the browser stops the page).
+  document.body.setAttribute('data-streamed', String(++streamed));
+  render(JSON.parse(e.data));
+});
 events.onerror = () => setStatus('reconnecting', 'down');
