@@ -2,6 +2,8 @@
 //! `tests/tests/`: start the release binaries as child processes (killed on
 //! drop), collect their stdout lines, and wait for lines with bounded waits.
 
+pub mod browser;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

@@ -5,52 +5,16 @@
 //! and the network, and a peer graph with both nodes. A screenshot is
 //! written to target/dashboard.png.
 //!
+//! The browser is driven over the DevTools protocol (`murmur_tests::browser`)
+//! and polled until the page shows what the event stream delivered.
 //! Chromium is found as `$MURMUR_CHROMIUM` or `chromium`/`chromium-browser`/
 //! `google-chrome` on PATH. Without one the test fails when
 //! `MURMUR_REQUIRE_BROWSER=1` (as in CI) and otherwise says so and skips.
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
+use murmur_tests::browser::{find_chromium, Browser};
 use murmur_tests::{http_get, start_bootstrap, start_node, target_dir, wait_until, Proc, RunSettings};
-
-fn chromium() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("MURMUR_CHROMIUM") {
-        return Some(PathBuf::from(p));
-    }
-    let path = std::env::var_os("PATH")?;
-    for dir in std::env::split_paths(&path) {
-        for name in ["chromium", "chromium-browser", "google-chrome", "chromium-headless-shell"] {
-            let p = dir.join(name);
-            if p.is_file() {
-                return Some(p);
-            }
-        }
-    }
-    None
-}
-
-/// Run headless Chromium on `url` with `extra` flags; returns stdout.
-fn headless(browser: &PathBuf, profile: &std::path::Path, url: &str, stop_ms: u32, extra: &[&str]) -> String {
-    let out = Command::new(browser)
-        .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        // The page keeps its event stream open, so the load never "finishes":
-        // stop it after `stop_ms` and take the DOM or screenshot as it stands.
-        .arg(format!("--timeout={stop_ms}"))
-        .args(extra)
-        .arg(url)
-        .output()
-        .unwrap_or_else(|e| panic!("running {}: {e}", browser.display()));
-    assert!(
-        out.status.success(),
-        "chromium failed ({}):\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// The markup of the element that starts with `open` (e.g. `<svg id="x"`) up to `close`.
 fn element<'a>(dom: &'a str, open: &str, close: &str) -> &'a str {
@@ -78,7 +42,7 @@ fn series_points(chart: &str) -> Vec<usize> {
 
 #[test]
 fn the_dashboard_shows_live_charts_and_both_nodes_in_a_headless_browser() {
-    let Some(browser) = chromium() else {
+    let Some(chromium) = find_chromium() else {
         if std::env::var("MURMUR_REQUIRE_BROWSER").as_deref() == Ok("1") {
             panic!("MURMUR_REQUIRE_BROWSER=1 but no Chromium was found (install Debian's `chromium`)");
         }
@@ -128,24 +92,17 @@ fn the_dashboard_shows_live_charts_and_both_nodes_in_a_headless_browser() {
         ctx,
     );
 
-    let profile = tempfile::tempdir().expect("profile dir");
-    // The browser's clock starts before its (possibly cold) start-up, so on a
-    // slow start the script may not have run by the stop: dump again with a
-    // later stop until the page shows that the event stream delivered.
-    let streamed = |dom: &str| {
-        dom.find("<body")
-            .and_then(|at| attr(&dom[at..], "data-streamed"))
-            .and_then(|n| n.parse::<u32>().ok())
-            .unwrap_or(0)
-    };
-    let mut dom = String::new();
-    for stop_ms in [8_000, 20_000, 40_000] {
-        dom = headless(&browser, profile.path(), &url, stop_ms, &["--dump-dom"]);
-        if streamed(&dom) >= 1 {
-            break;
-        }
-        eprintln!("the page had not received its event stream when stopped at {stop_ms} ms; again with a later stop");
-    }
+    let mut browser = Browser::launch(&chromium, 1400, 1900);
+    browser.goto(&url);
+    // The page renders the snapshot it fetches and each one the event
+    // stream delivers; it counts the streamed ones on <body>.
+    browser.wait_for(
+        "the page to draw a snapshot from its event stream",
+        "Number(document.body.dataset.streamed || 0) >= 1 \
+         && document.querySelectorAll('#chart-loss path.series').length >= 3",
+        Duration::from_secs(60),
+    );
+    let dom = browser.dom();
     let loss = element(&dom, "<svg id=\"chart-loss\"", "</svg>");
     let points = series_points(loss);
     assert!(
@@ -169,20 +126,20 @@ fn the_dashboard_shows_live_charts_and_both_nodes_in_a_headless_browser() {
     assert!(nodes.contains(&ida) && nodes.contains(&idb) && nodes.contains(">cpu<"), "{nodes}");
     let sample = element(&dom, "<pre id=\"sample\"", "</pre>");
     assert!(attr(sample, "data-round").is_some(), "a text sample is shown: {sample}");
-    // The status may already read "reconnecting" when the DOM is dumped: the
-    // browser stops the page (and its event stream) at --timeout. What the
-    // stream delivered is counted on <body>.
     assert!(streamed(&dom) >= 1, "the event stream delivered a snapshot: {}", element(&dom, "<body", ">"));
+    let status = element(&dom, "<div id=\"status\"", "</div>");
+    assert!(status.contains(">live<"), "the page says its stream is live: {status}");
 
     let shot = target_dir().join("dashboard.png");
     let _ = std::fs::remove_file(&shot);
-    headless(
-        &browser,
-        profile.path(),
-        &url,
-        8_000,
-        &[&format!("--screenshot={}", shot.display()), "--window-size=1400,1900"],
-    );
-    let size = std::fs::metadata(&shot).map(|m| m.len()).unwrap_or(0);
+    let size = browser.screenshot(&shot);
     assert!(size > 20_000, "{} is {size} bytes", shot.display());
+}
+
+/// The number in `<body data-streamed="…">`: snapshots the event stream delivered.
+fn streamed(dom: &str) -> u32 {
+    dom.find("<body")
+        .and_then(|at| attr(&dom[at..], "data-streamed"))
+        .and_then(|n| n.parse::<u32>().ok())
+        .unwrap_or(0)
 }

@@ -260,12 +260,19 @@ impl BlobStore {
 mod tests {
     use super::*;
 
-    #[test]
-    fn put_get_and_corruption_is_detected() {
+    /// A store in a fresh directory holding one 3 MB state blob (three
+    /// chunks) of bytes `i mod modulus`.
+    fn store_with_state(modulus: u32) -> (tempfile::TempDir, BlobStore, Vec<u8>, BlobId) {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = BlobStore::open(dir.path()).expect("open");
-        let bytes: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
+        let bytes: Vec<u8> = (0..3_000_000u32).map(|i| (i % modulus) as u8).collect();
         let id = store.put(BlobKind::State, &bytes).expect("put");
+        (dir, store, bytes, id)
+    }
+
+    #[test]
+    fn put_get_and_corruption_is_detected() {
+        let (_dir, store, bytes, id) = store_with_state(253);
         assert_eq!(store.get(BlobKind::State, &id).expect("get"), bytes);
         assert!(store.get(BlobKind::Delta, &id).is_err());
         assert_eq!(store.chunk(BlobKind::State, &id, 2).expect("chunk"), bytes[2 << 20..]);
@@ -282,10 +289,7 @@ mod tests {
 
     #[test]
     fn served_chunks_are_checked_when_read_and_then_shared() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let store = BlobStore::open(dir.path()).expect("open");
-        let bytes: Vec<u8> = (0..3_000_000u32).map(|i| (i % 241) as u8).collect();
-        let id = store.put(BlobKind::State, &bytes).expect("put");
+        let (_dir, store, bytes, id) = store_with_state(241);
         let first = store.chunk(BlobKind::State, &id, 0).expect("chunk");
         let again = store.chunk(BlobKind::State, &id, 0).expect("chunk");
         assert_eq!(first, bytes[..1 << 20]);
