@@ -262,7 +262,7 @@ mod tests {
 
     /// A store in a fresh directory holding one 3 MB state blob (three
     /// chunks) of bytes `i mod modulus`.
-    fn store_with_state(modulus: u32) -> (tempfile::TempDir, BlobStore, Vec<u8>, BlobId) {
+    fn store_with_state(modulus: u32) -> (tempfile::TempDir, BlobStore, Vec<u8>, [u8; 32]) {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = BlobStore::open(dir.path()).expect("open");
         let bytes: Vec<u8> = (0..3_000_000u32).map(|i| (i % modulus) as u8).collect();
