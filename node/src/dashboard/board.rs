@@ -60,6 +60,8 @@ struct RoundView {
     manifests: Vec<Announced>,
     /// Commits by new StateId: (included hashes, committers).
     commits: BTreeMap<StateId, (Vec<PayloadHash>, Vec<PublicKey>)>,
+    /// The base each new StateId was committed on (from its first commit).
+    commit_bases: BTreeMap<StateId, StateId>,
     /// Nodes alive when the round closed (for stragglers).
     alive_at_close: Vec<PublicKey>,
     /// Messages the nodes refused while this round was open, by reason.
@@ -251,6 +253,7 @@ impl Board {
         if r.commits.len() >= MAX_NODES && !r.commits.contains_key(&c.new_state) {
             return;
         }
+        r.commit_bases.entry(c.new_state).or_insert(c.base);
         let e = r.commits.entry(c.new_state).or_insert_with(|| (c.included.clone(), Vec::new()));
         if !e.1.contains(&c.signer) && e.1.len() < MAX_NODES {
             e.1.push(c.signer);
@@ -278,6 +281,26 @@ impl Board {
                 .max_by_key(|(_, (_, who))| who.len())
                 .map(|(state, (_, who))| (*round, *state, who.clone()))
         })
+    }
+
+    /// Whether a node that reports `state` after `round` is on the network's
+    /// chain: its state is the base or the result of the commit most
+    /// committers reported for that round or a later one. (A report can trail
+    /// the next commit by an evaluation, and before its first round a node
+    /// reports round 0 with the genesis state, round 0's base.) `None` while
+    /// the board knows no commit from `round` on; `false` only when it knows
+    /// some and the node holds none of their states, i.e. it diverged.
+    fn on_majority_state(&self, round: u64, state: StateId) -> Option<bool> {
+        let mut chain = self
+            .rounds
+            .range(round..)
+            .filter_map(|(_, r)| {
+                let (new, _) = r.commits.iter().max_by_key(|(_, (_, who))| who.len())?;
+                Some([Some(*new), r.commit_bases.get(new).copied()])
+            })
+            .peekable();
+        chain.peek()?;
+        Some(chain.flatten().any(|s| s == Some(state)))
     }
 
     /// Compressed bytes of one delta and of the same delta in f32.
@@ -319,7 +342,7 @@ impl Board {
                     "backend": t.backend,
                     "round": t.round,
                     "state": t.state.to_hex(),
-                    "on_majority_state": majority_state.map(|s| s == t.state),
+                    "on_majority_state": self.on_majority_state(t.round, t.state),
                     "train_loss": t.train_loss,
                     "val_loss": t.val_loss,
                     "tokens_per_sec": t.tokens_per_sec,
@@ -572,6 +595,59 @@ mod tests {
         assert!(rej.contains(&json!({"reason": "malformed", "count": 1})), "{rej:?}");
         assert!(s["run"]["compression"].as_f64().is_some_and(|c| c > 3.5), "{}", s["run"]);
         assert_eq!(s["run"]["entropy_floor"], 0.8354);
+    }
+
+    #[test]
+    fn only_a_node_holding_none_of_the_majority_states_is_flagged() {
+        let spec = run_spec(&RunParams::default()).expect("spec");
+        let mut board = Board::new(spec.clone(), None, name);
+        let keys: Vec<NodeKey> = (1..=4).map(|i| NodeKey::from_seed([i; 32])).collect();
+        let (genesis, s0, s1, forked) =
+            (StateId([0; 32]), StateId([1; 32]), StateId([2; 32]), StateId([9; 32]));
+        let report = |board: &mut Board, k: &NodeKey, round: u64, state: StateId, at: u64| {
+            let mut t = telemetry(k, &spec, round, None, 0);
+            t.state = state;
+            board.on_telemetry(t.sign(k), at);
+        };
+        let commit =
+            |board: &mut Board, k: &NodeKey, round: u64, base: StateId, new_state: StateId, at: u64| {
+                let c = RoundCommit {
+                    run: spec.run_id(),
+                    round,
+                    base,
+                    included: Vec::new(),
+                    new_state,
+                    signer: PublicKey::default(),
+                    signature: Signature::default(),
+                };
+                board.on_commit(&c.sign(k), at);
+            };
+        let flag = |board: &Board, k: &NodeKey| {
+            let s = board.snapshot(100);
+            let nodes = s["nodes"].as_array().cloned().unwrap_or_default();
+            nodes.iter().find(|n| n["peer"] == name(&k.public())).map(|n| n["on_majority_state"].clone())
+        };
+        // Before any commit nothing is known either way.
+        report(&mut board, &keys[0], 0, genesis, 1);
+        assert_eq!(flag(&board, &keys[0]), Some(Value::Null));
+        // Round 0: a and b commit s0 on genesis, c commits a state of its own.
+        commit(&mut board, &keys[0], 0, genesis, s0, 10);
+        commit(&mut board, &keys[1], 0, genesis, s0, 11);
+        commit(&mut board, &keys[2], 0, genesis, forked, 12);
+        // a still reports the genesis state it trained round 0 from: on the chain.
+        assert_eq!(flag(&board, &keys[0]), Some(json!(true)));
+        report(&mut board, &keys[1], 0, s0, 13);
+        report(&mut board, &keys[2], 0, forked, 14);
+        assert_eq!(flag(&board, &keys[1]), Some(json!(true)));
+        assert_eq!(flag(&board, &keys[2]), Some(json!(false)));
+        // Round 1 commits before b's round-1 report; b's state already moved on.
+        commit(&mut board, &keys[0], 1, s0, s1, 20);
+        report(&mut board, &keys[1], 0, s1, 21);
+        assert_eq!(flag(&board, &keys[1]), Some(json!(true)));
+        assert_eq!(flag(&board, &keys[2]), Some(json!(false)));
+        // A report from past the newest commit is not judged.
+        report(&mut board, &keys[3], 5, forked, 22);
+        assert_eq!(flag(&board, &keys[3]), Some(Value::Null));
     }
 
     #[test]
