@@ -58,14 +58,28 @@ struct RoundView {
     first_manifest_ms: Option<u64>,
     first_commit_ms: Option<u64>,
     manifests: Vec<Announced>,
-    /// Commits by new StateId: (included hashes, committers).
-    commits: BTreeMap<StateId, (Vec<PayloadHash>, Vec<PublicKey>)>,
-    /// The base each new StateId was committed on (from its first commit).
-    commit_bases: BTreeMap<StateId, StateId>,
+    /// Commits by the new StateId they report.
+    commits: BTreeMap<StateId, CommitGroup>,
     /// Nodes alive when the round closed (for stragglers).
     alive_at_close: Vec<PublicKey>,
     /// Messages the nodes refused while this round was open, by reason.
     refused: BTreeMap<String, u64>,
+}
+
+/// The commits of one round that report the same new StateId.
+#[derive(Debug, Clone)]
+struct CommitGroup {
+    /// The state it was committed on (from the group's first commit).
+    base: StateId,
+    included: Vec<PayloadHash>,
+    committers: Vec<PublicKey>,
+}
+
+impl RoundView {
+    /// The new StateId most committers reported, and its group.
+    fn majority(&self) -> Option<(&StateId, &CommitGroup)> {
+        self.commits.iter().max_by_key(|(_, g)| g.committers.len())
+    }
 }
 
 /// A text sample drawn from a committed state.
@@ -253,10 +267,13 @@ impl Board {
         if r.commits.len() >= MAX_NODES && !r.commits.contains_key(&c.new_state) {
             return;
         }
-        r.commit_bases.entry(c.new_state).or_insert(c.base);
-        let e = r.commits.entry(c.new_state).or_insert_with(|| (c.included.clone(), Vec::new()));
-        if !e.1.contains(&c.signer) && e.1.len() < MAX_NODES {
-            e.1.push(c.signer);
+        let g = r.commits.entry(c.new_state).or_insert_with(|| CommitGroup {
+            base: c.base,
+            included: c.included.clone(),
+            committers: Vec::new(),
+        });
+        if !g.committers.contains(&c.signer) && g.committers.len() < MAX_NODES {
+            g.committers.push(c.signer);
         }
         self.trim_rounds();
     }
@@ -275,12 +292,10 @@ impl Board {
 
     /// The newest round with a commit, and the StateId most committers reported.
     pub fn latest_commit(&self) -> Option<(u64, StateId, Vec<PublicKey>)> {
-        self.rounds.iter().rev().find_map(|(round, r)| {
-            r.commits
-                .iter()
-                .max_by_key(|(_, (_, who))| who.len())
-                .map(|(state, (_, who))| (*round, *state, who.clone()))
-        })
+        self.rounds
+            .iter()
+            .rev()
+            .find_map(|(round, r)| r.majority().map(|(state, g)| (*round, *state, g.committers.clone())))
     }
 
     /// Whether a node that reports `state` after `round` is on the network's
@@ -291,16 +306,14 @@ impl Board {
     /// the board knows no commit from `round` on; `false` only when it knows
     /// some and the node holds none of their states, i.e. it diverged.
     fn on_majority_state(&self, round: u64, state: StateId) -> Option<bool> {
-        let mut chain = self
-            .rounds
-            .range(round..)
-            .filter_map(|(_, r)| {
-                let (new, _) = r.commits.iter().max_by_key(|(_, (_, who))| who.len())?;
-                Some([Some(*new), r.commit_bases.get(new).copied()])
-            })
-            .peekable();
-        chain.peek()?;
-        Some(chain.flatten().any(|s| s == Some(state)))
+        let mut known = false;
+        for (new, g) in self.rounds.range(round..).filter_map(|(_, r)| r.majority()) {
+            if *new == state || g.base == state {
+                return Some(true);
+            }
+            known = true;
+        }
+        known.then_some(false)
     }
 
     /// Compressed bytes of one delta and of the same delta in f32.
@@ -439,9 +452,9 @@ impl Board {
     }
 
     fn round_json(&self, round: u64, r: &RoundView) -> Value {
-        let best = r.commits.iter().max_by_key(|(_, (_, who))| who.len());
+        let best = r.majority();
         let included: HashSet<PayloadHash> =
-            best.map(|(_, (inc, _))| inc.iter().copied().collect()).unwrap_or_default();
+            best.map(|(_, g)| g.included.iter().copied().collect()).unwrap_or_default();
         let closed = r.first_commit_ms;
         let late = r.manifests.iter().filter(|a| closed.is_some_and(|c| a.at_ms > c)).count();
         let contributors: HashSet<PublicKey> =
@@ -464,8 +477,8 @@ impl Board {
             "first_delta_ms": r.first_manifest_ms,
             "closed_ms": closed,
             "deltas": r.manifests.len(),
-            "included": best.map(|(_, (inc, _))| inc.len()),
-            "committers": best.map(|(_, (_, who))| who.len()),
+            "included": best.map(|(_, g)| g.included.len()),
+            "committers": best.map(|(_, g)| g.committers.len()),
             "state": best.map(|(s, _)| s.to_hex()),
             "disagreeing_commits": r.commits.len().saturating_sub(1),
             "late": late,
