@@ -55,10 +55,22 @@ pub struct Proc {
 impl Proc {
     /// Start `bin` with `args`; stderr goes to `<log_dir>/<name>.log`.
     pub fn spawn(bin: &str, args: &[String], name: &str, log_dir: &Path) -> Proc {
+        Self::spawn_with_env(bin, args, &[], name, log_dir)
+    }
+
+    /// `spawn` with extra environment variables.
+    pub fn spawn_with_env(
+        bin: &str,
+        args: &[String],
+        envs: &[(&str, &str)],
+        name: &str,
+        log_dir: &Path,
+    ) -> Proc {
         let log = log_dir.join(format!("{name}.log"));
         let err = std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("log file");
         let mut child = Command::new(workspace_binary(bin))
             .args(args)
+            .envs(envs.iter().copied())
             .env("RUST_LOG", std::env::var("MURMUR_TEST_LOG").unwrap_or_else(|_| "warn".into()))
             .stdout(Stdio::piped())
             .stderr(Stdio::from(err))
@@ -186,6 +198,17 @@ pub fn start_bootstrap(dir: &Path, s: &RunSettings) -> (Proc, String) {
 
 /// Start `murmur node --json` against `bootstrap`, storing in `<dir>/<name>`.
 pub fn start_node(dir: &Path, name: &str, bootstrap: &str, extra: &[&str]) -> Proc {
+    start_node_with_env(dir, name, bootstrap, extra, &[])
+}
+
+/// `start_node` with extra environment variables (e.g. `RAYON_NUM_THREADS`).
+pub fn start_node_with_env(
+    dir: &Path,
+    name: &str,
+    bootstrap: &str,
+    extra: &[&str],
+    envs: &[(&str, &str)],
+) -> Proc {
     let mut args: Vec<String> = vec![
         "node".into(),
         "--json".into(),
@@ -201,7 +224,7 @@ pub fn start_node(dir: &Path, name: &str, bootstrap: &str, extra: &[&str]) -> Pr
         args.extend(["--discovery-wait".into(), "2".into()]);
     }
     args.extend(extra.iter().map(|s| s.to_string()));
-    Proc::spawn("murmur", &args, name, dir)
+    Proc::spawn_with_env("murmur", &args, envs, name, dir)
 }
 
 /// The last reported state of each round, per node: round → state_id.

@@ -121,7 +121,7 @@ pub async fn fetch_blob(
         todo.push_back(index);
         match result {
             Ok(XferResponse::Chunk(_)) => {
-                net.penalize(peer, NetRejection::BadChunk).await;
+                net.penalize(peer, NetRejection::BadChunk);
                 pool.retain(|e| e.0 != peer);
             }
             Ok(XferResponse::Busy) => {
@@ -146,7 +146,7 @@ async fn fetch_table(
     for peer in peers {
         match net.request(*peer, XferRequest::Table { kind, id, len }).await {
             Ok(XferResponse::Table(t)) if tree::table_matches(kind, &id, len, &t) => return Ok(t),
-            Ok(XferResponse::Table(_)) => net.penalize(*peer, NetRejection::BadChunk).await,
+            Ok(XferResponse::Table(_)) => net.penalize(*peer, NetRejection::BadChunk),
             _ => {}
         }
     }

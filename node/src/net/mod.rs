@@ -158,6 +158,9 @@ pub struct NetStats {
     pub rejections: AtomicU64,
     pub bans: AtomicU64,
     pub connected: AtomicU64,
+    /// Events the swarm dropped because the node was not keeping up
+    /// (gossip and refusal notices only; membership events are never dropped).
+    pub dropped_events: AtomicU64,
 }
 
 impl NetStats {
@@ -194,6 +197,8 @@ pub(crate) enum Command {
     Peers { reply: oneshot::Sender<Vec<PeerInfo>> },
     ListenAddrs { reply: oneshot::Sender<Vec<Multiaddr>> },
     Rejections { reply: oneshot::Sender<Vec<(String, u64)>> },
+    Banned { reply: oneshot::Sender<Vec<PeerId>> },
+    Unban { peer: PeerId },
 }
 
 /// The cloneable handle to the swarm task.
@@ -221,9 +226,30 @@ impl NetHandle {
         self.ask(|reply| Command::Request { peer, request, reply }).await?
     }
 
-    /// Charge `peer` for `reason`; past the threshold it is disconnected and banned.
-    pub async fn penalize(&self, peer: PeerId, reason: NetRejection) {
-        let _ = self.tx.send(Command::Penalize { peer, reason }).await;
+    /// Charge `peer` for `reason`; past the threshold it is disconnected and
+    /// banned. Never waits: when the command queue is full the charge is
+    /// queued on a task, so the caller's loop cannot stall on the swarm.
+    pub fn penalize(&self, peer: PeerId, reason: NetRejection) {
+        self.send_later(Command::Penalize { peer, reason });
+    }
+
+    /// Lift `peer`'s ban (and clear its penalty) now. Never waits.
+    pub fn unban(&self, peer: PeerId) {
+        self.send_later(Command::Unban { peer });
+    }
+
+    /// Peers banned now.
+    pub async fn banned(&self) -> Vec<PeerId> {
+        self.ask(|reply| Command::Banned { reply }).await.unwrap_or_default()
+    }
+
+    fn send_later(&self, cmd: Command) {
+        if let Err(mpsc::error::TrySendError::Full(cmd)) = self.tx.try_send(cmd) {
+            let tx = self.tx.clone();
+            tokio::spawn(async move {
+                let _ = tx.send(cmd).await;
+            });
+        }
     }
 
     pub async fn dial(&self, addr: Multiaddr) -> Result<(), NetError> {

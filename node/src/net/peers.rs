@@ -1,6 +1,9 @@
 //! Peers: the bridge between protocol identities (ed25519 public keys) and
 //! libp2p PeerIds, the typed reasons a peer's traffic is refused, and the
-//! ledger that scores peers down and bans them past a threshold.
+//! ledger that scores peers down, bans them past a threshold, caps each
+//! peer's gossip rate, and lets small penalties fade (`DECAY_PER_SEC`), so
+//! that the ordinary noise of a long run — a few late or stale messages
+//! after each restart — never adds up to a ban.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -13,6 +16,12 @@ use murmur_protocol::{PublicKey, Rejection};
 pub const BAN_THRESHOLD: u64 = 300;
 /// How long a ban lasts.
 pub const BAN_DURATION: Duration = Duration::from_secs(600);
+/// Penalty points a peer's score loses per second.
+pub const DECAY_PER_SEC: f64 = 0.5;
+/// Gossip messages a peer may deliver per second, sustained…
+pub const GOSSIP_RATE: f64 = 500.0;
+/// …and in one burst.
+pub const GOSSIP_BURST: f64 = 2000.0;
 
 /// Why the network layer refused something a peer sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -27,6 +36,8 @@ pub enum NetRejection {
     Oversized,
     /// A chunk or table that does not match the content hash.
     BadChunk,
+    /// Gossip faster than `GOSSIP_RATE` messages per second.
+    Flood,
     /// A refusal decided by the round state machine.
     Round(Rejection),
 }
@@ -35,7 +46,10 @@ impl NetRejection {
     /// What the refusal costs the peer.
     pub fn penalty(self) -> u64 {
         match self {
-            NetRejection::Malformed | NetRejection::BadSignature | NetRejection::Oversized => 100,
+            NetRejection::Malformed
+            | NetRejection::BadSignature
+            | NetRejection::Oversized
+            | NetRejection::Flood => 100,
             NetRejection::WrongRun => 5,
             NetRejection::BadChunk => 50,
             NetRejection::Round(r) => r.penalty(),
@@ -50,6 +64,7 @@ impl NetRejection {
             NetRejection::WrongRun => "wrong_run".into(),
             NetRejection::Oversized => "oversized".into(),
             NetRejection::BadChunk => "bad_chunk".into(),
+            NetRejection::Flood => "flood".into(),
             NetRejection::Round(r) => format!("round_{r:?}").to_lowercase(),
         }
     }
@@ -81,6 +96,9 @@ pub struct PeerLedger {
     penalty: HashMap<PeerId, u64>,
     banned: HashMap<PeerId, Instant>,
     counts: HashMap<String, u64>,
+    /// Gossip token buckets: tokens left and when they were last filled.
+    buckets: HashMap<PeerId, (f64, Instant)>,
+    last_decay: Option<Instant>,
 }
 
 /// Most peers scored individually.
@@ -142,6 +160,52 @@ impl PeerLedger {
     pub fn banned_count(&self) -> usize {
         self.banned.len()
     }
+
+    /// Peers banned at `now`.
+    pub fn banned(&self, now: Instant) -> Vec<PeerId> {
+        self.banned.iter().filter(|(_, u)| **u > now).map(|(p, _)| *p).collect()
+    }
+
+    /// Lift `peer`'s ban and clear its penalty; true when it was banned.
+    pub fn unban(&mut self, peer: &PeerId) -> bool {
+        self.penalty.remove(peer);
+        self.banned.remove(peer).is_some()
+    }
+
+    /// Let penalties fade by `DECAY_PER_SEC` since the last call (a banned
+    /// peer stays banned until its ban runs out).
+    pub fn decay(&mut self, now: Instant) {
+        let last = self.last_decay.replace(now).unwrap_or(now);
+        let points = (now.duration_since(last).as_secs_f64() * DECAY_PER_SEC) as u64;
+        if points == 0 {
+            self.last_decay = Some(last);
+            return;
+        }
+        let banned = &self.banned;
+        self.penalty.retain(|peer, p| {
+            *p = p.saturating_sub(points);
+            *p > 0 || banned.contains_key(peer)
+        });
+        self.buckets
+            .retain(|_, (tokens, at)| *tokens < GOSSIP_BURST || now.duration_since(*at).as_secs() < 60);
+    }
+
+    /// Whether one more gossip message from `peer` fits its rate (token
+    /// bucket of `GOSSIP_BURST`, refilled at `GOSSIP_RATE` per second).
+    pub fn gossip_allowed(&mut self, peer: PeerId, now: Instant) -> bool {
+        if !self.buckets.contains_key(&peer) && self.buckets.len() >= MAX_LEDGER {
+            return true;
+        }
+        let (tokens, at) = self.buckets.entry(peer).or_insert((GOSSIP_BURST, now));
+        *tokens = (*tokens + now.duration_since(*at).as_secs_f64() * GOSSIP_RATE).min(GOSSIP_BURST);
+        *at = now;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
 }
 
 #[cfg(test)]
@@ -175,5 +239,42 @@ mod tests {
         assert_eq!(l.expired(t0 + BAN_DURATION), vec![p]);
         assert!(!l.is_banned(&p, t0 + BAN_DURATION));
         assert_eq!(l.penalty(&p), 0);
+    }
+
+    #[test]
+    fn small_penalties_fade_and_bans_can_be_lifted() {
+        let mut l = PeerLedger::default();
+        let p = PeerId::random();
+        let t0 = Instant::now();
+        l.decay(t0);
+        for _ in 0..50 {
+            l.charge(p, NetRejection::WrongRun, t0);
+        }
+        assert_eq!(l.penalty(&p), 250);
+        l.decay(t0 + Duration::from_secs(100));
+        assert_eq!(l.penalty(&p), 200);
+        l.decay(t0 + Duration::from_secs(600));
+        assert_eq!(l.penalty(&p), 0);
+        assert!(l.charge(p, NetRejection::Round(Rejection::Equivocation), t0));
+        assert_eq!(l.banned(t0), vec![p]);
+        l.decay(t0 + Duration::from_secs(2000));
+        assert!(l.is_banned(&p, t0), "decay does not lift a ban");
+        assert!(l.unban(&p));
+        assert!(!l.is_banned(&p, t0));
+        assert!(l.banned(t0).is_empty());
+    }
+
+    #[test]
+    fn gossip_beyond_the_rate_is_refused() {
+        let mut l = PeerLedger::default();
+        let (p, q) = (PeerId::random(), PeerId::random());
+        let t0 = Instant::now();
+        let allowed = (0..5000).filter(|_| l.gossip_allowed(p, t0)).count();
+        assert_eq!(allowed, GOSSIP_BURST as usize);
+        assert!(l.gossip_allowed(q, t0), "other peers are not affected");
+        // One second later, GOSSIP_RATE more.
+        let t1 = t0 + Duration::from_secs(1);
+        let allowed = (0..5000).filter(|_| l.gossip_allowed(p, t1)).count();
+        assert_eq!(allowed, GOSSIP_RATE as usize);
     }
 }

@@ -26,6 +26,9 @@ use super::{Command, ContentServer, NetConfig, NetError, NetEvent, NetStats, Pee
 
 /// How often the task refreshes the DHT and dials known peers.
 const MAINTENANCE: Duration = Duration::from_secs(3);
+/// Membership events held while the node's event queue is full (beyond it
+/// the oldest are dropped and counted).
+const MAX_BACKLOG: usize = 4096;
 
 type Reply = oneshot::Sender<Result<XferResponse, NetError>>;
 
@@ -48,6 +51,8 @@ pub(crate) struct SwarmTask {
     circuit: Option<libp2p::core::transport::ListenerId>,
     /// Open connections per peer, each marked relayed (through a circuit) or direct.
     links: HashMap<PeerId, HashMap<ConnectionId, bool>>,
+    /// Events that must not be lost, waiting for room in the node's queue.
+    backlog: std::collections::VecDeque<NetEvent>,
 }
 
 /// The peer id an address ends with (`…/p2p/<id>`), if any.
@@ -107,11 +112,15 @@ impl SwarmTask {
             bootstrap_peers,
             circuit: None,
             links: HashMap::new(),
+            backlog: Default::default(),
         })
     }
 
     pub(crate) async fn run(mut self, mut commands: mpsc::Receiver<Command>) {
         let mut tick = tokio::time::interval(MAINTENANCE);
+        // A second handle on the event queue, so waiting for room in it (for
+        // the backlog only) does not hold `self`.
+        let events = self.events.clone();
         loop {
             tokio::select! {
                 ev = self.swarm.select_next_some() => self.on_swarm_event(ev).await,
@@ -119,6 +128,11 @@ impl SwarmTask {
                     Some(cmd) => self.on_command(cmd).await,
                     None => break,
                 },
+                permit = events.reserve(), if !self.backlog.is_empty() => {
+                    if let (Ok(permit), Some(ev)) = (permit, self.backlog.pop_front()) {
+                        permit.send(ev);
+                    }
+                }
                 Some((channel, response)) = self.served_rx.recv() => {
                     if let XferResponse::Chunk(b) = &response {
                         NetStats::add(&self.stats.served_bytes, b.len() as u64);
@@ -131,8 +145,30 @@ impl SwarmTask {
         tracing::debug!("network task stopped");
     }
 
+    /// Hand an event to the node without ever waiting for it: the swarm
+    /// must keep serving commands (a node awaiting command space while the
+    /// swarm awaited event space would deadlock both). Gossip and refusal
+    /// notices are dropped and counted when the queue is full; membership
+    /// events wait in a bounded backlog, in order.
     async fn emit(&mut self, ev: NetEvent) {
-        let _ = self.events.send(ev).await;
+        let droppable = matches!(ev, NetEvent::Gossip { .. } | NetEvent::Rejected { .. });
+        if !self.backlog.is_empty() && !droppable {
+            return self.hold(ev);
+        }
+        match self.events.try_send(ev) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(ev)) if !droppable => self.hold(ev),
+            Err(mpsc::error::TrySendError::Full(_)) => NetStats::add(&self.stats.dropped_events, 1),
+            Err(mpsc::error::TrySendError::Closed(_)) => {}
+        }
+    }
+
+    fn hold(&mut self, ev: NetEvent) {
+        if self.backlog.len() >= MAX_BACKLOG {
+            self.backlog.pop_front();
+            NetStats::add(&self.stats.dropped_events, 1);
+        }
+        self.backlog.push_back(ev);
     }
 
     async fn charge(&mut self, peer: PeerId, reason: NetRejection) {
@@ -152,6 +188,7 @@ impl SwarmTask {
 
     fn maintain(&mut self) {
         let now = Instant::now();
+        self.ledger.decay(now);
         for peer in self.ledger.expired(now) {
             self.swarm.behaviour_mut().blocked.unblock_peer(peer);
             self.swarm.behaviour_mut().gossip.remove_blacklisted_peer(&peer);
@@ -224,6 +261,16 @@ impl SwarmTask {
             }
             Command::Rejections { reply } => {
                 let _ = reply.send(self.ledger.counts());
+            }
+            Command::Banned { reply } => {
+                let _ = reply.send(self.ledger.banned(Instant::now()));
+            }
+            Command::Unban { peer } => {
+                if self.ledger.unban(&peer) {
+                    tracing::warn!(%peer, "ban lifted");
+                    self.swarm.behaviour_mut().blocked.unblock_peer(peer);
+                    self.swarm.behaviour_mut().gossip.remove_blacklisted_peer(&peer);
+                }
             }
         }
     }
@@ -305,9 +352,13 @@ impl SwarmTask {
                 ..
             }) => {
                 NetStats::add(&self.stats.gossip_bytes_in, message.data.len() as u64);
-                let verdict = match self.topics.get(&message.topic) {
-                    Some(kind) => gossip::validate(*kind, &self.cfg.run, &message.data),
-                    None => Err(NetRejection::Malformed),
+                let verdict = if !self.ledger.gossip_allowed(propagation_source, Instant::now()) {
+                    Err(NetRejection::Flood)
+                } else {
+                    match self.topics.get(&message.topic) {
+                        Some(kind) => gossip::validate(*kind, &self.cfg.run, &message.data),
+                        None => Err(NetRejection::Malformed),
+                    }
                 };
                 let acceptance =
                     if verdict.is_ok() { MessageAcceptance::Accept } else { MessageAcceptance::Reject };

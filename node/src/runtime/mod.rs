@@ -10,9 +10,11 @@
 //! - `startup`: spec discovery, stored position, cold start.
 //! - `trainer`: the compute thread.
 //! - `server`: what the node serves on the transfer protocol.
+//! - `fetching`: payload and state fetch tasks (verified, with back-off).
 //! - `node`: the event loop.
 //! - `report`: JSON / human output.
 
+pub mod fetching;
 pub mod node;
 pub mod report;
 pub mod server;
@@ -85,8 +87,12 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
     store.meta.set_spec(&spec.encode())?;
     let cfg = spec::model_config(&spec)?;
     let (mine, resumed) = startup::load_position(&store, &spec)?;
-    // Deltas from before a restart are of no further use; older states neither.
-    store.blobs.retain(crate::store::BlobKind::Delta, &[])?;
+    // Our manifest signed before a restart, if it is for the round resumed at:
+    // announced again rather than training (and signing) that round twice.
+    let restored = startup::signed_manifest_for(&store, &spec, &mine);
+    // Other deltas from before a restart are of no further use; older states neither.
+    let keep: Vec<[u8; 32]> = restored.iter().map(|m| m.payload_hash.0).collect();
+    store.blobs.retain(crate::store::BlobKind::Delta, &keep)?;
     store.blobs.retain(crate::store::BlobKind::State, &[mine.id().0])?;
     let peer_id = net::peer_id_of(&key.public()).map(|p| p.to_string()).unwrap_or_default();
     out.event(
@@ -114,7 +120,8 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
     server.set_status(ServedStatus { round: state.round, state: Some(state.id().0) });
     let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
     let shard = u64::from(u16::from_le_bytes([key.public().0[0], key.public().0[1]]));
-    let trainer = trainer::spawn(&spec, cfg, shard, opts.device, done_tx).map_err(RuntimeError::Trainer)?;
+    let trainer_setup = trainer::TrainerSetup { spec: spec.clone(), cfg, shard, device: opts.device };
+    let trainer = trainer::spawn(&trainer_setup, done_tx).map_err(RuntimeError::Trainer)?;
     out.event(
         "joined",
         json!({
@@ -124,7 +131,8 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
             "backend": trainer.backend,
         }),
     );
-    let node = node::Node::new(spec, key, store, net, server, trainer, state, out, started);
-    node.run(events, done_rx, replay).await;
-    Ok(())
+    let restored = restored.filter(|m| m.round == state.round && m.base == state.id());
+    let start = node::NodeStart { trainer, done_rx, trainer_setup, state, restored };
+    let node = node::Node::new(spec, key, store, net, server, start, out, started);
+    node.run(events, replay).await
 }

@@ -1,35 +1,47 @@
 //! The node's event loop: drives the round state machine with the trainer
 //! thread and the network. Net events and job results become machine
 //! events; machine actions become jobs, fetches, gossip and storage.
+//!
+//! The loop itself never blocks: encoding, hashing and fsyncing the node's
+//! own delta, reading states and aggregating run on the blocking pool and
+//! come back as `Internal` messages; fetches run on tasks (`fetching`).
+//! A trainer thread that dies is started again, at most
+//! `MAX_TRAINER_RESTARTS` times in `TRAINER_RESTART_WINDOW`; past that the
+//! node stops with an error.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use libp2p::PeerId;
 use murmur_protocol::hash::payload_hash_of;
 use murmur_protocol::telemetry;
 use murmur_protocol::{
-    aggregate, decode_delta, outer_step, AcceptedDelta, Action, DeltaInput, ErrorFeedback, Event,
-    PayloadFault, PayloadHash, PeerLink, Phase, PublicKey, RejectionCount, RoundMachine, RunSpec, Signature,
-    StateId, Telemetry, TrainingState,
+    aggregate, decode_delta, outer_step, AcceptedDelta, Action, DeltaInput, DeltaManifest, ErrorFeedback,
+    Event, PayloadFault, PayloadHash, PeerLink, Phase, PublicKey, RejectionCount, RoundMachine, RunSpec,
+    Signature, StateId, Telemetry, TrainingState,
 };
 use serde_json::json;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
+use super::fetching::{spawn_payload_fetch, spawn_state_fetch, PayloadFetch, StateFetch};
 use super::report::Reporter;
 use super::server::{ServedStatus, StoreServer};
-use super::startup::fetch_state;
-use super::trainer::{Job, JobDone, TrainerHandle};
-use crate::net::{
-    fetch_blob, peer_id_of, public_key_of, GossipMessage, NetEvent, NetHandle, NetRejection, TopicKind,
-};
+use super::trainer::{self, Job, JobDone, TrainerHandle, TrainerSetup};
+use super::RuntimeError;
+use crate::net::{peer_id_of, public_key_of, GossipMessage, NetEvent, NetHandle, NetRejection, TopicKind};
 use crate::store::{BlobKind, Position, Store};
 
 /// How often a node reports between round closes.
 const TELEMETRY_EVERY: Duration = Duration::from_secs(5);
 /// The shortest gap between two reports (the bounded rate).
 const TELEMETRY_MIN_GAP: Duration = Duration::from_secs(2);
+/// Trainer restarts allowed within `TRAINER_RESTART_WINDOW` before the node
+/// gives up and stops with an error.
+pub const MAX_TRAINER_RESTARTS: usize = 3;
+pub const TRAINER_RESTART_WINDOW: Duration = Duration::from_secs(600);
+/// States kept in the store besides the current one (newest first).
+pub const KEPT_STATES: usize = 3;
 
 /// `s` cut to at most `max` bytes on a character boundary.
 fn truncate_utf8(s: &str, max: usize) -> String {
@@ -41,10 +53,41 @@ fn truncate_utf8(s: &str, max: usize) -> String {
 }
 
 /// Results of work the loop started.
-enum Internal {
-    Payload { hash: PayloadHash, from: PublicKey, fault: Option<Option<PayloadFault>> },
-    State { round: u64, id: StateId, result: Result<TrainingState, String> },
-    Aggregated { round: u64, result: Result<(Vec<PayloadHash>, TrainingState), String> },
+pub(crate) enum Internal {
+    Payload {
+        hash: PayloadHash,
+        from: PublicKey,
+        fault: Option<Option<PayloadFault>>,
+    },
+    /// A state fetched (or read from the store) for a re-sync.
+    State {
+        round: u64,
+        id: StateId,
+        state: TrainingState,
+    },
+    /// A state fetch ended without the state: the node no longer wants it.
+    StateAbandoned {
+        id: StateId,
+    },
+    Aggregated {
+        round: u64,
+        result: Result<(Vec<PayloadHash>, TrainingState), String>,
+    },
+    /// Our delta, encoded, hashed and stored (or why not).
+    Encoded {
+        round: u64,
+        base: StateId,
+        tokens: u64,
+        train_loss: f32,
+        result: Result<PayloadHash, String>,
+    },
+    /// Our manifest could not be recorded before publishing: not published.
+    ManifestNotRecorded {
+        round: u64,
+        why: String,
+    },
+    /// A trainer thread started again after the last one died.
+    TrainerStarted(Result<(TrainerHandle, mpsc::UnboundedReceiver<JobDone>), String>),
 }
 
 /// Everything the loop owns.
@@ -58,9 +101,22 @@ pub struct Node {
     pub state: Arc<TrainingState>,
     pub out: Reporter,
     pub started: Instant,
-    pub feedback: ErrorFeedback,
+    /// Error-feedback residual; shared with the blocking task that encodes.
+    pub feedback: Arc<Mutex<ErrorFeedback>>,
     pub key: murmur_protocol::NodeKey,
     pub reset_moments: bool,
+    /// How to start the trainer again, and when it last had to be.
+    trainer_setup: TrainerSetup,
+    trainer_restarts: VecDeque<Instant>,
+    trainer_alive: bool,
+    done_rx: mpsc::UnboundedReceiver<JobDone>,
+    /// Set when the node must stop (the trainer keeps dying).
+    fatal: Option<RuntimeError>,
+    /// Our own manifest signed before a restart, to announce again.
+    restored: Option<DeltaManifest>,
+    /// The state the machine wants and the node does not hold (fetch tasks
+    /// watch it and stop when it changes).
+    wanted: watch::Sender<Option<StateId>>,
     trainers: HashSet<PeerId>,
     holders: HashMap<PayloadHash, Vec<PeerId>>,
     pending_reports: HashMap<u64, serde_json::Value>,
@@ -86,6 +142,16 @@ pub struct Node {
     rx: mpsc::UnboundedReceiver<Internal>,
 }
 
+/// What the loop starts from besides the network and the store.
+pub struct NodeStart {
+    pub trainer: TrainerHandle,
+    pub done_rx: mpsc::UnboundedReceiver<JobDone>,
+    pub trainer_setup: TrainerSetup,
+    pub state: TrainingState,
+    /// Our manifest signed before a restart, if it is for `state`'s round.
+    pub restored: Option<DeltaManifest>,
+}
+
 impl Node {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
@@ -94,11 +160,11 @@ impl Node {
         store: Arc<Store>,
         net: NetHandle,
         server: Arc<StoreServer>,
-        trainer: TrainerHandle,
-        state: TrainingState,
+        start: NodeStart,
         out: Reporter,
         started: Instant,
     ) -> Self {
+        let NodeStart { trainer, done_rx, trainer_setup, state, restored } = start;
         let now = started.elapsed().as_millis() as u64;
         let cfg = murmur_protocol::RoundConfig::from_spec(&spec);
         let machine = RoundMachine::new(cfg, key.clone(), state.round, state.id(), now);
@@ -114,9 +180,16 @@ impl Node {
             state: Arc::new(state),
             out,
             started,
-            feedback: ErrorFeedback::new(n),
+            feedback: Arc::new(Mutex::new(ErrorFeedback::new(n))),
             key,
             reset_moments: false,
+            trainer_setup,
+            trainer_restarts: VecDeque::new(),
+            trainer_alive: true,
+            done_rx,
+            fatal: None,
+            restored,
+            wanted: watch::channel(None).0,
             trainers: HashSet::new(),
             holders: HashMap::new(),
             pending_reports: HashMap::new(),
@@ -146,15 +219,20 @@ impl Node {
         self.state.id()
     }
 
-    /// Run until the network stops.
+    /// Run until the network stops, or until the node cannot go on (its
+    /// trainer keeps dying): then the error says why.
     pub async fn run(
         mut self,
         mut net_events: mpsc::Receiver<NetEvent>,
-        mut jobs: mpsc::UnboundedReceiver<JobDone>,
         replay: Vec<NetEvent>,
-    ) {
+    ) -> Result<(), RuntimeError> {
         for ev in replay {
             self.on_net(ev);
+        }
+        if let Some(manifest) = self.restored.take() {
+            let payload = manifest.payload_hash.to_hex();
+            self.out.event("reannounce", json!({ "round": manifest.round, "payload": payload }));
+            self.feed(Event::LocalDeltaRestored { manifest });
         }
         self.drain().await;
         let mut heartbeat = tokio::time::interval(TELEMETRY_EVERY);
@@ -169,7 +247,10 @@ impl Node {
                     Some(ev) => self.on_net(ev),
                     None => break,
                 },
-                Some(done) = jobs.recv() => self.on_job(done),
+                done = self.done_rx.recv(), if self.trainer_alive => match done {
+                    Some(done) => self.on_job(done),
+                    None => self.trainer_died("the trainer thread stopped".into()),
+                },
                 Some(internal) = self.rx.recv() => self.on_internal(internal),
                 _ = heartbeat.tick() => {
                     if self.first_train.is_some() {
@@ -182,6 +263,51 @@ impl Node {
                 }
             }
             self.drain().await;
+            if let Some(e) = self.fatal.take() {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// The trainer thread is gone: start a new one (on the blocking pool),
+    /// or stop the node when it died too often.
+    fn trainer_died(&mut self, why: String) {
+        if !self.trainer_alive {
+            return;
+        }
+        self.trainer_alive = false;
+        let now = Instant::now();
+        while self.trainer_restarts.front().is_some_and(|t| now.duration_since(*t) > TRAINER_RESTART_WINDOW) {
+            self.trainer_restarts.pop_front();
+        }
+        if self.trainer_restarts.len() >= MAX_TRAINER_RESTARTS {
+            self.out
+                .event("trainer_failed", json!({ "reason": why, "restarts": self.trainer_restarts.len() }));
+            self.fatal = Some(RuntimeError::Trainer(format!(
+                "the trainer died {} times within {} s (last: {why}); stopping. Check the device \
+                 (try --device cpu) and the log above",
+                self.trainer_restarts.len() + 1,
+                TRAINER_RESTART_WINDOW.as_secs()
+            )));
+            return;
+        }
+        self.trainer_restarts.push_back(now);
+        tracing::error!("trainer died: {why}; starting it again");
+        self.out
+            .event("trainer_restarted", json!({ "reason": why, "restarts": self.trainer_restarts.len() }));
+        let (setup, tx) = (self.trainer_setup.clone(), self.tx.clone());
+        tokio::task::spawn_blocking(move || {
+            let (done_tx, done_rx) = mpsc::unbounded_channel();
+            let started = trainer::spawn(&setup, done_tx).map(|h| (h, done_rx));
+            let _ = tx.send(Internal::TrainerStarted(started));
+        });
+    }
+
+    /// Queue a job; a dead trainer is noticed here too.
+    fn submit(&mut self, job: Job) {
+        if self.trainer_alive && !self.trainer.submit(job) {
+            self.trainer_died("the trainer thread is gone".into());
         }
     }
 
@@ -197,10 +323,6 @@ impl Node {
                 let Some(from_key) = public_key_of(&from) else { return };
                 match *message {
                     GossipMessage::Manifest(manifest) => {
-                        let e = self.holders.entry(manifest.payload_hash).or_default();
-                        if !e.contains(&from) && e.len() < 16 {
-                            e.push(from);
-                        }
                         self.feed(Event::ManifestReceived { from: from_key, manifest });
                     }
                     GossipMessage::Commit(commit) => {
@@ -240,24 +362,29 @@ impl Node {
                 if round != self.machine.round() || base != self.machine.base() {
                     return;
                 }
-                let payload = match self.feedback.encode(self.spec.codec, &delta) {
-                    Ok(p) => p,
-                    Err(e) => {
-                        tracing::error!("encoding our delta failed: {e}");
-                        return;
-                    }
-                };
-                let payload_hash = payload_hash_of(&payload);
-                if let Err(e) = self.store.blobs.put(BlobKind::Delta, &payload) {
-                    tracing::error!("storing our delta failed: {e}");
-                    return;
-                }
-                self.deltas_by_round.entry(round).or_default().push(payload_hash);
-                self.feed(Event::LocalDeltaReady { round, base, payload_hash, tokens, train_loss });
+                let (feedback, store, codec, tx) =
+                    (self.feedback.clone(), self.store.clone(), self.spec.codec, self.tx.clone());
+                tokio::task::spawn_blocking(move || {
+                    let encoded = feedback
+                        .lock()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                        .encode(codec, &delta)
+                        .map_err(|e| format!("encoding our delta failed: {e}"));
+                    let result = encoded.and_then(|payload| {
+                        let hash = payload_hash_of(&payload);
+                        store
+                            .blobs
+                            .put(BlobKind::Delta, &payload)
+                            .map(|_| hash)
+                            .map_err(|e| format!("storing our delta failed: {e}"))
+                    });
+                    let _ = tx.send(Internal::Encoded { round, base, tokens, train_loss, result });
+                });
             }
             JobDone::Cancelled { .. } => {}
             JobDone::Evaluated { round, val_loss } => self.report_round(round, Some(val_loss)),
             JobDone::Failed(e) => tracing::error!("trainer: {e}"),
+            JobDone::Panicked(what) => self.trainer_died(format!("the trainer panicked: {what}")),
         }
     }
 
@@ -370,38 +497,64 @@ impl Node {
                     }
                 }
             }
-            Internal::State { round, id, result } => {
+            Internal::StateAbandoned { id } => {
                 if self.fetching_state == Some(id) {
                     self.fetching_state = None;
                 }
-                match result {
-                    Ok(state) => {
-                        self.state = Arc::new(state);
-                        self.feedback.reset();
-                        self.reset_moments = true;
-                        self.out.event("resynced", json!({ "round": round, "state_id": id.to_hex() }));
-                        if round > 0 {
-                            self.pending_reports.insert(
-                                round - 1,
-                                json!({ "round": round - 1, "state_id": id.to_hex(), "included": 0, "resynced": true }),
-                            );
-                            self.trainer.submit(Job::Evaluate {
-                                round: round - 1,
-                                params: Arc::new(self.state.params.clone()),
-                            });
-                        }
-                        if self.machine.base() == id {
-                            self.start_training(self.machine.round(), id);
-                        }
-                    }
-                    Err(e) => {
-                        tracing::warn!("fetching state {id} failed: {e}; retrying");
-                        if self.machine.base() == id {
-                            let peers: Vec<PeerId> = self.trainers.iter().copied().collect();
-                            self.spawn_state_fetch(round, id, peers);
-                        }
-                    }
+            }
+            Internal::State { round, id, state } => {
+                if self.fetching_state == Some(id) {
+                    self.fetching_state = None;
                 }
+                if self.machine.base() != id || id == self.state_id() {
+                    return;
+                }
+                self.state = Arc::new(state);
+                self.keep_state(id);
+                let feedback = self.feedback.clone();
+                tokio::task::spawn_blocking(move || {
+                    feedback.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).reset();
+                });
+                self.reset_moments = true;
+                self.out.event("resynced", json!({ "round": round, "state_id": id.to_hex() }));
+                if round > 0 {
+                    self.pending_reports.insert(
+                        round - 1,
+                        json!({ "round": round - 1, "state_id": id.to_hex(), "included": 0, "resynced": true }),
+                    );
+                    self.submit(Job::Evaluate { round: round - 1, state: self.state.clone() });
+                }
+                self.start_training(self.machine.round(), id);
+            }
+            Internal::Encoded { round, base, tokens, train_loss, result } => match result {
+                Ok(payload_hash) => {
+                    self.deltas_by_round.entry(round).or_default().push(payload_hash);
+                    self.feed(Event::LocalDeltaReady { round, base, payload_hash, tokens, train_loss });
+                }
+                Err(e) => tracing::error!("{e}"),
+            },
+            Internal::ManifestNotRecorded { round, why } => {
+                tracing::error!(
+                    "recording our manifest of round {round} failed ({why}); it was not published"
+                )
+            }
+            Internal::TrainerStarted(Ok((handle, done_rx))) => {
+                self.out.event("trainer_started", json!({ "device": handle.device }));
+                self.trainer = handle;
+                self.done_rx = done_rx;
+                self.trainer_alive = true;
+                // Evaluations queued on the dead thread are lost; their rounds
+                // are reported without a validation loss.
+                let lost: Vec<u64> = self.pending_reports.keys().copied().collect();
+                for r in lost {
+                    self.report_round(r, None);
+                }
+                if self.machine.phase() == Phase::Collecting {
+                    self.start_training(self.machine.round(), self.machine.base());
+                }
+            }
+            Internal::TrainerStarted(Err(e)) => {
+                self.fatal = Some(RuntimeError::Trainer(format!("starting the trainer again failed: {e}")));
             }
         }
     }
@@ -411,118 +564,113 @@ impl Node {
             return;
         }
         self.server.set_status(ServedStatus { round, state: Some(base.0) });
+        if self.machine.has_local_delta() {
+            // Signed before a restart and announced again: never a second one.
+            return;
+        }
         let epoch = self.trainer.cancel();
         self.first_train.get_or_insert_with(Instant::now);
         let reset = std::mem::take(&mut self.reset_moments);
-        self.trainer.submit(Job::Train {
-            epoch,
-            round,
-            base,
-            params: Arc::new(self.state.params.clone()),
-            reset_moments: reset,
-        });
+        self.submit(Job::Train { epoch, round, base, state: self.state.clone(), reset_moments: reset });
     }
 
     fn publish(&self, kind: TopicKind, bytes: Vec<u8>, attempts: u32) {
         let net = self.net.clone();
+        tokio::spawn(publish_with_retries(net, kind, bytes, attempts));
+    }
+
+    /// Record our manifest (fsynced) before the first byte of it leaves the
+    /// node, then gossip it: after a crash it is announced again as it is.
+    fn publish_manifest(&self, m: &DeltaManifest) {
+        let (net, store, run, tx) =
+            (self.net.clone(), self.store.clone(), self.spec.run_id(), self.tx.clone());
+        let (round, bytes) = (m.round, m.encode());
         tokio::spawn(async move {
-            for i in 0..attempts {
-                match net.publish(kind, bytes.clone()).await {
-                    Ok(()) => return,
-                    Err(e) if i + 1 == attempts => tracing::debug!("publishing {kind:?}: {e}"),
-                    Err(_) => tokio::time::sleep(Duration::from_millis(300)).await,
+            let record = bytes.clone();
+            let recorded = tokio::task::spawn_blocking(move || store.meta.set_signed_manifest(&run, &record))
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r.map_err(|e| e.to_string()));
+            match recorded {
+                Ok(()) => publish_with_retries(net, TopicKind::Manifest, bytes, 20).await,
+                Err(why) => {
+                    let _ = tx.send(Internal::ManifestNotRecorded { round, why });
                 }
             }
         });
     }
 
-    fn spawn_state_fetch(&mut self, round: u64, id: StateId, mut peers: Vec<PeerId>) {
+    fn start_state_fetch(&mut self, round: u64, id: StateId, voters: Vec<PeerId>) {
         if self.fetching_state == Some(id) {
             return;
         }
         self.fetching_state = Some(id);
+        self.wanted.send_replace(Some(id));
+        let mut peers = voters.clone();
         for p in &self.trainers {
             if !peers.contains(p) {
                 peers.push(*p);
             }
         }
-        let (net, store, spec, tx) =
-            (self.net.clone(), self.store.clone(), self.spec.clone(), self.tx.clone());
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(200)).await;
-            let result = fetch_state(&net, &store, &spec, id, round, &peers).await;
-            let _ = tx.send(Internal::State { round, id, result });
-        });
+        let fetch = StateFetch { round, id, voters, peers, wanted: self.wanted.subscribe() };
+        spawn_state_fetch(
+            self.net.clone(),
+            self.store.clone(),
+            self.spec.clone(),
+            fetch,
+            self.out,
+            self.tx.clone(),
+        );
     }
 
-    fn spawn_payload_fetch(&self, hash: PayloadHash, len: u64, signer: PublicKey, from: PublicKey) {
-        let mut peers: Vec<PeerId> = [from, signer].iter().filter_map(peer_id_of).collect();
-        peers.extend(self.holders.get(&hash).into_iter().flatten().copied());
-        peers.extend(self.trainers.iter().copied());
-        let mut seen = HashSet::new();
-        peers.retain(|p| seen.insert(*p));
-        let (net, store, spec, tx) =
-            (self.net.clone(), self.store.clone(), self.spec.clone(), self.tx.clone());
-        let give_up = Instant::now() + Duration::from_secs(u64::from(self.spec.round_deadline_secs).max(5));
-        tokio::spawn(async move {
-            let mut fault = Some(None);
-            let mut attempt = 0u64;
-            while Instant::now() < give_up {
-                attempt += 1;
-                if store.blobs.contains(BlobKind::Delta, &hash.0) {
-                    fault = None;
-                    break;
-                }
-                match fetch_blob(&net, BlobKind::Delta, hash.0, len, len, &peers).await {
-                    Ok(f) => {
-                        let n = spec.model.param_count as usize;
-                        let codec = spec.codec;
-                        let store2 = store.clone();
-                        let checked = tokio::task::spawn_blocking(move || {
-                            decode_delta(&f.bytes, codec, n)
-                                .map(|_| store2.blobs.put(BlobKind::Delta, &f.bytes))
-                        })
-                        .await;
-                        fault = match checked {
-                            Ok(Ok(Ok(_))) => None,
-                            Ok(Ok(Err(_))) | Err(_) => Some(None),
-                            Ok(Err(_)) => Some(Some(PayloadFault::Undecodable)),
-                        };
-                        break;
-                    }
-                    Err(e) => {
-                        tracing::debug!("fetching payload {hash:?} (attempt {attempt}): {e}");
-                        tokio::time::sleep(Duration::from_millis((200 * attempt).min(2000))).await;
-                    }
+    /// Remember a state the store now holds, deleting all but the newest
+    /// `KEPT_STATES` (never the current one).
+    fn keep_state(&mut self, id: StateId) {
+        if !self.recent_states.contains(&id) {
+            self.recent_states.push_back(id);
+        }
+        while self.recent_states.len() > KEPT_STATES {
+            if let Some(s) = self.recent_states.pop_front() {
+                if s != self.state_id() {
+                    let store = self.store.clone();
+                    tokio::task::spawn_blocking(move || store.blobs.remove(BlobKind::State, &s.0));
                 }
             }
-            let _ = tx.send(Internal::Payload { hash, from, fault });
-        });
+        }
     }
 
     /// Keep the store bounded: deltas of rounds before the previous one and
-    /// all but the newest three states are deleted (never the current state).
+    /// all but the newest `KEPT_STATES` states are deleted (never the
+    /// current state).
     fn collect_garbage(&mut self, closed: u64, new_state: StateId) {
         let old: Vec<u64> = self.deltas_by_round.range(..closed.saturating_sub(1)).map(|(r, _)| *r).collect();
+        let mut doomed = Vec::new();
         for r in old {
-            for h in self.deltas_by_round.remove(&r).unwrap_or_default() {
-                let _ = self.store.blobs.remove(BlobKind::Delta, &h.0);
-            }
+            doomed.extend(self.deltas_by_round.remove(&r).unwrap_or_default());
         }
-        self.recent_states.push_back(new_state);
-        while self.recent_states.len() > 3 {
-            if let Some(s) = self.recent_states.pop_front() {
-                if s != self.state_id() {
-                    let _ = self.store.blobs.remove(BlobKind::State, &s.0);
+        if !doomed.is_empty() {
+            let store = self.store.clone();
+            tokio::task::spawn_blocking(move || {
+                for h in doomed {
+                    let _ = store.blobs.remove(BlobKind::Delta, &h.0);
                 }
-            }
+            });
         }
+        self.keep_state(new_state);
     }
 
     async fn drain(&mut self) {
         while let Some(action) = self.machine.poll_action() {
             self.act(action).await;
         }
+        // Fetch tasks for a state the machine no longer wants stop.
+        let base = self.machine.base();
+        let want = (base != self.state_id()).then_some(base);
+        self.wanted.send_if_modified(|w| {
+            let changed = *w != want;
+            *w = want;
+            changed
+        });
     }
 
     async fn act(&mut self, action: Action) {
@@ -542,10 +690,37 @@ impl Node {
                         json!({ "round": m.round, "secs_since_start": self.started.elapsed().as_secs_f64() }),
                     );
                 }
-                self.publish(TopicKind::Manifest, m.encode(), 20);
+                self.out.event("announced", json!({ "round": m.round, "payload": m.payload_hash.to_hex() }));
+                self.publish_manifest(&m);
             }
             Action::FetchPayload { payload_hash, payload_len, signer, from } => {
-                self.spawn_payload_fetch(payload_hash, payload_len, signer, from)
+                // Holders are learnt only from manifests the machine accepted.
+                if let Some(p) = peer_id_of(&from) {
+                    let e = self.holders.entry(payload_hash).or_default();
+                    if !e.contains(&p) && e.len() < 16 {
+                        e.push(p);
+                    }
+                }
+                let mut peers: Vec<PeerId> = [from, signer].iter().filter_map(peer_id_of).collect();
+                peers.extend(self.holders.get(&payload_hash).into_iter().flatten().copied());
+                peers.extend(self.trainers.iter().copied());
+                let mut seen = HashSet::new();
+                peers.retain(|p| seen.insert(*p));
+                let deadline = Duration::from_secs(u64::from(self.spec.round_deadline_secs).max(5));
+                let fetch = PayloadFetch {
+                    hash: payload_hash,
+                    len: payload_len,
+                    from,
+                    peers,
+                    give_up: Instant::now() + deadline,
+                };
+                spawn_payload_fetch(
+                    self.net.clone(),
+                    self.store.clone(),
+                    self.spec.clone(),
+                    fetch,
+                    self.tx.clone(),
+                )
             }
             Action::Aggregate { round, base, deltas } => {
                 self.offered = deltas.iter().map(|d| (d.payload_hash, d.signer)).collect();
@@ -577,8 +752,7 @@ impl Node {
                         "contributors": contributors,
                     }),
                 );
-                self.trainer
-                    .submit(Job::Evaluate { round: c.round, params: Arc::new(self.state.params.clone()) });
+                self.submit(Job::Evaluate { round: c.round, state: self.state.clone() });
                 self.publish(TopicKind::Commit, c.encode(), 20);
                 self.collect_garbage(c.round, c.new_state);
             }
@@ -592,23 +766,26 @@ impl Node {
                 if state == self.state_id() {
                     return;
                 }
-                if let Ok(bytes) = self.store.blobs.get(BlobKind::State, &state.0) {
-                    let n = self.spec.model.param_count as usize;
-                    if let Ok(s) = TrainingState::decode(&bytes, n) {
-                        let _ = self.tx.send(Internal::State { round, id: state, result: Ok(s) });
-                        return;
-                    }
-                }
-                self.spawn_state_fetch(round, state, peers);
+                self.start_state_fetch(round, state, peers);
             }
             Action::Reject { peer, reason } => {
                 if let Some(p) = peer_id_of(&peer) {
                     if p != self.net.local {
-                        self.net.penalize(p, NetRejection::Round(reason)).await;
+                        self.net.penalize(p, NetRejection::Round(reason));
                     }
                 }
-                let _ = self.store.meta.charge_peer(&peer.0, reason.penalty());
             }
+        }
+    }
+}
+
+/// Gossip `bytes`, retrying a few times while the mesh forms.
+async fn publish_with_retries(net: NetHandle, kind: TopicKind, bytes: Vec<u8>, attempts: u32) {
+    for i in 0..attempts {
+        match net.publish(kind, bytes.clone()).await {
+            Ok(()) => return,
+            Err(e) if i + 1 == attempts => tracing::debug!("publishing {kind:?}: {e}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(300)).await,
         }
     }
 }

@@ -8,16 +8,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use libp2p::{Multiaddr, PeerId};
-use murmur_protocol::{NodeKey, RunId, RunSpec, StateId, TrainingState};
+use murmur_protocol::{DeltaManifest, NodeKey, RunId, RunSpec, StateId, TrainingState};
 use serde_json::json;
 use tokio::sync::mpsc;
 
+use super::fetching::fetch_state;
 use super::report::Reporter;
-use super::spec::{genesis, state_len};
+use super::spec::genesis;
 use super::RuntimeError;
 use crate::net::{
-    self, fetch_blob, peer_of, ContentServer, NetConfig, NetEvent, NetHandle, PeerStatus, Role, XferRequest,
-    XferResponse,
+    self, peer_of, ContentServer, NetConfig, NetEvent, NetHandle, PeerStatus, Role, XferRequest, XferResponse,
 };
 use crate::store::{BlobKind, Position, Store};
 
@@ -66,6 +66,19 @@ pub async fn discover_spec(
     Err(RuntimeError::Config(format!("could not get the run spec from the bootstrap server: {last}")))
 }
 
+/// Our manifest signed before a restart, when it is for `mine`'s round and
+/// base and its payload is still stored.
+pub fn signed_manifest_for(store: &Store, spec: &RunSpec, mine: &TrainingState) -> Option<DeltaManifest> {
+    let bytes = store.meta.signed_manifest(&spec.run_id()).ok()??;
+    let m = DeltaManifest::decode(&bytes).ok()?;
+    let fits = m.run == spec.run_id()
+        && m.round == mine.round
+        && m.base == mine.id()
+        && m.verify().is_ok()
+        && store.blobs.contains(BlobKind::Delta, &m.payload_hash.0);
+    fits.then_some(m)
+}
+
 /// The node's last consistent state in this run, or genesis (stored).
 pub fn load_position(store: &Store, spec: &RunSpec) -> Result<(TrainingState, bool), RuntimeError> {
     let run = spec.run_id();
@@ -82,38 +95,13 @@ pub fn load_position(store: &Store, spec: &RunSpec) -> Result<(TrainingState, bo
     Ok((g, false))
 }
 
-/// Fetch state `id` (expected at `round`) from `peers` at once, verify,
-/// store and record it as the node's position.
-pub async fn fetch_state(
-    net: &NetHandle,
-    store: &Store,
-    spec: &RunSpec,
-    id: StateId,
-    round: u64,
-    peers: &[PeerId],
-) -> Result<TrainingState, String> {
-    let len = state_len(spec);
-    let fetched = fetch_blob(net, BlobKind::State, id.0, len, len, peers).await.map_err(|e| e.to_string())?;
-    let n = spec.model.param_count as usize;
-    let state = TrainingState::decode(&fetched.bytes, n).map_err(|e| e.to_string())?;
-    if state.run != spec.run_id() || state.round != round {
-        return Err(format!(
-            "state {id} is for round {} of another or the same run, not round {round}",
-            state.round
-        ));
-    }
-    store.blobs.put(BlobKind::State, &fetched.bytes).map_err(|e| e.to_string())?;
-    store.meta.set_position(&spec.run_id(), Position { round, state: id }).map_err(|e| e.to_string())?;
-    Ok(state)
-}
-
 /// Wait briefly for peers, ask the trainers among them where the run
 /// stands, and fetch a newer state than `mine` from all its holders.
 /// Returns the state to start from and the membership events seen.
 pub async fn cold_start(
     net: &NetHandle,
     events: &mut mpsc::Receiver<NetEvent>,
-    store: &Store,
+    store: &Arc<Store>,
     spec: &RunSpec,
     mine: TrainingState,
     wait: Duration,

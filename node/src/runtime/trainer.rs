@@ -3,12 +3,18 @@
 //! state's parameters, or evaluate a state's validation loss. Jobs carry an
 //! epoch; bumping the epoch cancels a training job between steps (the round
 //! it was for has been left).
+//!
+//! A panic in a job (a backend assert, say) is caught and reported as
+//! `JobDone::Panicked`, and the thread ends: the node starts a new one from
+//! the same `TrainerSetup` (see `runtime::node`), or stops with an error
+//! when that keeps happening.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{mpsc as std_mpsc, Arc};
 use std::time::Instant;
 
-use murmur_protocol::{RunSpec, StateId};
+use murmur_protocol::{RunSpec, StateId, TrainingState};
 use tokio::sync::mpsc;
 
 use crate::cli::device::Chosen;
@@ -24,8 +30,8 @@ pub const VAL_BATCHES: usize = 4;
 /// Work for the trainer thread.
 #[derive(Debug)]
 pub enum Job {
-    Train { epoch: u64, round: u64, base: StateId, params: Arc<Vec<f32>>, reset_moments: bool },
-    Evaluate { round: u64, params: Arc<Vec<f32>> },
+    Train { epoch: u64, round: u64, base: StateId, state: Arc<TrainingState>, reset_moments: bool },
+    Evaluate { round: u64, state: Arc<TrainingState> },
 }
 
 /// What a job produced.
@@ -49,6 +55,8 @@ pub enum JobDone {
         val_loss: f32,
     },
     Failed(String),
+    /// A job panicked (the message); the thread has ended.
+    Panicked(String),
 }
 
 /// Handle to the trainer thread.
@@ -62,8 +70,9 @@ pub struct TrainerHandle {
 }
 
 impl TrainerHandle {
-    pub fn submit(&self, job: Job) {
-        let _ = self.jobs.send(job);
+    /// Queue a job; false when the trainer thread has ended.
+    pub fn submit(&self, job: Job) -> bool {
+        self.jobs.send(job).is_ok()
     }
     /// Cancel running and queued training; returns the new epoch.
     pub fn cancel(&self) -> u64 {
@@ -74,15 +83,21 @@ impl TrainerHandle {
     }
 }
 
+/// What a trainer thread is started from (kept to start it again).
+#[derive(Debug, Clone)]
+pub struct TrainerSetup {
+    pub spec: RunSpec,
+    pub cfg: ModelConfig,
+    /// The node's data shard.
+    pub shard: u64,
+    pub device: Chosen,
+}
+
 /// Start the trainer thread on the chosen backend (a GPU backend is opened
 /// on the thread itself, which then owns it).
-pub fn spawn(
-    spec: &RunSpec,
-    cfg: ModelConfig,
-    shard: u64,
-    device: Chosen,
-    done: mpsc::UnboundedSender<JobDone>,
-) -> Result<TrainerHandle, String> {
+pub fn spawn(setup: &TrainerSetup, done: mpsc::UnboundedSender<JobDone>) -> Result<TrainerHandle, String> {
+    let TrainerSetup { spec, cfg, shard, device } = setup.clone();
+    let spec = &spec;
     let corpus =
         Corpus::open(&DataSpec::parse(&spec.data).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
     if corpus.vocab_size() > cfg.vocab_size {
@@ -159,24 +174,37 @@ impl Worker {
     ) {
         let mut model: Option<Gpt<B>> = None;
         while let Ok(job) = jobs.recv() {
-            let result = match job {
-                Job::Train { epoch, round, base, params, reset_moments } => {
+            let ran = catch_unwind(AssertUnwindSafe(|| match job {
+                Job::Train { epoch, round, base, state, reset_moments } => {
                     if epoch != self.epoch.load(Ordering::SeqCst) {
                         JobDone::Cancelled { round }
                     } else {
-                        self.train(&backend, &mut model, epoch, round, base, &params, reset_moments)
+                        self.train(&backend, &mut model, epoch, round, base, &state.params, reset_moments)
                     }
                 }
-                Job::Evaluate { round, params } => {
-                    let m = self.model_with(&backend, &mut model, &params);
+                Job::Evaluate { round, state } => {
+                    let m = self.model_with(&backend, &mut model, &state.params);
                     match evaluate(&backend, m, &mut self.val, VAL_BATCHES) {
                         Ok(val_loss) => JobDone::Evaluated { round, val_loss },
                         Err(e) => JobDone::Failed(e.to_string()),
                     }
                 }
-            };
-            if done.send(result).is_err() {
-                break;
+            }));
+            match ran {
+                Ok(result) => {
+                    if done.send(result).is_err() {
+                        break;
+                    }
+                }
+                Err(panic) => {
+                    let what = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "a panic without a message".into());
+                    let _ = done.send(JobDone::Panicked(what));
+                    break;
+                }
             }
         }
     }
@@ -217,6 +245,7 @@ impl Worker {
             if self.epoch.load(Ordering::SeqCst) != epoch {
                 return JobDone::Cancelled { round };
             }
+            injected_panic(round);
             let b = match self.loader.next_batch() {
                 Ok(b) => b,
                 Err(e) => return JobDone::Failed(e.to_string()),
@@ -254,5 +283,19 @@ impl Worker {
             train_loss: (loss_sum / f64::from(h.max(1))) as f32,
             secs,
         }
+    }
+}
+
+/// Fault injection for the runtime's tests: `MURMUR_TEST_TRAINER_PANICS=R:N`
+/// makes the first N training steps taken at round R or later panic (one per
+/// trainer thread, as a backend assert would), so a test can watch the node
+/// restart its trainer (N small) or stop with an error (N large).
+fn injected_panic(round: u64) {
+    static PANICKED: AtomicU32 = AtomicU32::new(0);
+    let Ok(v) = std::env::var("MURMUR_TEST_TRAINER_PANICS") else { return };
+    let Some((from, count)) = v.split_once(':') else { return };
+    let (Ok(from), Ok(count)) = (from.parse::<u64>(), count.parse::<u32>()) else { return };
+    if round >= from && PANICKED.fetch_add(1, Ordering::SeqCst) < count {
+        panic!("injected trainer panic (MURMUR_TEST_TRAINER_PANICS={v}) at round {round}");
     }
 }

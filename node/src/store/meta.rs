@@ -1,5 +1,7 @@
-//! Small metadata in sled: the node's current state per run, round history
-//! and peer scores. Large payloads never go here (see `blob`).
+//! Small metadata in sled: the node's current state per run, the last
+//! manifest it signed, and a bounded round history. Large payloads never go
+//! here (see `blob`); peer scores live in memory (`net::peers`), so a flood
+//! of refusals writes nothing to disk.
 //!
 //! Every write that the node relies on after a crash is flushed before the
 //! call returns; the state a record names is always written (as a blob) first.
@@ -32,8 +34,11 @@ pub struct MetaStore {
     db: sled::Db,
     positions: sled::Tree,
     history: sled::Tree,
-    scores: sled::Tree,
+    signed: sled::Tree,
 }
+
+/// Round records kept per run (older ones are dropped as new ones come).
+pub const MAX_HISTORY: usize = 4096;
 
 impl MetaStore {
     pub fn open(path: &std::path::Path) -> Result<Self, StoreError> {
@@ -41,7 +46,7 @@ impl MetaStore {
         Ok(Self {
             positions: db.open_tree("positions")?,
             history: db.open_tree("history")?,
-            scores: db.open_tree("scores")?,
+            signed: db.open_tree("signed")?,
             db,
         })
     }
@@ -87,9 +92,15 @@ impl MetaStore {
         k
     }
 
+    /// Record a closed round; the oldest records past `MAX_HISTORY` go.
     pub fn record_round(&self, run: &RunId, r: &RoundRecord) -> Result<(), StoreError> {
         let v = serde_json::to_vec(r).map_err(|_| StoreError::Corrupt("round record"))?;
         self.history.insert(Self::history_key(run, r.round), v)?;
+        let first_kept = r.round.saturating_sub(MAX_HISTORY as u64 - 1);
+        let old = self.history.range(Self::history_key(run, 0)..Self::history_key(run, first_kept));
+        for kv in old {
+            self.history.remove(kv?.0)?;
+        }
         Ok(())
     }
 
@@ -103,21 +114,17 @@ impl MetaStore {
         Ok(out)
     }
 
-    /// Add `penalty` to a peer's stored score; returns the new total.
-    pub fn charge_peer(&self, peer: &[u8], penalty: u64) -> Result<u64, StoreError> {
-        let old = self.peer_score(peer)?;
-        let new = old.saturating_add(penalty);
-        self.scores.insert(peer, new.to_le_bytes().to_vec())?;
-        Ok(new)
+    /// The last manifest this node signed in `run` (its canonical bytes).
+    pub fn signed_manifest(&self, run: &RunId) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.signed.get(run.0)?.map(|v| v.to_vec()))
     }
 
-    pub fn peer_score(&self, peer: &[u8]) -> Result<u64, StoreError> {
-        Ok(self
-            .scores
-            .get(peer)?
-            .and_then(|v| <[u8; 8]>::try_from(v.as_ref()).ok())
-            .map(u64::from_le_bytes)
-            .unwrap_or(0))
+    /// Record a manifest before it is published (flushed): after a crash the
+    /// node announces it again instead of signing a second delta.
+    pub fn set_signed_manifest(&self, run: &RunId, bytes: &[u8]) -> Result<(), StoreError> {
+        self.signed.insert(run.0, bytes)?;
+        self.db.flush()?;
+        Ok(())
     }
 
     pub fn flush(&self) -> Result<(), StoreError> {
@@ -131,7 +138,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn positions_history_and_scores_persist() {
+    fn positions_history_and_signed_manifests_persist() {
         let dir = tempfile::tempdir().expect("tempdir");
         let run = RunId([3; 32]);
         {
@@ -143,13 +150,29 @@ mod tests {
                 &RoundRecord { round: 3, state_id: "ab".into(), included: 2, val_loss: Some(1.5) },
             )
             .expect("record");
-            assert_eq!(m.charge_peer(b"p", 100).expect("charge"), 100);
-            assert_eq!(m.charge_peer(b"p", 50).expect("charge"), 150);
+            m.set_signed_manifest(&run, b"manifest").expect("sign");
             m.flush().expect("flush");
         }
         let m = MetaStore::open(dir.path()).expect("reopen");
         assert_eq!(m.position(&run).expect("read"), Some(Position { round: 4, state: StateId([9; 32]) }));
         assert_eq!(m.history(&run).expect("history").len(), 1);
-        assert_eq!(m.peer_score(b"p").expect("score"), 150);
+        assert_eq!(m.signed_manifest(&run).expect("read").as_deref(), Some(&b"manifest"[..]));
+        assert_eq!(m.signed_manifest(&RunId([4; 32])).expect("read"), None);
+    }
+
+    #[test]
+    fn round_history_is_bounded() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (run, other) = (RunId([3; 32]), RunId([5; 32]));
+        let m = MetaStore::open(dir.path()).expect("open");
+        let rec = |round| RoundRecord { round, state_id: "ab".into(), included: 1, val_loss: None };
+        m.record_round(&other, &rec(0)).expect("record");
+        for round in 0..(MAX_HISTORY as u64 + 50) {
+            m.record_round(&run, &rec(round)).expect("record");
+        }
+        let h = m.history(&run).expect("history");
+        assert_eq!(h.len(), MAX_HISTORY);
+        assert_eq!(h.first().map(|r| r.round), Some(50));
+        assert_eq!(m.history(&other).expect("history").len(), 1, "other runs keep their records");
     }
 }

@@ -6,7 +6,7 @@
 //! Layout of a data directory:
 //! ```text
 //! node.key          32-byte ed25519 seed (mode 0600)
-//! meta/             sled: positions, round history, peer scores, run spec
+//! meta/             sled: positions, last signed manifest, round history, run spec
 //! blobs/state/<id>  StatePayload bytes, named by StateId (hex)
 //! blobs/delta/<id>  DeltaPayload bytes, named by PayloadHash (hex)
 //! blobs/tmp/        writes in progress (cleared on open)

@@ -99,6 +99,13 @@ pub enum Event {
         tokens: u64,
         train_loss: f32,
     },
+    /// Our own manifest, signed (and perhaps published) before a restart,
+    /// for the round the node resumed at; its payload is stored locally. It
+    /// is announced again as it is: a node never signs two different deltas
+    /// for one round, so a crash is never taken for equivocation.
+    LocalDeltaRestored {
+        manifest: DeltaManifest,
+    },
     /// The node carried out `Action::Aggregate` and the outer step.
     Aggregated {
         round: u64,
@@ -258,6 +265,7 @@ impl RoundMachine {
             Event::LocalDeltaReady { round, base, payload_hash, tokens, train_loss } => {
                 self.on_local(round, base, payload_hash, tokens, train_loss)
             }
+            Event::LocalDeltaRestored { manifest } => self.on_restored(manifest),
             Event::Aggregated { round, included, new_state } => {
                 self.on_aggregated(round, included, new_state)
             }
@@ -427,6 +435,33 @@ impl RoundMachine {
         self.by_hash.insert(hash, me);
         self.entries.insert(me, Entry { manifest: manifest.clone(), announced_by: me, verified: true });
         self.actions.push_back(Action::PublishManifest(manifest));
+    }
+
+    /// Re-announce our own manifest signed before a restart (see
+    /// `Event::LocalDeltaRestored`); anything else is a stale local delta.
+    fn on_restored(&mut self, m: DeltaManifest) {
+        let me = self.me;
+        let fits = m.signer == me
+            && m.verify().is_ok()
+            && m.run == self.cfg.run
+            && m.round == self.round
+            && m.base == self.base
+            && m.codec == self.cfg.codec
+            && m.element_count == self.cfg.element_count
+            && self.phase == Phase::Collecting
+            && !self.entries.contains_key(&me)
+            && !self.by_hash.contains_key(&m.payload_hash);
+        if !fits {
+            return self.scores.charge(me, Rejection::StaleLocalDelta);
+        }
+        self.by_hash.insert(m.payload_hash, me);
+        self.entries.insert(me, Entry { manifest: m.clone(), announced_by: me, verified: true });
+        self.actions.push_back(Action::PublishManifest(m));
+    }
+
+    /// Whether this node has signed a delta for the current round.
+    pub fn has_local_delta(&self) -> bool {
+        self.entries.contains_key(&self.me)
     }
 
     /// Close the round when quorum is met and either every live member's

@@ -577,3 +577,48 @@ fn stale_local_deltas_and_backwards_clocks() {
     m.handle(10, Event::TimerFired);
     assert_eq!(m.next_timeout(), Some(DEADLINE));
 }
+
+#[test]
+fn a_restarted_node_reannounces_the_manifest_it_signed_and_signs_no_other() {
+    // Before the crash: the node signed and published a manifest for round 0.
+    let mut before = machine();
+    local(&mut before, 1, 9);
+    let Some(Action::PublishManifest(signed)) = drain(&mut before).into_iter().next() else {
+        panic!("no manifest")
+    };
+    // After the restart, at the same position: the same manifest is restored
+    // and published again, byte for byte, and a fresh local delta is refused.
+    let mut after = machine();
+    after.handle(5, Event::LocalDeltaRestored { manifest: signed.clone() });
+    assert!(after.has_local_delta());
+    assert_eq!(drain(&mut after), vec![Action::PublishManifest(signed.clone())]);
+    local(&mut after, 6, 10);
+    assert!(drain(&mut after).is_empty());
+    assert_eq!(after.scores().count(Rejection::StaleLocalDelta), 1);
+    // A peer that saw both announcements counts a duplicate, not equivocation.
+    let mut peer = RoundMachine::new(cfg(), key(2), 0, genesis(), 0);
+    drain(&mut peer);
+    peer.handle(2, Event::ManifestReceived { from: key(1).public(), manifest: signed.clone() });
+    peer.handle(7, Event::ManifestReceived { from: key(1).public(), manifest: signed.clone() });
+    assert_eq!(peer.scores().count(Rejection::Equivocation), 0);
+    assert_eq!(peer.scores().count(Rejection::Duplicate), 1);
+    assert!(rejects(&drain(&mut peer)).is_empty());
+}
+
+#[test]
+fn a_restored_manifest_of_another_round_base_or_signer_is_refused() {
+    let mut m = machine();
+    for stale in [
+        manifest(&key(1), 1, genesis(), 9),
+        manifest(&key(1), 0, StateId([0x22; 32]), 9),
+        manifest(&key(3), 0, genesis(), 9),
+    ] {
+        m.handle(1, Event::LocalDeltaRestored { manifest: stale });
+    }
+    let mut forged = manifest(&key(1), 0, genesis(), 9);
+    forged.tokens += 1;
+    m.handle(1, Event::LocalDeltaRestored { manifest: forged });
+    assert!(drain(&mut m).is_empty());
+    assert!(!m.has_local_delta());
+    assert_eq!(m.scores().count(Rejection::StaleLocalDelta), 4);
+}

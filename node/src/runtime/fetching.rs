@@ -1,0 +1,194 @@
+//! Fetch tasks of the node runtime: a round's delta payloads and the states
+//! a re-sync or cold start needs, from several peers at once, verified
+//! against their hashes. Decoding, hashing and writing run on the blocking
+//! pool; results go back to the event loop as `Internal` messages.
+//!
+//! A state fetch retries with exponential back-off (`STATE_RETRY_FIRST`
+//! doubling to `STATE_RETRY_MAX`) for as long as the round machine still
+//! wants that state, and stops when it wants another. When every committer
+//! backing the state is banned by this node, their bans are lifted (and the
+//! node says so): a state is content-addressed and checked chunk by chunk,
+//! so fetching it from a peer we distrust risks only bandwidth, while not
+//! fetching it would leave the node waiting forever.
+
+use std::time::{Duration, Instant};
+
+use libp2p::PeerId;
+use murmur_protocol::{decode_delta, PayloadFault, PayloadHash, PublicKey, RunSpec, StateId, TrainingState};
+use serde_json::json;
+use tokio::sync::{mpsc, watch};
+
+use super::node::Internal;
+use super::report::Reporter;
+use super::spec::state_len;
+use crate::net::{fetch_blob, NetHandle};
+use crate::store::{BlobKind, Position, Store};
+use std::sync::Arc;
+
+/// First wait before retrying a failed state fetch.
+pub const STATE_RETRY_FIRST: Duration = Duration::from_millis(200);
+/// Longest wait between two state fetch attempts.
+pub const STATE_RETRY_MAX: Duration = Duration::from_secs(10);
+
+/// One payload to fetch for the current round.
+pub struct PayloadFetch {
+    pub hash: PayloadHash,
+    pub len: u64,
+    /// The peer that announced it (charged when the bytes are bad).
+    pub from: PublicKey,
+    /// Peers to ask, best first.
+    pub peers: Vec<PeerId>,
+    pub give_up: Instant,
+}
+
+/// Fetch a delta payload, check its hash and that it decodes, store it.
+pub(crate) fn spawn_payload_fetch(
+    net: NetHandle,
+    store: Arc<Store>,
+    spec: RunSpec,
+    f: PayloadFetch,
+    tx: mpsc::UnboundedSender<Internal>,
+) {
+    tokio::spawn(async move {
+        let PayloadFetch { hash, len, from, peers, give_up } = f;
+        let mut fault = Some(None);
+        let mut attempt = 0u64;
+        while Instant::now() < give_up {
+            attempt += 1;
+            let (s, h) = (store.clone(), hash);
+            let held = tokio::task::spawn_blocking(move || s.blobs.contains(BlobKind::Delta, &h.0)).await;
+            if held.unwrap_or(false) {
+                fault = None;
+                break;
+            }
+            match fetch_blob(&net, BlobKind::Delta, hash.0, len, len, &peers).await {
+                Ok(f) => {
+                    let n = spec.model.param_count as usize;
+                    let codec = spec.codec;
+                    let store2 = store.clone();
+                    let checked = tokio::task::spawn_blocking(move || {
+                        decode_delta(&f.bytes, codec, n).map(|_| store2.blobs.put(BlobKind::Delta, &f.bytes))
+                    })
+                    .await;
+                    fault = match checked {
+                        Ok(Ok(Ok(_))) => None,
+                        Ok(Ok(Err(_))) | Err(_) => Some(None),
+                        Ok(Err(_)) => Some(Some(PayloadFault::Undecodable)),
+                    };
+                    break;
+                }
+                Err(e) => {
+                    tracing::debug!("fetching payload {hash:?} (attempt {attempt}): {e}");
+                    tokio::time::sleep(Duration::from_millis((200 * attempt).min(2000))).await;
+                }
+            }
+        }
+        let _ = tx.send(Internal::Payload { hash, from, fault });
+    });
+}
+
+/// A state a re-sync needs.
+pub struct StateFetch {
+    pub round: u64,
+    pub id: StateId,
+    /// The committers whose signed commits back the state.
+    pub voters: Vec<PeerId>,
+    /// Everyone to ask (the voters first).
+    pub peers: Vec<PeerId>,
+    /// The state the node currently wants; the task stops when it changes.
+    pub wanted: watch::Receiver<Option<StateId>>,
+}
+
+/// Read the state from the store or fetch it, retrying with back-off while
+/// it is wanted; sends `Internal::State` or `Internal::StateAbandoned`.
+pub(crate) fn spawn_state_fetch(
+    net: NetHandle,
+    store: Arc<Store>,
+    spec: RunSpec,
+    f: StateFetch,
+    out: Reporter,
+    tx: mpsc::UnboundedSender<Internal>,
+) {
+    tokio::spawn(async move {
+        let StateFetch { round, id, voters, peers, wanted } = f;
+        let still_wanted = |w: &watch::Receiver<Option<StateId>>| *w.borrow() == Some(id);
+        let n = spec.model.param_count as usize;
+        let s = store.clone();
+        let held = tokio::task::spawn_blocking(move || {
+            s.blobs.get(BlobKind::State, &id.0).ok().and_then(|b| TrainingState::decode(&b, n).ok())
+        })
+        .await
+        .ok()
+        .flatten();
+        if let Some(state) = held.filter(|s| s.round == round && s.run == spec.run_id()) {
+            let _ = tx.send(Internal::State { round, id, state });
+            return;
+        }
+        let mut wait = STATE_RETRY_FIRST;
+        let mut attempt = 0u32;
+        loop {
+            tokio::time::sleep(wait).await;
+            if !still_wanted(&wanted) {
+                let _ = tx.send(Internal::StateAbandoned { id });
+                return;
+            }
+            attempt += 1;
+            let banned = net.banned().await;
+            if !voters.is_empty() && voters.iter().all(|p| banned.contains(p)) {
+                for p in &voters {
+                    net.unban(*p);
+                    out.event(
+                        "unbanned",
+                        json!({
+                            "peer": p.to_string(),
+                            "why": format!("it holds state {id}, backed by the round's commits, and no other peer does"),
+                        }),
+                    );
+                }
+            }
+            match fetch_state(&net, &store, &spec, id, round, &peers).await {
+                Ok(state) => {
+                    let _ = tx.send(Internal::State { round, id, state });
+                    return;
+                }
+                Err(e) => {
+                    wait = (wait * 2).min(STATE_RETRY_MAX);
+                    tracing::warn!(
+                        "fetching state {id} of round {round} (attempt {attempt}) failed: {e}; retrying in {:.1} s",
+                        wait.as_secs_f64()
+                    );
+                }
+            }
+        }
+    });
+}
+
+/// Fetch state `id` (expected at `round`) from `peers` at once, verify,
+/// store and record it as the node's position (decoding and writing on the
+/// blocking pool).
+pub async fn fetch_state(
+    net: &NetHandle,
+    store: &Arc<Store>,
+    spec: &RunSpec,
+    id: StateId,
+    round: u64,
+    peers: &[PeerId],
+) -> Result<TrainingState, String> {
+    let len = state_len(spec);
+    let fetched = fetch_blob(net, BlobKind::State, id.0, len, len, peers).await.map_err(|e| e.to_string())?;
+    let (store, run, n) = (store.clone(), spec.run_id(), spec.model.param_count as usize);
+    tokio::task::spawn_blocking(move || {
+        let state = TrainingState::decode(&fetched.bytes, n).map_err(|e| e.to_string())?;
+        if state.run != run || state.round != round {
+            return Err(format!(
+                "state {id} is for round {} of another or the same run, not round {round}",
+                state.round
+            ));
+        }
+        store.blobs.put(BlobKind::State, &fetched.bytes).map_err(|e| e.to_string())?;
+        store.meta.set_position(&run, Position { round, state: id }).map_err(|e| e.to_string())?;
+        Ok(state)
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}
