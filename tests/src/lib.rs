@@ -154,6 +154,14 @@ impl Proc {
         self.child.id()
     }
 
+    /// Send `signal` (e.g. `libc::SIGSTOP`) to the process.
+    pub fn signal(&self, signal: i32) {
+        // SAFETY: kill(2) on our own child's pid has no memory effects.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, signal);
+        }
+    }
+
     /// The exit status, once the process has ended.
     pub fn try_wait(&mut self) -> Option<std::process::ExitStatus> {
         self.child.try_wait().ok().flatten()

@@ -115,9 +115,14 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
     ncfg.bootstrap = opts.bootstrap.clone();
     ncfg.mdns = opts.mdns;
     let (net, mut events) = net::start(ncfg, server.clone())?;
+    let mine_id = mine.id();
     let (state, replay) =
         startup::cold_start(&net, &mut events, &store, &spec, mine, opts.discovery_wait, out).await;
     server.set_status(ServedStatus { round: state.round, state: Some(state.id().0) });
+    if state.id() != mine_id {
+        // Cold start moved the position on: the state resumed from is garbage.
+        let _ = store.blobs.remove(crate::store::BlobKind::State, &mine_id.0);
+    }
     let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
     let shard = u64::from(u16::from_le_bytes([key.public().0[0], key.public().0[1]]));
     let trainer_setup = trainer::TrainerSetup { spec: spec.clone(), cfg, shard, device: opts.device };

@@ -136,8 +136,9 @@ pub struct Node {
     offered: HashMap<PayloadHash, PublicKey>,
     /// Delta blobs stored, by the round they belong to (for garbage collection).
     deltas_by_round: std::collections::BTreeMap<u64, Vec<PayloadHash>>,
-    /// States stored since start, oldest first (the newest few are kept).
-    recent_states: std::collections::VecDeque<StateId>,
+    /// Every state blob this node wrote or fetched since start, oldest
+    /// first: all but the newest `KEPT_STATES` (and the current) are deleted.
+    recent_states: VecDeque<StateId>,
     tx: mpsc::UnboundedSender<Internal>,
     rx: mpsc::UnboundedReceiver<Internal>,
 }
@@ -165,6 +166,8 @@ impl Node {
         started: Instant,
     ) -> Self {
         let NodeStart { trainer, done_rx, trainer_setup, state, restored } = start;
+        let state_id = state.id();
+        let deltas_by_round = restored.iter().map(|m| (m.round, vec![m.payload_hash])).collect();
         let now = started.elapsed().as_millis() as u64;
         let cfg = murmur_protocol::RoundConfig::from_spec(&spec);
         let machine = RoundMachine::new(cfg, key.clone(), state.round, state.id(), now);
@@ -204,8 +207,8 @@ impl Node {
             telemetry_round: 0,
             last_val_loss: None,
             offered: HashMap::new(),
-            deltas_by_round: Default::default(),
-            recent_states: Default::default(),
+            recent_states: VecDeque::from([state_id]),
+            deltas_by_round,
             tx,
             rx,
         }
@@ -483,6 +486,10 @@ impl Node {
             },
             Internal::Aggregated { round, result } => {
                 if self.machine.phase() != Phase::Aggregating || self.machine.round() != round {
+                    // Its state blob was written all the same: track it so it is collected.
+                    if let Ok((_, next)) = result {
+                        self.keep_state(next.id());
+                    }
                     return;
                 }
                 match result {
@@ -507,10 +514,11 @@ impl Node {
                     self.fetching_state = None;
                 }
                 if self.machine.base() != id || id == self.state_id() {
+                    self.keep_state(id);
                     return;
                 }
                 self.state = Arc::new(state);
-                self.keep_state(id);
+                self.collect_garbage(round, id);
                 let feedback = self.feedback.clone();
                 tokio::task::spawn_blocking(move || {
                     feedback.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).reset();
@@ -639,11 +647,11 @@ impl Node {
         }
     }
 
-    /// Keep the store bounded: deltas of rounds before the previous one and
-    /// all but the newest `KEPT_STATES` states are deleted (never the
-    /// current state).
-    fn collect_garbage(&mut self, closed: u64, new_state: StateId) {
-        let old: Vec<u64> = self.deltas_by_round.range(..closed.saturating_sub(1)).map(|(r, _)| *r).collect();
+    /// Keep the store bounded once the node stands at `round` (after a
+    /// commit or a re-sync): deltas of rounds before `round - 1` and all but
+    /// the newest `KEPT_STATES` states are deleted (never the current one).
+    fn collect_garbage(&mut self, round: u64, new_state: StateId) {
+        let old: Vec<u64> = self.deltas_by_round.range(..round.saturating_sub(1)).map(|(r, _)| *r).collect();
         let mut doomed = Vec::new();
         for r in old {
             doomed.extend(self.deltas_by_round.remove(&r).unwrap_or_default());

@@ -1,0 +1,76 @@
+//! A long run keeps the store bounded (issue 18, done-when 1): two nodes
+//! run 200 rounds; one is frozen (SIGSTOP) for a few seconds every 20
+//! rounds, so it falls behind and re-syncs forward to states it fetches.
+//! Sampled all along, its store never holds more than the current state
+//! plus `KEPT_STATES` others, deltas of at most three rounds, and
+//! `STORE_BOUND_BYTES` in all (sled metadata included).
+
+use std::path::Path;
+use std::time::Duration;
+
+use murmur_node::runtime::node::KEPT_STATES;
+use murmur_tests::{start_bootstrap, start_node, wait_until, RunSettings};
+
+/// The stated bound for this run's shape (tiny preset: a state is 6.7 MB,
+/// an int8 delta 0.84 MB).
+const STORE_BOUND_BYTES: u64 = 48 << 20;
+const ROUNDS: u64 = 200;
+
+fn files_in(dir: &Path) -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else { return out };
+    for e in entries.flatten() {
+        let Ok(meta) = e.metadata() else { continue };
+        if meta.is_dir() {
+            out.extend(files_in(&e.path()));
+        } else {
+            out.push((e.path().display().to_string(), meta.len()));
+        }
+    }
+    out
+}
+
+#[test]
+fn a_node_running_200_rounds_with_resyncs_keeps_its_store_bounded() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let settings = RunSettings { inner_steps: 2, batch: 1, quorum: 1, deadline: 2, seed: 200 };
+    let (_boot, addr) = start_bootstrap(d, &settings);
+    let a = start_node(d, "a", &addr, &["--discovery-wait", "0.5"]);
+    let b = start_node(d, "b", &addr, &["--discovery-wait", "0.5"]);
+    let store = d.join("b");
+    let (mut max_bytes, mut max_states, mut max_deltas) = (0u64, 0usize, 0usize);
+    let mut next_freeze = 20;
+    let sample = |max_bytes: &mut u64, max_states: &mut usize, max_deltas: &mut usize| {
+        let files = files_in(&store);
+        *max_bytes = (*max_bytes).max(files.iter().map(|f| f.1).sum());
+        *max_states = (*max_states).max(files.iter().filter(|f| f.0.contains("/blobs/state/")).count());
+        *max_deltas = (*max_deltas).max(files.iter().filter(|f| f.0.contains("/blobs/delta/")).count());
+    };
+    wait_until(
+        "node b to reach round 200",
+        Duration::from_secs(900),
+        || {
+            sample(&mut max_bytes, &mut max_states, &mut max_deltas);
+            let r = b.last_round().unwrap_or(0);
+            if r >= next_freeze && r < ROUNDS - 10 {
+                next_freeze += 20;
+                b.signal(libc::SIGSTOP);
+                std::thread::sleep(Duration::from_secs(5));
+                b.signal(libc::SIGCONT);
+            }
+            r >= ROUNDS
+        },
+        || format!("{}\n{}", a.tail(), b.tail()),
+    );
+    sample(&mut max_bytes, &mut max_states, &mut max_deltas);
+    let resyncs = b.events_of("resynced").len();
+    assert!(resyncs >= 3, "only {resyncs} re-syncs: the scenario did not happen\n{}", b.tail());
+    // The current state, `KEPT_STATES` others, and one being written (a
+    // fetch or an aggregation) while an old one is being deleted.
+    assert!(max_states <= KEPT_STATES + 2, "{max_states} states held at once");
+    // Deltas of the current round and the two before it, from both nodes,
+    // and two more being written.
+    assert!(max_deltas <= 8, "{max_deltas} deltas held at once");
+    assert!(max_bytes <= STORE_BOUND_BYTES, "the store reached {max_bytes} bytes");
+}
