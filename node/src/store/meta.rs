@@ -153,7 +153,15 @@ mod tests {
             m.set_signed_manifest(&run, b"manifest").expect("sign");
             m.flush().expect("flush");
         }
-        let m = MetaStore::open(dir.path()).expect("reopen");
+        // sled's flusher thread may hold the lock a moment after the drop.
+        let t0 = std::time::Instant::now();
+        let m = loop {
+            match MetaStore::open(dir.path()) {
+                Ok(m) => break m,
+                Err(e) if t0.elapsed() > std::time::Duration::from_secs(10) => panic!("reopen: {e}"),
+                Err(_) => std::thread::sleep(std::time::Duration::from_millis(50)),
+            }
+        };
         assert_eq!(m.position(&run).expect("read"), Some(Position { round: 4, state: StateId([9; 32]) }));
         assert_eq!(m.history(&run).expect("history").len(), 1);
         assert_eq!(m.signed_manifest(&run).expect("read").as_deref(), Some(&b"manifest"[..]));
