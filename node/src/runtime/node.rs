@@ -61,6 +61,8 @@ pub struct Node {
     pub feedback: ErrorFeedback,
     pub key: murmur_protocol::NodeKey,
     pub reset_moments: bool,
+    /// Prometheus metrics (switched off unless `--metrics` is given).
+    pub metrics: crate::metrics::NodeMetrics,
     trainers: HashSet<PeerId>,
     holders: HashMap<PayloadHash, Vec<PeerId>>,
     pending_reports: HashMap<u64, serde_json::Value>,
@@ -117,6 +119,7 @@ impl Node {
             feedback: ErrorFeedback::new(n),
             key,
             reset_moments: false,
+            metrics: Default::default(),
             trainers: HashSet::new(),
             holders: HashMap::new(),
             pending_reports: HashMap::new(),
@@ -235,6 +238,7 @@ impl Node {
         match done {
             JobDone::Trained { round, base, delta, tokens, train_loss, secs } => {
                 self.train_secs += secs;
+                self.metrics.trained(tokens, secs);
                 self.train_tokens += tokens;
                 self.last_train_loss = train_loss;
                 if round != self.machine.round() || base != self.machine.base() {
@@ -528,6 +532,7 @@ impl Node {
     async fn act(&mut self, action: Action) {
         match action {
             Action::RoundOpened { round, base } => {
+                self.metrics.round_opened(round);
                 self.holders.retain(|_, v| !v.is_empty());
                 if self.holders.len() > 4096 {
                     self.holders.clear();
@@ -561,6 +566,7 @@ impl Node {
                 });
             }
             Action::PublishCommit(c) => {
+                self.metrics.round_closed(c.round);
                 let contributors: Vec<String> = c
                     .included
                     .iter()
