@@ -20,7 +20,8 @@ pub async fn start(addr: SocketAddr, net: NetHandle, store_dir: &Path) -> Result
 /// The registry with the bootstrap server's own metrics.
 fn prometheus_registry() -> Result<murmur_node::metrics::Registry> {
     let registry = murmur_node::metrics::Registry::new();
-    let runs = murmur_node::metrics::IntGauge::new("murmur_runs_hosted", "Runs this bootstrap server hosts.")?;
+    let runs =
+        murmur_node::metrics::IntGauge::new("murmur_runs_hosted", "Runs this bootstrap server hosts.")?;
     runs.set(1);
     registry.register(Box::new(runs))?;
     Ok(registry)

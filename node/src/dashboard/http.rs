@@ -105,7 +105,8 @@ async fn handle(mut sock: TcpStream, mut snapshots: Snapshots) -> std::io::Resul
         return respond(&mut sock, false, "400 Bad Request", "text/plain", b"bad request\n").await;
     };
     if method != "GET" && method != "HEAD" {
-        return respond(&mut sock, false, "405 Method Not Allowed", "text/plain", b"only GET and HEAD\n").await;
+        return respond(&mut sock, false, "405 Method Not Allowed", "text/plain", b"only GET and HEAD\n")
+            .await;
     }
     let h = method == "HEAD";
     match path {

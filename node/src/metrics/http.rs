@@ -177,7 +177,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn serves_metrics_at_one_path_with_caps() {
         let key = murmur_protocol::NodeKey::from_seed([7; 32]);
-        let cfg = crate::net::NetConfig::new(key, murmur_protocol::hash::RunId([1; 32]), crate::net::Role::Trainer);
+        let cfg =
+            crate::net::NetConfig::new(key, murmur_protocol::hash::RunId([1; 32]), crate::net::Role::Trainer);
         let (net, _events) =
             crate::net::start(cfg, Arc::new(crate::runtime::startup::Nothing)).expect("network");
         let dir = tempfile::tempdir().expect("tempdir");
@@ -185,7 +186,8 @@ mod tests {
         let node = super::super::NodeMetrics::new().expect("metrics");
         node.round_opened(1);
         node.round_closed(1);
-        let exporter = Exporter::new(node.registry().expect("on").clone(), net, dir.path()).expect("exporter");
+        let exporter =
+            Exporter::new(node.registry().expect("on").clone(), net, dir.path()).expect("exporter");
         let addr = start("127.0.0.1:0".parse().expect("addr"), exporter).await.expect("bind");
 
         let get = request(addr, b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await;

@@ -27,7 +27,8 @@ pub use prometheus::{IntGauge, Registry};
 pub const CONTENT_TYPE: &str = prometheus::TEXT_FORMAT;
 
 /// Upper bounds (seconds) of the round-time histogram's buckets.
-const ROUND_SECONDS_BUCKETS: [f64; 12] = [1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0];
+const ROUND_SECONDS_BUCKETS: [f64; 12] =
+    [1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0];
 
 /// A metric could not be registered (a name used twice: a programming error).
 #[derive(Debug, Error)]
@@ -86,7 +87,10 @@ impl NodeMetrics {
         let inner = NodeInner {
             rounds_closed: register(
                 &r,
-                IntCounter::new("murmur_rounds_closed_total", "Rounds this node closed (aggregated and committed)."),
+                IntCounter::new(
+                    "murmur_rounds_closed_total",
+                    "Rounds this node closed (aggregated and committed).",
+                ),
             )?,
             round: register(&r, IntGauge::new("murmur_round", "The round this node is in."))?,
             round_seconds: register(
@@ -191,9 +195,13 @@ impl Exporter {
     pub fn new(registry: Registry, net: NetHandle, store_dir: &Path) -> Result<Self, MetricsError> {
         let store_bytes = register(
             &registry,
-            IntGauge::new("murmur_store_bytes", "Bytes the data directory (blobs and metadata) takes on disk."),
+            IntGauge::new(
+                "murmur_store_bytes",
+                "Bytes the data directory (blobs and metadata) takes on disk.",
+            ),
         )?;
-        let uptime = register(&registry, Gauge::new("murmur_uptime_seconds", "Seconds since the process started."))?;
+        let uptime =
+            register(&registry, Gauge::new("murmur_uptime_seconds", "Seconds since the process started."))?;
         Ok(Self {
             net: NetMetrics::new(&registry, net)?,
             registry,

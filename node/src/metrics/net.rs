@@ -37,15 +37,24 @@ impl NetMetrics {
             )?,
             bytes_sent: register(
                 r,
-                IntCounter::new("murmur_sent_bytes_total", "Bytes sent: gossip published plus content served."),
+                IntCounter::new(
+                    "murmur_sent_bytes_total",
+                    "Bytes sent: gossip published plus content served.",
+                ),
             )?,
             bytes_received: register(
                 r,
-                IntCounter::new("murmur_received_bytes_total", "Bytes received: gossip plus content fetched."),
+                IntCounter::new(
+                    "murmur_received_bytes_total",
+                    "Bytes received: gossip plus content fetched.",
+                ),
             )?,
             served_bytes: register(
                 r,
-                IntCounter::new("murmur_served_bytes_total", "Content (state, delta, spec) bytes served to peers."),
+                IntCounter::new(
+                    "murmur_served_bytes_total",
+                    "Content (state, delta, spec) bytes served to peers.",
+                ),
             )?,
             requests_served: register(
                 r,
