@@ -80,10 +80,12 @@ fn bootstrap_metrics_url(boot: &Proc) -> String {
 fn node_and_bootstrap_serve_prometheus_metrics_that_promtool_accepts() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
-    let settings = RunSettings { inner_steps: 4, batch: 2, quorum: 1, deadline: 20, seed: 5 };
+    let settings = RunSettings { inner_steps: 4, batch: 2, quorum: 2, deadline: 20, seed: 5 };
     let (boot, addr) = start_bootstrap_with(d, &settings, &["--metrics", "127.0.0.1:0"]);
     let boot_url = bootstrap_metrics_url(&boot);
     let node = start_node(d, "a", &addr, &["--metrics", "127.0.0.1:0"]);
+    // A second trainer, so that deltas and gossip flow between nodes.
+    let other = start_node(d, "b", &addr, &[]);
     let node_url = node.wait_event("metrics", Duration::from_secs(90), |v| v["event"] == "metrics")["url"]
         .as_str()
         .expect("a url")
@@ -91,8 +93,8 @@ fn node_and_bootstrap_serve_prometheus_metrics_that_promtool_accepts() {
     wait_until(
         "two rounds to close",
         Duration::from_secs(240),
-        || node.last_round().is_some_and(|r| r >= 2),
-        || format!("{}\n{}", node.tail(), boot.tail()),
+        || node.last_round().is_some_and(|r| r >= 2) && other.last_round().is_some_and(|r| r >= 2),
+        || format!("{}\n{}\n{}", node.tail(), other.tail(), boot.tail()),
     );
 
     let (head, text) = fetch("GET", &node_url);
@@ -116,7 +118,13 @@ fn node_and_bootstrap_serve_prometheus_metrics_that_promtool_accepts() {
     ] {
         assert!(sample(&text, name).is_some(), "node metric {name} missing:\n{text}");
     }
-    assert!(text.contains("# TYPE murmur_rejections_total counter"), "{text}");
+    // Refusals by reason: the network's own reasons are there from the start.
+    for reason in ["malformed", "bad_signature", "wrong_run", "oversized", "bad_chunk"] {
+        assert!(
+            text.contains(&format!("murmur_rejections_total{{reason=\"{reason}\"}} ")),
+            "{reason}:\n{text}"
+        );
+    }
     assert!(sample(&text, "murmur_rounds_closed_total").is_some_and(|v| v >= 2.0), "{text}");
     assert!(sample(&text, "murmur_round_duration_seconds_count").is_some_and(|v| v >= 1.0), "{text}");
     assert!(sample(&text, "murmur_tokens_trained_total").is_some_and(|v| v > 0.0), "{text}");
@@ -125,6 +133,8 @@ fn node_and_bootstrap_serve_prometheus_metrics_that_promtool_accepts() {
     assert!(ratio > 0.0 && ratio <= 1.0, "{text}");
     assert!(sample(&text, "murmur_peers_connected").is_some_and(|v| v >= 1.0), "{text}");
     assert!(sample(&text, "murmur_received_bytes_total").is_some_and(|v| v > 0.0), "{text}");
+    assert!(sample(&text, "murmur_sent_bytes_total").is_some_and(|v| v > 0.0), "{text}");
+    assert!(sample(&text, "murmur_training_peers_connected").is_some_and(|v| v >= 1.0), "{text}");
     assert!(sample(&text, "murmur_store_bytes").is_some_and(|v| v > 0.0), "{text}");
     promtool_check(&text, "node");
 

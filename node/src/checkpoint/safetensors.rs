@@ -167,6 +167,9 @@ pub fn export(dir: &Path, cfg: &ModelConfig, params: &[Vec<f32>]) -> Result<(), 
     Ok(())
 }
 
+/// A tensor read back: its shape and its values as f32.
+type ReadTensor = (Vec<usize>, Vec<f32>);
+
 /// An open safetensors file whose header has been read and validated;
 /// tensors are read from it one at a time.
 struct SafetensorsFile {
@@ -213,7 +216,7 @@ impl SafetensorsFile {
     }
 
     /// The shape and values (as f32) of tensor `name`; `None` if absent.
-    fn read(&mut self, name: &str) -> Option<Result<(Vec<usize>, Vec<f32>), SafetensorsError>> {
+    fn read(&mut self, name: &str) -> Option<Result<ReadTensor, SafetensorsError>> {
         let info = self.meta.info(name)?.clone();
         Some(self.read_info(name, &info))
     }
@@ -222,7 +225,7 @@ impl SafetensorsFile {
         &mut self,
         name: &str,
         info: &safetensors::tensor::TensorInfo,
-    ) -> Result<(Vec<usize>, Vec<f32>), SafetensorsError> {
+    ) -> Result<ReadTensor, SafetensorsError> {
         let fmt = |reason: String| SafetensorsError::Format { path: self.path.clone(), reason };
         if !matches!(info.dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16) {
             return Err(fmt(format!(
@@ -352,7 +355,10 @@ mod tests {
 
     /// A file holding `tensors` (name, dtype, shape, offsets) over `data`
     /// bytes, with a header written by hand (to say what the writer never would).
-    fn hand_written(path: &Path, tensors: &[(&str, &str, &[usize], (usize, usize))], data: usize) {
+    /// A header entry: name, dtype, shape, data offsets.
+    type Entry<'a> = (&'a str, &'a str, &'a [usize], (usize, usize));
+
+    fn hand_written(path: &Path, tensors: &[Entry<'_>], data: usize) {
         let mut header = serde_json::Map::new();
         for (name, dtype, shape, (b, e)) in tensors {
             header.insert(name.to_string(), json!({"dtype": dtype, "shape": shape, "data_offsets": [b, e]}));
@@ -405,7 +411,7 @@ mod tests {
         assert!(import_error(dir.path()).contains("invalid shape, data type, or offset"));
         // A tensor the model needs in a dtype murmur does not read.
         let specs = param_specs(&cfg);
-        let mut tensors: Vec<(String, &str, Vec<usize>, (usize, usize))> = Vec::new();
+        let mut tensors = Vec::new();
         let mut at = 0;
         for s in &specs {
             let shape =
@@ -416,13 +422,13 @@ mod tests {
             tensors.push((s.name.clone(), dtype, shape, (at, at + n)));
             at += n;
         }
-        let refs: Vec<(&str, &str, &[usize], (usize, usize))> =
+        let refs: Vec<Entry<'_>> =
             tensors.iter().map(|(n, d, s, o)| (n.as_str(), *d, s.as_slice(), *o)).collect();
         hand_written(&st, &refs, at);
         let e = import_error(dir.path());
         assert!(e.contains("wpe.weight") && e.contains("I32") && e.contains("only F32, F16 and BF16"), "{e}");
         // The same file with every dtype F32 loads: only the dtype was wrong.
-        let refs: Vec<(&str, &str, &[usize], (usize, usize))> =
+        let refs: Vec<Entry<'_>> =
             tensors.iter().map(|(n, _, s, o)| (n.as_str(), "F32", s.as_slice(), *o)).collect();
         hand_written(&st, &refs, at);
         assert!(import(dir.path()).is_ok());

@@ -7,7 +7,7 @@ use std::time::Duration;
 use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts, Registry};
 
 use super::{raise_to, register, MetricsError};
-use crate::net::{NetHandle, NetStats};
+use crate::net::{NetHandle, NetRejection, NetStats};
 
 /// How long a scrape waits for the swarm task's answers; past it (a swarm
 /// busy under a flood) the peer gauges and refusal counts keep their last
@@ -28,7 +28,7 @@ pub struct NetMetrics {
 
 impl NetMetrics {
     pub fn new(r: &Registry, net: NetHandle) -> Result<Self, MetricsError> {
-        Ok(Self {
+        let metrics = Self {
             net,
             peers: register(r, IntGauge::new("murmur_peers_connected", "Peers connected now."))?,
             training_peers: register(
@@ -68,7 +68,20 @@ impl NetMetrics {
                 ),
             )?,
             bans: register(r, IntCounter::new("murmur_bans_total", "Peers banned."))?,
-        })
+        };
+        // The network's own reasons are exported from the start (at 0), so a
+        // rate over them is defined before the first refusal; the round
+        // machine's (`round_*`) appear as they happen.
+        for reason in [
+            NetRejection::Malformed,
+            NetRejection::BadSignature,
+            NetRejection::WrongRun,
+            NetRejection::Oversized,
+            NetRejection::BadChunk,
+        ] {
+            metrics.rejections.with_label_values(&[reason.name().as_str()]);
+        }
+        Ok(metrics)
     }
 
     /// Read the swarm's totals into the metrics.
