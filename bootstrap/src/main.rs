@@ -12,7 +12,6 @@ mod metrics;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
 
 use anyhow::{Context, Result};
 use clap::Parser;
@@ -36,8 +35,9 @@ struct Args {
     /// Key file (32-byte ed25519 seed, created with mode 0600). Default: <data-dir>/bootstrap.key.
     #[arg(long)]
     key: Option<PathBuf>,
-    /// Serve Prometheus metrics over HTTP at this address (e.g. 127.0.0.1:9100).
-    #[arg(long)]
+    /// Serve Prometheus metrics over HTTP at this address (e.g. 127.0.0.1:9100;
+    /// port 0 picks a free port, printed on stderr at start). Off by default.
+    #[arg(long, env = "MURMUR_BOOTSTRAP_METRICS")]
     metrics: Option<std::net::SocketAddr>,
     /// Do not use mDNS on the local network.
     #[arg(long)]
@@ -130,11 +130,9 @@ fn run(a: Args) -> Result<()> {
         cfg.mdns = !a.no_mdns;
         cfg.max_connections = 1024;
         let (net, mut events) = net::start(cfg, server)?;
-        let started = Instant::now();
         if let Some(addr) = a.metrics {
-            let l = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("--metrics {addr}"))?;
-            eprintln!("murmur-bootstrap: metrics at http://{}/metrics", l.local_addr()?);
-            tokio::spawn(metrics::serve(l, net.clone(), started));
+            let bound = metrics::start(addr, net.clone(), &a.data_dir).await?;
+            eprintln!("murmur-bootstrap: metrics at http://{bound}/metrics");
         }
         loop {
             tokio::select! {

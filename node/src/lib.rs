@@ -9,6 +9,7 @@
 //! - `net`: the libp2p network (knows messages and blob ids, never tensors).
 //! - `runtime`: the node runtime, where compute and network meet.
 //! - `dashboard`: the observing peer and its local web page.
+//! - `metrics`: Prometheus metrics of nodes and the bootstrap server, and their endpoint.
 //! - `testnet`: a local network of real processes (`murmur testnet`).
 
 pub mod checkpoint;
@@ -16,6 +17,7 @@ pub mod cli;
 pub mod compute;
 pub mod dashboard;
 pub mod data;
+pub mod metrics;
 pub mod model;
 pub mod net;
 pub mod runtime;

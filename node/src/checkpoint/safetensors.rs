@@ -9,10 +9,22 @@
 //!   transposed, since GPT-2's Conv1D stores `(in, out)` and murmur `(out, in)`.
 //!
 //! The LM head is tied to `wte`, as in GPT-2, so no `lm_head.weight` is written.
+//!
+//! The file format itself is the `safetensors` crate's: it lays out and
+//! validates the header (offsets contiguous, in bounds, not overlapping,
+//! matching each shape and dtype). Writing streams one tensor at a time to a
+//! temporary file renamed into place; reading takes the header, then reads
+//! only the tensors the model needs, one at a time, so a file is never held
+//! in memory whole.
 
-use std::collections::BTreeMap;
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
+use safetensors::tensor::Metadata;
+use safetensors::{Dtype, View};
 use serde_json::{json, Value};
 
 use crate::model::params::WTE;
@@ -47,6 +59,40 @@ fn transpose(x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
     out
 }
 
+/// One f32 tensor to write: murmur's values, written as they are or
+/// transposed (`rows` × `cols` in memory), converted when the writer asks.
+struct F32Tensor<'a> {
+    shape: Vec<usize>,
+    values: &'a [f32],
+    transpose: Option<(usize, usize)>,
+}
+
+impl View for F32Tensor<'_> {
+    fn dtype(&self) -> Dtype {
+        Dtype::F32
+    }
+    fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+    fn data(&self) -> Cow<'_, [u8]> {
+        let values: Cow<'_, [f32]> = match self.transpose {
+            Some((rows, cols)) => Cow::Owned(transpose(self.values, rows, cols)),
+            None => Cow::Borrowed(self.values),
+        };
+        if cfg!(target_endian = "little") {
+            match values {
+                Cow::Borrowed(v) => Cow::Borrowed(bytemuck::cast_slice(v)),
+                Cow::Owned(v) => Cow::Owned(bytemuck::cast_slice(&v).to_vec()),
+            }
+        } else {
+            Cow::Owned(values.iter().flat_map(|v| v.to_le_bytes()).collect())
+        }
+    }
+    fn data_len(&self) -> usize {
+        self.values.len() * 4
+    }
+}
+
 /// The `config.json` transformers needs for `GPT2LMHeadModel`.
 pub fn hf_config(cfg: &ModelConfig) -> Value {
     json!({
@@ -79,40 +125,41 @@ pub fn export(dir: &Path, cfg: &ModelConfig, params: &[Vec<f32>]) -> Result<(), 
         move |source| SafetensorsError::Write { path, source }
     };
     std::fs::create_dir_all(dir).map_err(werr(dir))?;
-    let mut tensors: Vec<(String, Vec<usize>, Vec<f32>)> = Vec::new();
+    let mut tensors = Vec::new();
     for (i, (spec, data)) in param_specs(cfg).iter().zip(params).enumerate() {
-        let (shape, values) = if i == WTE {
-            (vec![cfg.vocab_size, cfg.n_embd], data[..cfg.vocab_size * cfg.n_embd].to_vec())
+        let tensor = if i == WTE {
+            let rows = cfg.vocab_size * cfg.n_embd;
+            let values = data.get(..rows).ok_or_else(|| {
+                werr(dir)(std::io::Error::other(format!(
+                    "wte.weight holds {} values, fewer than {rows}",
+                    data.len()
+                )))
+            })?;
+            F32Tensor { shape: vec![cfg.vocab_size, cfg.n_embd], values, transpose: None }
         } else if is_conv1d(&spec.name) {
             let (o, n) = (spec.shape[0], spec.shape[1]);
-            (vec![n, o], transpose(data, o, n))
+            F32Tensor { shape: vec![n, o], values: data, transpose: Some((o, n)) }
         } else {
-            (spec.shape.clone(), data.clone())
+            F32Tensor { shape: spec.shape.clone(), values: data, transpose: None }
         };
-        tensors.push((spec.name.clone(), shape, values));
-    }
-    let mut header = BTreeMap::new();
-    header.insert("__metadata__".to_string(), json!({"format": "pt", "producer": "murmur"}));
-    let mut offset = 0usize;
-    for (name, shape, values) in &tensors {
-        let end = offset + values.len() * 4;
-        header.insert(name.clone(), json!({"dtype": "F32", "shape": shape, "data_offsets": [offset, end]}));
-        offset = end;
-    }
-    let mut head = serde_json::to_vec(&header).map_err(|e| werr(dir)(std::io::Error::other(e)))?;
-    while head.len() % 8 != 0 {
-        head.push(b' ');
-    }
-    let mut buf = Vec::with_capacity(8 + head.len() + offset);
-    buf.extend_from_slice(&(head.len() as u64).to_le_bytes());
-    buf.extend_from_slice(&head);
-    for (_, _, values) in &tensors {
-        for v in values {
-            buf.extend_from_slice(&v.to_le_bytes());
+        let want: usize = tensor.shape.iter().product();
+        if tensor.values.len() != want {
+            return Err(werr(dir)(std::io::Error::other(format!(
+                "{} holds {} values, its shape {:?} needs {want}",
+                spec.name,
+                tensor.values.len(),
+                tensor.shape
+            ))));
         }
+        tensors.push((spec.name.clone(), tensor));
     }
+    let about: HashMap<String, String> =
+        [("format", "pt"), ("producer", "murmur")].into_iter().map(|(k, v)| (k.into(), v.into())).collect();
     let st = dir.join("model.safetensors");
-    std::fs::write(&st, &buf).map_err(werr(&st))?;
+    safetensors::serialize_to_file(tensors, Some(about), &st).map_err(|e| match e {
+        safetensors::SafeTensorError::IoError(source) => werr(&st)(source),
+        other => werr(&st)(std::io::Error::other(other.to_string())),
+    })?;
     let cj = dir.join("config.json");
     let text =
         serde_json::to_string_pretty(&hf_config(cfg)).map_err(|e| werr(&cj)(std::io::Error::other(e)))?;
@@ -120,63 +167,88 @@ pub fn export(dir: &Path, cfg: &ModelConfig, params: &[Vec<f32>]) -> Result<(), 
     Ok(())
 }
 
-/// Parsed safetensors: tensor name → (shape, f32 values).
-type TensorMap = BTreeMap<String, (Vec<usize>, Vec<f32>)>;
+/// A tensor read back: its shape and its values as f32.
+type ReadTensor = (Vec<usize>, Vec<f32>);
 
-fn read_safetensors(path: &Path) -> Result<TensorMap, SafetensorsError> {
-    let bytes =
-        std::fs::read(path).map_err(|source| SafetensorsError::Read { path: path.to_path_buf(), source })?;
-    let fmt = |reason: String| SafetensorsError::Format { path: path.to_path_buf(), reason };
-    if bytes.len() < 8 {
-        return Err(fmt(format!("file is {} bytes, shorter than the 8-byte header length", bytes.len())));
-    }
-    let hlen = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
-    if hlen > MAX_HEADER || 8 + hlen > bytes.len() as u64 {
-        return Err(fmt(format!("header length {hlen} does not fit in a {}-byte file", bytes.len())));
-    }
-    let header: BTreeMap<String, Value> =
-        serde_json::from_slice(&bytes[8..8 + hlen as usize]).map_err(|e| fmt(format!("header JSON: {e}")))?;
-    let data = &bytes[8 + hlen as usize..];
-    let mut out = BTreeMap::new();
-    for (name, info) in header {
-        if name == "__metadata__" {
-            continue;
+/// An open safetensors file whose header has been read and validated;
+/// tensors are read from it one at a time.
+struct SafetensorsFile {
+    path: PathBuf,
+    file: File,
+    meta: Metadata,
+    /// Where the tensor data starts (after the length and the header).
+    data_start: u64,
+}
+
+impl SafetensorsFile {
+    fn open(path: &Path) -> Result<Self, SafetensorsError> {
+        let rerr = |source| SafetensorsError::Read { path: path.to_path_buf(), source };
+        let fmt = |reason: String| SafetensorsError::Format { path: path.to_path_buf(), reason };
+        let mut file = File::open(path).map_err(rerr)?;
+        let file_len = file.metadata().map_err(rerr)?.len();
+        if file_len < 8 {
+            return Err(fmt(format!("file is {file_len} bytes, shorter than the 8-byte header length")));
         }
-        let dtype = info["dtype"].as_str().unwrap_or("");
-        let width = match dtype {
-            "F32" => 4,
-            "F16" | "BF16" => 2,
-            other => {
-                return Err(fmt(format!(
-                    "tensor {name} has dtype {other:?}; only F32, F16 and BF16 are read"
-                )))
-            }
-        };
-        let shape: Vec<usize> = info["shape"]
-            .as_array()
-            .and_then(|a| a.iter().map(|d| d.as_u64().map(|d| d as usize)).collect())
-            .ok_or_else(|| fmt(format!("tensor {name} has no valid shape")))?;
-        let offs: Vec<usize> = info["data_offsets"]
-            .as_array()
-            .and_then(|a| a.iter().map(|d| d.as_u64().map(|d| d as usize)).collect())
-            .filter(|v: &Vec<usize>| v.len() == 2)
-            .ok_or_else(|| fmt(format!("tensor {name} has no valid data_offsets")))?;
-        let numel = shape.iter().try_fold(1usize, |a, d| a.checked_mul(*d));
-        let (begin, end) = (offs[0], offs[1]);
-        if begin > end || end > data.len() || numel.and_then(|n| n.checked_mul(width)) != Some(end - begin) {
+        let mut len = [0u8; 8];
+        file.read_exact(&mut len).map_err(rerr)?;
+        let hlen = u64::from_le_bytes(len);
+        if hlen > MAX_HEADER || 8 + hlen > file_len {
             return Err(fmt(format!(
-                "tensor {name}: offsets {begin}..{end} do not match shape {shape:?} {dtype}"
+                "header length {hlen} does not fit in a {file_len}-byte file (at most {MAX_HEADER} bytes are read)"
             )));
         }
-        let raw = &data[begin..end];
-        let values: Vec<f32> = match dtype {
-            "F32" => raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
-            "F16" => raw.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+        let mut header = vec![0u8; hlen as usize];
+        file.read_exact(&mut header).map_err(rerr)?;
+        // The crate's header type checks every tensor's offsets: in order,
+        // contiguous, without overlap, and as long as shape × dtype.
+        let meta: Metadata = serde_json::from_slice(&header).map_err(|e| fmt(format!("header: {e}")))?;
+        let data_start = 8 + hlen;
+        let want = data_start.saturating_add(meta.data_len() as u64);
+        if want != file_len {
+            return Err(fmt(format!(
+                "the header describes {} bytes of tensor data, the file holds {} (it is {})",
+                meta.data_len(),
+                file_len - data_start,
+                if want > file_len { "truncated" } else { "followed by stray bytes" }
+            )));
+        }
+        Ok(Self { path: path.to_path_buf(), file, meta, data_start })
+    }
+
+    /// The shape and values (as f32) of tensor `name`; `None` if absent.
+    fn read(&mut self, name: &str) -> Option<Result<ReadTensor, SafetensorsError>> {
+        let info = self.meta.info(name)?.clone();
+        Some(self.read_info(name, &info))
+    }
+
+    fn read_info(
+        &mut self,
+        name: &str,
+        info: &safetensors::tensor::TensorInfo,
+    ) -> Result<ReadTensor, SafetensorsError> {
+        let fmt = |reason: String| SafetensorsError::Format { path: self.path.clone(), reason };
+        if !matches!(info.dtype, Dtype::F32 | Dtype::F16 | Dtype::BF16) {
+            return Err(fmt(format!(
+                "tensor {name} has dtype {:?}; only F32, F16 and BF16 are read (convert the model to float32 first)",
+                info.dtype
+            )));
+        }
+        let (begin, end) = info.data_offsets;
+        // Within the file: `open` checked the offsets against its length.
+        let mut raw = vec![0u8; end - begin];
+        let rerr = |source| SafetensorsError::Read { path: self.path.clone(), source };
+        self.file.seek(SeekFrom::Start(self.data_start + begin as u64)).map_err(rerr)?;
+        let rerr = |source| SafetensorsError::Read { path: self.path.clone(), source };
+        self.file.read_exact(&mut raw).map_err(rerr)?;
+        let values: Vec<f32> = match info.dtype {
+            Dtype::F32 => raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
+            Dtype::F16 => {
+                raw.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect()
+            }
             _ => raw.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
         };
-        out.insert(name, (shape, values));
+        Ok((info.shape.clone(), values))
     }
-    Ok(out)
 }
 
 /// Loads a Hugging Face GPT-2 directory (`model.safetensors` + `config.json`)
@@ -204,13 +276,13 @@ pub fn import(path: &Path) -> Result<(ModelConfig, Vec<Vec<f32>>), SafetensorsEr
         dim("n_positions")?,
     )
     .map_err(|e| merr(e.to_string()))?;
-    let mut tensors = read_safetensors(&st)?;
+    let mut file = SafetensorsFile::open(&st)?;
     let mut params = Vec::new();
     for (i, spec) in param_specs(&cfg).iter().enumerate() {
-        let (shape, values) = tensors
-            .remove(&spec.name)
-            .or_else(|| tensors.remove(&format!("transformer.{}", spec.name)))
-            .ok_or_else(|| merr(format!("tensor {} is missing", spec.name)))?;
+        let (shape, values) = file
+            .read(&spec.name)
+            .or_else(|| file.read(&format!("transformer.{}", spec.name)))
+            .ok_or_else(|| merr(format!("tensor {} is missing", spec.name)))??;
         let values = if i == WTE {
             if shape != [cfg.vocab_size, cfg.n_embd] {
                 return Err(merr(format!(
@@ -270,10 +342,41 @@ mod tests {
             la.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
             lb.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
         );
-        // Conv1D layout on disk: c_attn is (in=C, out=3C)
-        let raw = read_safetensors(&dir.path().join("model.safetensors")).unwrap();
-        assert_eq!(raw["h.0.attn.c_attn.weight"].0, vec![16, 48]);
-        assert_eq!(raw["wte.weight"].0, vec![37, 16]);
+        // Conv1D layout on disk: c_attn is (in=C, out=3C), stored transposed.
+        let mut raw = SafetensorsFile::open(&dir.path().join("model.safetensors")).unwrap();
+        let (shape, values) = raw.read("h.0.attn.c_attn.weight").unwrap().unwrap();
+        assert_eq!(shape, vec![16, 48]);
+        let at = param_specs(&cfg).iter().position(|p| p.name == "h.0.attn.c_attn.weight").unwrap();
+        let c_attn = &params[at];
+        assert_eq!(values, transpose(c_attn, 48, 16));
+        assert_eq!(raw.read("wte.weight").unwrap().unwrap().0, vec![37, 16]);
+        assert!(raw.read("lm_head.weight").is_none());
+    }
+
+    /// A file holding `tensors` (name, dtype, shape, offsets) over `data`
+    /// bytes, with a header written by hand (to say what the writer never would).
+    /// A header entry: name, dtype, shape, data offsets.
+    type Entry<'a> = (&'a str, &'a str, &'a [usize], (usize, usize));
+
+    fn hand_written(path: &Path, tensors: &[Entry<'_>], data: usize) {
+        let mut header = serde_json::Map::new();
+        for (name, dtype, shape, (b, e)) in tensors {
+            header.insert(name.to_string(), json!({"dtype": dtype, "shape": shape, "data_offsets": [b, e]}));
+        }
+        let mut head = serde_json::to_vec(&header).unwrap();
+        while head.len() % 8 != 0 {
+            head.push(b' ');
+        }
+        let mut bytes = (head.len() as u64).to_le_bytes().to_vec();
+        bytes.extend_from_slice(&head);
+        bytes.resize(bytes.len() + data, 0);
+        std::fs::write(path, bytes).unwrap();
+    }
+
+    fn import_error(dir: &Path) -> String {
+        let e = import(dir).unwrap_err();
+        assert!(matches!(e, SafetensorsError::Format { .. } | SafetensorsError::Model { .. }), "{e:?}");
+        e.to_string()
     }
 
     #[test]
@@ -283,10 +386,51 @@ mod tests {
         export(dir.path(), &cfg, &init_params(&cfg, 1)).unwrap();
         let st = dir.path().join("model.safetensors");
         let bytes = std::fs::read(&st).unwrap();
+
+        // Truncated: the header promises more data than the file holds.
         std::fs::write(&st, &bytes[..bytes.len() - 10]).unwrap();
-        let e = import(dir.path()).unwrap_err();
-        assert!(e.to_string().contains("do not match"), "{e}");
+        let e = import_error(dir.path());
+        assert!(e.contains("truncated") && e.contains("model.safetensors"), "{e}");
+        // Stray bytes after the data.
+        let mut longer = bytes.clone();
+        longer.extend_from_slice(&[0; 4]);
+        std::fs::write(&st, &longer).unwrap();
+        assert!(import_error(dir.path()).contains("stray bytes"));
+        // Not a safetensors file at all; shorter than the length field.
         std::fs::write(&st, [255u8; 16]).unwrap();
-        assert!(matches!(import(dir.path()).unwrap_err(), SafetensorsError::Format { .. }));
+        assert!(import_error(dir.path()).contains("header length"));
+        std::fs::write(&st, [1u8; 3]).unwrap();
+        assert!(import_error(dir.path()).contains("shorter than the 8-byte header length"));
+
+        // Overlapping offsets: b starts inside a.
+        hand_written(&st, &[("a", "F32", &[4], (0, 16)), ("b", "F32", &[4], (8, 24))], 24);
+        let e = import_error(dir.path());
+        assert!(e.contains("header") && e.contains("invalid offset"), "{e}");
+        // Offsets that disagree with shape × dtype.
+        hand_written(&st, &[("a", "F32", &[3], (0, 16))], 16);
+        assert!(import_error(dir.path()).contains("invalid shape, data type, or offset"));
+        // A tensor the model needs in a dtype murmur does not read.
+        let specs = param_specs(&cfg);
+        let mut tensors = Vec::new();
+        let mut at = 0;
+        for s in &specs {
+            let shape =
+                if s.name == "wte.weight" { vec![cfg.vocab_size, cfg.n_embd] } else { s.shape.clone() };
+            let shape = if is_conv1d(&s.name) { vec![shape[1], shape[0]] } else { shape };
+            let n: usize = shape.iter().product::<usize>() * 4;
+            let dtype = if s.name == "wpe.weight" { "I32" } else { "F32" };
+            tensors.push((s.name.clone(), dtype, shape, (at, at + n)));
+            at += n;
+        }
+        let refs: Vec<Entry<'_>> =
+            tensors.iter().map(|(n, d, s, o)| (n.as_str(), *d, s.as_slice(), *o)).collect();
+        hand_written(&st, &refs, at);
+        let e = import_error(dir.path());
+        assert!(e.contains("wpe.weight") && e.contains("I32") && e.contains("only F32, F16 and BF16"), "{e}");
+        // The same file with every dtype F32 loads: only the dtype was wrong.
+        let refs: Vec<Entry<'_>> =
+            tensors.iter().map(|(n, _, s, o)| (n.as_str(), "F32", s.as_slice(), *o)).collect();
+        hand_written(&st, &refs, at);
+        assert!(import(dir.path()).is_ok());
     }
 }

@@ -39,6 +39,10 @@ pub struct NodeArgs {
     /// Compute backend for the inner steps.
     #[arg(long, value_enum, default_value_t = DeviceArg::Auto, env = "MURMUR_DEVICE")]
     pub device: DeviceArg,
+    /// Serve Prometheus metrics over HTTP at this address (e.g.
+    /// 127.0.0.1:9100; port 0 picks a free port, printed at start). Off by default.
+    #[arg(long, env = "MURMUR_METRICS")]
+    pub metrics: Option<std::net::SocketAddr>,
     /// Print one JSON object per line.
     #[arg(long)]
     pub json: bool,
@@ -70,6 +74,7 @@ pub fn run(a: NodeArgs) -> Result<()> {
         spec,
         discovery_wait: Duration::from_secs_f64(a.discovery_wait.clamp(0.0, 600.0)),
         device: choose(a.device)?,
+        metrics: a.metrics,
     };
     super::run_until_ctrl_c(run_node(opts))
 }

@@ -1,5 +1,6 @@
-//! `murmur train`: flags, the optional TOML config file they override, and
-//! the progress printer (human lines or `--json` objects).
+//! `murmur train`: its settings (flags, `MURMUR_*` environment variables and
+//! an optional TOML config file, declared once in `TrainSettings`), and the
+//! progress printer (human lines or `--json` objects).
 
 use std::path::{Path, PathBuf};
 
@@ -14,57 +15,15 @@ use crate::model::ModelConfig;
 use crate::train::trainer::latest_checkpoint;
 use crate::train::{train, OptimizerConfig, TrainConfig, TrainEvent};
 
-/// Settings of `murmur train`. Each flag may also come from the config file
-/// (same name, snake_case) or from the environment (`MURMUR_<NAME>`); a flag
-/// on the command line wins over the environment, which wins over the file.
+/// Settings of `murmur train`.
 #[derive(Args, Debug, Default)]
 pub struct TrainArgs {
-    /// TOML file with any of the settings below.
+    /// TOML file with any of the run settings (same names, snake_case);
+    /// flags and MURMUR_* variables override it.
     #[arg(long, env = "MURMUR_CONFIG")]
     pub config: Option<PathBuf>,
-    /// Model preset: tiny, small or gpt2-124m.
-    #[arg(long, env = "MURMUR_PRESET")]
-    pub preset: Option<String>,
-    /// Training data: `synthetic[:key=value,...]`, a text file or folder, or llm.c .bin shards.
-    #[arg(long, env = "MURMUR_DATA")]
-    pub data: Option<String>,
-    /// Tokenizer for text data: byte or gpt2.
-    #[arg(long, env = "MURMUR_TOKENIZER")]
-    pub tokenizer: Option<String>,
-    #[arg(long, env = "MURMUR_STEPS")]
-    pub steps: Option<usize>,
-    #[arg(long, env = "MURMUR_BATCH")]
-    pub batch: Option<usize>,
-    /// Sequence length (at most the model's context).
-    #[arg(long, env = "MURMUR_SEQ")]
-    pub seq: Option<usize>,
-    /// Micro-batches accumulated per optimizer step.
-    #[arg(long, env = "MURMUR_GRAD_ACCUM")]
-    pub grad_accum: Option<usize>,
-    /// Peak learning rate.
-    #[arg(long, env = "MURMUR_LR")]
-    pub lr: Option<f32>,
-    /// Warmup steps.
-    #[arg(long, env = "MURMUR_WARMUP")]
-    pub warmup: Option<usize>,
-    #[arg(long, env = "MURMUR_WEIGHT_DECAY")]
-    pub weight_decay: Option<f32>,
-    /// Global gradient-norm clip (0 disables).
-    #[arg(long, env = "MURMUR_GRAD_CLIP")]
-    pub grad_clip: Option<f32>,
-    #[arg(long, env = "MURMUR_SEED")]
-    pub seed: Option<u64>,
-    /// Validate every N steps (0: only at the end).
-    #[arg(long, env = "MURMUR_VAL_EVERY")]
-    pub val_every: Option<usize>,
-    #[arg(long, env = "MURMUR_VAL_BATCHES")]
-    pub val_batches: Option<usize>,
-    /// Directory for checkpoints.
-    #[arg(long, env = "MURMUR_CHECKPOINT_DIR")]
-    pub checkpoint_dir: Option<PathBuf>,
-    /// Save a checkpoint every N steps (0: only at the end).
-    #[arg(long, env = "MURMUR_CHECKPOINT_EVERY")]
-    pub checkpoint_every: Option<usize>,
+    #[command(flatten)]
+    pub settings: TrainSettings,
     /// Resume from the newest checkpoint in --checkpoint-dir, if there is one.
     #[arg(long)]
     pub resume: bool,
@@ -78,56 +37,112 @@ pub struct TrainArgs {
     pub json: bool,
 }
 
-/// The config file: the same settings as the flags.
-#[derive(Deserialize, Debug, Default)]
-#[serde(deny_unknown_fields)]
-struct TrainFile {
-    preset: Option<String>,
-    data: Option<String>,
-    tokenizer: Option<String>,
-    steps: Option<usize>,
-    batch: Option<usize>,
-    seq: Option<usize>,
-    grad_accum: Option<usize>,
-    lr: Option<f32>,
-    warmup: Option<usize>,
-    weight_decay: Option<f32>,
-    grad_clip: Option<f32>,
-    seed: Option<u64>,
-    val_every: Option<usize>,
-    val_batches: Option<usize>,
-    checkpoint_dir: Option<PathBuf>,
-    checkpoint_every: Option<usize>,
+/// Declares `TrainSettings` once: each field is a flag (clap), a
+/// `MURMUR_*` variable (clap's `env`) and a config-file key (serde), and
+/// `layered` lays one set over another field by field.
+macro_rules! layered_settings {
+    ($(#[$sm:meta])* pub struct $name:ident { $( $(#[$m:meta])* pub $f:ident : Option<$t:ty>, )* }) => {
+        $(#[$sm])*
+        pub struct $name { $( $(#[$m])* pub $f: Option<$t>, )* }
+
+        impl $name {
+            /// The config-file keys.
+            pub const KEYS: &'static [&'static str] = &[$(stringify!($f)),*];
+
+            /// These settings laid over `below`: each one given here wins,
+            /// `below` fills the rest.
+            pub fn layered(&self, below: &Self) -> Self {
+                Self { $( $f: self.$f.clone().or_else(|| below.$f.clone()), )* }
+            }
+        }
+    };
 }
 
-fn read_config_file(path: &Path) -> Result<TrainFile> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read config file {}", path.display()))?;
-    toml::from_str(&text).map_err(|e| {
-        anyhow::anyhow!(
-            "config file {} is malformed: {}\nexpected TOML keys among: preset, data, tokenizer, steps, batch, seq, \
-             grad_accum, lr, warmup, weight_decay, grad_clip, seed, val_every, val_batches, checkpoint_dir, checkpoint_every",
-            path.display(),
-            e.to_string().trim_end()
-        )
-    })
+layered_settings! {
+    /// The run settings. A flag (`--grad-accum`) wins over its environment
+    /// variable (`MURMUR_GRAD_ACCUM`), which wins over the config file's key
+    /// (`grad_accum`), which wins over the default (`resolve`).
+    #[derive(Args, Deserialize, Debug, Default, Clone, PartialEq)]
+    #[serde(deny_unknown_fields)]
+    pub struct TrainSettings {
+        /// Model preset: tiny, small or gpt2-124m.
+        #[arg(long, env = "MURMUR_PRESET")]
+        pub preset: Option<String>,
+        /// Training data: `synthetic[:key=value,...]`, a text file or folder, or llm.c .bin shards.
+        #[arg(long, env = "MURMUR_DATA")]
+        pub data: Option<String>,
+        /// Tokenizer for text data: byte or gpt2.
+        #[arg(long, env = "MURMUR_TOKENIZER")]
+        pub tokenizer: Option<String>,
+        #[arg(long, env = "MURMUR_STEPS")]
+        pub steps: Option<usize>,
+        #[arg(long, env = "MURMUR_BATCH")]
+        pub batch: Option<usize>,
+        /// Sequence length (at most the model's context).
+        #[arg(long, env = "MURMUR_SEQ")]
+        pub seq: Option<usize>,
+        /// Micro-batches accumulated per optimizer step.
+        #[arg(long, env = "MURMUR_GRAD_ACCUM")]
+        pub grad_accum: Option<usize>,
+        /// Peak learning rate.
+        #[arg(long, env = "MURMUR_LR")]
+        pub lr: Option<f32>,
+        /// Warmup steps.
+        #[arg(long, env = "MURMUR_WARMUP")]
+        pub warmup: Option<usize>,
+        #[arg(long, env = "MURMUR_WEIGHT_DECAY")]
+        pub weight_decay: Option<f32>,
+        /// Global gradient-norm clip (0 disables).
+        #[arg(long, env = "MURMUR_GRAD_CLIP")]
+        pub grad_clip: Option<f32>,
+        #[arg(long, env = "MURMUR_SEED")]
+        pub seed: Option<u64>,
+        /// Validate every N steps (0: only at the end).
+        #[arg(long, env = "MURMUR_VAL_EVERY")]
+        pub val_every: Option<usize>,
+        #[arg(long, env = "MURMUR_VAL_BATCHES")]
+        pub val_batches: Option<usize>,
+        /// Directory for checkpoints.
+        #[arg(long, env = "MURMUR_CHECKPOINT_DIR")]
+        pub checkpoint_dir: Option<PathBuf>,
+        /// Save a checkpoint every N steps (0: only at the end).
+        #[arg(long, env = "MURMUR_CHECKPOINT_EVERY")]
+        pub checkpoint_every: Option<usize>,
+    }
+}
+
+impl TrainSettings {
+    /// The config file at `path`, read against the same declaration
+    /// (unknown keys are refused, naming the known ones).
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read config file {}", path.display()))?;
+        toml::from_str(&text).map_err(|e| {
+            anyhow::anyhow!(
+                "config file {} is malformed: {}\nexpected TOML keys among: {}",
+                path.display(),
+                e.to_string().trim_end(),
+                Self::KEYS.join(", ")
+            )
+        })
+    }
 }
 
 /// Resolved settings: flags over environment over file over defaults.
 pub fn resolve(args: &TrainArgs) -> Result<(TrainConfig, DataSpec)> {
-    let file = match &args.config {
-        Some(p) => read_config_file(p)?,
-        None => TrainFile::default(),
+    let s = match &args.config {
+        Some(p) => args.settings.layered(&TrainSettings::from_file(p)?),
+        None => args.settings.clone(),
     };
     macro_rules! pick {
         ($f:ident, $default:expr) => {
-            args.$f.clone().or(file.$f.clone()).unwrap_or($default)
+            s.$f.clone().unwrap_or($default)
         };
     }
     let preset = pick!(preset, "tiny".to_string());
     let model = ModelConfig::preset(&preset)?;
     let mut spec = DataSpec::parse(&pick!(data, "synthetic".to_string()))?;
-    if let Some(tok) = args.tokenizer.clone().or(file.tokenizer.clone()) {
+    if let Some(tok) = s.tokenizer.clone() {
         let kind: TokenizerKind = tok.parse()?;
         spec = spec.with_tokenizer(kind);
     }
@@ -151,7 +166,7 @@ pub fn resolve(args: &TrainArgs) -> Result<(TrainConfig, DataSpec)> {
         val_every: pick!(val_every, 100),
         val_batches: pick!(val_batches, 8),
         checkpoint_every: pick!(checkpoint_every, 0),
-        checkpoint_dir: args.checkpoint_dir.clone().or(file.checkpoint_dir.clone()),
+        checkpoint_dir: s.checkpoint_dir.clone(),
         model,
     };
     if config.batch == 0 || config.seq == 0 || config.steps == 0 {
@@ -230,5 +245,64 @@ fn print_event(ev: &TrainEvent, json: bool) {
         }
         TrainEvent::Val { step, val_loss } => println!("step {step:>6} | val loss {val_loss:.4}"),
         TrainEvent::Checkpoint { path, .. } => println!("checkpoint saved: {}", path.display()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        train: TrainArgs,
+    }
+
+    /// Flags over `MURMUR_*` over the file over defaults, one setting each
+    /// way. (The variables named here are used by no other test.)
+    #[test]
+    fn flags_beat_environment_beat_file_beat_defaults() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = dir.path().join("run.toml");
+        std::fs::write(&f, "steps = 30\nbatch = 3\nseed = 7\nlr = 0.01\ncheckpoint_dir = \"ck\"\n")
+            .expect("write");
+        std::env::set_var("MURMUR_BATCH", "5");
+        std::env::set_var("MURMUR_SEED", "9");
+        let cli = Cli::try_parse_from(["train", "--config", f.to_str().expect("utf-8"), "--seed", "11"])
+            .expect("parse");
+        std::env::remove_var("MURMUR_BATCH");
+        std::env::remove_var("MURMUR_SEED");
+        let (c, _) = resolve(&cli.train).expect("resolve");
+        assert_eq!(c.seed, 11, "flag over environment and file");
+        assert_eq!(c.batch, 5, "environment over file");
+        assert_eq!(c.steps, 30, "file over default");
+        assert_eq!(c.optimizer.lr, 0.01);
+        assert_eq!(c.checkpoint_dir, Some(PathBuf::from("ck")));
+        assert_eq!(c.val_batches, 8, "default");
+        assert_eq!(c.model, ModelConfig::preset("tiny").expect("tiny"));
+    }
+
+    #[test]
+    fn the_file_knows_exactly_the_declared_settings() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let f = dir.path().join("run.toml");
+        let every: String = TrainSettings::KEYS
+            .iter()
+            .map(|k| match *k {
+                "preset" => "preset = \"tiny\"\n".to_string(),
+                "data" | "tokenizer" | "checkpoint_dir" => format!("{k} = \"x\"\n"),
+                "lr" | "weight_decay" | "grad_clip" => format!("{k} = 0.5\n"),
+                _ => format!("{k} = 2\n"),
+            })
+            .collect();
+        std::fs::write(&f, &every).expect("write");
+        let s = TrainSettings::from_file(&f).expect("every declared key is accepted");
+        assert_eq!(s.grad_accum, Some(2));
+        assert_eq!(s.layered(&TrainSettings::default()), s);
+        assert_eq!(TrainSettings::default().layered(&s), s);
+        std::fs::write(&f, "gradaccum = 2\n").expect("write");
+        let e = TrainSettings::from_file(&f).expect_err("unknown key").to_string();
+        assert!(e.contains("gradaccum") && e.contains("run.toml") && e.contains("grad_accum"), "{e}");
     }
 }

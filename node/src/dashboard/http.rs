@@ -77,39 +77,58 @@ pub fn request_line(head: &str) -> Option<(&str, &str)> {
     Some((method, path))
 }
 
-async fn respond(sock: &mut TcpStream, status: &str, ctype: &str, body: &[u8]) -> std::io::Result<()> {
+/// Write a complete response. A HEAD request (`head_only`) gets the same
+/// status and headers, `Content-Length` included, and no body.
+async fn respond(
+    sock: &mut TcpStream,
+    head_only: bool,
+    status: &str,
+    ctype: &str,
+    body: &[u8],
+) -> std::io::Result<()> {
     let head = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
         body.len()
     );
     sock.write_all(head.as_bytes()).await?;
-    sock.write_all(body).await?;
+    if !head_only {
+        sock.write_all(body).await?;
+    }
     sock.flush().await
 }
 
 async fn handle(mut sock: TcpStream, mut snapshots: Snapshots) -> std::io::Result<()> {
     let Some(head) = read_head(&mut sock).await? else {
-        return respond(&mut sock, "400 Bad Request", "text/plain", b"bad request\n").await;
+        return respond(&mut sock, false, "400 Bad Request", "text/plain", b"bad request\n").await;
     };
     let Some((method, path)) = request_line(&head) else {
-        return respond(&mut sock, "400 Bad Request", "text/plain", b"bad request\n").await;
+        return respond(&mut sock, false, "400 Bad Request", "text/plain", b"bad request\n").await;
     };
     if method != "GET" && method != "HEAD" {
-        return respond(&mut sock, "405 Method Not Allowed", "text/plain", b"only GET\n").await;
+        return respond(&mut sock, false, "405 Method Not Allowed", "text/plain", b"only GET and HEAD\n")
+            .await;
     }
+    let h = method == "HEAD";
     match path {
         "/" | "/index.html" => {
-            respond(&mut sock, "200 OK", "text/html; charset=utf-8", INDEX_HTML.as_bytes()).await
+            respond(&mut sock, h, "200 OK", "text/html; charset=utf-8", INDEX_HTML.as_bytes()).await
         }
         "/dashboard.js" => {
-            respond(&mut sock, "200 OK", "text/javascript; charset=utf-8", DASHBOARD_JS.as_bytes()).await
+            respond(&mut sock, h, "200 OK", "text/javascript; charset=utf-8", DASHBOARD_JS.as_bytes()).await
         }
         "/dashboard.css" => {
-            respond(&mut sock, "200 OK", "text/css; charset=utf-8", DASHBOARD_CSS.as_bytes()).await
+            respond(&mut sock, h, "200 OK", "text/css; charset=utf-8", DASHBOARD_CSS.as_bytes()).await
         }
         "/api/snapshot" => {
             let body = snapshots.borrow().clone();
-            respond(&mut sock, "200 OK", "application/json", body.as_bytes()).await
+            respond(&mut sock, h, "200 OK", "application/json", body.as_bytes()).await
+        }
+        "/api/events" if h => {
+            sock.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n",
+            )
+            .await?;
+            sock.flush().await
         }
         "/api/events" => {
             sock.write_all(
@@ -129,7 +148,7 @@ async fn handle(mut sock: TcpStream, mut snapshots: Snapshots) -> std::io::Resul
                 }
             }
         }
-        _ => respond(&mut sock, "404 Not Found", "text/plain", b"not found\n").await,
+        _ => respond(&mut sock, h, "404 Not Found", "text/plain", b"not found\n").await,
     }
 }
 
@@ -137,12 +156,16 @@ async fn handle(mut sock: TcpStream, mut snapshots: Snapshots) -> std::io::Resul
 mod tests {
     use super::*;
 
-    async fn get(addr: std::net::SocketAddr, path: &str) -> String {
+    async fn request(addr: std::net::SocketAddr, method: &str, path: &str) -> String {
         let mut s = TcpStream::connect(addr).await.expect("connect");
-        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).await.expect("write");
+        s.write_all(format!("{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).await.expect("write");
         let mut out = String::new();
         let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut out)).await;
         out
+    }
+
+    async fn get(addr: std::net::SocketAddr, path: &str) -> String {
+        request(addr, "GET", path).await
     }
 
     async fn read_until(s: &mut TcpStream, seen: &mut String, want: &str) {
@@ -178,6 +201,17 @@ mod tests {
         assert!(get(addr, "/dashboard.js").await.contains("EventSource"));
         assert!(get(addr, "/api/snapshot").await.ends_with("{\"n\":1}"));
         assert!(get(addr, "/nope").await.starts_with("HTTP/1.1 404"));
+        assert!(request(addr, "POST", "/").await.starts_with("HTTP/1.1 405"));
+        // HEAD: the GET response's status and headers (its Content-Length
+        // too), and nothing after the blank line; the event stream ends.
+        let head = request(addr, "HEAD", "/").await;
+        assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+        assert!(head.contains(&format!("Content-Length: {}\r\n", INDEX_HTML.len())), "{head}");
+        assert!(head.ends_with("\r\n\r\n"), "HEAD got a body: {head}");
+        let head = request(addr, "HEAD", "/nope").await;
+        assert!(head.starts_with("HTTP/1.1 404") && head.ends_with("\r\n\r\n"), "{head}");
+        let head = request(addr, "HEAD", "/api/events").await;
+        assert!(head.contains("text/event-stream") && head.ends_with("\r\n\r\n"), "{head}");
         // An oversized head is refused (400, or the connection reset when
         // the unread rest is dropped), never buffered without end.
         let mut s = TcpStream::connect(addr).await.expect("connect");

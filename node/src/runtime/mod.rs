@@ -67,6 +67,8 @@ pub struct NodeOptions {
     pub discovery_wait: Duration,
     /// The compute backend the trainer runs on.
     pub device: crate::cli::device::Chosen,
+    /// Serve Prometheus metrics over HTTP here (`--metrics`).
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 /// Run a training node until the process is stopped.
@@ -137,7 +139,28 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
         }),
     );
     let restored = restored.filter(|m| m.round == state.round && m.base == state.id());
+    let metrics = start_metrics(opts.metrics, &net, &store, out).await?;
     let start = node::NodeStart { trainer, done_rx, trainer_setup, state, restored };
-    let node = node::Node::new(spec, key, store, net, server, start, out, started);
+    let mut node = node::Node::new(spec, key, store, net, server, start, out, started);
+    node.metrics = metrics;
     node.run(events, replay).await
+}
+
+/// Serve the node's metrics at `addr` (if given) and say where; the handle
+/// the loop calls is switched off without it.
+async fn start_metrics(
+    addr: Option<std::net::SocketAddr>,
+    net: &net::NetHandle,
+    store: &Store,
+    out: Reporter,
+) -> Result<crate::metrics::NodeMetrics, RuntimeError> {
+    use crate::metrics::{http, Exporter, NodeMetrics};
+    let Some(addr) = addr else { return Ok(NodeMetrics::default()) };
+    let fail = |e: String| RuntimeError::Config(format!("--metrics {addr}: {e}"));
+    let metrics = NodeMetrics::new().map_err(|e| fail(e.to_string()))?;
+    let registry = metrics.registry().cloned().unwrap_or_default();
+    let exporter = Exporter::new(registry, net.clone(), &store.dir).map_err(|e| fail(e.to_string()))?;
+    let bound = http::start(addr, exporter).await.map_err(|e| fail(format!("cannot listen there: {e}")))?;
+    out.event("metrics", json!({ "url": format!("http://{bound}/metrics") }));
+    Ok(metrics)
 }

@@ -117,6 +117,8 @@ pub struct Node {
     /// The state the machine wants and the node does not hold (fetch tasks
     /// watch it and stop when it changes).
     wanted: watch::Sender<Option<StateId>>,
+    /// Prometheus metrics (switched off unless `--metrics` is given).
+    pub metrics: crate::metrics::NodeMetrics,
     trainers: HashSet<PeerId>,
     holders: HashMap<PayloadHash, Vec<PeerId>>,
     pending_reports: HashMap<u64, serde_json::Value>,
@@ -193,6 +195,7 @@ impl Node {
             fatal: None,
             restored,
             wanted: watch::channel(None).0,
+            metrics: Default::default(),
             trainers: HashSet::new(),
             holders: HashMap::new(),
             pending_reports: HashMap::new(),
@@ -360,6 +363,7 @@ impl Node {
         match done {
             JobDone::Trained { round, base, delta, tokens, train_loss, secs } => {
                 self.train_secs += secs;
+                self.metrics.trained(tokens, secs);
                 self.train_tokens += tokens;
                 self.last_train_loss = train_loss;
                 if round != self.machine.round() || base != self.machine.base() {
@@ -684,6 +688,7 @@ impl Node {
     async fn act(&mut self, action: Action) {
         match action {
             Action::RoundOpened { round, base } => {
+                self.metrics.round_opened(round);
                 self.holders.retain(|_, v| !v.is_empty());
                 if self.holders.len() > 4096 {
                     self.holders.clear();
@@ -744,6 +749,7 @@ impl Node {
                 });
             }
             Action::PublishCommit(c) => {
+                self.metrics.round_closed(c.round);
                 let contributors: Vec<String> = c
                     .included
                     .iter()
