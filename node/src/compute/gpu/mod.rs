@@ -30,7 +30,9 @@ mod tests;
 use std::sync::Mutex;
 
 pub use crate::compute::MatmulLayout;
-pub use context::{adapter_available, list_adapters, AdapterChoice, AdapterSummary, GpuError};
+pub use context::{
+    adapter_available, list_adapters, quiet_probe_env, AdapterChoice, AdapterSummary, GpuError,
+};
 pub use memory::{GpuTensor, GpuTokens, TransferStats};
 pub use pipelines::TileConfig;
 
