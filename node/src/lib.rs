@@ -1,6 +1,7 @@
 //! murmur-node: the library behind the `murmur` binary.
 //!
-//! - `compute`: the Backend trait and its implementations (CPU; GPU via wgpu).
+//! - `compute`: the Backend trait and its implementations (CPU; wgpu behind
+//!   the `gpu` feature, CUDA behind `cuda`).
 //! - `data`: tokenizers, corpora (text, llm.c shards, synthetic), batching.
 //! - `model`: the GPT model, explicit forward and backward over a Backend.
 //! - `train`: optimizer schedule, the single-machine training loop, checkpoints.

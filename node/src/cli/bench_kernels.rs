@@ -1,22 +1,14 @@
-//! `murmur bench kernels`: opens the GPU backend and prints the kernel
-//! figures of `compute::gpu::bench` as text or JSON.
+//! `murmur bench kernels`: opens the chosen device backend (wgpu or CUDA) and
+//! prints the kernel figures of `compute::kernel_bench` as text or JSON.
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, Result};
 
 use super::bench::BenchKernelsArgs;
-use super::device::{choose, Chosen};
-use crate::compute::gpu::bench::{bench_kernels, KernelBenchShape};
-use crate::compute::gpu::{GpuBackend, GpuOptions, TileConfig};
+use super::device::choose;
+use crate::compute::device::Chosen;
+use crate::compute::kernel_bench::{KernelBench, KernelBenchShape};
 
 pub fn run(a: BenchKernelsArgs) -> Result<()> {
-    let Chosen::Gpu(choice) = choose(a.device)? else {
-        bail!("bench kernels measures the GPU backend and no hardware GPU was found; pass --device gpu to use a software adapter")
-    };
-    let tiles = match a.tiles.as_deref() {
-        None => None,
-        Some(name) => Some(TileConfig::by_name(name).context("--tiles: choose small or large")?),
-    };
-    let g = GpuBackend::with_options(choice, GpuOptions { tiles, ..Default::default() })?;
     let shape = KernelBenchShape {
         rows: a.rows.max(1),
         channels: a.channels.max(1),
@@ -26,17 +18,58 @@ pub fn run(a: BenchKernelsArgs) -> Result<()> {
         vocab: a.vocab.max(1),
         iters: a.iters,
     };
-    let r = bench_kernels(&g, shape);
+    let r = measure(choose(a.device)?, a.tiles.as_deref(), shape)?;
     if a.json {
         println!("{}", serde_json::to_string(&r)?);
         return Ok(());
     }
-    println!("{} (matmul tiles {})", r.device, r.tiles);
+    print(&r);
+    Ok(())
+}
+
+/// Runs the kernel benchmark on the chosen device backend.
+#[cfg_attr(not(any(feature = "gpu", feature = "cuda")), allow(unused_variables))]
+fn measure(chosen: Chosen, tiles: Option<&str>, shape: KernelBenchShape) -> Result<KernelBench> {
+    match chosen {
+        Chosen::Cpu => Err(anyhow!(
+            "bench kernels measures a device backend and none was found or chosen; pass --device gpu \
+             (a software adapter will do) or --device cuda"
+        )),
+        #[cfg(feature = "gpu")]
+        Chosen::Gpu(choice) => on_gpu(choice, tiles, shape),
+        #[cfg(feature = "cuda")]
+        Chosen::Cuda(ordinal) => {
+            if tiles.is_some() {
+                anyhow::bail!("--tiles applies to the wgpu backend; the CUDA backend's matmul is cuBLAS");
+            }
+            let g = crate::compute::cuda::CudaBackend::new(ordinal)?;
+            Ok(crate::compute::kernel_bench::bench_kernels(&g, shape))
+        }
+    }
+}
+
+#[cfg(feature = "gpu")]
+fn on_gpu(
+    choice: crate::compute::gpu::AdapterChoice,
+    tiles: Option<&str>,
+    shape: KernelBenchShape,
+) -> Result<KernelBench> {
+    use crate::compute::gpu::{GpuBackend, GpuOptions, TileConfig};
+    use anyhow::Context;
+    let tiles = match tiles {
+        None => None,
+        Some(name) => Some(TileConfig::by_name(name).context("--tiles: choose small or large")?),
+    };
+    let g = GpuBackend::with_options(choice, GpuOptions { tiles, ..Default::default() })?;
+    Ok(crate::compute::kernel_bench::bench_kernels(&g, shape))
+}
+
+fn print(r: &KernelBench) {
+    println!("{} (matmul {})", r.device, r.tiles);
     for m in &r.matmul {
         println!("  matmul {} {}x{}x{}: {:.2} ms, {:.2} GFLOP/s", m.layout, m.m, m.n, m.k, m.ms, m.gflops);
     }
     for m in &r.memory {
         println!("  {} ({} floats): {:.2} ms, {:.2} GB/s", m.kernel, m.elems, m.ms, m.gbps);
     }
-    Ok(())
 }

@@ -1,59 +1,49 @@
-//! `--device auto|cpu|gpu|cuda`: choosing the compute backend a command runs
-//! on, and running generic code on whichever was chosen.
+//! `--device auto|cpu|gpu|cuda`: the flag, its resolution (by
+//! `compute::device`), and running generic code on whichever backend it chose.
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use clap::ValueEnum;
 
-use crate::compute::gpu::{adapter_available, AdapterChoice};
+use crate::compute::device::{self, Chosen};
 
 /// The `--device` flag.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 pub enum DeviceArg {
-    /// A hardware GPU when one is present, else the CPU backend (never a
+    /// A CUDA device, else a hardware GPU, else the CPU backend (never a
     /// software rasterizer such as lavapipe).
     #[default]
     Auto,
     Cpu,
-    /// Any GPU adapter, software ones (lavapipe) included.
+    /// Any GPU adapter, software ones (lavapipe) included (builds with the
+    /// `gpu` feature, the default).
     Gpu,
+    /// An NVIDIA GPU through CUDA (builds with the `cuda` feature).
     Cuda,
 }
 
-/// The backend a command will use.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Chosen {
-    Cpu,
-    Gpu(AdapterChoice),
-}
-
 /// Resolves `--device` to an available backend, or says why it cannot.
-pub fn choose(device: DeviceArg) -> Result<Chosen> {
-    match device {
-        DeviceArg::Auto if adapter_available(AdapterChoice::HardwareOnly) => {
-            Ok(Chosen::Gpu(AdapterChoice::HardwareOnly))
-        }
-        DeviceArg::Auto | DeviceArg::Cpu => Ok(Chosen::Cpu),
-        DeviceArg::Gpu => Ok(Chosen::Gpu(AdapterChoice::Any)),
-        DeviceArg::Cuda => bail!("--device cuda: this build has no CUDA backend; use --device gpu or cpu"),
-    }
+pub fn choose(arg: DeviceArg) -> Result<Chosen> {
+    Ok(match arg {
+        DeviceArg::Auto => device::auto(),
+        DeviceArg::Cpu => device::cpu(),
+        DeviceArg::Gpu => device::gpu()?,
+        DeviceArg::Cuda => device::cuda()?,
+    })
 }
 
-/// Runs `$body` with `$b` bound to a reference to the chosen backend.
+/// Runs `$body` with `$b` bound to a reference to the chosen backend; a
+/// backend that cannot be opened returns its error from the caller.
 macro_rules! with_backend {
     ($device:expr, |$b:ident| $body:expr) => {
-        match $crate::cli::device::choose($device)? {
-            $crate::cli::device::Chosen::Cpu => {
-                let backend = $crate::compute::cpu::CpuBackend::new();
-                let $b = &backend;
-                $body
-            }
-            $crate::cli::device::Chosen::Gpu(choice) => {
-                let backend = $crate::compute::gpu::GpuBackend::new(choice)?;
+        $crate::compute::device::on_backend!(
+            $crate::cli::device::choose($device)?,
+            |backend| {
                 tracing::info!("compute: {}", $crate::compute::Backend::describe(&backend));
                 let $b = &backend;
                 $body
-            }
-        }
+            },
+            |e| return Err(e.into())
+        )
     };
 }
 pub(crate) use with_backend;

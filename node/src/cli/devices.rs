@@ -1,27 +1,75 @@
-//! `murmur devices`: the GPU adapters this machine exposes, with backend,
-//! type, the limits the GPU backend depends on, and features.
+//! `murmur devices`: the compute devices this build can use on this machine —
+//! CUDA devices (name, compute capability, memory) and wgpu adapters (backend,
+//! type, the limits the GPU backend depends on, and features).
 
 use anyhow::Result;
 use clap::Args;
-
-use crate::compute::gpu::list_adapters;
+use serde::Serialize;
 
 #[derive(Args, Debug)]
 pub struct DevicesArgs {
-    /// One JSON array instead of text.
+    /// One JSON object `{ "cuda": [...], "gpu": [...] }` instead of text.
     #[arg(long)]
     pub json: bool,
 }
 
+/// Everything `murmur devices --json` prints; a backend this build lacks is
+/// absent from the object.
+#[derive(Serialize)]
+struct Devices {
+    #[cfg(feature = "cuda")]
+    cuda: Vec<crate::compute::cuda::CudaDeviceSummary>,
+    #[cfg(feature = "gpu")]
+    gpu: Vec<crate::compute::gpu::AdapterSummary>,
+}
+
 pub fn run(args: DevicesArgs) -> Result<()> {
-    let adapters = list_adapters();
+    let devices = Devices {
+        #[cfg(feature = "cuda")]
+        cuda: crate::compute::cuda::list_devices().unwrap_or_default(),
+        #[cfg(feature = "gpu")]
+        gpu: crate::compute::gpu::list_adapters(),
+    };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&adapters)?);
+        println!("{}", serde_json::to_string_pretty(&devices)?);
         return Ok(());
     }
+    #[cfg(feature = "cuda")]
+    print_cuda();
+    #[cfg(not(feature = "cuda"))]
+    println!("CUDA: not in this build (cargo build --release --features cuda)");
+    #[cfg(feature = "gpu")]
+    print_adapters(&devices.gpu);
+    #[cfg(not(feature = "gpu"))]
+    println!("wgpu GPU backend: not in this build (cargo build --release --features gpu)");
+    println!("the CPU backend is always available: --device cpu");
+    Ok(())
+}
+
+#[cfg(feature = "cuda")]
+fn print_cuda() {
+    match crate::compute::cuda::list_devices() {
+        Err(e) => println!("CUDA: {e}"),
+        Ok(list) if list.is_empty() => println!("CUDA: no devices"),
+        Ok(list) => {
+            for d in list {
+                println!(
+                    "cuda:{} {} (compute capability {}.{}, {} MiB)",
+                    d.ordinal,
+                    d.name,
+                    d.compute_capability.0,
+                    d.compute_capability.1,
+                    d.memory_bytes >> 20
+                );
+            }
+        }
+    }
+}
+
+#[cfg(feature = "gpu")]
+fn print_adapters(adapters: &[crate::compute::gpu::AdapterSummary]) {
     if adapters.is_empty() {
-        println!("no GPU adapters (the CPU backend is always available: --device cpu)");
-        return Ok(());
+        println!("no GPU adapters");
     }
     for (i, a) in adapters.iter().enumerate() {
         let kind = if a.software { " — software, used only with --device gpu" } else { "" };
@@ -44,5 +92,4 @@ pub fn run(args: DevicesArgs) -> Result<()> {
         );
         println!("    features: {}", if a.features.is_empty() { "-".into() } else { a.features.join(", ") });
     }
-    Ok(())
 }

@@ -1,5 +1,6 @@
 //! Compute backends: the set of device operations the GPT model is written
-//! against, and the implementations of it (CPU here; GPU and CUDA beside it).
+//! against, and the implementations of it (CPU always; the wgpu backend behind
+//! the `gpu` cargo feature, the CUDA backend behind `cuda`).
 //!
 //! The model never touches memory directly: it allocates tensors on a backend,
 //! uploads tokens, and calls the operations below. Every operation mirrors one
@@ -16,7 +17,14 @@
 //!   same bits, whatever the thread scheduling.
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+pub mod device;
+#[cfg(feature = "gpu")]
 pub mod gpu;
+pub mod kernel_bench;
+#[cfg(all(test, any(feature = "gpu", feature = "cuda")))]
+pub(crate) mod oracle;
 
 /// Shape of a matmul: `n` rows of `c` input features mapped to `oc` outputs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,6 +32,28 @@ pub struct MatmulShape {
     pub n: usize,
     pub c: usize,
     pub oc: usize,
+}
+
+/// Which product of a linear layer (weights are (out, in)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MatmulLayout {
+    /// Forward: out(n,oc) = inp(n,c) · weight(oc,c)ᵀ [+ bias].
+    Nt,
+    /// Input gradient: dinp(n,c) += dout(n,oc) · weight(oc,c).
+    Nn,
+    /// Weight gradient: dweight(oc,c) += dout(n,oc)ᵀ · inp(n,c).
+    Tn,
+}
+
+impl MatmulLayout {
+    pub const ALL: [MatmulLayout; 3] = [MatmulLayout::Nt, MatmulLayout::Nn, MatmulLayout::Tn];
+    pub fn name(self) -> &'static str {
+        match self {
+            MatmulLayout::Nt => "NT",
+            MatmulLayout::Nn => "NN",
+            MatmulLayout::Tn => "TN",
+        }
+    }
 }
 
 /// Shape of causal self-attention over a `(b, t, 3c)` qkv tensor with `nh` heads.

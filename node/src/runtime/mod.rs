@@ -66,7 +66,7 @@ pub struct NodeOptions {
     /// How long to wait for peers before choosing a starting state.
     pub discovery_wait: Duration,
     /// The compute backend the trainer runs on.
-    pub device: crate::cli::device::Chosen,
+    pub device: crate::compute::device::Chosen,
     /// Serve Prometheus metrics over HTTP here (`--metrics`).
     pub metrics: Option<std::net::SocketAddr>,
 }

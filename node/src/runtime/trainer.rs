@@ -17,8 +17,7 @@ use std::time::Instant;
 use murmur_protocol::{RunSpec, StateId, TrainingState};
 use tokio::sync::mpsc;
 
-use crate::cli::device::Chosen;
-use crate::compute::gpu::GpuBackend;
+use crate::compute::device::{on_backend, Chosen};
 use crate::compute::{AdamWStep, Backend};
 use crate::data::{BatchLoader, Corpus, DataSpec};
 use crate::model::{param_specs, Gpt, ModelConfig};
@@ -65,7 +64,7 @@ pub struct TrainerHandle {
     epoch: Arc<AtomicU64>,
     /// The device in words, e.g. "cpu (2 threads, avx2+fma)".
     pub device: String,
-    /// The backend's short name: "cpu" or "gpu".
+    /// The backend's short name: "cpu", "gpu" or "cuda".
     pub backend: &'static str,
 }
 
@@ -117,29 +116,22 @@ pub fn spawn(setup: &TrainerSetup, done: mpsc::UnboundedSender<JobDone>) -> Resu
     let (opened_tx, opened_rx) = std_mpsc::channel::<Result<String, String>>();
     std::thread::Builder::new()
         .name("murmur-trainer".into())
-        .spawn(move || match device {
-            Chosen::Cpu => {
-                let backend = crate::compute::cpu::CpuBackend::new();
-                let _ = opened_tx.send(Ok(backend.describe()));
-                worker.run(backend, rx, done)
-            }
-            Chosen::Gpu(choice) => match GpuBackend::new(choice) {
-                Ok(backend) => {
+        .spawn(move || {
+            on_backend!(
+                device,
+                |backend| {
                     let _ = opened_tx.send(Ok(backend.describe()));
                     worker.run(backend, rx, done)
+                },
+                |e| {
+                    let _ = opened_tx.send(Err(format!("opening the {} backend: {e}", device.name())));
                 }
-                Err(e) => {
-                    let _ = opened_tx.send(Err(format!("opening the GPU: {e}")));
-                }
-            },
+            )
         })
         .map_err(|e| e.to_string())?;
     let described =
         opened_rx.recv().map_err(|_| "the trainer thread stopped while starting".to_string())??;
-    let backend = match device {
-        Chosen::Cpu => "cpu",
-        Chosen::Gpu(_) => "gpu",
-    };
+    let backend = device.name();
     Ok(TrainerHandle { jobs: tx, epoch, device: described, backend })
 }
 

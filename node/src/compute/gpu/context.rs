@@ -50,8 +50,27 @@ pub enum AdapterChoice {
     Any,
 }
 
+/// Keeps the adapter probe quiet on headless machines. Mesa's implicit Vulkan
+/// layer VK_LAYER_MESA_device_select connects to the Wayland display while
+/// devices are enumerated (only to reorder them; `adapters` ranks them
+/// itself), and libwayland prints `error: XDG_RUNTIME_DIR is invalid or not
+/// set in the environment.` when there is none. `NODEVICE_SELECT=1` is the
+/// layer's own off switch; a value the user set is kept. Call it before any
+/// other thread starts (the binary does, first thing in `main`).
+pub fn quiet_probe_env() {
+    if std::env::var_os("NODEVICE_SELECT").is_none() {
+        std::env::set_var("NODEVICE_SELECT", "1");
+    }
+}
+
+/// An instance with Vulkan, Metal and DX12 only. GL is never used (see
+/// `adapters`), and initialising it opens a display connection (EGL, then
+/// Wayland), which on a headless machine prints `error: XDG_RUNTIME_DIR is
+/// invalid or not set` to stderr from the C library.
 fn instance() -> wgpu::Instance {
-    wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env())
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
+    desc.backends &= wgpu::Backends::PRIMARY;
+    wgpu::Instance::new(desc)
 }
 
 fn is_software(info: &wgpu::AdapterInfo) -> bool {

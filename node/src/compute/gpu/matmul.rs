@@ -5,29 +5,7 @@
 
 use super::pipelines::Kernel;
 use super::{GpuBackend, GpuTensor};
-use crate::compute::MatmulShape;
-
-/// Which product of a linear layer (weights are (out, in)).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum MatmulLayout {
-    /// Forward: out(n,oc) = inp(n,c) · weight(oc,c)ᵀ [+ bias].
-    Nt,
-    /// Input gradient: dinp(n,c) += dout(n,oc) · weight(oc,c).
-    Nn,
-    /// Weight gradient: dweight(oc,c) += dout(n,oc)ᵀ · inp(n,c).
-    Tn,
-}
-
-impl MatmulLayout {
-    pub const ALL: [MatmulLayout; 3] = [MatmulLayout::Nt, MatmulLayout::Nn, MatmulLayout::Tn];
-    pub fn name(self) -> &'static str {
-        match self {
-            MatmulLayout::Nt => "NT",
-            MatmulLayout::Nn => "NN",
-            MatmulLayout::Tn => "TN",
-        }
-    }
-}
+use crate::compute::{MatmulLayout, MatmulShape};
 
 /// A strided matrix view: element (i, j) at `i*rs + j*cs`.
 #[derive(Clone, Copy)]

@@ -15,7 +15,6 @@
 //! atomics and run in a fixed order, so reruns on one adapter are bit-identical.
 
 mod attention;
-pub mod bench;
 pub mod context;
 mod elementwise;
 mod matmul;
@@ -30,8 +29,10 @@ mod tests;
 
 use std::sync::Mutex;
 
-pub use context::{adapter_available, list_adapters, AdapterChoice, AdapterSummary, GpuError};
-pub use matmul::MatmulLayout;
+pub use crate::compute::MatmulLayout;
+pub use context::{
+    adapter_available, list_adapters, quiet_probe_env, AdapterChoice, AdapterSummary, GpuError,
+};
 pub use memory::{GpuTensor, GpuTokens, TransferStats};
 pub use pipelines::TileConfig;
 
@@ -139,6 +140,25 @@ impl GpuBackend {
                 b
             }
         }
+    }
+}
+
+impl crate::compute::kernel_bench::TimedBackend for GpuBackend {
+    fn synchronize(&self) {
+        GpuBackend::synchronize(self);
+    }
+    fn matmul_in(
+        &self,
+        layout: MatmulLayout,
+        out: &mut GpuTensor,
+        x: &GpuTensor,
+        y: &GpuTensor,
+        s: MatmulShape,
+    ) {
+        self.matmul(layout, out, x, y, None, s);
+    }
+    fn matmul_kind(&self) -> String {
+        format!("tiles {}", self.tiles().name)
     }
 }
 

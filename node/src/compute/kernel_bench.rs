@@ -1,5 +1,6 @@
-//! `murmur bench kernels`: GPU kernel throughput — GFLOP/s of the matmul in
-//! each layout and GB/s of the memory-bound kernels — at given shapes.
+//! `murmur bench kernels`: device kernel throughput — GFLOP/s of the matmul
+//! in each layout and GB/s of the memory-bound kernels — at given shapes, on
+//! any backend that can time itself (`TimedBackend`: wgpu, CUDA).
 //! Each figure is the best of `iters` timed runs after one warm-up run; a
 //! run ends with `synchronize` so the device's work is inside the timing.
 
@@ -7,8 +8,24 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::{GpuBackend, MatmulLayout};
-use crate::compute::{AdamWStep, Backend, LogitsShape, MatmulShape};
+use crate::compute::{AdamWStep, Backend, LogitsShape, MatmulLayout, MatmulShape};
+
+/// A device backend whose kernels can be timed one by one.
+pub trait TimedBackend: Backend {
+    /// Waits until all submitted work has finished.
+    fn synchronize(&self);
+    /// One linear-layer product in `layout` (see `MatmulLayout`), no bias.
+    fn matmul_in(
+        &self,
+        layout: MatmulLayout,
+        out: &mut Self::Tensor,
+        x: &Self::Tensor,
+        y: &Self::Tensor,
+        s: MatmulShape,
+    );
+    /// How the matmul is done, e.g. the tile configuration.
+    fn matmul_kind(&self) -> String;
+}
 
 /// Shapes to measure.
 #[derive(Clone, Copy, Debug)]
@@ -49,12 +66,13 @@ pub struct MemoryFigure {
 #[derive(Clone, Debug, Serialize)]
 pub struct KernelBench {
     pub device: String,
-    pub tiles: &'static str,
+    /// The matmul's implementation (wgpu: tile configuration; CUDA: cuBLAS).
+    pub tiles: String,
     pub matmul: Vec<MatmulFigure>,
     pub memory: Vec<MemoryFigure>,
 }
 
-fn best_ms(g: &GpuBackend, iters: usize, mut run: impl FnMut()) -> f64 {
+fn best_ms<G: TimedBackend>(g: &G, iters: usize, mut run: impl FnMut()) -> f64 {
     run();
     g.synchronize();
     let mut best = f64::INFINITY;
@@ -67,13 +85,13 @@ fn best_ms(g: &GpuBackend, iters: usize, mut run: impl FnMut()) -> f64 {
     best
 }
 
-fn filled(g: &GpuBackend, len: usize, v: f32) -> super::GpuTensor {
+fn filled<G: TimedBackend>(g: &G, len: usize, v: f32) -> G::Tensor {
     let mut t = g.tensor(len);
     g.upload(&mut t, &vec![v; len]);
     t
 }
 
-pub fn bench_kernels(g: &GpuBackend, s: KernelBenchShape) -> KernelBench {
+pub fn bench_kernels<G: TimedBackend>(g: &G, s: KernelBenchShape) -> KernelBench {
     let KernelBenchShape { rows: n, channels: c, out_channels: oc, .. } = s;
     let shape = MatmulShape { n, c, oc };
     let (inp, w, dout) = (filled(g, n * c, 0.5), filled(g, oc * c, 0.25), filled(g, n * oc, 0.125));
@@ -81,9 +99,9 @@ pub fn bench_kernels(g: &GpuBackend, s: KernelBenchShape) -> KernelBench {
     let mut matmul = Vec::new();
     for layout in MatmulLayout::ALL {
         let ms = best_ms(g, s.iters, || match layout {
-            MatmulLayout::Nt => g.matmul(layout, &mut out, &inp, &w, None, shape),
-            MatmulLayout::Nn => g.matmul(layout, &mut dinp, &dout, &w, None, shape),
-            MatmulLayout::Tn => g.matmul(layout, &mut dw, &dout, &inp, None, shape),
+            MatmulLayout::Nt => g.matmul_in(layout, &mut out, &inp, &w, shape),
+            MatmulLayout::Nn => g.matmul_in(layout, &mut dinp, &dout, &w, shape),
+            MatmulLayout::Tn => g.matmul_in(layout, &mut dw, &dout, &inp, shape),
         });
         let (m, nn, k) = match layout {
             MatmulLayout::Nt => (n, oc, c),
@@ -128,5 +146,5 @@ pub fn bench_kernels(g: &GpuBackend, s: KernelBenchShape) -> KernelBench {
     let ms = best_ms(g, s.iters, || g.softmax_xent_forward(&mut losses, &mut probs, &logits, &targets, ls));
     push("softmax_xent_forward", s.logit_rows * vp, 8 * (s.logit_rows * vp) as u64, ms);
 
-    KernelBench { device: g.describe(), tiles: g.tiles().name, matmul, memory }
+    KernelBench { device: g.describe(), tiles: g.matmul_kind(), matmul, memory }
 }

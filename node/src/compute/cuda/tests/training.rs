@@ -1,0 +1,29 @@
+//! Whole training steps on the CUDA backend: the tiny preset tracks the CPU
+//! backend's losses, reruns are bit-identical (shared body in
+//! `compute::oracle`), and a step moves only tokens up and the stats down.
+
+use crate::compute::cuda::testing::cuda_or_skip;
+use crate::compute::oracle::{training_tracks_cpu_and_reruns_bit_identically, transfer_model, transfer_step};
+
+#[test]
+fn twenty_tiny_steps_track_the_cpu_and_rerun_bit_identically() {
+    let Some(g) = cuda_or_skip("cuda twenty_tiny_steps_track_the_cpu_and_rerun_bit_identically") else {
+        return;
+    };
+    training_tracks_cpu_and_reruns_bit_identically(&g);
+}
+
+#[test]
+fn a_training_step_moves_only_tokens_up_and_stats_down() {
+    let Some(g) = cuda_or_skip("cuda a_training_step_moves_only_tokens_up_and_stats_down") else { return };
+    let mut model = transfer_model(&g);
+    transfer_step(&g, &mut model, 1); // allocates activations
+    g.reset_transfer_stats();
+    let loss = transfer_step(&g, &mut model, 2);
+    let t = g.transfer_stats();
+    assert!(loss.is_finite());
+    assert_eq!(t.tensor_uploads, 0, "{t:?}");
+    assert_eq!(t.token_uploads, 2, "inputs and targets go up: {t:?}");
+    assert_eq!(t.downloads, 1, "only the stats come down: {t:?}");
+    assert!(t.bytes_down <= 64, "{t:?}");
+}

@@ -1,0 +1,164 @@
+//! Which compute backend runs: `--device auto|cpu|gpu|cuda` resolved against
+//! the backends this build has (cargo features `gpu` and `cuda`) and the
+//! devices this machine has, and `on_backend!`, which opens the chosen backend
+//! and runs code generic over `Backend` on it.
+//!
+//! `auto` prefers a CUDA device, then a hardware wgpu adapter, then the CPU
+//! backend; it never picks a software rasterizer (lavapipe) over the CPU.
+
+use thiserror::Error;
+
+/// The backend a command or a node's trainer will use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Chosen {
+    Cpu,
+    /// The wgpu backend on an adapter `AdapterChoice` allows.
+    #[cfg(feature = "gpu")]
+    Gpu(crate::compute::gpu::AdapterChoice),
+    /// The CUDA backend on the device with this ordinal.
+    #[cfg(feature = "cuda")]
+    Cuda(usize),
+}
+
+impl Chosen {
+    /// The backend's short name: "cpu", "gpu" or "cuda".
+    pub fn name(self) -> &'static str {
+        match self {
+            Chosen::Cpu => "cpu",
+            #[cfg(feature = "gpu")]
+            Chosen::Gpu(_) => "gpu",
+            #[cfg(feature = "cuda")]
+            Chosen::Cuda(_) => "cuda",
+        }
+    }
+}
+
+/// Why the requested backend cannot run here.
+#[derive(Debug, Error)]
+pub enum DeviceError {
+    #[error(
+        "--device {backend}: this build of murmur has no {backend} backend; rebuild with \
+         `cargo build --release --features {feature}` or use --device cpu"
+    )]
+    NotBuilt { backend: &'static str, feature: &'static str },
+    #[cfg(feature = "gpu")]
+    #[error(transparent)]
+    Gpu(#[from] crate::compute::gpu::GpuError),
+    #[cfg(feature = "cuda")]
+    #[error(transparent)]
+    Cuda(#[from] crate::compute::cuda::CudaError),
+}
+
+/// `--device cpu`.
+pub fn cpu() -> Chosen {
+    Chosen::Cpu
+}
+
+/// `--device gpu`: any wgpu adapter, software ones (lavapipe) included. The
+/// adapter itself is looked for when the backend is opened.
+#[cfg(feature = "gpu")]
+pub fn gpu() -> Result<Chosen, DeviceError> {
+    Ok(Chosen::Gpu(crate::compute::gpu::AdapterChoice::Any))
+}
+
+/// `--device gpu` in a build without the wgpu backend.
+#[cfg(not(feature = "gpu"))]
+pub fn gpu() -> Result<Chosen, DeviceError> {
+    Err(DeviceError::NotBuilt { backend: "gpu", feature: "gpu" })
+}
+
+/// `--device cuda`: the first CUDA device, or why there is none.
+#[cfg(feature = "cuda")]
+pub fn cuda() -> Result<Chosen, DeviceError> {
+    Ok(Chosen::Cuda(crate::compute::cuda::first_device()?))
+}
+
+/// `--device cuda` in a build without the CUDA backend.
+#[cfg(not(feature = "cuda"))]
+pub fn cuda() -> Result<Chosen, DeviceError> {
+    Err(DeviceError::NotBuilt { backend: "cuda", feature: "cuda" })
+}
+
+/// `--device auto`: a CUDA device, else a hardware wgpu adapter, else the CPU.
+pub fn auto() -> Chosen {
+    #[cfg(feature = "cuda")]
+    {
+        use crate::compute::cuda::{first_device, libs::CudaLibrary, CudaError};
+        match first_device() {
+            Ok(ordinal) => return Chosen::Cuda(ordinal),
+            // A GPU is there but a runtime library is not: say why it is not used.
+            Err(e @ CudaError::MissingLibrary(CudaLibrary::Nvrtc | CudaLibrary::Cublas)) => {
+                tracing::warn!("--device auto: not using the CUDA device: {e}")
+            }
+            Err(_) => {}
+        }
+    }
+    #[cfg(feature = "gpu")]
+    {
+        use crate::compute::gpu::{adapter_available, AdapterChoice};
+        if adapter_available(AdapterChoice::HardwareOnly) {
+            return Chosen::Gpu(AdapterChoice::HardwareOnly);
+        }
+    }
+    Chosen::Cpu
+}
+
+/// Opens the backend `$chosen` names and evaluates `$body` with `$b` bound to
+/// it (by value); if it cannot be opened, evaluates `$fail` with `$e` bound to
+/// the `DeviceError`. Both arms must have the same type.
+macro_rules! on_backend {
+    ($chosen:expr, |$b:ident| $body:expr, |$e:ident| $fail:expr) => {
+        match $chosen {
+            $crate::compute::device::Chosen::Cpu => {
+                let $b = $crate::compute::cpu::CpuBackend::new();
+                $body
+            }
+            #[cfg(feature = "gpu")]
+            $crate::compute::device::Chosen::Gpu(choice) => {
+                match $crate::compute::gpu::GpuBackend::new(choice) {
+                    Ok($b) => $body,
+                    Err(err) => {
+                        let $e = $crate::compute::device::DeviceError::from(err);
+                        $fail
+                    }
+                }
+            }
+            #[cfg(feature = "cuda")]
+            $crate::compute::device::Chosen::Cuda(ordinal) => {
+                match $crate::compute::cuda::CudaBackend::new(ordinal) {
+                    Ok($b) => $body,
+                    Err(err) => {
+                        let $e = $crate::compute::device::DeviceError::from(err);
+                        $fail
+                    }
+                }
+            }
+        }
+    };
+}
+pub(crate) use on_backend;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_is_always_there_and_auto_resolves() {
+        assert_eq!(cpu().name(), "cpu");
+        assert!(["cpu", "gpu", "cuda"].contains(&auto().name()));
+    }
+
+    #[cfg(not(feature = "gpu"))]
+    #[test]
+    fn gpu_in_a_build_without_it_says_how_to_get_it() {
+        let e = gpu().expect_err("no gpu feature").to_string();
+        assert!(e.contains("no gpu backend") && e.contains("--features gpu"), "{e}");
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    #[test]
+    fn cuda_in_a_build_without_it_says_how_to_get_it() {
+        let e = cuda().expect_err("no cuda feature").to_string();
+        assert!(e.contains("no cuda backend") && e.contains("--features cuda"), "{e}");
+    }
+}

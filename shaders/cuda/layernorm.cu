@@ -1,0 +1,85 @@
+// LayerNorm over the last axis of an (n, c) tensor, eps = 1e-5 (llm.c's
+// layernorm_forward / layernorm_backward). One block of BLOCK threads per row;
+// row sums use a fixed tree, parameter gradients give each channel to one
+// thread that walks the rows in order: no atomics, deterministic.
+
+#define BLOCK 256
+
+__device__ float block_sum(float x, float* sh) {
+    sh[threadIdx.x] = x;
+    __syncthreads();
+    for (unsigned s = BLOCK / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    float r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+extern "C" __global__ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                             const float* w, const float* b, unsigned n, unsigned c) {
+    __shared__ float sh[BLOCK];
+    size_t row = blockIdx.x;
+    if (row >= n) return;
+    const float* x = inp + row * c;
+    float acc = 0.0f;
+    for (unsigned j = threadIdx.x; j < c; j += BLOCK) acc += x[j];
+    float mu = block_sum(acc, sh) / (float)c;
+    acc = 0.0f;
+    for (unsigned j = threadIdx.x; j < c; j += BLOCK) {
+        float d = x[j] - mu;
+        acc += d * d;
+    }
+    float var = block_sum(acc, sh) / (float)c;
+    float rs = 1.0f / sqrtf(var + 1e-5f);
+    for (unsigned j = threadIdx.x; j < c; j += BLOCK) {
+        out[row * c + j] = (x[j] - mu) * rs * w[j] + b[j];
+    }
+    if (threadIdx.x == 0) {
+        mean[row] = mu;
+        rstd[row] = rs;
+    }
+}
+
+// dinp += (dnorm − mean(dnorm) − norm · mean(dnorm · norm)) · rstd, per row.
+extern "C" __global__ void layernorm_backward_input(float* dinp, const float* dout, const float* inp,
+                                                    const float* w, const float* mean, const float* rstd,
+                                                    unsigned n, unsigned c) {
+    __shared__ float sh[BLOCK];
+    size_t row = blockIdx.x;
+    if (row >= n) return;
+    const float* x = inp + row * c;
+    const float* d = dout + row * c;
+    float mu = mean[row], rs = rstd[row];
+    float a1 = 0.0f, a2 = 0.0f;
+    for (unsigned j = threadIdx.x; j < c; j += BLOCK) {
+        float norm = (x[j] - mu) * rs;
+        float dn = w[j] * d[j];
+        a1 += dn;
+        a2 += dn * norm;
+    }
+    float m1 = block_sum(a1, sh) / (float)c;
+    float m2 = block_sum(a2, sh) / (float)c;
+    for (unsigned j = threadIdx.x; j < c; j += BLOCK) {
+        float norm = (x[j] - mu) * rs;
+        float dn = w[j] * d[j];
+        dinp[row * c + j] += (dn - m1 - norm * m2) * rs;
+    }
+}
+
+// dweight[j] += Σ_i norm[i, j] · dout[i, j]; dbias[j] += Σ_i dout[i, j]; rows in order.
+extern "C" __global__ void layernorm_backward_params(float* dw, float* db, const float* dout, const float* inp,
+                                                     const float* mean, const float* rstd, unsigned n,
+                                                     unsigned c) {
+    size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= c) return;
+    float aw = dw[j], ab = db[j];
+    for (size_t i = 0; i < n; i++) {
+        float d = dout[i * c + j];
+        aw += (inp[i * c + j] - mean[i]) * rstd[i] * d;
+        ab += d;
+    }
+    dw[j] = aw;
+    db[j] = ab;
+}
