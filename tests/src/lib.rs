@@ -157,7 +157,12 @@ pub struct RunSettings {
 /// Start a bootstrap server on an ephemeral loopback port; returns it and
 /// its TCP multiaddr (ending in /p2p/<id>).
 pub fn start_bootstrap(dir: &Path, s: &RunSettings) -> (Proc, String) {
-    let args: Vec<String> = [
+    start_bootstrap_with(dir, s, &[])
+}
+
+/// `start_bootstrap` with extra flags (e.g. `--dataset shakespeare`).
+pub fn start_bootstrap_with(dir: &Path, s: &RunSettings, extra: &[&str]) -> (Proc, String) {
+    let mut args: Vec<String> = [
         "--listen",
         "/ip4/127.0.0.1/tcp/0",
         "--no-mdns",
@@ -177,6 +182,7 @@ pub fn start_bootstrap(dir: &Path, s: &RunSettings) -> (Proc, String) {
     .iter()
     .map(|s| s.to_string())
     .collect();
+    args.extend(extra.iter().map(|s| s.to_string()));
     let p = Proc::spawn("murmur-bootstrap", &args, "bootstrap", dir);
     let addr = p.wait_line("with a listen address", Duration::from_secs(60), |l| {
         l.starts_with("/ip4/127.0.0.1/tcp/") && l.contains("/p2p/")

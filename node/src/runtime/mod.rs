@@ -8,11 +8,13 @@
 //!
 //! - `spec`: default run, model shape, genesis.
 //! - `startup`: spec discovery, stored position, cold start.
+//! - `dataset`: the run's dataset: manifest, assigned windows, shard fetching.
 //! - `trainer`: the compute thread.
 //! - `server`: what the node serves on the transfer protocol.
 //! - `node`: the event loop.
 //! - `report`: JSON / human output.
 
+pub mod dataset;
 pub mod node;
 pub mod report;
 pub mod server;
@@ -65,6 +67,8 @@ pub struct NodeOptions {
     pub discovery_wait: Duration,
     /// The compute backend the trainer runs on.
     pub device: crate::cli::device::Chosen,
+    /// `--dataset` and `--data-cache`.
+    pub dataset: dataset::DatasetOptions,
 }
 
 /// Run a training node until the process is stopped.
@@ -82,6 +86,7 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
     } else {
         spec::run_spec(&spec::RunParams::default())?
     };
+    dataset::check_data(&spec)?;
     store.meta.set_spec(&spec.encode())?;
     let cfg = spec::model_config(&spec)?;
     let (mine, resumed) = startup::load_position(&store, &spec)?;
@@ -114,7 +119,9 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
     server.set_status(ServedStatus { round: state.round, state: Some(state.id().0) });
     let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
     let shard = u64::from(u16::from_le_bytes([key.public().0[0], key.public().0[1]]));
-    let trainer = trainer::spawn(&spec, cfg, shard, opts.device, done_tx).map_err(RuntimeError::Trainer)?;
+    let feed =
+        dataset::prepare(&spec, &opts.dataset, store.clone(), net.clone(), key.public(), cfg.vocab_size, out).await?;
+    let trainer = trainer::spawn(&spec, cfg, shard, opts.device, done_tx, feed).map_err(RuntimeError::Trainer)?;
     out.event(
         "joined",
         json!({
