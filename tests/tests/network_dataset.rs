@@ -30,7 +30,7 @@ fn context(procs: &[&Proc]) -> String {
 fn four_nodes_train_on_shakespeare_fetched_by_hash() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
-    let settings = RunSettings { inner_steps: 8, batch: 4, quorum: 4, deadline: 60, seed: 13 };
+    let settings = RunSettings { inner_steps: 8, batch: 4, quorum: 2, deadline: 20, seed: 13 };
     let (boot, addr) = start_bootstrap_with(d, &settings, &["--dataset", "shakespeare"]);
     let nodes: Vec<Proc> = ["a", "b", "c", "e"].iter().map(|n| start_node(d, n, &addr, &[])).collect();
     let all: Vec<&Proc> = nodes.iter().chain([&boot]).collect();
