@@ -85,9 +85,8 @@ mod tests {
     #[test]
     fn nodes_of_a_round_overlap_little_and_rounds_cover_the_data() {
         let total = 16_000;
-        let nodes: Vec<HashSet<u64>> = (0..4u8)
-            .map(|k| assigned_windows(5, 2, &key(k), total, 400).into_iter().collect())
-            .collect();
+        let nodes: Vec<HashSet<u64>> =
+            (0..4u8).map(|k| assigned_windows(5, 2, &key(k), total, 400).into_iter().collect()).collect();
         let mut overlap = 0;
         for i in 0..4 {
             for j in i + 1..4 {

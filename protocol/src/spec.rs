@@ -463,7 +463,10 @@ pub(crate) mod tests {
         assert!(matches!(r, DataRef::Dataset { manifest_len: 1234, .. }));
         assert_eq!(r.to_string(), s);
         assert_eq!(DataRef::parse("synthetic"), Ok(DataRef::Synthetic(String::new())));
-        assert_eq!(DataRef::parse("synthetic:seed=3").map(|r| r.to_string()).as_deref(), Ok("synthetic:seed=3"));
+        assert_eq!(
+            DataRef::parse("synthetic:seed=3").map(|r| r.to_string()).as_deref(),
+            Ok("synthetic:seed=3")
+        );
         for bad in [
             format!("dataset:{id}"),
             format!("dataset:{}:12", "AB".repeat(32)),
@@ -476,7 +479,10 @@ pub(crate) mod tests {
             let err = DataRef::parse(&bad).expect_err(&bad);
             assert!(err.to_string().starts_with("data:"), "{err}");
         }
-        assert!(DataRef::parse("/etc/passwd").expect_err("path").to_string().contains("never names a local path"));
+        assert!(DataRef::parse("/etc/passwd")
+            .expect_err("path")
+            .to_string()
+            .contains("never names a local path"));
     }
 
     #[test]
@@ -493,7 +499,15 @@ pub(crate) mod tests {
         let mut bad = sample_spec();
         bad.inner.lr = f32::NAN;
         assert!(matches!(RunSpec::decode(&bad.encode()), Err(WireError::NonFinite { .. })));
-        for path in ["/home/alice/.ssh/id_ed25519", "shards:/data", "text:x.txt", "x.bin", "synthetic:seed=1;rm", "dataset:00:5", ""] {
+        for path in [
+            "/home/alice/.ssh/id_ed25519",
+            "shards:/data",
+            "text:x.txt",
+            "x.bin",
+            "synthetic:seed=1;rm",
+            "dataset:00:5",
+            "",
+        ] {
             let mut bad = sample_spec();
             bad.data = path.into();
             match RunSpec::decode(&bad.encode()) {

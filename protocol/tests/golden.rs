@@ -6,13 +6,13 @@
 //! `MURMUR_BLESS=1 cargo test -p murmur-protocol --test golden`
 
 use murmur_protocol::codec::{encode_delta, Codec};
+use murmur_protocol::dataset::{DatasetManifest, DatasetTokenizer, ShardEntry};
+use murmur_protocol::hash::{dataset_id_of, shard_hash_of};
 use murmur_protocol::hash::{hex, payload_hash_of, unhex, PayloadHash, RunId, StateId};
 use murmur_protocol::identity::{verify, NodeKey, PublicKey, Signature, SIGN_DELTA_MANIFEST};
 use murmur_protocol::spec::{
     AdmissionPolicy, InnerOptimizer, ModelShape, OuterOptimizer, RobustMode, RunSpec,
 };
-use murmur_protocol::dataset::{DatasetManifest, DatasetTokenizer, ShardEntry};
-use murmur_protocol::hash::{dataset_id_of, shard_hash_of};
 use murmur_protocol::{DeltaManifest, PeerLink, RejectionCount, RoundCommit, Telemetry, TrainingState};
 use std::path::PathBuf;
 

@@ -61,8 +61,10 @@ fn four_nodes_train_on_shakespeare_fetched_by_hash() {
     // Each node fetched dataset bytes, and less than the whole dataset.
     for n in &nodes {
         let fetched = n.events_of("dataset_fetched");
-        let last = fetched.last().unwrap_or_else(|| panic!("{} logged no dataset_fetched\n{}", n.name, n.tail()));
-        let (got, total) = (last["fetched_bytes"].as_u64().unwrap_or(0), last["dataset_bytes"].as_u64().unwrap_or(0));
+        let last =
+            fetched.last().unwrap_or_else(|| panic!("{} logged no dataset_fetched\n{}", n.name, n.tail()));
+        let (got, total) =
+            (last["fetched_bytes"].as_u64().unwrap_or(0), last["dataset_bytes"].as_u64().unwrap_or(0));
         assert!(got > 0, "{} fetched nothing: {last}", n.name);
         assert!(got < total, "{} fetched the whole dataset ({got} of {total})", n.name);
     }
@@ -147,7 +149,8 @@ fn a_run_spec_naming_a_local_path_is_refused_without_opening_it() {
     let c = std::ffi::CString::new(fifo.display().to_string()).expect("path");
     // SAFETY: a valid NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0, "mkfifo");
-    for data in [fifo.display().to_string(), format!("text:{}", fifo.display()), format!("shards:{}", fifo.display())]
+    for data in
+        [fifo.display().to_string(), format!("text:{}", fifo.display()), format!("shards:{}", fifo.display())]
     {
         let spec = run_spec(&RunParams { data: data.clone(), ..Default::default() }).expect("spec");
         assert!(murmur_protocol::RunSpec::decode(&spec.encode()).is_err(), "{data} decoded");
@@ -168,7 +171,9 @@ fn a_run_spec_naming_a_local_path_is_refused_without_opening_it() {
             let rt = tokio::runtime::Runtime::new().expect("runtime");
             let _ = tx.send(rt.block_on(run_node(opts)).map_err(|e| e.to_string()));
         });
-        let result = rx.recv_timeout(Duration::from_secs(20)).expect("the node returned instead of blocking on the path");
+        let result = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("the node returned instead of blocking on the path");
         let err = result.expect_err("a node must refuse a spec naming a path");
         assert!(err.contains("never names a local path") && err.contains("--dataset"), "{err}");
     }

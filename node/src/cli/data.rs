@@ -52,7 +52,11 @@ fn add(a: AddArgs) -> Result<()> {
     let out = match &a.out {
         Some(o) => o.clone(),
         None => {
-            let name = a.input.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "data".into());
+            let name = a
+                .input
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "data".into());
             a.input.with_file_name(format!("{name}.dataset"))
         }
     };
@@ -65,7 +69,8 @@ fn add(a: AddArgs) -> Result<()> {
     );
     let started = Instant::now();
     let mut sink = DirSink::create(&out)?;
-    let opts = BuildOptions { tokenizer: a.tokenizer, shard_tokens: a.shard_tokens, val_tokens: a.val_tokens };
+    let opts =
+        BuildOptions { tokenizer: a.tokenizer, shard_tokens: a.shard_tokens, val_tokens: a.val_tokens };
     let (manifest, bytes) = build(&a.input, opts, &mut sink, &|done| bar.set_position(done))
         .with_context(|| format!("building a dataset from {}", a.input.display()))?;
     let id = sink.finish(&manifest)?;

@@ -2,8 +2,8 @@
 
 pub mod bench;
 pub mod bench_kernels;
-pub mod data;
 pub mod dashboard;
+pub mod data;
 pub mod device;
 pub mod devices;
 pub mod model_io;

@@ -8,8 +8,8 @@ use clap::Args;
 use libp2p::Multiaddr;
 
 use crate::cli::device::{choose, DeviceArg};
-use crate::runtime::spec::{run_spec, RunParams};
 use crate::runtime::dataset::DatasetOptions;
+use crate::runtime::spec::{run_spec, RunParams};
 use crate::runtime::{run_node, NodeOptions};
 
 /// Settings of `murmur node`.

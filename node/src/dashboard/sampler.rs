@@ -34,7 +34,8 @@ impl Sampler {
         // Only synthetic data is opened here (it is generated, not read): a
         // dataset is named by hash and never as a path.
         let synthetic = matches!(spec.data_ref(), Ok(murmur_protocol::DataRef::Synthetic(_)));
-        let corpus = if synthetic { DataSpec::parse(&spec.data).and_then(|d| Corpus::open(&d)).ok() } else { None };
+        let corpus =
+            if synthetic { DataSpec::parse(&spec.data).and_then(|d| Corpus::open(&d)).ok() } else { None };
         let (tokenizer, entropy_floor) = match corpus {
             Some(corpus) => (corpus.tokenizer(), corpus.entropy_floor()),
             None => {

@@ -50,7 +50,11 @@ pub fn check_data(spec: &RunSpec) -> Result<DataRef, RuntimeError> {
 }
 
 /// Import a local copy into the store (pinned) after checking it is the run's dataset.
-pub fn import_local(store: &Store, local: &LocalDataset, want: Option<DatasetId>) -> Result<(), RuntimeError> {
+pub fn import_local(
+    store: &Store,
+    local: &LocalDataset,
+    want: Option<DatasetId>,
+) -> Result<(), RuntimeError> {
     if let Some(want) = want {
         if local.id() != want {
             return Err(RuntimeError::Config(format!(
@@ -141,7 +145,12 @@ pub async fn prepare(
     })))
 }
 
-async fn fetch_manifest(net: &NetHandle, id: DatasetId, len: u64, store: &Store) -> Result<Vec<u8>, RuntimeError> {
+async fn fetch_manifest(
+    net: &NetHandle,
+    id: DatasetId,
+    len: u64,
+    store: &Store,
+) -> Result<Vec<u8>, RuntimeError> {
     let give_up = Instant::now() + MANIFEST_WAIT;
     let mut last = String::from("no peer connected");
     while Instant::now() < give_up {
@@ -185,7 +194,13 @@ impl DatasetFeed {
     }
 
     /// The `steps` batches of round `round` (blocking: call on the trainer thread).
-    pub fn round_batches(&self, round: u64, batch: usize, seq: usize, steps: usize) -> Result<Vec<Batch>, String> {
+    pub fn round_batches(
+        &self,
+        round: u64,
+        batch: usize,
+        seq: usize,
+        steps: usize,
+    ) -> Result<Vec<Batch>, String> {
         let total = self.manifest.windows(Split::Train, seq as u64 + 1);
         if total == 0 {
             return Err(format!(
@@ -219,7 +234,11 @@ impl DatasetFeed {
         }
         let total = self.manifest.windows(Split::Val, seq as u64 + 1);
         if total == 0 {
-            return Err(format!("dataset {}: the validation split holds no window of {} tokens", self.id, seq + 1));
+            return Err(format!(
+                "dataset {}: the validation split holds no window of {} tokens",
+                self.id,
+                seq + 1
+            ));
         }
         let windows: Vec<u64> = (0..(batch * count) as u64).map(|w| w % total).collect();
         let batches = self.batches(Split::Val, &windows, batch, seq)?;
@@ -237,7 +256,8 @@ impl DatasetFeed {
             .collect();
         indices.sort_unstable();
         indices.dedup();
-        let needed: HashSet<ShardHash> = indices.iter().filter_map(|&i| entries.get(i)).map(|e| e.hash).collect();
+        let needed: HashSet<ShardHash> =
+            indices.iter().filter_map(|&i| entries.get(i)).map(|e| e.hash).collect();
         let mut loaded: HashMap<usize, Vec<u16>> = HashMap::new();
         for i in indices {
             let entry = entries.get(i).copied().ok_or("shard index outside the manifest")?;
@@ -300,9 +320,15 @@ pub async fn fetch_shard(net: &NetHandle, entry: &ShardEntry) -> Result<Vec<u8>,
 /// Fetch one shard from `peers` (asked in this order), verified against its
 /// manifest entry; a peer whose bytes do not match is charged `bad_chunk`
 /// and the shard is asked of the next.
-pub async fn fetch_shard_from(net: &NetHandle, entry: &ShardEntry, peers: &[PeerId]) -> Result<Vec<u8>, String> {
+pub async fn fetch_shard_from(
+    net: &NetHandle,
+    entry: &ShardEntry,
+    peers: &[PeerId],
+) -> Result<Vec<u8>, String> {
     let len = entry.byte_len();
-    let f = fetch_blob(net, BlobKind::DatasetShard, entry.hash.0, len, len, peers).await.map_err(|e| e.to_string())?;
+    let f = fetch_blob(net, BlobKind::DatasetShard, entry.hash.0, len, len, peers)
+        .await
+        .map_err(|e| e.to_string())?;
     // fetch_blob checked every chunk against the hash; check the whole once more.
     if murmur_protocol::hash::shard_hash_of(&f.bytes) != entry.hash {
         return Err(format!("shard {} does not match the manifest", hex(&entry.hash.0)));

@@ -120,8 +120,10 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
     let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
     let shard = u64::from(u16::from_le_bytes([key.public().0[0], key.public().0[1]]));
     let feed =
-        dataset::prepare(&spec, &opts.dataset, store.clone(), net.clone(), key.public(), cfg.vocab_size, out).await?;
-    let trainer = trainer::spawn(&spec, cfg, shard, opts.device, done_tx, feed).map_err(RuntimeError::Trainer)?;
+        dataset::prepare(&spec, &opts.dataset, store.clone(), net.clone(), key.public(), cfg.vocab_size, out)
+            .await?;
+    let trainer =
+        trainer::spawn(&spec, cfg, shard, opts.device, done_tx, feed).map_err(RuntimeError::Trainer)?;
     out.event(
         "joined",
         json!({

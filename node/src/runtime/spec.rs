@@ -168,7 +168,11 @@ mod tests {
         assert_eq!(parse_robust("norm-clip:1.5"), Ok(RobustMode::NormClip { multiple: 1.5 }));
         assert!(parse_robust("norm-filter:x").is_err_and(|e| e.contains("not a number")));
         assert!(parse_robust("krum").is_err_and(|e| e.contains("norm-filter")));
-        assert_eq!(RunParams::default().robust, RobustMode::NormFilter { multiple: 3.0 }, "defended by default");
+        assert_eq!(
+            RunParams::default().robust,
+            RobustMode::NormFilter { multiple: 3.0 },
+            "defended by default"
+        );
         let p = RunParams { robust: RobustMode::Mean, ..Default::default() };
         let spec = run_spec(&p).expect("spec");
         spec.validate().expect("valid");

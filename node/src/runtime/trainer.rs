@@ -101,7 +101,9 @@ pub fn spawn(
         Some(feed) => TrainData::Dataset(feed),
         None => {
             let data = match spec.data_ref().map_err(|e| e.to_string())? {
-                murmur_protocol::DataRef::Synthetic(_) => DataSpec::parse(&spec.data).map_err(|e| e.to_string())?,
+                murmur_protocol::DataRef::Synthetic(_) => {
+                    DataSpec::parse(&spec.data).map_err(|e| e.to_string())?
+                }
                 murmur_protocol::DataRef::Dataset { id, .. } => {
                     return Err(format!("dataset {id} has no feed"));
                 }
@@ -114,7 +116,8 @@ pub fn spawn(
                     cfg.vocab_size
                 ));
             }
-            let loader = corpus.train_loader(batch, seq, spec.seed, shard, 1 << 16).map_err(|e| e.to_string())?;
+            let loader =
+                corpus.train_loader(batch, seq, spec.seed, shard, 1 << 16).map_err(|e| e.to_string())?;
             let val = corpus.val_loader(batch, seq).map_err(|e| e.to_string())?;
             TrainData::Stream { loader: Box::new(loader), val: Box::new(val) }
         }
@@ -241,7 +244,9 @@ impl Worker {
         let m = self.model_with(backend, model, params);
         let result = match (&mut self.data, val_batches) {
             (_, Some(batches)) => evaluate_batches(backend, m, &batches),
-            (TrainData::Stream { val, .. }, None) => evaluate(backend, m, val, VAL_BATCHES).map_err(|e| e.to_string()),
+            (TrainData::Stream { val, .. }, None) => {
+                evaluate(backend, m, val, VAL_BATCHES).map_err(|e| e.to_string())
+            }
             (TrainData::Dataset(_), None) => Err("no validation batches".to_string()),
         };
         match result {

@@ -240,10 +240,9 @@ pub fn build(
         train,
         val,
     };
-    manifest.validate().map_err(|e| DataError::BadDataset {
-        what: input.display().to_string(),
-        reason: e.to_string(),
-    })?;
+    manifest
+        .validate()
+        .map_err(|e| DataError::BadDataset { what: input.display().to_string(), reason: e.to_string() })?;
     Ok((manifest, total_bytes))
 }
 
@@ -271,8 +270,12 @@ pub fn build_text(
         sharder.push(&tokenizer.encode(piece), &|| "built-in text".to_string())?;
     }
     sharder.flush()?;
-    let manifest =
-        DatasetManifest { tokenizer: dataset_tokenizer(kind), shard_tokens, train: sharder.train, val: sharder.val };
+    let manifest = DatasetManifest {
+        tokenizer: dataset_tokenizer(kind),
+        shard_tokens,
+        train: sharder.train,
+        val: sharder.val,
+    };
     manifest
         .validate()
         .map_err(|e| DataError::BadDataset { what: "built-in text".into(), reason: e.to_string() })?;
@@ -325,9 +328,11 @@ mod tests {
             assert_eq!(shard_hash_of(shard), *hash);
         }
         // Deterministic: the same input gives the same DatasetId.
-        let again = build(&path, opts(TokenizerKind::Byte, 10_000), &mut MemorySink::default(), &|_| {}).unwrap();
+        let again =
+            build(&path, opts(TokenizerKind::Byte, 10_000), &mut MemorySink::default(), &|_| {}).unwrap();
         assert_eq!(again.0.id(), m.id());
-        let gpt2 = build(&path, opts(TokenizerKind::Gpt2, 10_000), &mut MemorySink::default(), &|_| {}).unwrap();
+        let gpt2 =
+            build(&path, opts(TokenizerKind::Gpt2, 10_000), &mut MemorySink::default(), &|_| {}).unwrap();
         assert_ne!(gpt2.0.id(), m.id());
     }
 
@@ -357,12 +362,16 @@ mod tests {
         assert!(matches!(err, DataError::TokenOutOfRange { token: 300, vocab: 256, .. }), "{err}");
         assert!(err.to_string().contains("different tokenizer"), "{err}");
         std::fs::write(d.join("tiny.txt"), "x").unwrap();
-        assert!(matches!(run(&d.join("tiny.txt"), TokenizerKind::Byte), Err(DataError::DatasetTooSmall { .. })));
+        assert!(matches!(
+            run(&d.join("tiny.txt"), TokenizerKind::Byte),
+            Err(DataError::DatasetTooSmall { .. })
+        ));
         let empty = d.join("nothing");
         std::fs::create_dir(&empty).unwrap();
         assert!(matches!(run(&empty, TokenizerKind::Byte), Err(DataError::EmptyFolder { .. })));
         assert!(matches!(run(&d.join("absent"), TokenizerKind::Byte), Err(DataError::MissingPath { .. })));
-        let zero = build(&d.join("tiny.txt"), opts(TokenizerKind::Byte, 0), &mut MemorySink::default(), &|_| {});
+        let zero =
+            build(&d.join("tiny.txt"), opts(TokenizerKind::Byte, 0), &mut MemorySink::default(), &|_| {});
         assert!(matches!(zero, Err(DataError::BadDataset { .. })));
     }
 

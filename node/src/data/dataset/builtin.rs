@@ -37,7 +37,11 @@ fn shakespeare() -> Result<MemoryDataset, DataError> {
         SHAKESPEARE_SHARD_TOKENS,
         u64::from(SHAKESPEARE_SHARD_TOKENS),
     )?;
-    Ok(MemoryDataset { manifest_bytes: manifest.encode(), manifest, shards: sink.shards.into_iter().collect() })
+    Ok(MemoryDataset {
+        manifest_bytes: manifest.encode(),
+        manifest,
+        shards: sink.shards.into_iter().collect(),
+    })
 }
 
 /// The built-in dataset called `name`, or `None` when there is none.

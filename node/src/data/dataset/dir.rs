@@ -81,7 +81,9 @@ impl DatasetDir {
         let bytes = fs::read(&path).map_err(|e| DataError::io(&path, e))?;
         let manifest = DatasetManifest::decode(&bytes).map_err(|e| DataError::BadDataset {
             what: dir.display().to_string(),
-            reason: format!("{MANIFEST_FILE} is not a valid dataset manifest ({e}); rebuild it with `murmur data add`"),
+            reason: format!(
+                "{MANIFEST_FILE} is not a valid dataset manifest ({e}); rebuild it with `murmur data add`"
+            ),
         })?;
         Ok(Self { dir: dir.to_path_buf(), manifest, manifest_bytes: bytes })
     }
@@ -97,7 +99,10 @@ impl DatasetDir {
         if shard_hash_of(&bytes) != *hash {
             return Err(DataError::BadDataset {
                 what: self.dir.display().to_string(),
-                reason: format!("shard {} does not match its hash; the copy is corrupt, rebuild it", hex(&hash.0)),
+                reason: format!(
+                    "shard {} does not match its hash; the copy is corrupt, rebuild it",
+                    hex(&hash.0)
+                ),
             });
         }
         Ok(bytes)

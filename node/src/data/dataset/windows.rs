@@ -11,7 +11,10 @@ use crate::data::loader::Batch;
 /// The u16 tokens of a shard's bytes, each checked to be below `vocab`.
 pub fn shard_tokens(bytes: &[u8], vocab: u32, name: &str) -> Result<Vec<u16>, DataError> {
     if bytes.len() % 2 != 0 {
-        return Err(DataError::BadDataset { what: name.into(), reason: "a shard has an odd number of bytes".into() });
+        return Err(DataError::BadDataset {
+            what: name.into(),
+            reason: "a shard has an odd number of bytes".into(),
+        });
     }
     let tokens: Vec<u16> = bytes.chunks_exact(2).map(|p| u16::from_le_bytes([p[0], p[1]])).collect();
     if let Some((position, &t)) = tokens.iter().enumerate().find(|(_, &t)| u32::from(t) >= vocab) {
@@ -90,7 +93,10 @@ mod tests {
         assert_eq!(b[0].targets[9..], (121..130).collect::<Vec<u32>>()[..]);
         assert!(batches_of(&m, Split::Train, &[14], 1, 9, &get).is_err());
         assert!(shard_tokens(&[1, 0, 2], 256, "s").is_err());
-        assert!(matches!(shard_tokens(&[0, 1], 256, "s"), Err(DataError::TokenOutOfRange { token: 256, .. })));
+        assert!(matches!(
+            shard_tokens(&[0, 1], 256, "s"),
+            Err(DataError::TokenOutOfRange { token: 256, .. })
+        ));
         assert_eq!(shard_tokens(&[7, 0, 255, 0], 256, "s").unwrap(), vec![7, 255]);
     }
 }
