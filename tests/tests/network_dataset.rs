@@ -65,6 +65,7 @@ fn four_nodes_train_on_shakespeare_fetched_by_hash() {
             fetched.last().unwrap_or_else(|| panic!("{} logged no dataset_fetched\n{}", n.name, n.tail()));
         let (got, total) =
             (last["fetched_bytes"].as_u64().unwrap_or(0), last["dataset_bytes"].as_u64().unwrap_or(0));
+        eprintln!("{}: fetched {got} of {total} dataset bytes; val losses of a: {val:?}", n.name);
         assert!(got > 0, "{} fetched nothing: {last}", n.name);
         assert!(got < total, "{} fetched the whole dataset ({got} of {total})", n.name);
     }
