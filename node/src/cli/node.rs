@@ -43,6 +43,7 @@ pub struct NodeArgs {
     /// A local copy of the run's dataset: a directory from `murmur data add`
     /// or a built-in name (`shakespeare`). It must hash to the run's
     /// DatasetId; without it the node fetches the shards it needs from peers.
+    /// Without --bootstrap, the run the node starts trains on it.
     #[arg(long, env = "MURMUR_DATASET")]
     pub dataset: Option<String>,
     /// Most bytes of dataset shards to keep (suffixes K, M, G; least recently
@@ -81,6 +82,12 @@ pub fn run(a: NodeArgs) -> Result<()> {
         let mut p = RunParams::default();
         if let Some(h) = a.inner_steps {
             p.inner_steps = h;
+        }
+        // Starting a run alone: it trains on the --dataset given, if any.
+        if let Some(arg) = &a.dataset {
+            let local = crate::data::dataset::LocalDataset::open(arg)
+                .map_err(|e| anyhow::anyhow!("--dataset: {e}"))?;
+            p.data = local.data_ref();
         }
         Some(run_spec(&p)?)
     } else {

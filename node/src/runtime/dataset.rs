@@ -171,6 +171,9 @@ async fn fetch_manifest(
     )))
 }
 
+/// Validation batches made once: (batch, seq, count) and the batches.
+type ValCache = Option<((usize, usize, usize), Vec<Batch>)>;
+
 /// The trainer's view of a content-addressed dataset.
 pub struct DatasetFeed {
     pub id: DatasetId,
@@ -183,7 +186,7 @@ pub struct DatasetFeed {
     lru: Mutex<ShardLru>,
     fetched_bytes: AtomicU64,
     fetched_shards: AtomicU64,
-    val: Mutex<Option<(usize, usize, usize, Vec<Batch>)>>,
+    val: Mutex<ValCache>,
     out: Reporter,
 }
 
@@ -227,8 +230,8 @@ impl DatasetFeed {
 
     /// The first `count` validation batches (the same on every node).
     pub fn val_batches(&self, batch: usize, seq: usize, count: usize) -> Result<Vec<Batch>, String> {
-        if let Some((b, s, c, cached)) = self.val.lock().map_err(|e| e.to_string())?.as_ref() {
-            if (*b, *s, *c) == (batch, seq, count) {
+        if let Some((shape, cached)) = self.val.lock().map_err(|e| e.to_string())?.as_ref() {
+            if *shape == (batch, seq, count) {
                 return Ok(cached.clone());
             }
         }
@@ -243,7 +246,7 @@ impl DatasetFeed {
         let windows: Vec<u64> = (0..(batch * count) as u64).map(|w| w % total).collect();
         let batches = self.batches(Split::Val, &windows, batch, seq)?;
         if let Ok(mut v) = self.val.lock() {
-            *v = Some((batch, seq, count, batches.clone()));
+            *v = Some(((batch, seq, count), batches.clone()));
         }
         Ok(batches)
     }
