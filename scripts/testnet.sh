@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's first command: build the release binaries, then run a local
 # murmur network on 127.0.0.1 — a bootstrap server, N training nodes (default
-# 4) and the dashboard — on the built-in synthetic data. It prints the
+# 4) and the dashboard — on the built-in Tiny Shakespeare dataset (`--data
+# synthetic` for the synthetic language and its known entropy floor). It prints the
 # dashboard's URL and one line per round, keeps a log per process under
 # target/testnet/logs, and Ctrl-C stops every process it started.
 #

@@ -1,6 +1,6 @@
 //! murmur-bootstrap: the bootstrap server. It keeps a persistent identity,
 //! serves the DHT (Kademlia server), relays for nodes behind NAT (relay
-//! server, AutoNAT), hosts a run — its RunSpec and genesis state — so that
+//! server, AutoNAT), hosts a run — its RunSpec, genesis state and dataset — so that
 //! `murmur node --bootstrap <multiaddr>` is all a volunteer needs, relays
 //! the run's gossip, and exposes metrics.
 //!
@@ -16,7 +16,9 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use clap::Parser;
 use libp2p::Multiaddr;
+use murmur_node::data::dataset::{built_in, LocalDataset};
 use murmur_node::net::{self, NetConfig, NetEvent, Role};
+use murmur_node::runtime::dataset::import_local;
 use murmur_node::runtime::server::{ServedStatus, StoreServer};
 use murmur_node::runtime::spec::{genesis, run_spec, RunParams};
 use murmur_node::store::{keyfile, BlobKind, Store};
@@ -45,9 +47,15 @@ struct Args {
     /// Model preset of the hosted run.
     #[arg(long, default_value = "tiny")]
     preset: String,
-    /// Training data of the hosted run.
+    /// Training data of the hosted run: `synthetic[:options]`, a built-in
+    /// dataset name (`shakespeare`), or `dataset:<id>:<manifest bytes>`
+    /// (hosted by other peers). Use --dataset to host a local dataset.
     #[arg(long, default_value = "synthetic")]
     data: String,
+    /// Host this dataset and train the run on it: a directory written by
+    /// `murmur data add`, or a built-in name (`shakespeare`). Overrides --data.
+    #[arg(long)]
+    dataset: Option<String>,
     /// Inner steps H per round.
     #[arg(long, default_value_t = 100)]
     inner_steps: u32,
@@ -69,7 +77,8 @@ struct Args {
     codec: String,
     /// How deltas are combined: mean, median, norm-clip[:x], trimmed-mean[:x] or
     /// norm-filter[:x] (leave out deltas whose norm exceeds x times the median; x = 3).
-    #[arg(long, default_value = "mean")]
+    /// New runs are defended by default (norm-filter); `mean` turns it off.
+    #[arg(long, default_value = "norm-filter")]
     robust: String,
     /// Run seed (genesis parameters and data streams).
     #[arg(long, default_value_t = 1)]
@@ -89,9 +98,15 @@ fn run(a: Args) -> Result<()> {
         .with_writer(std::io::stderr)
         .init();
     let codec: Codec = a.codec.parse().map_err(|e| anyhow::anyhow!("--codec: {e}"))?;
+    let hosted = match (&a.dataset, built_in(&a.data)) {
+        (Some(arg), _) => Some(LocalDataset::open(arg).map_err(|e| anyhow::anyhow!("--dataset: {e}"))?),
+        (None, Some(_)) => Some(LocalDataset::open(&a.data).map_err(|e| anyhow::anyhow!("--data: {e}"))?),
+        (None, None) => None,
+    };
+    let data = hosted.as_ref().map_or_else(|| a.data.clone(), LocalDataset::data_ref);
     let params = RunParams {
         preset: a.preset.clone(),
-        data: a.data.clone(),
+        data,
         inner_steps: a.inner_steps,
         batch_size: a.batch,
         lr: a.lr,
@@ -106,6 +121,15 @@ fn run(a: Args) -> Result<()> {
     let spec = run_spec(&params)?;
     spec.validate().context("the run spec is invalid")?;
     let store = Arc::new(Store::open(&a.data_dir)?);
+    if let Some(local) = &hosted {
+        import_local(&store, local, None)?;
+        eprintln!(
+            "murmur-bootstrap: hosting dataset {} ({} tokenizer, {} bytes of shards)",
+            local.id(),
+            local.manifest().tokenizer.name(),
+            local.manifest().total_bytes()
+        );
+    }
     let key = keyfile::load_or_create(&a.key.clone().unwrap_or_else(|| a.data_dir.join("bootstrap.key")))?;
     let g = genesis(&spec)?;
     let genesis_id = store.blobs.put(BlobKind::State, &g.encode())?;

@@ -12,6 +12,12 @@ pub const DOMAIN_RUN_ID: &str = "murmur 2025-01 v1 run-id";
 pub const DOMAIN_STATE_ID: &str = "murmur 2025-01 v1 state-id";
 /// blake3 derive_key context for [`PayloadHash`]: hashes a delta payload's bytes.
 pub const DOMAIN_PAYLOAD: &str = "murmur 2025-01 v1 delta-payload";
+/// blake3 derive_key context for [`DatasetId`]: hashes a dataset manifest's canonical bytes.
+pub const DOMAIN_DATASET_ID: &str = "murmur 2025-01 v1 dataset-id";
+/// blake3 derive_key context for [`ShardHash`]: hashes a dataset token shard's bytes.
+pub const DOMAIN_DATASET_SHARD: &str = "murmur 2025-01 v1 dataset-shard";
+/// blake3 derive_key context of the window-assignment key (see `assignment`).
+pub const DOMAIN_ASSIGNMENT: &str = "murmur 2025-01 v1 window-assignment";
 
 macro_rules! digest_type {
     ($(#[$doc:meta])* $name:ident) => {
@@ -56,6 +62,15 @@ digest_type!(
     PayloadHash
 );
 
+digest_type!(
+    /// Identifies a dataset: blake3 (domain [`DOMAIN_DATASET_ID`]) of its manifest's canonical bytes.
+    DatasetId
+);
+digest_type!(
+    /// Identifies one token shard of a dataset: blake3 (domain [`DOMAIN_DATASET_SHARD`]) of its bytes.
+    ShardHash
+);
+
 /// Hash `bytes` under the derive_key context `domain`.
 pub fn domain_hash(domain: &str, bytes: &[u8]) -> [u8; 32] {
     let mut h = blake3::Hasher::new_derive_key(domain);
@@ -71,6 +86,16 @@ pub fn run_id_of(spec_bytes: &[u8]) -> RunId {
 /// The PayloadHash of a delta payload's bytes.
 pub fn payload_hash_of(payload: &[u8]) -> PayloadHash {
     PayloadHash(domain_hash(DOMAIN_PAYLOAD, payload))
+}
+
+/// The DatasetId of a dataset manifest's canonical bytes.
+pub fn dataset_id_of(manifest_bytes: &[u8]) -> DatasetId {
+    DatasetId(domain_hash(DOMAIN_DATASET_ID, manifest_bytes))
+}
+
+/// The ShardHash of a token shard's bytes.
+pub fn shard_hash_of(shard: &[u8]) -> ShardHash {
+    ShardHash(domain_hash(DOMAIN_DATASET_SHARD, shard))
 }
 
 /// Lower-case hex of `bytes`.

@@ -7,8 +7,10 @@
 //! docs/protocol.md.
 
 pub mod aggregate;
+pub mod assignment;
 pub mod codec;
 pub mod commit;
+pub mod dataset;
 pub mod hash;
 pub mod identity;
 pub mod manifest;
@@ -24,12 +26,13 @@ pub use codec::{
     decode_delta, decode_delta_into, encode_delta, Codec, CodecError, DeltaPayloadHeader, ErrorFeedback,
 };
 pub use commit::RoundCommit;
-pub use hash::{PayloadHash, RunId, StateId};
+pub use dataset::{DatasetManifest, DatasetTokenizer, ShardEntry, Split};
+pub use hash::{DatasetId, PayloadHash, RunId, ShardHash, StateId};
 pub use identity::{NodeKey, PublicKey, Signature, SignatureError};
 pub use manifest::DeltaManifest;
 pub use outer::{initial_momentum, outer_step, OuterError};
 pub use round::{AcceptedDelta, Action, Event, PayloadFault, Phase, Rejection, RoundConfig, RoundMachine};
-pub use spec::{AdmissionPolicy, InnerOptimizer, ModelShape, OuterOptimizer, RobustMode, RunSpec};
+pub use spec::{AdmissionPolicy, DataRef, InnerOptimizer, ModelShape, OuterOptimizer, RobustMode, RunSpec};
 pub use state::{state_id, StateHeader, TrainingState};
 pub use telemetry::{PeerLink, RejectionCount, Telemetry};
 pub use wire::WireError;

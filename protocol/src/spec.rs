@@ -5,7 +5,7 @@
 //! same bytes; every field that changes what honest nodes compute is here.
 
 use crate::codec::Codec;
-use crate::hash::{run_id_of, RunId};
+use crate::hash::{run_id_of, unhex, DatasetId, RunId};
 use crate::identity::PublicKey;
 use crate::wire::{MessageType, Reader, WireError, Writer, MAX_ALLOWLIST, MAX_ELEMENTS, MAX_STRING_BYTES};
 
@@ -80,6 +80,67 @@ pub enum RobustMode {
     NormFilter { multiple: f32 },
 }
 
+/// Largest dataset manifest a RunSpec may name (65,536 shards of 36 bytes plus the header).
+pub const MAX_MANIFEST_BYTES: u32 = 2_400_000;
+
+/// What a RunSpec's `data` field names. A run's data is named only by
+/// content (a DatasetId) or generated (synthetic parameters): nothing that
+/// arrives from a peer can make a node open a local path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DataRef {
+    /// `synthetic` or `synthetic:key=value,…` (the options after the colon).
+    Synthetic(String),
+    /// `dataset:<64 hex DatasetId>:<manifest bytes>`: a content-addressed
+    /// dataset; the manifest's length lets a node bound and chunk its fetch
+    /// before it holds the manifest.
+    Dataset { id: DatasetId, manifest_len: u32 },
+}
+
+/// Why a `data` string is not a DataRef.
+pub const DATA_RULE: &str =
+    "must be `synthetic[:options]` or `dataset:<64 hex DatasetId>:<manifest bytes>`; a run spec never names a local path";
+
+impl DataRef {
+    /// Parse a RunSpec's `data` field.
+    pub fn parse(s: &str) -> Result<DataRef, WireError> {
+        if s == "synthetic" {
+            return Ok(DataRef::Synthetic(String::new()));
+        }
+        if let Some(options) = s.strip_prefix("synthetic:") {
+            let ok = options
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'=' | b',' | b'_' | b'.' | b'-'));
+            if !ok {
+                return Err(invalid("data", "synthetic options are key=value pairs of [A-Za-z0-9_.-]"));
+            }
+            return Ok(DataRef::Synthetic(options.to_string()));
+        }
+        let Some(rest) = s.strip_prefix("dataset:") else { return Err(invalid("data", DATA_RULE)) };
+        let Some((hex, len)) = rest.split_once(':') else { return Err(invalid("data", DATA_RULE)) };
+        let id = if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+            unhex(hex).and_then(|v| <[u8; 32]>::try_from(v).ok()).map(DatasetId)
+        } else {
+            None
+        };
+        let Some(id) = id else { return Err(invalid("data", DATA_RULE)) };
+        let manifest_len = match len.parse::<u32>() {
+            Ok(n) if n > 0 && n <= MAX_MANIFEST_BYTES && len == n.to_string() => n,
+            _ => return Err(invalid("data", "the manifest length must be a plain number in 1..=2400000")),
+        };
+        Ok(DataRef::Dataset { id, manifest_len })
+    }
+}
+
+impl std::fmt::Display for DataRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DataRef::Synthetic(o) if o.is_empty() => f.write_str("synthetic"),
+            DataRef::Synthetic(o) => write!(f, "synthetic:{o}"),
+            DataRef::Dataset { id, manifest_len } => write!(f, "dataset:{id}:{manifest_len}"),
+        }
+    }
+}
+
 /// Who may contribute deltas and commits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AdmissionPolicy {
@@ -101,7 +162,8 @@ impl AdmissionPolicy {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RunSpec {
     pub model: ModelShape,
-    /// Data source description, e.g. `synthetic:seed=1` or `shards:/path`.
+    /// What the run trains on, as a [`DataRef`] string: `synthetic[:options]`
+    /// or `dataset:<DatasetId hex>:<manifest bytes>` (never a path).
     pub data: String,
     pub inner: InnerOptimizer,
     /// Inner steps H per round.
@@ -259,6 +321,7 @@ impl RunSpec {
         if self.data.len() > MAX_STRING_BYTES {
             return Err(invalid("data", "longer than 1024 bytes"));
         }
+        DataRef::parse(&self.data)?;
         if self.model.param_count == 0 || self.model.param_count > MAX_ELEMENTS {
             return Err(invalid("model.param_count", "must be in 1..=2^31"));
         }
@@ -314,6 +377,11 @@ impl RunSpec {
             }
         }
         Ok(())
+    }
+
+    /// What the run trains on (validated by `decode`).
+    pub fn data_ref(&self) -> Result<DataRef, WireError> {
+        DataRef::parse(&self.data)
     }
 
     /// blake3 (run-id domain) of the canonical bytes.
@@ -388,6 +456,36 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn data_refs_parse_and_print_canonically() {
+        let id = "ab".repeat(32);
+        let s = format!("dataset:{id}:1234");
+        let r = DataRef::parse(&s).expect("dataset ref");
+        assert!(matches!(r, DataRef::Dataset { manifest_len: 1234, .. }));
+        assert_eq!(r.to_string(), s);
+        assert_eq!(DataRef::parse("synthetic"), Ok(DataRef::Synthetic(String::new())));
+        assert_eq!(
+            DataRef::parse("synthetic:seed=3").map(|r| r.to_string()).as_deref(),
+            Ok("synthetic:seed=3")
+        );
+        for bad in [
+            format!("dataset:{id}"),
+            format!("dataset:{}:12", "AB".repeat(32)),
+            format!("dataset:{id}:0"),
+            format!("dataset:{id}:012"),
+            format!("dataset:{id}:99999999"),
+            "dataset:/etc/passwd:1".to_string(),
+            "/etc/passwd".to_string(),
+        ] {
+            let err = DataRef::parse(&bad).expect_err(&bad);
+            assert!(err.to_string().starts_with("data:"), "{err}");
+        }
+        assert!(DataRef::parse("/etc/passwd")
+            .expect_err("path")
+            .to_string()
+            .contains("never names a local path"));
+    }
+
+    #[test]
     fn invalid_ranges_are_rejected() {
         let mut bad = sample_spec();
         bad.quorum = 0;
@@ -401,6 +499,22 @@ pub(crate) mod tests {
         let mut bad = sample_spec();
         bad.inner.lr = f32::NAN;
         assert!(matches!(RunSpec::decode(&bad.encode()), Err(WireError::NonFinite { .. })));
+        for path in [
+            "/home/alice/.ssh/id_ed25519",
+            "shards:/data",
+            "text:x.txt",
+            "x.bin",
+            "synthetic:seed=1;rm",
+            "dataset:00:5",
+            "",
+        ] {
+            let mut bad = sample_spec();
+            bad.data = path.into();
+            match RunSpec::decode(&bad.encode()) {
+                Err(WireError::Invalid { field: "data", why }) => assert!(!why.is_empty()),
+                other => panic!("{path:?} was not refused: {other:?}"),
+            }
+        }
         let mut trailing = sample_spec().encode();
         trailing.push(0);
         assert_eq!(RunSpec::decode(&trailing), Err(WireError::TrailingBytes(1)));

@@ -19,6 +19,8 @@ pub const MAX_ELEMENTS: u64 = 1 << 31;
 pub const MAX_COMMIT_DELTAS: usize = 4096;
 /// Most keys an allow-list admission policy may hold.
 pub const MAX_ALLOWLIST: usize = 4096;
+/// Most shards (train and validation together) a dataset manifest may list.
+pub const MAX_DATASET_SHARDS: usize = 65_536;
 
 /// The message-type tag, second byte of every message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -30,6 +32,7 @@ pub enum MessageType {
     StatePayload = 4,
     DeltaPayload = 5,
     Telemetry = 6,
+    DatasetManifest = 7,
 }
 
 impl MessageType {
@@ -41,6 +44,7 @@ impl MessageType {
             4 => Self::StatePayload,
             5 => Self::DeltaPayload,
             6 => Self::Telemetry,
+            7 => Self::DatasetManifest,
             _ => return None,
         })
     }

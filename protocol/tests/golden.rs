@@ -6,6 +6,8 @@
 //! `MURMUR_BLESS=1 cargo test -p murmur-protocol --test golden`
 
 use murmur_protocol::codec::{encode_delta, Codec};
+use murmur_protocol::dataset::{DatasetManifest, DatasetTokenizer, ShardEntry};
+use murmur_protocol::hash::{dataset_id_of, shard_hash_of};
 use murmur_protocol::hash::{hex, payload_hash_of, unhex, PayloadHash, RunId, StateId};
 use murmur_protocol::identity::{verify, NodeKey, PublicKey, Signature, SIGN_DELTA_MANIFEST};
 use murmur_protocol::spec::{
@@ -57,6 +59,21 @@ fn state(run: RunId) -> TrainingState {
 
 fn delta_values() -> Vec<f32> {
     vec![0.5, -0.25, 0.125, 1.0, -2.0, 0.0, 0.75, -0.0625]
+}
+
+/// A two-shard training split and a one-shard validation split of
+/// shards whose tokens are 0, 1, 2, … (u16 LE).
+fn dataset_manifest() -> DatasetManifest {
+    let shard = |from: u16, n: u16| -> Vec<u8> { (from..from + n).flat_map(u16::to_le_bytes).collect() };
+    DatasetManifest {
+        tokenizer: DatasetTokenizer::Byte,
+        shard_tokens: 4,
+        train: vec![
+            ShardEntry { hash: shard_hash_of(&shard(0, 4)), tokens: 4 },
+            ShardEntry { hash: shard_hash_of(&shard(4, 2)), tokens: 2 },
+        ],
+        val: vec![ShardEntry { hash: shard_hash_of(&shard(6, 3)), tokens: 3 }],
+    }
 }
 
 /// (fixture name, bytes) for every vector.
@@ -146,6 +163,9 @@ fn vectors() -> Vec<(&'static str, Vec<u8>)> {
         v.push((name, encode_delta(c, &delta_values()).unwrap_or_default()));
     }
     v.push(("delta_payload_int8_b4_hash", payload_hash.0.to_vec()));
+    let dataset = dataset_manifest();
+    v.push(("dataset_manifest", dataset.encode()));
+    v.push(("dataset_id", dataset_id_of(&dataset.encode()).0.to_vec()));
     v
 }
 
@@ -190,6 +210,9 @@ fn golden_messages_decode_and_verify() {
     assert_eq!(c.verify(), Ok(()));
     let t = Telemetry::decode(&read("telemetry")).expect("telemetry");
     assert_eq!(t.verify(), Ok(()));
+    let d = DatasetManifest::decode(&read("dataset_manifest")).expect("dataset manifest");
+    assert_eq!(d, dataset_manifest());
+    assert_eq!(d.id().0.to_vec(), read("dataset_id"));
     let s = TrainingState::decode(&read("state_payload"), 3).expect("state");
     assert_eq!(s.id().0.to_vec(), read("state_id"));
 }

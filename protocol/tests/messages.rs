@@ -129,8 +129,14 @@ fn spec() -> impl Strategy<Value = RunSpec> {
         proptest::collection::btree_set(h32(), 1..5)
             .prop_map(|s| AdmissionPolicy::Allowlist(s.into_iter().map(PublicKey).collect())),
     ];
+    // Valid DataRefs only: a RunSpec never names a path.
+    let data = prop_oneof![
+        Just("synthetic".to_string()),
+        "[a-z0-9=,._-]{0,40}".prop_map(|o| format!("synthetic:{o}")),
+        ("[0-9a-f]{64}", 1u32..=2_400_000).prop_map(|(id, len)| format!("dataset:{id}:{len}")),
+    ];
     (
-        ("[a-z0-9-]{0,20}", any::<[u32; 5]>(), 1u64..=(1 << 31), "[ -~]{0,60}"),
+        ("[a-z0-9-]{0,20}", any::<[u32; 5]>(), 1u64..=(1 << 31), data),
         (any::<[u32; 2]>(), proptest::array::uniform6(finite()), 1u32.., outer, codec(), robust),
         (1u32.., 1u32.., admission, any::<u64>()),
     )

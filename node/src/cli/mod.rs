@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod bench_kernels;
 pub mod dashboard;
+pub mod data;
 pub mod device;
 pub mod devices;
 pub mod model_io;
@@ -46,6 +47,9 @@ pub enum Command {
     Dashboard(dashboard::DashboardArgs),
     /// Run a local network on this machine: a bootstrap server, N nodes and the dashboard.
     Testnet(testnet::TestnetArgs),
+    /// Prepare datasets: `murmur data add <input> --tokenizer byte|gpt2`.
+    #[command(subcommand)]
+    Data(data::DataCommand),
 }
 
 /// Logs to stderr, at `RUST_LOG`'s level (default: warnings).
@@ -84,5 +88,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Sim(a) => sim::run(a),
         Command::Dashboard(a) => dashboard::run(a),
         Command::Testnet(a) => testnet::run(a),
+        Command::Data(c) => data::run(c),
     }
 }

@@ -8,6 +8,7 @@ use clap::Args;
 use libp2p::Multiaddr;
 
 use crate::cli::device::{choose, DeviceArg};
+use crate::runtime::dataset::DatasetOptions;
 use crate::runtime::spec::{run_spec, RunParams};
 use crate::runtime::{run_node, NodeOptions};
 
@@ -43,9 +44,35 @@ pub struct NodeArgs {
     /// 127.0.0.1:9100; port 0 picks a free port, printed at start). Off by default.
     #[arg(long, env = "MURMUR_METRICS")]
     pub metrics: Option<std::net::SocketAddr>,
+    /// A local copy of the run's dataset: a directory from `murmur data add`
+    /// or a built-in name (`shakespeare`). It must hash to the run's
+    /// DatasetId; without it the node fetches the shards it needs from peers.
+    /// Without --bootstrap, the run the node starts trains on it.
+    #[arg(long, env = "MURMUR_DATASET")]
+    pub dataset: Option<String>,
+    /// Most bytes of dataset shards to keep (suffixes K, M, G; least recently
+    /// used shards not needed by the current round are evicted).
+    #[arg(long, default_value = "4G", value_parser = parse_bytes)]
+    pub data_cache: u64,
     /// Print one JSON object per line.
     #[arg(long)]
     pub json: bool,
+}
+
+/// A byte count with an optional K/M/G (binary) suffix.
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mul) = match t.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&t[..i], 1u64 << 10),
+        Some((i, 'M' | 'm')) => (&t[..i], 1 << 20),
+        Some((i, 'G' | 'g')) => (&t[..i], 1 << 30),
+        _ => (t, 1),
+    };
+    num.trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mul))
+        .ok_or_else(|| format!("`{s}` is not a byte count (e.g. 500M, 4G, 1048576)"))
 }
 
 pub fn run(a: NodeArgs) -> Result<()> {
@@ -59,6 +86,12 @@ pub fn run(a: NodeArgs) -> Result<()> {
         let mut p = RunParams::default();
         if let Some(h) = a.inner_steps {
             p.inner_steps = h;
+        }
+        // Starting a run alone: it trains on the --dataset given, if any.
+        if let Some(arg) = &a.dataset {
+            let local = crate::data::dataset::LocalDataset::open(arg)
+                .map_err(|e| anyhow::anyhow!("--dataset: {e}"))?;
+            p.data = local.data_ref();
         }
         Some(run_spec(&p)?)
     } else {
@@ -75,6 +108,7 @@ pub fn run(a: NodeArgs) -> Result<()> {
         discovery_wait: Duration::from_secs_f64(a.discovery_wait.clamp(0.0, 600.0)),
         device: choose(a.device)?,
         metrics: a.metrics,
+        dataset: DatasetOptions { local: a.dataset, cache_bytes: a.data_cache },
     };
     super::run_until_ctrl_c(run_node(opts))
 }

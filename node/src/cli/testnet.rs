@@ -54,6 +54,11 @@ pub struct TestnetArgs {
     /// Run seed.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Training data: a built-in dataset (`shakespeare`, hosted by the
+    /// bootstrap server and fetched by the nodes) or `synthetic[:options]`
+    /// (known entropy floor).
+    #[arg(long, default_value = "shakespeare")]
+    pub data: String,
 }
 
 pub fn run(a: TestnetArgs) -> Result<()> {
@@ -73,6 +78,7 @@ pub fn run(a: TestnetArgs) -> Result<()> {
         http: a.http,
         threads_per_node: a.threads_per_node.unwrap_or((cores / a.nodes.max(1)).max(1)),
         seed: a.seed,
+        data: a.data,
     };
     if run_testnet(opts)? {
         Ok(())

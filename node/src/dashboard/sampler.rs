@@ -31,10 +31,14 @@ impl Sampler {
     /// BPE for the rest.
     pub fn new(spec: &RunSpec) -> Result<Self, String> {
         let cfg = model_config(spec).map_err(|e| e.to_string())?;
-        let synthetic = spec.data.trim().starts_with("synthetic");
-        let (tokenizer, entropy_floor) = match DataSpec::parse(&spec.data).and_then(|d| Corpus::open(&d)) {
-            Ok(corpus) if synthetic => (corpus.tokenizer(), corpus.entropy_floor()),
-            _ => {
+        // Only synthetic data is opened here (it is generated, not read): a
+        // dataset is named by hash and never as a path.
+        let synthetic = matches!(spec.data_ref(), Ok(murmur_protocol::DataRef::Synthetic(_)));
+        let corpus =
+            if synthetic { DataSpec::parse(&spec.data).and_then(|d| Corpus::open(&d)).ok() } else { None };
+        let (tokenizer, entropy_floor) = match corpus {
+            Some(corpus) => (corpus.tokenizer(), corpus.entropy_floor()),
+            None => {
                 let kind = if cfg.vocab_size <= 256 { TokenizerKind::Byte } else { TokenizerKind::Gpt2 };
                 (kind.build().map_err(|e| e.to_string())?, None)
             }

@@ -69,6 +69,12 @@ pub enum DataError {
     #[error("built-in GPT-2 tokenizer files are damaged: {reason}")]
     TokenizerAsset { reason: String },
 
+    #[error("dataset {what}: {reason}")]
+    BadDataset { what: String, reason: String },
+
+    #[error("too little data for a dataset: {tokens} tokens, of which {val_tokens} would be held out for validation; add more text (a dataset needs training and validation tokens) or pass a smaller --val-tokens")]
+    DatasetTooSmall { tokens: u64, val_tokens: u64 },
+
     #[error("could not read {path}: {source}")]
     Io {
         path: PathBuf,

@@ -9,6 +9,8 @@
 //! - `corpus`: `Corpus::open`, splits, and the entropy floor.
 //! - `loader`: deterministic, resumable, per-node-disjoint batch loaders.
 //! - `rng`: seeded randomness shared by the above.
+//! - `dataset`: content-addressed datasets (shards + manifest, `murmur data add`,
+//!   the built-in `shakespeare`).
 //!
 //! Typical use:
 //! ```no_run
@@ -20,6 +22,7 @@
 //! ```
 
 mod corpus;
+pub mod dataset;
 mod error;
 mod gpt2;
 mod loader;

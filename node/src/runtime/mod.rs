@@ -8,12 +8,14 @@
 //!
 //! - `spec`: default run, model shape, genesis.
 //! - `startup`: spec discovery, stored position, cold start.
+//! - `dataset`: the run's dataset: manifest, assigned windows, shard fetching.
 //! - `trainer`: the compute thread.
 //! - `server`: what the node serves on the transfer protocol.
 //! - `fetching`: payload and state fetch tasks (verified, with back-off).
 //! - `node`: the event loop.
 //! - `report`: JSON / human output.
 
+pub mod dataset;
 pub mod fetching;
 pub mod node;
 pub mod report;
@@ -69,6 +71,8 @@ pub struct NodeOptions {
     pub device: crate::compute::device::Chosen,
     /// Serve Prometheus metrics over HTTP here (`--metrics`).
     pub metrics: Option<std::net::SocketAddr>,
+    /// `--dataset` and `--data-cache`.
+    pub dataset: dataset::DatasetOptions,
 }
 
 /// Run a training node until the process is stopped.
@@ -86,6 +90,7 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
     } else {
         spec::run_spec(&spec::RunParams::default())?
     };
+    dataset::check_data(&spec)?;
     store.meta.set_spec(&spec.encode())?;
     let cfg = spec::model_config(&spec)?;
     let (mine, resumed) = startup::load_position(&store, &spec)?;
@@ -127,7 +132,10 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
     }
     let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
     let shard = u64::from(u16::from_le_bytes([key.public().0[0], key.public().0[1]]));
-    let trainer_setup = trainer::TrainerSetup { spec: spec.clone(), cfg, shard, device: opts.device };
+    let feed =
+        dataset::prepare(&spec, &opts.dataset, store.clone(), net.clone(), key.public(), cfg.vocab_size, out)
+            .await?;
+    let trainer_setup = trainer::TrainerSetup { spec: spec.clone(), cfg, shard, device: opts.device, feed };
     let trainer = trainer::spawn(&trainer_setup, done_tx).map_err(RuntimeError::Trainer)?;
     out.event(
         "joined",

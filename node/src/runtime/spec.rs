@@ -1,5 +1,5 @@
 //! Runs as the node sees them: the built-in default RunSpec (tiny preset,
-//! synthetic data), the model shape a spec names, and the genesis state,
+//! synthetic data, norm filter on), the model shape a spec names, and the genesis state,
 //! a deterministic function of the spec (init_params(config, seed)).
 
 use murmur_protocol::{
@@ -47,7 +47,8 @@ impl Default for RunParams {
             quorum: 1,
             round_deadline_secs: 120,
             codec: Codec::Int8Block { block: 256 },
-            robust: RobustMode::Mean,
+            // Defended by default: leave out deltas whose norm exceeds 3× the median.
+            robust: RobustMode::NormFilter { multiple: 3.0 },
             seed: 1,
         }
     }
@@ -167,7 +168,12 @@ mod tests {
         assert_eq!(parse_robust("norm-clip:1.5"), Ok(RobustMode::NormClip { multiple: 1.5 }));
         assert!(parse_robust("norm-filter:x").is_err_and(|e| e.contains("not a number")));
         assert!(parse_robust("krum").is_err_and(|e| e.contains("norm-filter")));
-        let p = RunParams { robust: RobustMode::NormFilter { multiple: 3.0 }, ..Default::default() };
+        assert_eq!(
+            RunParams::default().robust,
+            RobustMode::NormFilter { multiple: 3.0 },
+            "defended by default"
+        );
+        let p = RunParams { robust: RobustMode::Mean, ..Default::default() };
         let spec = run_spec(&p).expect("spec");
         spec.validate().expect("valid");
         assert_ne!(spec.run_id(), run_spec(&RunParams::default()).expect("spec").run_id());

@@ -19,9 +19,11 @@ use tokio::sync::mpsc;
 
 use crate::compute::device::{on_backend, Chosen};
 use crate::compute::{AdamWStep, Backend};
-use crate::data::{BatchLoader, Corpus, DataSpec};
+use crate::data::{Batch, BatchLoader, Corpus, DataSpec};
 use crate::model::{param_specs, Gpt, ModelConfig};
 use crate::train::trainer::evaluate;
+
+use super::dataset::DatasetFeed;
 
 /// Validation batches per evaluation.
 pub const VAL_BATCHES: usize = 4;
@@ -82,37 +84,62 @@ impl TrainerHandle {
     }
 }
 
+/// Where the trainer's batches come from.
+enum TrainData {
+    /// The synthetic corpus: an endless per-node stream.
+    Stream { loader: Box<BatchLoader>, val: Box<BatchLoader> },
+    /// A content-addressed dataset: each round's assigned windows.
+    Dataset(Arc<DatasetFeed>),
+}
+
 /// What a trainer thread is started from (kept to start it again).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct TrainerSetup {
     pub spec: RunSpec,
     pub cfg: ModelConfig,
-    /// The node's data shard.
+    /// The node's data shard (synthetic data).
     pub shard: u64,
     pub device: Chosen,
+    /// The run's dataset, when it names one (else the spec's data must be synthetic).
+    pub feed: Option<Arc<DatasetFeed>>,
 }
 
 /// Start the trainer thread on the chosen backend (a GPU backend is opened
-/// on the thread itself, which then owns it).
+/// on the thread itself, which then owns it). With a dataset feed the
+/// batches come from it; otherwise the spec's data must be synthetic.
 pub fn spawn(setup: &TrainerSetup, done: mpsc::UnboundedSender<JobDone>) -> Result<TrainerHandle, String> {
-    let TrainerSetup { spec, cfg, shard, device } = setup.clone();
+    let TrainerSetup { spec, cfg, shard, device, feed } = setup.clone();
     let spec = &spec;
-    let corpus =
-        Corpus::open(&DataSpec::parse(&spec.data).map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
-    if corpus.vocab_size() > cfg.vocab_size {
-        return Err(format!(
-            "the data's vocabulary ({}) exceeds the model's ({})",
-            corpus.vocab_size(),
-            cfg.vocab_size
-        ));
-    }
     let batch = spec.inner.batch_size.max(1) as usize;
     let seq = cfg.max_seq_len;
-    let loader = corpus.train_loader(batch, seq, spec.seed, shard, 1 << 16).map_err(|e| e.to_string())?;
-    let val = corpus.val_loader(batch, seq).map_err(|e| e.to_string())?;
+    let data = match feed {
+        Some(feed) => TrainData::Dataset(feed),
+        None => {
+            let data = match spec.data_ref().map_err(|e| e.to_string())? {
+                murmur_protocol::DataRef::Synthetic(_) => {
+                    DataSpec::parse(&spec.data).map_err(|e| e.to_string())?
+                }
+                murmur_protocol::DataRef::Dataset { id, .. } => {
+                    return Err(format!("dataset {id} has no feed"));
+                }
+            };
+            let corpus = Corpus::open(&data).map_err(|e| e.to_string())?;
+            if corpus.vocab_size() > cfg.vocab_size {
+                return Err(format!(
+                    "the data's vocabulary ({}) exceeds the model's ({})",
+                    corpus.vocab_size(),
+                    cfg.vocab_size
+                ));
+            }
+            let loader =
+                corpus.train_loader(batch, seq, spec.seed, shard, 1 << 16).map_err(|e| e.to_string())?;
+            let val = corpus.val_loader(batch, seq).map_err(|e| e.to_string())?;
+            TrainData::Stream { loader: Box::new(loader), val: Box::new(val) }
+        }
+    };
     let (tx, rx) = std_mpsc::channel();
     let epoch = Arc::new(AtomicU64::new(0));
-    let worker = Worker { spec: spec.clone(), cfg, loader, val, epoch: epoch.clone(), step: 0 };
+    let worker = Worker { spec: spec.clone(), cfg, data, epoch: epoch.clone(), step: 0 };
     let (opened_tx, opened_rx) = std_mpsc::channel::<Result<String, String>>();
     std::thread::Builder::new()
         .name("murmur-trainer".into())
@@ -138,11 +165,24 @@ pub fn spawn(setup: &TrainerSetup, done: mpsc::UnboundedSender<JobDone>) -> Resu
 struct Worker {
     spec: RunSpec,
     cfg: ModelConfig,
-    loader: BatchLoader,
-    val: BatchLoader,
+    data: TrainData,
     epoch: Arc<AtomicU64>,
     /// Inner steps taken by this node (AdamW's step count and warmup).
     step: u32,
+}
+
+/// Mean loss of `model` over `batches` (no parameter update).
+fn evaluate_batches<B: Backend>(backend: &B, model: &mut Gpt<B>, batches: &[Batch]) -> Result<f32, String> {
+    if batches.is_empty() {
+        return Err("no validation batches".into());
+    }
+    let mut sum = 0f64;
+    for b in batches {
+        model.zero_grad(backend);
+        model.forward(backend, &b.inputs, Some(&b.targets), b.batch, b.seq);
+        sum += f64::from(model.read_stats(backend).mean_loss());
+    }
+    Ok((sum / batches.len() as f64) as f32)
 }
 
 /// Split flat parameters into the model's tensors (canonical order).
@@ -174,13 +214,7 @@ impl Worker {
                         self.train(&backend, &mut model, epoch, round, base, &state.params, reset_moments)
                     }
                 }
-                Job::Evaluate { round, state } => {
-                    let m = self.model_with(&backend, &mut model, &state.params);
-                    match evaluate(&backend, m, &mut self.val, VAL_BATCHES) {
-                        Ok(val_loss) => JobDone::Evaluated { round, val_loss },
-                        Err(e) => JobDone::Failed(e.to_string()),
-                    }
-                }
+                Job::Evaluate { round, state } => self.evaluate(&backend, &mut model, round, &state.params),
             }));
             match ran {
                 Ok(result) => {
@@ -213,6 +247,35 @@ impl Worker {
         m
     }
 
+    fn evaluate<B: Backend>(
+        &mut self,
+        backend: &B,
+        model: &mut Option<Gpt<B>>,
+        round: u64,
+        params: &[f32],
+    ) -> JobDone {
+        let (batch, seq) = (self.spec.inner.batch_size.max(1) as usize, self.cfg.max_seq_len);
+        let val_batches = match &self.data {
+            TrainData::Dataset(feed) => match feed.val_batches(batch, seq, VAL_BATCHES) {
+                Ok(b) => Some(b),
+                Err(e) => return JobDone::Failed(e),
+            },
+            TrainData::Stream { .. } => None,
+        };
+        let m = self.model_with(backend, model, params);
+        let result = match (&mut self.data, val_batches) {
+            (_, Some(batches)) => evaluate_batches(backend, m, &batches),
+            (TrainData::Stream { val, .. }, None) => {
+                evaluate(backend, m, val, VAL_BATCHES).map_err(|e| e.to_string())
+            }
+            (TrainData::Dataset(_), None) => Err("no validation batches".to_string()),
+        };
+        match result {
+            Ok(val_loss) => JobDone::Evaluated { round, val_loss },
+            Err(e) => JobDone::Failed(e),
+        }
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn train<B: Backend>(
         &mut self,
@@ -226,6 +289,16 @@ impl Worker {
     ) -> JobDone {
         let inner = self.spec.inner;
         let h = self.spec.inner_steps;
+        let mut round_batches = match &self.data {
+            TrainData::Dataset(feed) => {
+                let batch = inner.batch_size.max(1) as usize;
+                match feed.round_batches(round, batch, self.cfg.max_seq_len, h as usize) {
+                    Ok(b) => Some(b.into_iter()),
+                    Err(e) => return JobDone::Failed(e),
+                }
+            }
+            TrainData::Stream { .. } => None,
+        };
         let m = self.model_with(backend, model, params);
         if reset_moments {
             m.reset_moments(backend);
@@ -238,9 +311,14 @@ impl Worker {
                 return JobDone::Cancelled { round };
             }
             injected_panic(round);
-            let b = match self.loader.next_batch() {
+            let next = match (&mut round_batches, &mut self.data) {
+                (Some(batches), _) => batches.next().ok_or_else(|| "the round's batches ran out".to_string()),
+                (None, TrainData::Stream { loader, .. }) => loader.next_batch().map_err(|e| e.to_string()),
+                (None, TrainData::Dataset(_)) => Err("no batches for the round".to_string()),
+            };
+            let b = match next {
                 Ok(b) => b,
-                Err(e) => return JobDone::Failed(e.to_string()),
+                Err(e) => return JobDone::Failed(e),
             };
             self.step = self.step.saturating_add(1);
             let warm = inner.warmup_steps.max(1) as f32;

@@ -1,4 +1,5 @@
-//! Content-addressed blob files: states and deltas named by their id.
+//! Content-addressed blob files: states, deltas and dataset shards and
+//! manifests, named by their id.
 //!
 //! A blob is written to a temporary name, fsynced, renamed to
 //! `<root>/<kind>/<hex id>`, and the directory is fsynced, so a crash leaves
@@ -43,7 +44,7 @@ fn fsync_dir(dir: &Path) -> std::io::Result<()> {
 impl BlobStore {
     /// Open (creating) the blob directory; removes temporary files a crash left.
     pub fn open(root: &Path) -> Result<Self, StoreError> {
-        for kind in [BlobKind::Delta, BlobKind::State] {
+        for kind in BlobKind::ALL {
             fs::create_dir_all(root.join(kind.dir_name()))?;
         }
         let tmp = root.join("tmp");
@@ -202,7 +203,7 @@ impl BlobStore {
     /// Check every blob's hash; returns the names of those that fail.
     pub fn verify_all(&self) -> Result<Vec<String>, StoreError> {
         let mut bad = Vec::new();
-        for kind in [BlobKind::Delta, BlobKind::State] {
+        for kind in BlobKind::ALL {
             for e in fs::read_dir(self.root.join(kind.dir_name()))? {
                 let e = e?;
                 let name = e.file_name().to_string_lossy().into_owned();

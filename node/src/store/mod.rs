@@ -9,6 +9,8 @@
 //! meta/             sled: positions, last signed manifest, round history, run spec
 //! blobs/state/<id>  StatePayload bytes, named by StateId (hex)
 //! blobs/delta/<id>  DeltaPayload bytes, named by PayloadHash (hex)
+//! blobs/dataset-shard/<id>     dataset token shards, named by ShardHash (hex)
+//! blobs/dataset-manifest/<id>  dataset manifests, named by DatasetId (hex)
 //! blobs/tmp/        writes in progress (cleared on open)
 //! blobs/partial/    resumable fetches
 //! ```

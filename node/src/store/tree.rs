@@ -10,7 +10,7 @@
 //! Blobs of one chunk or less have a table of one entry: the id itself.
 
 use blake3::hazmat::{self, ChainingValue, HasherExt, Mode};
-use murmur_protocol::hash::{DOMAIN_PAYLOAD, DOMAIN_STATE_ID};
+use murmur_protocol::hash::{DOMAIN_DATASET_ID, DOMAIN_DATASET_SHARD, DOMAIN_PAYLOAD, DOMAIN_STATE_ID};
 
 /// Bytes per chunk (a power of two, at least blake3's 1 KiB chunk).
 pub const CHUNK_LEN: u64 = 1 << 20;
@@ -26,14 +26,24 @@ pub enum BlobKind {
     Delta,
     /// A training state payload; its id is the StateId.
     State,
+    /// A dataset's token shard; its id is the ShardHash.
+    DatasetShard,
+    /// A dataset manifest; its id is the DatasetId.
+    DatasetManifest,
 }
 
 impl BlobKind {
+    /// Every kind (the store keeps one directory each).
+    pub const ALL: [BlobKind; 4] =
+        [BlobKind::Delta, BlobKind::State, BlobKind::DatasetShard, BlobKind::DatasetManifest];
+
     /// The wire byte of this kind.
     pub fn to_u8(self) -> u8 {
         match self {
             BlobKind::Delta => 1,
             BlobKind::State => 2,
+            BlobKind::DatasetShard => 3,
+            BlobKind::DatasetManifest => 4,
         }
     }
 
@@ -41,6 +51,8 @@ impl BlobKind {
         match b {
             1 => Some(BlobKind::Delta),
             2 => Some(BlobKind::State),
+            3 => Some(BlobKind::DatasetShard),
+            4 => Some(BlobKind::DatasetManifest),
             _ => None,
         }
     }
@@ -50,6 +62,8 @@ impl BlobKind {
         match self {
             BlobKind::Delta => "delta",
             BlobKind::State => "state",
+            BlobKind::DatasetShard => "dataset-shard",
+            BlobKind::DatasetManifest => "dataset-manifest",
         }
     }
 
@@ -58,6 +72,8 @@ impl BlobKind {
         match self {
             BlobKind::Delta => DOMAIN_PAYLOAD,
             BlobKind::State => DOMAIN_STATE_ID,
+            BlobKind::DatasetShard => DOMAIN_DATASET_SHARD,
+            BlobKind::DatasetManifest => DOMAIN_DATASET_ID,
         }
     }
 

@@ -47,6 +47,8 @@ pub struct TestnetOptions {
     /// Threads each node's CPU trainer uses.
     pub threads_per_node: usize,
     pub seed: u64,
+    /// The run's data as the bootstrap server's `--data` takes it (`shakespeare`, `synthetic…`).
+    pub data: String,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -241,6 +243,8 @@ fn drive(net: &mut Testnet) -> Result<bool> {
         &o.deadline.to_string(),
         "--seed",
         &o.seed.to_string(),
+        "--data",
+        &o.data,
     ]
     .iter()
     .map(|s| s.to_string())

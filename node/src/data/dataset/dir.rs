@@ -1,0 +1,144 @@
+//! A dataset directory, as `murmur data add --out DIR` writes it and
+//! `--dataset DIR` reads it: `DIR/manifest` (the manifest's canonical bytes)
+//! and `DIR/shards/<ShardHash hex>` (each shard's u16 tokens). Every file is
+//! written to a temporary name, fsynced and renamed; every shard is checked
+//! against its hash when read.
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use murmur_protocol::dataset::DatasetManifest;
+use murmur_protocol::hash::{hex, shard_hash_of, DatasetId, ShardHash};
+
+use super::build::ShardSink;
+use crate::data::error::DataError;
+
+/// File name of the manifest inside a dataset directory.
+pub const MANIFEST_FILE: &str = "manifest";
+/// Folder of the shards inside a dataset directory.
+pub const SHARDS_DIR: &str = "shards";
+
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), DataError> {
+    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    let mut f = File::create(&tmp).map_err(|e| DataError::io(&tmp, e))?;
+    f.write_all(bytes).map_err(|e| DataError::io(&tmp, e))?;
+    f.sync_all().map_err(|e| DataError::io(&tmp, e))?;
+    fs::rename(&tmp, path).map_err(|e| DataError::io(path, e))
+}
+
+/// Writes shards into `DIR/shards/`.
+#[derive(Debug)]
+pub struct DirSink {
+    dir: PathBuf,
+}
+
+impl DirSink {
+    /// Create (or reuse) the dataset directory `dir`.
+    pub fn create(dir: &Path) -> Result<Self, DataError> {
+        let shards = dir.join(SHARDS_DIR);
+        fs::create_dir_all(&shards).map_err(|e| DataError::io(&shards, e))?;
+        Ok(Self { dir: dir.to_path_buf() })
+    }
+
+    /// Write the manifest last (a directory with a manifest is complete).
+    pub fn finish(self, manifest: &DatasetManifest) -> Result<DatasetId, DataError> {
+        let bytes = manifest.encode();
+        write_atomic(&self.dir.join(MANIFEST_FILE), &bytes)?;
+        Ok(manifest.id())
+    }
+}
+
+impl ShardSink for DirSink {
+    fn put(&mut self, hash: &ShardHash, bytes: Vec<u8>) -> Result<(), DataError> {
+        let path = self.dir.join(SHARDS_DIR).join(hex(&hash.0));
+        if path.is_file() {
+            return Ok(());
+        }
+        write_atomic(&path, &bytes)
+    }
+}
+
+/// A dataset directory opened for reading.
+#[derive(Debug, Clone)]
+pub struct DatasetDir {
+    pub dir: PathBuf,
+    pub manifest: DatasetManifest,
+    pub manifest_bytes: Vec<u8>,
+}
+
+impl DatasetDir {
+    /// Open `dir` and decode its manifest (shards are checked when read).
+    pub fn open(dir: &Path) -> Result<Self, DataError> {
+        let path = dir.join(MANIFEST_FILE);
+        let meta = fs::metadata(&path).map_err(|e| DataError::io(&path, e))?;
+        if meta.len() > u64::from(murmur_protocol::spec::MAX_MANIFEST_BYTES) {
+            return Err(DataError::BadDataset {
+                what: dir.display().to_string(),
+                reason: "the manifest is larger than any valid manifest".into(),
+            });
+        }
+        let bytes = fs::read(&path).map_err(|e| DataError::io(&path, e))?;
+        let manifest = DatasetManifest::decode(&bytes).map_err(|e| DataError::BadDataset {
+            what: dir.display().to_string(),
+            reason: format!(
+                "{MANIFEST_FILE} is not a valid dataset manifest ({e}); rebuild it with `murmur data add`"
+            ),
+        })?;
+        Ok(Self { dir: dir.to_path_buf(), manifest, manifest_bytes: bytes })
+    }
+
+    pub fn id(&self) -> DatasetId {
+        murmur_protocol::hash::dataset_id_of(&self.manifest_bytes)
+    }
+
+    /// The bytes of shard `hash`, checked against it.
+    pub fn read_shard(&self, hash: &ShardHash) -> Result<Vec<u8>, DataError> {
+        let path = self.dir.join(SHARDS_DIR).join(hex(&hash.0));
+        let bytes = fs::read(&path).map_err(|e| DataError::io(&path, e))?;
+        if shard_hash_of(&bytes) != *hash {
+            return Err(DataError::BadDataset {
+                what: self.dir.display().to_string(),
+                reason: format!(
+                    "shard {} does not match its hash; the copy is corrupt, rebuild it",
+                    hex(&hash.0)
+                ),
+            });
+        }
+        Ok(bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::dataset::build::{build, BuildOptions};
+    use crate::data::tokenizer::TokenizerKind;
+
+    #[test]
+    fn a_built_directory_reopens_and_checks_its_shards() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("in.txt");
+        fs::write(&input, "to be or not to be\n".repeat(2000)).unwrap();
+        let out = dir.path().join("ds");
+        let mut sink = DirSink::create(&out).unwrap();
+        let opts = BuildOptions { tokenizer: TokenizerKind::Byte, shard_tokens: 4096, val_tokens: None };
+        let (manifest, _) = build(&input, opts, &mut sink, &|_| {}).unwrap();
+        let id = sink.finish(&manifest).unwrap();
+        let opened = DatasetDir::open(&out).unwrap();
+        assert_eq!(opened.id(), id);
+        let first = opened.manifest.train[0];
+        assert_eq!(opened.read_shard(&first.hash).unwrap().len() as u64, first.byte_len());
+        // A shard whose bytes changed is refused.
+        let path = out.join(SHARDS_DIR).join(hex(&first.hash.0));
+        let mut bytes = fs::read(&path).unwrap();
+        bytes[0] ^= 1;
+        fs::write(&path, bytes).unwrap();
+        let err = opened.read_shard(&first.hash).unwrap_err();
+        assert!(err.to_string().contains("does not match its hash"), "{err}");
+        // A damaged manifest is a clear error.
+        fs::write(out.join(MANIFEST_FILE), b"\x01\x07junk").unwrap();
+        let err = DatasetDir::open(&out).unwrap_err();
+        assert!(err.to_string().contains("not a valid dataset manifest"), "{err}");
+    }
+}
