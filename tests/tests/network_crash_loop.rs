@@ -2,11 +2,15 @@
 //! nodes, one SIGKILLed and restarted `MURMUR_CRASH_KILLS` times (100 by
 //! default) at seeded random moments, many of them in the middle of a round
 //! it had already announced. Afterwards both nodes end on one StateId,
-//! neither was ever banned or charged with equivocation, and every round
-//! after the last restart is closed by both on the same state.
+//! neither was ever banned or charged with equivocation, no blob in the
+//! crashing node's store ever fails its hash, every restart rejoined on a
+//! committed StateId, and every round after the last restart is closed by
+//! both on the same state. `MURMUR_CRASH_TRANSCRIPT=<file>` keeps the
+//! crashing node's output (the figure in docs/benchmarks.md).
 
 use std::time::Duration;
 
+use murmur_node::store::BlobStore;
 use murmur_tests::{
     start_bootstrap, start_node, start_node_with_env, states_by_round, wait_until, RunSettings,
 };
@@ -46,6 +50,9 @@ fn a_node_in_a_crash_loop_never_equivocates_and_the_two_nodes_stay_on_one_state(
             std::thread::sleep(Duration::from_millis(rng.gen_range(0..300)));
         }
         crashing.kill();
+        let blobs = BlobStore::open(&d.join("crashing").join("blobs")).expect("open blobs");
+        let bad = blobs.verify_all().expect("verify");
+        assert!(bad.is_empty(), "after kill {i}: blobs failing their hash: {bad:?}");
         transcript.extend(crashing.lines());
         reannounced += crashing.events_of("reannounce").len();
         crashing = start_node(d, "crashing", &addr, &["--discovery-wait", "0.5"]);
@@ -80,6 +87,21 @@ fn a_node_in_a_crash_loop_never_equivocates_and_the_two_nodes_stay_on_one_state(
     if let Ok(path) = std::env::var("MURMUR_CRASH_TRANSCRIPT") {
         let _ = std::fs::write(path, transcript.join("\n"));
     }
+    // Each restart joined on the state the steady node committed before that round.
+    let committed = states_by_round(&steady);
+    let mut rejoined = 0;
+    for v in transcript.iter().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()) {
+        let (Some(r), Some(s)) = (v["round"].as_u64(), v["state_id"].as_str()) else { continue };
+        if v["event"] != "joined" || r == 0 {
+            continue;
+        }
+        if let Some(c) = committed.get(&(r - 1)) {
+            assert_eq!(c, s, "a restart joined round {r} on a state nobody committed");
+            rejoined += 1;
+        }
+    }
+    // (Some restarts are killed before they join.)
+    assert!(3 * rejoined >= n, "only {rejoined} of {n} restarts got as far as joining");
     let banned_in_transcript = transcript.iter().filter(|l| l.contains("\"event\":\"banned\"")).count();
     assert_eq!(banned_in_transcript, 0, "the crashing node banned a peer during the loop");
     assert!(
