@@ -9,7 +9,7 @@ use crate::compute::gpu::bench::{bench_kernels, KernelBenchShape};
 use crate::compute::gpu::{GpuBackend, GpuOptions, TileConfig};
 
 pub fn run(a: BenchKernelsArgs) -> Result<()> {
-    let Chosen::Gpu(choice) = choose(a.device)? else {
+    let Chosen::Gpu(choice) = choose(a.device, super::device::PrecisionArg::Fp32)? else {
         bail!("bench kernels measures the GPU backend and no hardware GPU was found; pass --device gpu to use a software adapter")
     };
     let tiles = match a.tiles.as_deref() {

@@ -7,7 +7,7 @@ use anyhow::Result;
 use clap::Args;
 use libp2p::Multiaddr;
 
-use crate::cli::device::{choose, DeviceArg};
+use crate::cli::device::{choose, DeviceArg, PrecisionArg};
 use crate::runtime::spec::{run_spec, RunParams};
 use crate::runtime::{run_node, NodeOptions};
 
@@ -39,6 +39,10 @@ pub struct NodeArgs {
     /// Compute backend for the inner steps.
     #[arg(long, value_enum, default_value_t = DeviceArg::Auto, env = "MURMUR_DEVICE")]
     pub device: DeviceArg,
+    /// GEMM input precision of the inner steps: bf16 (CPU backend) keeps
+    /// fp32 master weights and optimizer state; deltas and states stay fp32.
+    #[arg(long, value_enum, default_value = "fp32", env = "MURMUR_PRECISION")]
+    pub precision: PrecisionArg,
     /// Print one JSON object per line.
     #[arg(long)]
     pub json: bool,
@@ -69,7 +73,7 @@ pub fn run(a: NodeArgs) -> Result<()> {
         json: a.json,
         spec,
         discovery_wait: Duration::from_secs_f64(a.discovery_wait.clamp(0.0, 600.0)),
-        device: choose(a.device)?,
+        device: choose(a.device, a.precision)?,
     };
     super::run_until_ctrl_c(run_node(opts))
 }

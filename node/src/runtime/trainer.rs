@@ -103,11 +103,15 @@ pub fn spawn(
     std::thread::Builder::new()
         .name("murmur-trainer".into())
         .spawn(move || match device {
-            Chosen::Cpu => {
-                let backend = crate::compute::cpu::CpuBackend::new();
-                let _ = opened_tx.send(Ok(backend.describe()));
-                worker.run(backend, rx, done)
-            }
+            Chosen::Cpu(precision) => match crate::compute::cpu::CpuBackend::from_env(precision) {
+                Ok(backend) => {
+                    let _ = opened_tx.send(Ok(backend.describe()));
+                    worker.run(backend, rx, done)
+                }
+                Err(e) => {
+                    let _ = opened_tx.send(Err(format!("opening the CPU backend: {e}")));
+                }
+            },
             Chosen::Gpu(choice) => match GpuBackend::new(choice) {
                 Ok(backend) => {
                     let _ = opened_tx.send(Ok(backend.describe()));
@@ -122,7 +126,7 @@ pub fn spawn(
     let described =
         opened_rx.recv().map_err(|_| "the trainer thread stopped while starting".to_string())??;
     let backend = match device {
-        Chosen::Cpu => "cpu",
+        Chosen::Cpu(_) => "cpu",
         Chosen::Gpu(_) => "gpu",
     };
     Ok(TrainerHandle { jobs: tx, epoch, device: described, backend })

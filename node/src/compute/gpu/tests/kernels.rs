@@ -11,7 +11,7 @@ use crate::compute::gpu::testing::{fresh_gpu_or_skip, gpu_or_skip};
 use crate::compute::gpu::{GpuBackend, GpuOptions, MatmulLayout, TileConfig};
 use crate::compute::{AdamWStep, AttentionShape, Backend, EncoderShape, LogitsShape, MatmulShape};
 
-const CPU: CpuBackend = CpuBackend;
+static CPU: std::sync::LazyLock<CpuBackend> = std::sync::LazyLock::new(CpuBackend::new);
 
 /// A backend that pretends bindings hold at most 4 KiB, so every tensor
 /// above ~1000 floats takes the windowed (split) paths.
