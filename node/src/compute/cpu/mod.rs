@@ -6,6 +6,7 @@
 //! instruction-set and precision choice in `isa`. Threads come from rayon's
 //! global pool (`RAYON_NUM_THREADS` sets its size).
 
+pub mod attention;
 pub mod bench;
 pub mod gemm;
 pub mod isa;
@@ -180,8 +181,12 @@ impl Backend for CpuBackend {
         );
     }
 
+    /// The fused kernels keep one logsumexp per row, not the T×T matrix.
+    fn attention_scratch_len(&self, s: AttentionShape) -> usize {
+        attention::scratch_len(s)
+    }
     fn attention_forward(&self, out: &mut Vec<f32>, att: &mut Vec<f32>, qkv: &Vec<f32>, s: AttentionShape) {
-        kernels::attention_forward(self.isa, out, att, qkv, s);
+        attention::forward(self.isa, out, att, qkv, s);
     }
     fn attention_backward(
         &self,
@@ -191,7 +196,7 @@ impl Backend for CpuBackend {
         att: &Vec<f32>,
         s: AttentionShape,
     ) {
-        kernels::attention_backward(self.isa, dqkv, dout, qkv, att, s);
+        attention::backward(self.isa, dqkv, dout, qkv, att, s);
     }
 
     fn gelu_forward(&self, out: &mut Vec<f32>, inp: &Vec<f32>) {

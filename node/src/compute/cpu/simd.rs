@@ -235,6 +235,26 @@ multiversion! {
 }
 
 multiversion! {
+    /// x[i] = e^(x[i] − shift); returns Σ x[i] in 8 partial sums.
+    fn exp_shifted_in_place(x: &mut [f32], shift: f32) -> f32 {
+        let mut acc = [0f32; LANES];
+        let mut c = x.chunks_exact_mut(LANES);
+        for v in &mut c {
+            for l in 0..LANES {
+                v[l] = exp(v[l] - shift);
+                acc[l] += v[l];
+            }
+        }
+        let mut s = hsum(acc);
+        for v in c.into_remainder() {
+            *v = exp(*v - shift);
+            s += *v;
+        }
+        s
+    }
+}
+
+multiversion! {
     /// x[i] *= alpha.
     fn scale(x: &mut [f32], alpha: f32) {
         for v in x.iter_mut() {
