@@ -151,6 +151,7 @@ pub const NR_32: usize = 32;
 
 /// Writes the 14 × 32 accumulators to C with masked loads/stores.
 #[cfg(target_arch = "x86_64")]
+#[inline]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 #[allow(clippy::too_many_arguments)]
 unsafe fn store_zmm(
