@@ -13,6 +13,8 @@
 # attention (scaled_dot_product_attention), GELU-tanh MLP, LM head tied to
 # the token embedding, vocabulary padded to a multiple of 128, AdamW.
 # Output matches murmur's: "... ms/step, ... tokens/s, ... GFLOP/s".
+# On a busy machine OpenMP's spin-waiting makes PyTorch several times slower
+# (its default OMP_WAIT_POLICY is active); take figures on a quiet machine.
 set -euo pipefail
 venv="${MURMUR_TORCH_VENV:-$HOME/.cache/murmur-bench-torch}"
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import torch' >/dev/null 2>&1; then
