@@ -120,7 +120,7 @@ pub fn unhex(s: &str) -> Option<Vec<u8>> {
         }
     }
     let s = s.as_bytes();
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     s.chunks(2).map(|p| Some(nibble(p[0])? << 4 | nibble(p[1])?)).collect()

@@ -1,10 +1,10 @@
-//! `murmur bench`: throughput measurements (training steps, GPU kernels,
-//! delta codecs).
+//! `murmur bench`: throughput measurements (training steps, CPU GEMMs, GPU
+//! kernels, delta codecs).
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
 
-use super::device::{with_backend, DeviceArg};
+use super::device::{with_backend, DeviceArg, PrecisionArg};
 use crate::model::ModelConfig;
 use crate::sim::codec_bench::{bench_codec, synthetic_delta, DEFAULT_CODECS};
 use crate::train::bench::bench_train;
@@ -13,6 +13,9 @@ use crate::train::bench::bench_train;
 pub enum BenchCommand {
     /// Full training steps (forward, backward, AdamW) on one shape.
     Train(BenchTrainArgs),
+    /// CPU GEMM GFLOP/s per instruction-set path and precision, at 1024³
+    /// and at the model's own shapes (NT forward, NN/TN backward).
+    Gemm(BenchGemmArgs),
     /// GPU kernels: matmul GFLOP/s per layout, GB/s of memory-bound kernels.
     Kernels(BenchKernelsArgs),
     /// Delta codecs: compression ratio, relative L2 error, encode/decode GB/s.
@@ -54,6 +57,26 @@ pub struct BenchKernelsArgs {
 }
 
 #[derive(Args, Debug)]
+pub struct BenchGemmArgs {
+    /// One path (avx512bf16, avx512, avx2, portable); default: every path
+    /// this CPU supports, alternated shape by shape.
+    #[arg(long)]
+    pub isa: Option<String>,
+    /// One precision; default: fp32 and bf16.
+    #[arg(long, value_enum)]
+    pub precision: Option<PrecisionArg>,
+    /// Only shapes whose name contains this (e.g. "square", "124m", "c256").
+    #[arg(long)]
+    pub only: Option<String>,
+    /// Timed runs per GEMM (the best is reported).
+    #[arg(long, default_value_t = 5)]
+    pub iters: usize,
+    /// One JSON object per measurement per line.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
 pub struct BenchCodecsArgs {
     /// Elements of the synthetic pseudo-gradient.
     #[arg(long, default_value_t = 10_000_000)]
@@ -88,6 +111,9 @@ pub struct BenchTrainArgs {
     pub batch: usize,
     #[arg(long, default_value_t = 64)]
     pub seq: usize,
+    /// GEMM input precision (bf16: CPU backend).
+    #[arg(long, value_enum, default_value = "fp32")]
+    pub precision: PrecisionArg,
     /// Untimed steps first.
     #[arg(long, default_value_t = 3)]
     pub warmup: usize,
@@ -102,10 +128,11 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Kernels(a) => super::bench_kernels::run(a),
         BenchCommand::Codecs(a) => bench_codecs(a),
+        BenchCommand::Gemm(a) => bench_gemm(a),
         BenchCommand::Transfer(a) => super::transfer::run(a),
         BenchCommand::Train(a) => {
             let cfg = ModelConfig::new(a.layers, a.channels, a.heads, a.vocab, a.seq)?;
-            let r = with_backend!(a.device, |backend| bench_train(
+            let r = with_backend!(a.device, a.precision, |backend| bench_train(
                 backend, &cfg, a.batch, a.seq, a.warmup, a.steps
             ));
             if a.json {
@@ -129,6 +156,46 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             Ok(())
         }
     }
+}
+
+fn bench_gemm(a: BenchGemmArgs) -> Result<()> {
+    use crate::compute::cpu::bench::{bench_gemm, bench_paths, default_shapes};
+    use crate::compute::cpu::Isa;
+    let isa = match a.isa.as_deref() {
+        Some(name) => Some(name.parse::<Isa>()?.checked()?),
+        None => None,
+    };
+    let paths = bench_paths(isa, a.precision.map(Into::into));
+    let shapes: Vec<_> = default_shapes()
+        .into_iter()
+        .filter(|s| a.only.as_deref().is_none_or(|o| s.name.contains(o)))
+        .collect();
+    if shapes.is_empty() {
+        anyhow::bail!("--only {:?} matches no shape; names contain square, 124m or c256", a.only);
+    }
+    for shape in shapes {
+        for &opts in &paths {
+            let r = bench_gemm(shape, opts, a.iters);
+            if a.json {
+                println!("{}", serde_json::to_string(&r)?);
+            } else {
+                println!(
+                    "gemm {:<14} {:?} {}x{}x{} {:>10} {}, {} threads: {:8.2} ms, {:7.1} GFLOP/s",
+                    r.shape.name,
+                    r.shape.layout,
+                    r.shape.m,
+                    r.shape.n,
+                    r.shape.k,
+                    r.isa,
+                    r.precision,
+                    r.threads,
+                    r.ms,
+                    r.gflops
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 fn bench_codecs(a: BenchCodecsArgs) -> Result<()> {

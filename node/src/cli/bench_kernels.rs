@@ -18,7 +18,7 @@ pub fn run(a: BenchKernelsArgs) -> Result<()> {
         vocab: a.vocab.max(1),
         iters: a.iters,
     };
-    let r = measure(choose(a.device)?, a.tiles.as_deref(), shape)?;
+    let r = measure(choose(a.device, super::device::PrecisionArg::Fp32)?, a.tiles.as_deref(), shape)?;
     if a.json {
         println!("{}", serde_json::to_string(&r)?);
         return Ok(());
@@ -31,7 +31,7 @@ pub fn run(a: BenchKernelsArgs) -> Result<()> {
 #[cfg_attr(not(any(feature = "gpu", feature = "cuda")), allow(unused_variables))]
 fn measure(chosen: Chosen, tiles: Option<&str>, shape: KernelBenchShape) -> Result<KernelBench> {
     match chosen {
-        Chosen::Cpu => Err(anyhow!(
+        Chosen::Cpu(_) => Err(anyhow!(
             "bench kernels measures a device backend and none was found or chosen; pass --device gpu \
              (a software adapter will do) or --device cuda"
         )),

@@ -103,7 +103,7 @@ pub fn sample(args: SampleArgs) -> Result<()> {
         top_k: args.top_k,
         seed: args.seed,
     };
-    let out = with_backend!(args.device, |backend| {
+    let out = with_backend!(args.device, super::device::PrecisionArg::Fp32, |backend| {
         let mut model = Gpt::new(backend, cfg.clone(), &ckpt.params, 1);
         generate(backend, &mut model, &prompt, opts, tok.eot())
     });

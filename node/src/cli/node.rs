@@ -7,7 +7,7 @@ use anyhow::Result;
 use clap::Args;
 use libp2p::Multiaddr;
 
-use crate::cli::device::{choose, DeviceArg};
+use crate::cli::device::{choose, DeviceArg, PrecisionArg};
 use crate::runtime::dataset::DatasetOptions;
 use crate::runtime::spec::{run_spec, RunParams};
 use crate::runtime::{run_node, NodeOptions};
@@ -54,6 +54,10 @@ pub struct NodeArgs {
     /// used shards not needed by the current round are evicted).
     #[arg(long, default_value = "4G", value_parser = parse_bytes)]
     pub data_cache: u64,
+    /// GEMM input precision of the inner steps: bf16 (CPU backend) keeps
+    /// fp32 master weights and optimizer state; deltas and states stay fp32.
+    #[arg(long, value_enum, default_value = "fp32", env = "MURMUR_PRECISION")]
+    pub precision: PrecisionArg,
     /// Print one JSON object per line.
     #[arg(long)]
     pub json: bool,
@@ -106,7 +110,7 @@ pub fn run(a: NodeArgs) -> Result<()> {
         json: a.json,
         spec,
         discovery_wait: Duration::from_secs_f64(a.discovery_wait.clamp(0.0, 600.0)),
-        device: choose(a.device)?,
+        device: choose(a.device, a.precision)?,
         metrics: a.metrics,
         dataset: DatasetOptions { local: a.dataset, cache_bytes: a.data_cache },
     };

@@ -197,8 +197,12 @@ pub fn run(a: SimArgs) -> Result<()> {
     let (config, spec) = resolve(&a)?;
     let corpus = Corpus::open(&spec)?;
     let json = a.json;
-    let report =
-        with_backend!(a.device, |backend| simulate(backend, &config, &corpus, |ev| print_event(ev, json))?);
+    let report = with_backend!(a.device, super::device::PrecisionArg::Fp32, |backend| simulate(
+        backend,
+        &config,
+        &corpus,
+        |ev| print_event(ev, json)
+    )?);
     if json {
         println!("{}", serde_json::to_string(&report)?);
     } else {

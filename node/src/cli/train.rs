@@ -8,7 +8,7 @@ use anyhow::{bail, Context, Result};
 use clap::Args;
 use serde::Deserialize;
 
-use super::device::{with_backend, DeviceArg};
+use super::device::{with_backend, DeviceArg, PrecisionArg};
 use crate::checkpoint::native;
 use crate::data::{Corpus, DataSpec, TokenizerKind};
 use crate::model::ModelConfig;
@@ -32,6 +32,10 @@ pub struct TrainArgs {
     pub resume_from: Option<PathBuf>,
     #[arg(long, value_enum, default_value = "auto", env = "MURMUR_DEVICE")]
     pub device: DeviceArg,
+    /// GEMM input precision: bf16 (CPU backend) keeps fp32 master weights,
+    /// optimizer state and checkpoints.
+    #[arg(long, value_enum, default_value = "fp32", env = "MURMUR_PRECISION")]
+    pub precision: PrecisionArg,
     /// Print one JSON object per line instead of human-readable progress.
     #[arg(long)]
     pub json: bool,
@@ -192,9 +196,13 @@ pub fn run(args: TrainArgs) -> Result<()> {
         None => None,
     };
     let json = args.json;
-    let summary = with_backend!(args.device, |backend| train(backend, &config, &corpus, resume, |ev| {
-        print_event(ev, json)
-    })?);
+    let summary = with_backend!(args.device, args.precision, |backend| train(
+        backend,
+        &config,
+        &corpus,
+        resume,
+        |ev| { print_event(ev, json) }
+    )?);
     let gap =
         summary.entropy_floor.map(|f| (summary.ln_vocab - summary.val_loss as f64) / (summary.ln_vocab - f));
     if json {

@@ -5,13 +5,17 @@
 //!
 //! `auto` prefers a CUDA device, then a hardware wgpu adapter, then the CPU
 //! backend; it never picks a software rasterizer (lavapipe) over the CPU.
+//! bf16 GEMM inputs (`Precision::Bf16`) are a CPU-backend mode, so they make
+//! `auto` pick the CPU.
 
 use thiserror::Error;
 
 /// The backend a command or a node's trainer will use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Chosen {
-    Cpu,
+    /// The CPU backend, its GEMM input precision, and the ISA path from
+    /// `MURMUR_CPU_ISA` (checked when chosen).
+    Cpu(crate::compute::cpu::Precision),
     /// The wgpu backend on an adapter `AdapterChoice` allows.
     #[cfg(feature = "gpu")]
     Gpu(crate::compute::gpu::AdapterChoice),
@@ -24,7 +28,7 @@ impl Chosen {
     /// The backend's short name: "cpu", "gpu" or "cuda".
     pub fn name(self) -> &'static str {
         match self {
-            Chosen::Cpu => "cpu",
+            Chosen::Cpu(_) => "cpu",
             #[cfg(feature = "gpu")]
             Chosen::Gpu(_) => "gpu",
             #[cfg(feature = "cuda")]
@@ -41,6 +45,8 @@ pub enum DeviceError {
          `cargo build --release --features {feature}` or use --device cpu"
     )]
     NotBuilt { backend: &'static str, feature: &'static str },
+    #[error(transparent)]
+    Cpu(#[from] crate::compute::cpu::IsaError),
     #[cfg(feature = "gpu")]
     #[error(transparent)]
     Gpu(#[from] crate::compute::gpu::GpuError),
@@ -49,9 +55,10 @@ pub enum DeviceError {
     Cuda(#[from] crate::compute::cuda::CudaError),
 }
 
-/// `--device cpu`.
-pub fn cpu() -> Chosen {
-    Chosen::Cpu
+/// `--device cpu`, with a `MURMUR_CPU_ISA` this CPU can run.
+pub fn cpu(precision: crate::compute::cpu::Precision) -> Result<Chosen, DeviceError> {
+    crate::compute::cpu::CpuBackend::from_env(precision)?;
+    Ok(Chosen::Cpu(precision))
 }
 
 /// `--device gpu`: any wgpu adapter, software ones (lavapipe) included. The
@@ -79,13 +86,17 @@ pub fn cuda() -> Result<Chosen, DeviceError> {
     Err(DeviceError::NotBuilt { backend: "cuda", feature: "cuda" })
 }
 
-/// `--device auto`: a CUDA device, else a hardware wgpu adapter, else the CPU.
-pub fn auto() -> Chosen {
+/// `--device auto`: a CUDA device, else a hardware wgpu adapter, else the
+/// CPU (always the CPU for bf16).
+pub fn auto(precision: crate::compute::cpu::Precision) -> Result<Chosen, DeviceError> {
+    if precision != crate::compute::cpu::Precision::Fp32 {
+        return cpu(precision);
+    }
     #[cfg(feature = "cuda")]
     {
         use crate::compute::cuda::{first_device, libs::CudaLibrary, CudaError};
         match first_device() {
-            Ok(ordinal) => return Chosen::Cuda(ordinal),
+            Ok(ordinal) => return Ok(Chosen::Cuda(ordinal)),
             // A GPU is there but a runtime library is not: say why it is not used.
             Err(e @ CudaError::MissingLibrary(CudaLibrary::Nvrtc | CudaLibrary::Cublas)) => {
                 tracing::warn!("--device auto: not using the CUDA device: {e}")
@@ -97,10 +108,10 @@ pub fn auto() -> Chosen {
     {
         use crate::compute::gpu::{adapter_available, AdapterChoice};
         if adapter_available(AdapterChoice::HardwareOnly) {
-            return Chosen::Gpu(AdapterChoice::HardwareOnly);
+            return Ok(Chosen::Gpu(AdapterChoice::HardwareOnly));
         }
     }
-    Chosen::Cpu
+    cpu(precision)
 }
 
 /// Opens the backend `$chosen` names and evaluates `$body` with `$b` bound to
@@ -109,9 +120,14 @@ pub fn auto() -> Chosen {
 macro_rules! on_backend {
     ($chosen:expr, |$b:ident| $body:expr, |$e:ident| $fail:expr) => {
         match $chosen {
-            $crate::compute::device::Chosen::Cpu => {
-                let $b = $crate::compute::cpu::CpuBackend::new();
-                $body
+            $crate::compute::device::Chosen::Cpu(precision) => {
+                match $crate::compute::cpu::CpuBackend::from_env(precision) {
+                    Ok($b) => $body,
+                    Err(err) => {
+                        let $e = $crate::compute::device::DeviceError::from(err);
+                        $fail
+                    }
+                }
             }
             #[cfg(feature = "gpu")]
             $crate::compute::device::Chosen::Gpu(choice) => {
@@ -144,8 +160,11 @@ mod tests {
 
     #[test]
     fn cpu_is_always_there_and_auto_resolves() {
-        assert_eq!(cpu().name(), "cpu");
-        assert!(["cpu", "gpu", "cuda"].contains(&auto().name()));
+        use crate::compute::cpu::Precision;
+        assert_eq!(cpu(Precision::Fp32).map(Chosen::name).ok(), Some("cpu"));
+        let auto = auto(Precision::Fp32).map(Chosen::name).unwrap_or_default();
+        assert!(["cpu", "gpu", "cuda"].contains(&auto));
+        assert_eq!(super::auto(Precision::Bf16).map(Chosen::name).ok(), Some("cpu"));
     }
 
     #[cfg(not(feature = "gpu"))]

@@ -183,8 +183,14 @@ pub trait Backend {
     );
 
     // ---- causal multi-head attention ----
-    /// qkv is (b, t, 3c) laid out [q | k | v]; out is (b, t, c); att keeps the
-    /// softmaxed scores (b, nh, t, t) for the backward pass.
+    /// Floats of the `att` buffer `attention_forward` fills for the backward
+    /// pass: by default the softmaxed scores (b, nh, t, t); a backend with
+    /// fused kernels keeps less (the CPU: one logsumexp per row).
+    fn attention_scratch_len(&self, s: AttentionShape) -> usize {
+        s.b * s.nh * s.t * s.t
+    }
+    /// qkv is (b, t, 3c) laid out [q | k | v]; out is (b, t, c); att keeps
+    /// what the backward pass needs (`attention_scratch_len` floats).
     fn attention_forward(
         &self,
         out: &mut Self::Tensor,

@@ -56,7 +56,7 @@ impl ModelConfig {
                 return Err(ConfigError::ZeroDimension(name));
             }
         }
-        if n_embd % n_head != 0 {
+        if !n_embd.is_multiple_of(n_head) {
             return Err(ConfigError::HeadsDoNotDivide { n_embd, n_head });
         }
         let cfg = ModelConfig {

@@ -184,7 +184,7 @@ impl<B: Backend> Gpt<B> {
                 ln1_rstd: z(bt),
                 qkv: z(bt * 3 * c),
                 atty: z(bt * c),
-                att: z(b * nh * t * t),
+                att: z(backend.attention_scratch_len(AttentionShape { b, t, c, nh })),
                 attproj: z(bt * c),
                 residual2: z(bt * c),
                 ln2: z(bt * c),

@@ -7,7 +7,8 @@ use super::gpt::Gpt;
 use super::params::{init_params, WTE};
 use super::reference;
 use super::rng::Rng;
-use crate::compute::cpu::CpuBackend;
+use crate::compute::cpu::isa::ISA_ENV;
+use crate::compute::cpu::{CpuBackend, Isa, Precision};
 use crate::compute::AdamWStep;
 
 /// A small shape with an odd vocabulary (padded to 128), odd sequence length
@@ -37,6 +38,20 @@ fn batch(cfg: &ModelConfig, b: usize, t: usize, seed: u64) -> (Vec<u32>, Vec<u32
     (x, y)
 }
 
+/// The CPU paths to check: the one `MURMUR_CPU_ISA` forces, else every path
+/// this CPU supports (fp32).
+fn cpu_paths() -> Vec<CpuBackend> {
+    if std::env::var_os(ISA_ENV).is_some() {
+        return vec![
+            CpuBackend::from_env(Precision::Fp32).expect("MURMUR_CPU_ISA names a path this CPU runs")
+        ];
+    }
+    Isa::supported_paths()
+        .into_iter()
+        .map(|isa| CpuBackend::with_options(isa, Precision::Fp32).expect("supported path"))
+        .collect()
+}
+
 fn to_f64(p: &[Vec<f32>]) -> Vec<Vec<f64>> {
     p.iter().map(|t| t.iter().map(|x| *x as f64).collect()).collect()
 }
@@ -47,13 +62,14 @@ fn forward_loss_matches_f64_reference() {
     let (b, t) = (2, 7);
     let p = params(&cfg, 1);
     let (x, y) = batch(&cfg, b, t, 2);
-    let be = CpuBackend::new();
-    let mut model = Gpt::new(&be, cfg.clone(), &p, 1);
-    model.zero_grad(&be);
-    model.forward(&be, &x, Some(&y), b, t);
-    let got = model.read_stats(&be).mean_loss() as f64;
     let want = reference::loss(&cfg, &to_f64(&p), &x, &y, b, t);
-    assert!((got - want).abs() <= 1e-5 * want.abs(), "loss {got} vs reference {want}");
+    for be in cpu_paths() {
+        let mut model = Gpt::new(&be, cfg.clone(), &p, 1);
+        model.zero_grad(&be);
+        model.forward(&be, &x, Some(&y), b, t);
+        let got = model.read_stats(&be).mean_loss() as f64;
+        assert!((got - want).abs() <= 1e-5 * want.abs(), "{}: loss {got} vs reference {want}", be.isa());
+    }
 }
 
 /// Relative error tolerance of the gradient check: |analytic − numeric| ≤
@@ -65,11 +81,17 @@ const GRAD_RTOL: f64 = 1e-3;
 
 #[test]
 fn every_parameter_gradient_matches_central_finite_differences() {
+    for be in cpu_paths() {
+        gradient_check(&be);
+    }
+}
+
+fn gradient_check(be: &CpuBackend) {
     let cfg = small_cfg();
     let (b, t) = (2, 7);
     let p = params(&cfg, 3);
     let (x, y) = batch(&cfg, b, t, 4);
-    let be = CpuBackend::new();
+    let be = *be;
     let mut model = Gpt::new(&be, cfg.clone(), &p, 1);
     model.zero_grad(&be);
     model.forward(&be, &x, Some(&y), b, t);
@@ -101,7 +123,8 @@ fn every_parameter_gradient_matches_central_finite_differences() {
             let rel = (analytic - numeric).abs() / denom;
             assert!(
                 rel <= GRAD_RTOL,
-                "{}[{i}]: analytic {analytic:e} vs numeric {numeric:e} (relative error {rel:e})",
+                "{} {}[{i}]: analytic {analytic:e} vs numeric {numeric:e} (relative error {rel:e})",
+                be.isa(),
                 spec.name
             );
             checked += 1;
@@ -112,10 +135,9 @@ fn every_parameter_gradient_matches_central_finite_differences() {
     assert!(grads[WTE][cfg.vocab_size * cfg.n_embd..].iter().all(|g| *g == 0.0));
 }
 
-fn train_run(steps: usize) -> (Vec<f32>, blake3::Hash) {
+fn train_run(be: CpuBackend, steps: usize) -> (Vec<f32>, blake3::Hash) {
     let cfg = ModelConfig::preset("tiny").unwrap();
     let (b, t) = (4, 32);
-    let be = CpuBackend::new();
     let mut model = Gpt::new(&be, cfg.clone(), &init_params(&cfg, 42), 1);
     let mut losses = Vec::new();
     for step in 1..=steps {
@@ -137,14 +159,22 @@ fn train_run(steps: usize) -> (Vec<f32>, blake3::Hash) {
 
 #[test]
 fn twenty_steps_with_one_seed_are_bit_identical() {
-    let (l1, h1) = train_run(20);
-    let (l2, h2) = train_run(20);
-    assert_eq!(
-        l1.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
-        l2.iter().map(|x| x.to_bits()).collect::<Vec<_>>()
-    );
-    assert_eq!(h1, h2);
-    assert!(l1.iter().all(|l| l.is_finite()));
+    // every path, in both precisions, and on 1 thread as on the whole pool
+    let one_thread = rayon::ThreadPoolBuilder::new().num_threads(1).build().expect("pool");
+    for fp32 in cpu_paths() {
+        for precision in [Precision::Fp32, Precision::Bf16] {
+            let be = CpuBackend::with_options(fp32.isa(), precision).expect("supported path");
+            let (l1, h1) = train_run(be, 20);
+            let (l2, h2) = train_run(be, 20);
+            let (l3, h3) = one_thread.install(|| train_run(be, 20));
+            let bits = |l: &[f32]| l.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&l1), bits(&l2), "{} {precision}", be.isa());
+            assert_eq!(bits(&l1), bits(&l3), "{} {precision}: 1 thread", be.isa());
+            assert_eq!(h1, h2);
+            assert_eq!(h1, h3);
+            assert!(l1.iter().all(|l| l.is_finite()));
+        }
+    }
 }
 
 #[test]

@@ -28,7 +28,24 @@ pub struct TrainBench {
 
 /// Times `steps` full training steps (forward, backward, AdamW) after
 /// `warmup` untimed ones, on random tokens.
-pub fn bench_train<B: Backend>(
+///
+/// The steps run on a rayon worker thread: the CPU backend's parallel ops
+/// then fork inside the pool, where the idle worker is still spinning,
+/// instead of each op being injected from outside and the caller sleeping on
+/// a futex until it is done (a wake-up per op, hundreds per step, whose
+/// latency swings with the machine's load).
+pub fn bench_train<B: Backend + Sync>(
+    backend: &B,
+    cfg: &ModelConfig,
+    batch: usize,
+    seq: usize,
+    warmup: usize,
+    steps: usize,
+) -> TrainBench {
+    rayon::scope(|_| bench_steps(backend, cfg, batch, seq, warmup, steps))
+}
+
+fn bench_steps<B: Backend>(
     backend: &B,
     cfg: &ModelConfig,
     batch: usize,

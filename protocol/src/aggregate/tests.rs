@@ -34,7 +34,7 @@ fn permutations(n: usize) -> Vec<Vec<usize>> {
         }
         for i in 0..k {
             go(k - 1, a, out);
-            if k % 2 == 0 {
+            if k.is_multiple_of(2) {
                 a.swap(i, k - 1);
             } else {
                 a.swap(0, k - 1);

@@ -54,7 +54,7 @@ pub(super) fn decode(body: &[u8], k: usize, block: u32, out: &mut [f32]) -> Resu
         return Err(CodecError::NonCanonical("top-k mask shorter than the element count"));
     }
     let (mask, rest) = body.split_at(mask_len);
-    if n % 8 != 0 && mask.last().is_some_and(|last| last >> (n % 8) != 0) {
+    if !n.is_multiple_of(8) && mask.last().is_some_and(|last| last >> (n % 8) != 0) {
         return Err(CodecError::NonCanonical("top-k mask bits past the last element must be zero"));
     }
     let set: usize = mask.iter().map(|m| m.count_ones() as usize).sum();
@@ -73,7 +73,7 @@ pub(super) fn decode(body: &[u8], k: usize, block: u32, out: &mut [f32]) -> Resu
             let i = byte_index * 8 + bits.trailing_zeros() as usize;
             bits &= bits - 1;
             let byte = nibbles.get(j / 2).copied().unwrap_or(0);
-            let nib = if j % 2 == 0 { byte & 0x0f } else { byte >> 4 };
+            let nib = if j.is_multiple_of(2) { byte & 0x0f } else { byte >> 4 };
             // Sign-extend the nibble.
             let q = ((nib << 4) as i8) >> 4;
             let slot =

@@ -1,27 +1,32 @@
-//! Cache-blocked, multi-threaded single-precision GEMM for the CPU backend.
+//! Cache-blocked, multi-threaded GEMM for the CPU backend.
 //!
 //! `C (+)= A · B` with arbitrary row/column strides on A and B, so one routine
 //! serves the three layouts the model needs (NT forward, NN and TN backward).
 //! Structure (Goto/BLIS): B is packed into `KC × NC` panels of `NR`-wide
-//! strips, A into `MC × KC` blocks of `MR`-tall strips, and a register-tiled
-//! `MR × NR` micro-kernel (AVX2+FMA where the CPU has it, portable otherwise)
-//! runs over the packed data. Threads split the rows of C into fixed blocks and
-//! the K loop runs in a fixed order, so results do not depend on scheduling.
+//! strips (in parallel), A into `MC × KC` blocks of `MR`-tall strips, and a
+//! register-tiled `MR × NR` micro-kernel of the chosen instruction-set path
+//! (`microkernel`) runs over the packed data. In bf16 precision the packing
+//! rounds the inputs to bfloat16 (pairs of k for `vdpbf16ps`), so there is no
+//! extra conversion pass. Threads split the rows of C into blocks and the K
+//! loop runs in a fixed order, so every element of C sees the same sums in the
+//! same order whatever the thread count: each path is deterministic.
+//!
+//! Pack buffers are per thread and reused across calls (64-byte aligned), so a
+//! training step allocates nothing here.
+
+use std::cell::RefCell;
+use std::thread::LocalKey;
 
 use rayon::prelude::*;
 
+use super::isa::{bf16_bits, round_bf16, Isa, Precision};
+use super::microkernel::{self as mk, KernelFn};
 use super::simd;
 
-/// Micro-tile height (rows of C per kernel call).
-pub const MR: usize = 6;
-/// Micro-tile width (columns of C per kernel call): two 8-lane vectors.
-pub const NR: usize = 16;
-/// Depth of one packed panel.
-const KC: usize = 256;
-/// Width of one packed B panel.
-const NC: usize = 512;
-/// Largest block of rows one task handles.
-const MC_MAX: usize = 96;
+/// Width of one packed B panel (columns).
+const NC: usize = 1536;
+/// Rows of C below which the NT layout skips packing (row · column dots).
+const SMALL_M: usize = 4;
 
 /// A read-only matrix view: element (i, j) lives at `data[i*rs + j*cs]`.
 #[derive(Clone, Copy)]
@@ -32,14 +37,149 @@ pub struct MatRef<'a> {
 }
 
 impl MatRef<'_> {
+    #[cfg(test)]
     #[inline(always)]
     fn at(&self, i: usize, j: usize) -> f32 {
         self.data[i * self.rs + j * self.cs]
     }
 }
 
-/// `C[m×n] = A[m×k]·B[k×n]` (or `+=` when `accumulate`), C row-major with
-/// leading dimension `ldc`.
+/// What C starts from.
+#[derive(Clone, Copy)]
+pub enum Init<'a> {
+    /// `C = A·B`.
+    Overwrite,
+    /// `C += A·B`.
+    Accumulate,
+    /// `C = A·B + bias` (one bias value per column of C).
+    Bias(&'a [f32]),
+}
+
+/// Which kernels a GEMM runs: the instruction-set path and input precision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GemmOpts {
+    pub isa: Isa,
+    pub precision: Precision,
+}
+
+impl Default for GemmOpts {
+    fn default() -> Self {
+        GemmOpts { isa: Isa::widest(), precision: Precision::Fp32 }
+    }
+}
+
+/// How packing writes an element.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PackMode {
+    F32,
+    /// f32 slots holding values rounded to bf16 (bf16 on paths without `vdpbf16ps`).
+    F32RoundedBf16,
+    /// One 32-bit slot per pair of k: bf16(k) low, bf16(k+1) high.
+    Bf16Pairs,
+}
+
+impl PackMode {
+    /// Packed steps for `kc` values of k.
+    fn steps(self, kc: usize) -> usize {
+        match self {
+            PackMode::Bf16Pairs => kc.div_ceil(2),
+            _ => kc,
+        }
+    }
+}
+
+/// The kernel and blocking one `GemmOpts` resolves to.
+#[derive(Clone, Copy)]
+struct Plan {
+    mr: usize,
+    nr: usize,
+    /// Depth of one panel in k (a B strip of `KC·NR` stays in L1).
+    kc: usize,
+    /// Tiles of MR rows per A block (the block stays in L2).
+    mc_tiles: usize,
+    mode: PackMode,
+    kernel: KernelFn,
+}
+
+impl Plan {
+    fn new(opts: GemmOpts) -> Plan {
+        // A path the CPU lacks never reaches a kernel: fall back to portable.
+        let isa = if opts.isa.supported() { opts.isa } else { Isa::Portable };
+        let bf16 = opts.precision == Precision::Bf16;
+        let rounded = if bf16 { PackMode::F32RoundedBf16 } else { PackMode::F32 };
+        let narrow = |kernel: KernelFn| Plan {
+            mr: mk::MR_6,
+            nr: mk::NR_16,
+            kc: 256,
+            mc_tiles: 16,
+            mode: rounded,
+            kernel,
+        };
+        match isa {
+            Isa::Portable => narrow(mk::portable),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => narrow(mk::avx2),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512Bf16 if bf16 => Plan {
+                mr: mk::MR_14,
+                nr: mk::NR_32,
+                kc: 512,
+                mc_tiles: 10,
+                mode: PackMode::Bf16Pairs,
+                kernel: mk::avx512bf16,
+            },
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512 | Isa::Avx512Bf16 => Plan {
+                mr: mk::MR_14,
+                nr: mk::NR_32,
+                kc: 256,
+                mc_tiles: 10,
+                mode: rounded,
+                kernel: mk::avx512,
+            },
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => narrow(mk::portable),
+        }
+    }
+}
+
+/// 64 bytes of packed floats (the pack buffers' unit, for alignment).
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([f32; 16]);
+
+thread_local! {
+    static PACK_A: RefCell<Vec<Line>> = const { RefCell::new(Vec::new()) };
+    static PACK_B: RefCell<Vec<Line>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` on this thread's pack buffer of at least `len` floats (a fresh
+/// one if the buffer is in use further up this thread's stack).
+fn with_scratch<R>(
+    key: &'static LocalKey<RefCell<Vec<Line>>>,
+    len: usize,
+    f: impl FnOnce(&mut [f32]) -> R,
+) -> R {
+    let lines = len.div_ceil(16);
+    let view = |v: &mut Vec<Line>| {
+        // SAFETY: `Line` is 16 plain f32s with no padding (repr C, 64 bytes).
+        unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr() as *mut f32, len) }
+    };
+    key.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut v) => {
+            if v.len() < lines {
+                v.resize(lines, Line([0.0; 16]));
+            }
+            f(view(&mut v))
+        }
+        Err(_) => {
+            let mut v = vec![Line([0.0; 16]); lines];
+            f(view(&mut v))
+        }
+    })
+}
+
+/// `C[m×n] (+)= A[m×k]·B[k×n]`, C row-major with leading dimension `ldc`.
 #[allow(clippy::too_many_arguments)]
 pub fn gemm(
     m: usize,
@@ -49,101 +189,189 @@ pub fn gemm(
     b: MatRef<'_>,
     c: &mut [f32],
     ldc: usize,
-    accumulate: bool,
+    init: Init<'_>,
+    opts: GemmOpts,
 ) {
     if m == 0 || n == 0 {
         return;
     }
     assert!(c.len() >= (m - 1) * ldc + n, "gemm: C too small");
+    if let Init::Bias(bias) = init {
+        assert!(bias.len() >= n, "gemm: bias too short");
+    }
     if k == 0 {
-        if !accumulate {
-            for row in c.chunks_mut(ldc).take(m) {
-                row[..n].fill(0.0);
+        for row in c.chunks_mut(ldc).take(m) {
+            match init {
+                Init::Overwrite => row[..n].fill(0.0),
+                Init::Bias(bias) => row[..n].copy_from_slice(&bias[..n]),
+                Init::Accumulate => {}
             }
         }
         return;
     }
-    let mc = row_block(m);
-    let mut bpack = vec![0f32; KC * NC.min(n.next_multiple_of(NR))];
-    for jc in (0..n).step_by(NC) {
-        let nc = NC.min(n - jc);
-        for pc in (0..k).step_by(KC) {
-            let kc = KC.min(k - pc);
-            pack_b(&mut bpack, b, pc, kc, jc, nc);
-            let first = pc == 0 && !accumulate;
-            let bp = &bpack[..];
-            c[..(m - 1) * ldc + n].par_chunks_mut(mc * ldc).enumerate().for_each_init(
-                || vec![0f32; MC_MAX.next_multiple_of(MR) * KC],
-                |apack, (blk, cblk)| {
+    if m < SMALL_M && a.cs == 1 && b.rs == 1 && opts.precision == Precision::Fp32 {
+        return gemm_small_nt(m, n, k, a, b, c, ldc, init, opts.isa);
+    }
+    let plan = Plan::new(opts);
+    let (mr, nr) = (plan.mr, plan.nr);
+    // Bᵀ as a matrix whose rows are B's columns: B strips pack like A strips.
+    let bt = MatRef { data: b.data, rs: b.cs, cs: b.rs };
+    let mc = row_block(m, mr, plan.mc_tiles);
+    let panel_len = plan.mode.steps(plan.kc) * NC.min(n.next_multiple_of(nr));
+    let a_len = plan.mode.steps(plan.kc) * mc;
+    let cptr = SharedC(c.as_mut_ptr());
+    with_scratch(&PACK_B, panel_len, |bpack| {
+        for jc in (0..n).step_by(NC) {
+            let nc = NC.min(n - jc);
+            for pc in (0..k).step_by(plan.kc) {
+                let kc = plan.kc.min(k - pc);
+                let steps = plan.mode.steps(kc);
+                // Pack the panel in parallel, a few strips per task.
+                let group = 4 * nr;
+                bpack[..steps * nc.next_multiple_of(nr)].par_chunks_mut(steps * group).enumerate().for_each(
+                    |(g, dst)| {
+                        let j0 = g * group;
+                        pack(dst, bt, jc + j0, group.min(nc - j0), pc, kc, nr, plan.mode);
+                    },
+                );
+                let first = pc == 0 && !matches!(init, Init::Accumulate);
+                let bias = match init {
+                    Init::Bias(bias) if first => bias[jc..].as_ptr(),
+                    _ => std::ptr::null(),
+                };
+                let bias = SharedBias(bias);
+                let bp = &bpack[..];
+                (0..m.div_ceil(mc)).into_par_iter().for_each(|blk| {
                     let ic = blk * mc;
                     let rows = mc.min(m - ic);
-                    pack_a(apack, a, ic, rows, pc, kc);
-                    macro_block(rows, nc, kc, apack, bp, &mut cblk[jc..], ldc, first);
-                },
-            );
+                    with_scratch(&PACK_A, a_len, |apack| {
+                        pack(apack, a, ic, rows, pc, kc, mr, plan.mode);
+                        // SAFETY: block `blk` owns rows ic..ic+rows of C (checked
+                        // against c.len() above); blocks never overlap.
+                        unsafe {
+                            macro_block(
+                                &plan,
+                                rows,
+                                nc,
+                                steps,
+                                apack,
+                                bp,
+                                cptr.at(ic * ldc + jc),
+                                ldc,
+                                first,
+                                bias.get(),
+                            )
+                        };
+                    });
+                });
+            }
         }
+    });
+}
+
+/// C's base pointer shared with the tasks that own disjoint row blocks.
+#[derive(Clone, Copy)]
+struct SharedC(*mut f32);
+// SAFETY: each task writes only its own rows of C.
+unsafe impl Send for SharedC {}
+unsafe impl Sync for SharedC {}
+impl SharedC {
+    fn at(self, off: usize) -> *mut f32 {
+        // SAFETY: callers pass offsets inside C.
+        unsafe { self.0.add(off) }
     }
 }
 
-/// Rows per task: an even split over the pool, at most `MC_MAX`, a multiple of `MR`.
-fn row_block(m: usize) -> usize {
+#[derive(Clone, Copy)]
+struct SharedBias(*const f32);
+// SAFETY: read-only.
+unsafe impl Send for SharedBias {}
+unsafe impl Sync for SharedBias {}
+impl SharedBias {
+    fn get(self) -> *const f32 {
+        self.0
+    }
+}
+
+/// Rows per task: an even split of MR-tiles over the pool, at most `mc_tiles` tiles.
+fn row_block(m: usize, mr: usize, mc_tiles: usize) -> usize {
     let threads = rayon::current_num_threads().max(1);
-    let mut tasks = m.div_ceil(MC_MAX).max(threads);
+    let tiles = m.div_ceil(mr);
+    let mut tasks = tiles.div_ceil(mc_tiles).max(threads);
     tasks = tasks.div_ceil(threads) * threads;
-    m.div_ceil(tasks).next_multiple_of(MR).min(MC_MAX)
+    tiles.div_ceil(tasks).max(1) * mr
 }
 
-/// Packs `B[pc..pc+kc, jc..jc+nc]` as consecutive `kc × NR` strips, zero-padded.
-fn pack_b(dst: &mut [f32], b: MatRef<'_>, pc: usize, kc: usize, jc: usize, nc: usize) {
-    for (s, j0) in (0..nc).step_by(NR).enumerate() {
-        let strip = &mut dst[s * kc * NR..(s + 1) * kc * NR];
-        let w = NR.min(nc - j0);
-        for p in 0..kc {
-            let row = &mut strip[p * NR..(p + 1) * NR];
-            if b.cs == 1 {
-                let base = (pc + p) * b.rs + jc + j0;
-                row[..w].copy_from_slice(&b.data[base..base + w]);
-            } else if b.rs != 1 {
-                for (j, r) in row[..w].iter_mut().enumerate() {
-                    *r = b.at(pc + p, jc + j0 + j);
-                }
-            }
-            row[w..].fill(0.0);
-        }
-        if b.rs == 1 && b.cs != 1 {
-            // Transposed B (the NT layout): read each column contiguously.
-            for j in 0..w {
-                let col = &b.data[(jc + j0 + j) * b.cs + pc..][..kc];
-                for (p, v) in col.iter().enumerate() {
-                    strip[p * NR + j] = *v;
-                }
-            }
-        }
-    }
-}
-
-/// Packs `A[ic..ic+rows, pc..pc+kc]` as consecutive `kc × MR` strips, zero-padded.
-fn pack_a(dst: &mut [f32], a: MatRef<'_>, ic: usize, rows: usize, pc: usize, kc: usize) {
-    for (s, i0) in (0..rows).step_by(MR).enumerate() {
-        let strip = &mut dst[s * kc * MR..(s + 1) * kc * MR];
-        let h = MR.min(rows - i0);
-        if a.rs == 1 {
-            // Column-contiguous A (the TN layout): copy MR-wide runs.
-            for p in 0..kc {
-                let base = (pc + p) * a.cs + ic + i0;
-                strip[p * MR..p * MR + h].copy_from_slice(&a.data[base..base + h]);
-                strip[p * MR + h..(p + 1) * MR].fill(0.0);
-            }
-        } else {
-            for i in 0..MR {
-                if i < h {
-                    let base = (ic + i0 + i) * a.rs + pc * a.cs;
-                    for p in 0..kc {
-                        strip[p * MR + i] = a.data[base + p * a.cs];
+/// Packs `X[r0..r0+rows, p0..p0+kc]` (X(i, p) = `x.data[i*x.rs + p*x.cs]`) as
+/// consecutive `steps × r` strips, zero-padded to whole strips and pairs.
+#[allow(clippy::too_many_arguments)]
+fn pack(
+    dst: &mut [f32],
+    x: MatRef<'_>,
+    r0: usize,
+    rows: usize,
+    p0: usize,
+    kc: usize,
+    r: usize,
+    mode: PackMode,
+) {
+    let steps = mode.steps(kc);
+    for (s, i0) in (0..rows).step_by(r).enumerate() {
+        let strip = &mut dst[s * steps * r..(s + 1) * steps * r];
+        let h = r.min(rows - i0);
+        let base = (r0 + i0) * x.rs + p0 * x.cs;
+        match mode {
+            PackMode::F32 | PackMode::F32RoundedBf16 => {
+                let round = mode == PackMode::F32RoundedBf16;
+                let conv = |v: f32| if round { round_bf16(v) } else { v };
+                if x.rs == 1 {
+                    for (p, d) in strip.chunks_exact_mut(r).enumerate() {
+                        let src = &x.data[base + p * x.cs..][..h];
+                        for (d, s) in d.iter_mut().zip(src) {
+                            *d = conv(*s);
+                        }
+                        d[h..].fill(0.0);
                     }
                 } else {
-                    for p in 0..kc {
-                        strip[p * MR + i] = 0.0;
+                    for i in 0..h {
+                        let src = &x.data[base + i * x.rs..];
+                        for p in 0..kc {
+                            strip[p * r + i] = conv(src[p * x.cs]);
+                        }
+                    }
+                    for d in strip.chunks_exact_mut(r) {
+                        d[h..].fill(0.0);
+                    }
+                }
+            }
+            PackMode::Bf16Pairs => {
+                let pair =
+                    |lo: f32, hi: f32| f32::from_bits(bf16_bits(lo) as u32 | (bf16_bits(hi) as u32) << 16);
+                if x.rs == 1 {
+                    for (q, d) in strip.chunks_exact_mut(r).enumerate() {
+                        let lo = &x.data[base + 2 * q * x.cs..][..h];
+                        if 2 * q + 1 < kc {
+                            let hi = &x.data[base + (2 * q + 1) * x.cs..][..h];
+                            for ((d, l), h) in d.iter_mut().zip(lo).zip(hi) {
+                                *d = pair(*l, *h);
+                            }
+                        } else {
+                            for (d, l) in d.iter_mut().zip(lo) {
+                                *d = pair(*l, 0.0);
+                            }
+                        }
+                        d[h..].fill(0.0);
+                    }
+                } else {
+                    for i in 0..h {
+                        let src = &x.data[base + i * x.rs..];
+                        for q in 0..steps {
+                            let hi = if 2 * q + 1 < kc { src[(2 * q + 1) * x.cs] } else { 0.0 };
+                            strip[q * r + i] = pair(src[2 * q * x.cs], hi);
+                        }
+                    }
+                    for d in strip.chunks_exact_mut(r) {
+                        d[h..].fill(0.0);
                     }
                 }
             }
@@ -152,149 +380,69 @@ fn pack_a(dst: &mut [f32], a: MatRef<'_>, ic: usize, rows: usize, pc: usize, kc:
 }
 
 /// Runs the micro-kernel over one packed A block and one packed B panel.
+///
+/// # Safety
+/// `c` addresses `rows × nc` floats with row stride `ldc` owned by the caller.
 #[allow(clippy::too_many_arguments)]
-fn macro_block(
+unsafe fn macro_block(
+    plan: &Plan,
     rows: usize,
     nc: usize,
-    kc: usize,
+    steps: usize,
     apack: &[f32],
     bpack: &[f32],
-    c: &mut [f32],
+    c: *mut f32,
     ldc: usize,
     first: bool,
+    bias: *const f32,
 ) {
-    let avx = simd::has_avx2_fma();
-    for (sj, j0) in (0..nc).step_by(NR).enumerate() {
-        let bs = &bpack[sj * kc * NR..(sj + 1) * kc * NR];
-        let w = NR.min(nc - j0);
-        for (si, i0) in (0..rows).step_by(MR).enumerate() {
-            let as_ = &apack[si * kc * MR..(si + 1) * kc * MR];
-            let h = MR.min(rows - i0);
-            let mut tile = [[0f32; NR]; MR];
-            if avx {
-                // SAFETY: the CPU supports AVX2 and FMA (checked above); the
-                // packed strips hold exactly kc*MR and kc*NR floats.
-                #[cfg(target_arch = "x86_64")]
-                unsafe {
-                    kernel_avx2(kc, as_, bs, &mut tile)
+    let (mr, nr) = (plan.mr, plan.nr);
+    for (sj, j0) in (0..nc).step_by(nr).enumerate() {
+        let bs = &bpack[sj * steps * nr..(sj + 1) * steps * nr];
+        let w = nr.min(nc - j0);
+        let bias_j = if bias.is_null() { bias } else { bias.add(j0) };
+        for (si, i0) in (0..rows).step_by(mr).enumerate() {
+            let as_ = &apack[si * steps * mr..(si + 1) * steps * mr];
+            let h = mr.min(rows - i0);
+            // SAFETY: the strips hold steps·MR and steps·NR packed values; the
+            // tile's h × w corner lies inside the caller's block of C; the
+            // plan only names kernels the CPU supports.
+            (plan.kernel)(steps, as_.as_ptr(), bs.as_ptr(), c.add(i0 * ldc + j0), ldc, h, w, first, bias_j);
+        }
+    }
+}
+
+/// NT layout with a handful of rows (sampling, generation): each element is
+/// one dot product of contiguous rows, with no packing (it would cost as much
+/// as the product itself). Columns are split across threads.
+#[allow(clippy::too_many_arguments)]
+fn gemm_small_nt(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: MatRef<'_>,
+    b: MatRef<'_>,
+    c: &mut [f32],
+    ldc: usize,
+    init: Init<'_>,
+    isa: Isa,
+) {
+    const CHUNK: usize = 256;
+    for i in 0..m {
+        let arow = &a.data[i * a.rs..][..k];
+        c[i * ldc..i * ldc + n].par_chunks_mut(CHUNK).enumerate().for_each(|(ch, out)| {
+            for (jj, o) in out.iter_mut().enumerate() {
+                let j = ch * CHUNK + jj;
+                let d = simd::dot(isa, arow, &b.data[j * b.cs..][..k]);
+                *o = match init {
+                    Init::Overwrite => d,
+                    Init::Accumulate => *o + d,
+                    Init::Bias(bias) => d + bias[j],
                 };
-            } else {
-                kernel_portable(kc, as_, bs, &mut tile);
             }
-            for (i, trow) in tile.iter().enumerate().take(h) {
-                let crow = &mut c[(i0 + i) * ldc + j0..(i0 + i) * ldc + j0 + w];
-                if first {
-                    crow.copy_from_slice(&trow[..w]);
-                } else {
-                    for (cv, tv) in crow.iter_mut().zip(&trow[..w]) {
-                        *cv += *tv;
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Portable micro-kernel: an `MR × NR` tile of dot products over `kc`.
-fn kernel_portable(kc: usize, a: &[f32], b: &[f32], tile: &mut [[f32; NR]; MR]) {
-    for p in 0..kc {
-        let bp = &b[p * NR..(p + 1) * NR];
-        for (i, trow) in tile.iter_mut().enumerate() {
-            let av = a[p * MR + i];
-            for (t, bv) in trow.iter_mut().zip(bp) {
-                *t += av * *bv;
-            }
-        }
-    }
-}
-
-/// AVX2+FMA micro-kernel: 12 accumulators (6 rows × 2 vectors of 8).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn kernel_avx2(kc: usize, a: &[f32], b: &[f32], tile: &mut [[f32; NR]; MR]) {
-    use std::arch::x86_64::*;
-    debug_assert!(a.len() >= kc * MR && b.len() >= kc * NR);
-    let mut acc = [[_mm256_setzero_ps(); 2]; MR];
-    let mut ap = a.as_ptr();
-    let mut bp = b.as_ptr();
-    for _ in 0..kc {
-        let b0 = _mm256_loadu_ps(bp);
-        let b1 = _mm256_loadu_ps(bp.add(8));
-        for (i, row) in acc.iter_mut().enumerate() {
-            let av = _mm256_broadcast_ss(&*ap.add(i));
-            row[0] = _mm256_fmadd_ps(av, b0, row[0]);
-            row[1] = _mm256_fmadd_ps(av, b1, row[1]);
-        }
-        ap = ap.add(MR);
-        bp = bp.add(NR);
-    }
-    for (row, out) in acc.iter().zip(tile.iter_mut()) {
-        _mm256_storeu_ps(out.as_mut_ptr(), row[0]);
-        _mm256_storeu_ps(out.as_mut_ptr().add(8), row[1]);
+        });
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn naive(m: usize, n: usize, k: usize, a: MatRef, b: MatRef) -> Vec<f64> {
-        let mut c = vec![0f64; m * n];
-        for i in 0..m {
-            for j in 0..n {
-                c[i * n + j] = (0..k).map(|p| a.at(i, p) as f64 * b.at(p, j) as f64).sum();
-            }
-        }
-        c
-    }
-
-    fn fill(len: usize, seed: u32) -> Vec<f32> {
-        (0..len).map(|i| (((i as u32).wrapping_mul(2654435761) ^ seed) % 1000) as f32 / 500.0 - 1.0).collect()
-    }
-
-    #[test]
-    fn matches_naive_for_all_layouts_and_odd_shapes() {
-        for &(m, n, k) in &[(1, 1, 1), (7, 17, 3), (13, 33, 300), (100, 530, 70), (6, 16, 256)] {
-            let a_rm = fill(m * k, 1);
-            let b_rm = fill(k * n, 2);
-            // row-major and transposed views of the same logical matrices
-            let a_cm: Vec<f32> = (0..m * k).map(|x| a_rm[(x % m) * k + x / m]).collect();
-            let b_cm: Vec<f32> = (0..k * n).map(|x| b_rm[(x % k) * n + x / k]).collect();
-            let a_views = [MatRef { data: &a_rm, rs: k, cs: 1 }, MatRef { data: &a_cm, rs: 1, cs: m }];
-            let b_views = [MatRef { data: &b_rm, rs: n, cs: 1 }, MatRef { data: &b_cm, rs: 1, cs: k }];
-            let want = naive(m, n, k, a_views[0], b_views[0]);
-            for a in a_views {
-                for b in b_views {
-                    let mut c = vec![0.5f32; m * n];
-                    gemm(m, n, k, a, b, &mut c, n, true);
-                    for (x, w) in c.iter().zip(&want) {
-                        assert!((*x as f64 - (w + 0.5)).abs() < 1e-4 * (1.0 + w.abs()));
-                    }
-                    gemm(m, n, k, a, b, &mut c, n, false);
-                    for (x, w) in c.iter().zip(&want) {
-                        assert!((*x as f64 - w).abs() < 1e-4 * (1.0 + w.abs()));
-                    }
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn portable_and_avx2_kernels_agree() {
-        let kc = 37;
-        let a = fill(kc * MR, 3);
-        let b = fill(kc * NR, 4);
-        let mut t1 = [[0f32; NR]; MR];
-        kernel_portable(kc, &a, &b, &mut t1);
-        #[cfg(target_arch = "x86_64")]
-        if simd::has_avx2_fma() {
-            let mut t2 = [[0f32; NR]; MR];
-            unsafe { kernel_avx2(kc, &a, &b, &mut t2) };
-            for (r1, r2) in t1.iter().zip(&t2) {
-                for (x, y) in r1.iter().zip(r2) {
-                    assert!((x - y).abs() < 1e-5);
-                }
-            }
-        }
-    }
-}
+mod tests;

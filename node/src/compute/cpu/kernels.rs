@@ -5,9 +5,10 @@
 
 use rayon::prelude::*;
 
-use super::gemm::{gemm, MatRef};
+use super::gemm::{gemm, GemmOpts, Init, MatRef};
+use super::isa::Isa;
 use super::simd;
-use crate::compute::{AdamWStep, AttentionShape, EncoderShape, LogitsShape, MatmulShape};
+use crate::compute::{AdamWStep, EncoderShape, LogitsShape, MatmulShape};
 
 const LN_EPS: f32 = 1e-5;
 /// GELU's tanh argument is clamped here so no backend ever sees an overflow.
@@ -25,19 +26,27 @@ pub fn encoder_forward(out: &mut [f32], tokens: &[u32], wte: &[f32], wpe: &[f32]
     });
 }
 
-pub fn encoder_backward(dwte: &mut [f32], dwpe: &mut [f32], dout: &[f32], tokens: &[u32], s: EncoderShape) {
+pub fn encoder_backward(
+    isa: Isa,
+    dwte: &mut [f32],
+    dwpe: &mut [f32],
+    dout: &[f32],
+    tokens: &[u32],
+    s: EncoderShape,
+) {
     let c = s.c;
     for bt in 0..s.b * s.t {
         let tok = tokens[bt] as usize;
         let t = bt % s.t;
         let d = &dout[bt * c..(bt + 1) * c];
-        simd::add_assign(&mut dwte[tok * c..(tok + 1) * c], d);
-        simd::add_assign(&mut dwpe[t * c..(t + 1) * c], d);
+        simd::add_assign(isa, &mut dwte[tok * c..(tok + 1) * c], d);
+        simd::add_assign(isa, &mut dwpe[t * c..(t + 1) * c], d);
     }
 }
 
 #[allow(clippy::too_many_arguments)]
 pub fn layernorm_forward(
+    isa: Isa,
     out: &mut [f32],
     mean: &mut [f32],
     rstd: &mut [f32],
@@ -53,8 +62,8 @@ pub fn layernorm_forward(
         .enumerate()
         .for_each(|(i, (o, (m, r)))| {
             let x = &inp[i * c..(i + 1) * c];
-            let mu = simd::sum(x) / c as f32;
-            let var = x.iter().map(|v| (v - mu) * (v - mu)).sum::<f32>() / c as f32;
+            let mu = simd::sum(isa, x) / c as f32;
+            let var = simd::sum_sq_dev(isa, x, mu) / c as f32;
             let rs = 1.0 / (var + LN_EPS).sqrt();
             for (((o, x), w), b) in o.iter_mut().zip(x).zip(w).zip(b) {
                 *o = (x - mu) * rs * w + b;
@@ -112,21 +121,27 @@ pub fn layernorm_backward(
     });
 }
 
-pub fn matmul_forward(out: &mut [f32], inp: &[f32], weight: &[f32], bias: Option<&[f32]>, s: MatmulShape) {
+pub fn matmul_forward(
+    opts: GemmOpts,
+    out: &mut [f32],
+    inp: &[f32],
+    weight: &[f32],
+    bias: Option<&[f32]>,
+    s: MatmulShape,
+) {
     let MatmulShape { n, c, oc } = s;
     let a = MatRef { data: inp, rs: c, cs: 1 };
     let b = MatRef { data: weight, rs: 1, cs: c }; // weightᵀ
-    match bias {
-        Some(bias) => {
-            out[..n * oc].par_chunks_mut(oc).for_each(|row| row.copy_from_slice(&bias[..oc]));
-            gemm(n, oc, c, a, b, out, oc, true);
-        }
-        None => gemm(n, oc, c, a, b, out, oc, false),
-    }
+    let init = match bias {
+        Some(bias) => Init::Bias(bias),
+        None => Init::Overwrite,
+    };
+    gemm(n, oc, c, a, b, out, oc, init, opts);
 }
 
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_backward(
+    opts: GemmOpts,
     dinp: &mut [f32],
     dweight: &mut [f32],
     dbias: Option<&mut [f32]>,
@@ -145,7 +160,8 @@ pub fn matmul_backward(
         MatRef { data: weight, rs: c, cs: 1 },
         dinp,
         c,
-        true,
+        Init::Accumulate,
+        opts,
     );
     // TN: dweight(oc,c) += dout(n,oc)ᵀ · inp(n,c)
     gemm(
@@ -156,126 +172,30 @@ pub fn matmul_backward(
         MatRef { data: inp, rs: c, cs: 1 },
         dweight,
         c,
-        true,
+        Init::Accumulate,
+        opts,
     );
     if let Some(db) = dbias {
         const CB: usize = 64;
         db[..oc].par_chunks_mut(CB).enumerate().for_each(|(blk, dbb)| {
             let o0 = blk * CB;
             for i in 0..n {
-                simd::add_assign(dbb, &dout[i * oc + o0..i * oc + o0 + dbb.len()]);
+                simd::add_assign(opts.isa, dbb, &dout[i * oc + o0..i * oc + o0 + dbb.len()]);
             }
         });
     }
 }
 
-/// Shares a mutable base pointer with tasks that write disjoint elements.
-#[derive(Clone, Copy)]
-struct SharedMut(*mut f32);
-// SAFETY: only used where each task writes a disjoint set of indices.
-unsafe impl Send for SharedMut {}
-unsafe impl Sync for SharedMut {}
-
-impl SharedMut {
-    /// The base pointer (a method, so closures capture the whole wrapper).
-    fn ptr(self) -> *mut f32 {
-        self.0
-    }
-}
-
-pub fn attention_forward(out: &mut [f32], att: &mut [f32], qkv: &[f32], s: AttentionShape) {
-    let AttentionShape { b, t: tt, c, nh } = s;
-    let hs = c / nh;
-    let scale = 1.0 / (hs as f32).sqrt();
-    let c3 = 3 * c;
-    let outp = SharedMut(out.as_mut_ptr());
-    assert!(out.len() >= b * tt * c && att.len() >= b * nh * tt * tt);
-    att[..b * nh * tt * tt].par_chunks_mut(tt * tt).enumerate().for_each(|(bh, att_bh)| {
-        let (bi, h) = (bh / nh, bh % nh);
-        for t in 0..tt {
-            let q = &qkv[(bi * tt + t) * c3 + h * hs..][..hs];
-            let row = &mut att_bh[t * tt..(t + 1) * tt];
-            let mut maxv = f32::NEG_INFINITY;
-            for (t2, r) in row.iter_mut().enumerate().take(t + 1) {
-                let k = &qkv[(bi * tt + t2) * c3 + c + h * hs..][..hs];
-                *r = simd::dot(q, k) * scale;
-                maxv = maxv.max(*r);
-            }
-            let mut sum = 0f32;
-            for r in row.iter_mut().take(t + 1) {
-                *r = simd::exp(*r - maxv);
-                sum += *r;
-            }
-            let inv = 1.0 / sum;
-            for r in row.iter_mut().take(t + 1) {
-                *r *= inv;
-            }
-            row[t + 1..].fill(0.0);
-            // SAFETY: (bi, t, h) owns out[(bi*tt+t)*c + h*hs ..][..hs]; no
-            // other task writes there, and `out` outlives the scope.
-            let o = unsafe { std::slice::from_raw_parts_mut(outp.ptr().add((bi * tt + t) * c + h * hs), hs) };
-            o.fill(0.0);
-            for (t2, a) in row.iter().enumerate().take(t + 1) {
-                let v = &qkv[(bi * tt + t2) * c3 + 2 * c + h * hs..][..hs];
-                simd::axpy(o, *a, v);
-            }
-        }
-    });
-}
-
-pub fn attention_backward(dqkv: &mut [f32], dout: &[f32], qkv: &[f32], att: &[f32], s: AttentionShape) {
-    let AttentionShape { b, t: tt, c, nh } = s;
-    let hs = c / nh;
-    let scale = 1.0 / (hs as f32).sqrt();
-    let c3 = 3 * c;
-    assert!(dqkv.len() >= b * tt * c3 && att.len() >= b * nh * tt * tt);
-    let dp = SharedMut(dqkv.as_mut_ptr());
-    (0..b * nh).into_par_iter().for_each_init(
-        || vec![0f32; tt],
-        |datt, bh| {
-            let (bi, h) = (bh / nh, bh % nh);
-            // SAFETY: the (bi, h) task owns the h-th head's q, k and v columns of
-            // batch row bi in dqkv; tasks never overlap and dqkv outlives them.
-            let slot = |t: usize, part: usize| unsafe {
-                std::slice::from_raw_parts_mut(dp.ptr().add((bi * tt + t) * c3 + part * c + h * hs), hs)
-            };
-            let att_bh = &att[bh * tt * tt..(bh + 1) * tt * tt];
-            for t in 0..tt {
-                let row = &att_bh[t * tt..(t + 1) * tt];
-                let d = &dout[(bi * tt + t) * c + h * hs..][..hs];
-                // through the weighted sum of values
-                for t2 in 0..=t {
-                    let v = &qkv[(bi * tt + t2) * c3 + 2 * c + h * hs..][..hs];
-                    datt[t2] = simd::dot(d, v);
-                    simd::axpy(slot(t2, 2), row[t2], d);
-                }
-                // through the softmax
-                let mut s_dot = 0f32;
-                for t2 in 0..=t {
-                    s_dot += row[t2] * datt[t2];
-                }
-                let q = &qkv[(bi * tt + t) * c3 + h * hs..][..hs];
-                for t2 in 0..=t {
-                    let dpre = row[t2] * (datt[t2] - s_dot) * scale;
-                    let k = &qkv[(bi * tt + t2) * c3 + c + h * hs..][..hs];
-                    simd::axpy(slot(t, 0), dpre, k);
-                    simd::axpy(slot(t2, 1), dpre, q);
-                }
-            }
-        },
-    );
-}
-
-pub fn gelu_forward(out: &mut [f32], inp: &[f32]) {
+pub fn gelu_forward(isa: Isa, out: &mut [f32], inp: &[f32]) {
     out.par_chunks_mut(4096)
         .zip(inp.par_chunks(4096))
-        .for_each(|(o, x)| simd::gelu_forward(o, x, GELU_TANH_CLAMP));
+        .for_each(|(o, x)| simd::gelu_forward(isa, o, x, GELU_TANH_CLAMP));
 }
 
-pub fn gelu_backward(dinp: &mut [f32], inp: &[f32], dout: &[f32]) {
+pub fn gelu_backward(isa: Isa, dinp: &mut [f32], inp: &[f32], dout: &[f32]) {
     dinp.par_chunks_mut(4096)
         .zip(inp.par_chunks(4096).zip(dout.par_chunks(4096)))
-        .for_each(|(di, (x, d))| simd::gelu_backward(di, x, d, GELU_TANH_CLAMP));
+        .for_each(|(di, (x, d))| simd::gelu_backward(isa, di, x, d, GELU_TANH_CLAMP));
 }
 
 pub fn residual_forward(out: &mut [f32], a: &[f32], b: &[f32]) {
@@ -286,11 +206,12 @@ pub fn residual_forward(out: &mut [f32], a: &[f32], b: &[f32]) {
     });
 }
 
-pub fn accumulate(d: &mut [f32], dout: &[f32]) {
-    d.par_chunks_mut(4096).zip(dout.par_chunks(4096)).for_each(|(d, g)| simd::add_assign(d, g));
+pub fn accumulate(isa: Isa, d: &mut [f32], dout: &[f32]) {
+    d.par_chunks_mut(4096).zip(dout.par_chunks(4096)).for_each(|(d, g)| simd::add_assign(isa, d, g));
 }
 
 pub fn softmax_xent_forward(
+    isa: Isa,
     losses: &mut [f32],
     probs: &mut [f32],
     logits: &[f32],
@@ -301,16 +222,9 @@ pub fn softmax_xent_forward(
     probs[..n * vp].par_chunks_mut(vp).zip(losses[..n].par_iter_mut()).enumerate().for_each(
         |(i, (p, loss))| {
             let l = &logits[i * vp..i * vp + v];
-            let maxv = l.iter().fold(f32::NEG_INFINITY, |m, x| m.max(*x));
-            let mut sum = 0f32;
-            for (p, x) in p.iter_mut().zip(l) {
-                *p = simd::exp(x - maxv);
-                sum += *p;
-            }
-            let inv = 1.0 / sum;
-            for p in p[..v].iter_mut() {
-                *p *= inv;
-            }
+            let maxv = simd::max(isa, l);
+            let sum = simd::exp_shifted_sum(isa, &mut p[..v], l, maxv);
+            simd::scale(isa, &mut p[..v], 1.0 / sum);
             p[v..].fill(0.0);
             let tgt = targets[i] as usize;
             // -ln p computed from the logits keeps precision when p underflows.
@@ -338,29 +252,31 @@ pub fn softmax_xent_backward(
 }
 
 /// Σ x in fixed 64Ki blocks combined in order (f64 between blocks).
-pub fn sum(x: &[f32]) -> f64 {
-    x.par_chunks(1 << 16).map(|c| simd::sum(c) as f64).collect::<Vec<_>>().iter().sum()
+pub fn sum(isa: Isa, x: &[f32]) -> f64 {
+    x.par_chunks(1 << 16).map(|c| simd::sum(isa, c) as f64).collect::<Vec<_>>().iter().sum()
 }
 
-pub fn sum_squares(x: &[f32]) -> f64 {
-    x.par_chunks(1 << 16).map(simd::sum_squares).collect::<Vec<_>>().iter().sum()
+pub fn sum_squares(isa: Isa, x: &[f32]) -> f64 {
+    x.par_chunks(1 << 16).map(|c| simd::sum_squares(isa, c)).collect::<Vec<_>>().iter().sum()
 }
 
-pub fn adamw_update(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], grad_scale: f32, hp: AdamWStep) {
+#[allow(clippy::too_many_arguments)]
+pub fn adamw_update(
+    isa: Isa,
+    p: &mut [f32],
+    g: &[f32],
+    m: &mut [f32],
+    v: &mut [f32],
+    grad_scale: f32,
+    hp: AdamWStep,
+) {
     let bc1 = 1.0 - hp.beta1.powi(hp.step as i32);
     let bc2 = 1.0 - hp.beta2.powi(hp.step as i32);
     const CH: usize = 8192;
     p.par_chunks_mut(CH).zip(m.par_chunks_mut(CH).zip(v.par_chunks_mut(CH))).enumerate().for_each(
         |(ci, (p, (m, v)))| {
             let g = &g[ci * CH..ci * CH + p.len()];
-            for i in 0..p.len() {
-                let gi = g[i] * grad_scale;
-                m[i] = hp.beta1 * m[i] + (1.0 - hp.beta1) * gi;
-                v[i] = hp.beta2 * v[i] + (1.0 - hp.beta2) * gi * gi;
-                let mhat = m[i] / bc1;
-                let vhat = v[i] / bc2;
-                p[i] -= hp.lr * (mhat / (vhat.sqrt() + hp.eps) + hp.weight_decay * p[i]);
-            }
+            simd::adamw(isa, p, g, m, v, [grad_scale, bc1, bc2], hp);
         },
     );
 }

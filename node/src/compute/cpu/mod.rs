@@ -2,22 +2,70 @@
 //! multi-threaded backend for volunteers without a GPU.
 //!
 //! Tensors are plain `Vec<f32>`; the kernels live in `kernels`, the GEMM in
-//! `gemm`, vector helpers in `simd`. Threads come from rayon's global pool
-//! (`RAYON_NUM_THREADS` sets its size).
+//! `gemm` (micro-kernels in `microkernel`), vector helpers in `simd`, the
+//! instruction-set and precision choice in `isa`. Threads come from rayon's
+//! global pool (`RAYON_NUM_THREADS` sets its size).
 
+pub mod attention;
+pub mod bench;
 pub mod gemm;
+pub mod isa;
 pub mod kernels;
+pub mod microkernel;
 pub mod simd;
 
 use super::{AdamWStep, AttentionShape, Backend, EncoderShape, LogitsShape, MatmulShape};
+use gemm::GemmOpts;
+pub use isa::{Isa, IsaError, Precision};
 
-/// The CPU backend. Stateless: all data lives in the tensors.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct CpuBackend;
+/// The CPU backend: an instruction-set path and a GEMM input precision; all
+/// data lives in the tensors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuBackend {
+    isa: Isa,
+    precision: Precision,
+}
+
+impl Default for CpuBackend {
+    fn default() -> Self {
+        CpuBackend::new()
+    }
+}
 
 impl CpuBackend {
+    /// fp32 on the path `MURMUR_CPU_ISA` names, else the widest the CPU has.
+    ///
+    /// # Panics
+    /// When `MURMUR_CPU_ISA` names an unknown path or one the CPU lacks (a
+    /// forced path must never run silently as another); commands call
+    /// [`CpuBackend::from_env`] to report it as an error instead.
     pub fn new() -> Self {
-        CpuBackend
+        match CpuBackend::from_env(Precision::Fp32) {
+            Ok(b) => b,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// The path `MURMUR_CPU_ISA` names (else the widest) at `precision`.
+    pub fn from_env(precision: Precision) -> Result<Self, IsaError> {
+        Ok(CpuBackend { isa: Isa::from_env()?, precision })
+    }
+
+    /// A forced path and precision (tests, benchmarks).
+    pub fn with_options(isa: Isa, precision: Precision) -> Result<Self, IsaError> {
+        Ok(CpuBackend { isa: isa.checked()?, precision })
+    }
+
+    pub fn isa(&self) -> Isa {
+        self.isa
+    }
+
+    pub fn precision(&self) -> Precision {
+        self.precision
+    }
+
+    fn gemm_opts(&self) -> GemmOpts {
+        GemmOpts { isa: self.isa, precision: self.precision }
     }
 }
 
@@ -26,8 +74,7 @@ impl Backend for CpuBackend {
     type Tokens = Vec<u32>;
 
     fn describe(&self) -> String {
-        let isa = if simd::has_avx2_fma() { "avx2+fma" } else { "baseline" };
-        format!("cpu ({} threads, {isa})", rayon::current_num_threads())
+        format!("cpu ({} threads, {}, {})", rayon::current_num_threads(), self.isa, self.precision)
     }
 
     fn tensor(&self, len: usize) -> Vec<f32> {
@@ -70,7 +117,7 @@ impl Backend for CpuBackend {
         tokens: &Vec<u32>,
         s: EncoderShape,
     ) {
-        kernels::encoder_backward(dwte, dwpe, dout, tokens, s);
+        kernels::encoder_backward(self.isa, dwte, dwpe, dout, tokens, s);
     }
 
     fn layernorm_forward(
@@ -84,7 +131,7 @@ impl Backend for CpuBackend {
         n: usize,
         c: usize,
     ) {
-        kernels::layernorm_forward(out, mean, rstd, inp, weight, bias, n, c);
+        kernels::layernorm_forward(self.isa, out, mean, rstd, inp, weight, bias, n, c);
     }
     fn layernorm_backward(
         &self,
@@ -110,7 +157,7 @@ impl Backend for CpuBackend {
         bias: Option<&Vec<f32>>,
         s: MatmulShape,
     ) {
-        kernels::matmul_forward(out, inp, weight, bias.map(|b| b.as_slice()), s);
+        kernels::matmul_forward(self.gemm_opts(), out, inp, weight, bias.map(|b| b.as_slice()), s);
     }
     fn matmul_backward(
         &self,
@@ -122,11 +169,24 @@ impl Backend for CpuBackend {
         weight: &Vec<f32>,
         s: MatmulShape,
     ) {
-        kernels::matmul_backward(dinp, dweight, dbias.map(|b| b.as_mut_slice()), dout, inp, weight, s);
+        kernels::matmul_backward(
+            self.gemm_opts(),
+            dinp,
+            dweight,
+            dbias.map(|b| b.as_mut_slice()),
+            dout,
+            inp,
+            weight,
+            s,
+        );
     }
 
+    /// The fused kernels keep one logsumexp per row, not the T×T matrix.
+    fn attention_scratch_len(&self, s: AttentionShape) -> usize {
+        attention::scratch_len(s)
+    }
     fn attention_forward(&self, out: &mut Vec<f32>, att: &mut Vec<f32>, qkv: &Vec<f32>, s: AttentionShape) {
-        kernels::attention_forward(out, att, qkv, s);
+        attention::forward(self.isa, out, att, qkv, s);
     }
     fn attention_backward(
         &self,
@@ -136,22 +196,22 @@ impl Backend for CpuBackend {
         att: &Vec<f32>,
         s: AttentionShape,
     ) {
-        kernels::attention_backward(dqkv, dout, qkv, att, s);
+        attention::backward(self.isa, dqkv, dout, qkv, att, s);
     }
 
     fn gelu_forward(&self, out: &mut Vec<f32>, inp: &Vec<f32>) {
-        kernels::gelu_forward(out, inp);
+        kernels::gelu_forward(self.isa, out, inp);
     }
     fn gelu_backward(&self, dinp: &mut Vec<f32>, inp: &Vec<f32>, dout: &Vec<f32>) {
-        kernels::gelu_backward(dinp, inp, dout);
+        kernels::gelu_backward(self.isa, dinp, inp, dout);
     }
 
     fn residual_forward(&self, out: &mut Vec<f32>, a: &Vec<f32>, b: &Vec<f32>) {
         kernels::residual_forward(out, a, b);
     }
     fn residual_backward(&self, da: &mut Vec<f32>, db: &mut Vec<f32>, dout: &Vec<f32>) {
-        kernels::accumulate(da, dout);
-        kernels::accumulate(db, dout);
+        kernels::accumulate(self.isa, da, dout);
+        kernels::accumulate(self.isa, db, dout);
     }
 
     fn softmax_xent_forward(
@@ -162,7 +222,7 @@ impl Backend for CpuBackend {
         targets: &Vec<u32>,
         s: LogitsShape,
     ) {
-        kernels::softmax_xent_forward(losses, probs, logits, targets, s);
+        kernels::softmax_xent_forward(self.isa, losses, probs, logits, targets, s);
     }
     fn softmax_xent_backward(
         &self,
@@ -176,10 +236,10 @@ impl Backend for CpuBackend {
     }
 
     fn sum_into(&self, out: &mut Vec<f32>, slot: usize, x: &Vec<f32>, scale: f32) {
-        out[slot] = (kernels::sum(x) * scale as f64) as f32;
+        out[slot] = (kernels::sum(self.isa, x) * scale as f64) as f32;
     }
     fn sum_squares_into(&self, out: &mut Vec<f32>, slot: usize, x: &Vec<f32>) {
-        out[slot] = kernels::sum_squares(x) as f32;
+        out[slot] = kernels::sum_squares(self.isa, x) as f32;
     }
     fn grad_clip_scale(
         &self,
@@ -205,6 +265,6 @@ impl Backend for CpuBackend {
         scale_slot: usize,
         hp: AdamWStep,
     ) {
-        kernels::adamw_update(param, grad, m, v, stats[scale_slot], hp);
+        kernels::adamw_update(self.isa, param, grad, m, v, stats[scale_slot], hp);
     }
 }

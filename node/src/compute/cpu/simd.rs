@@ -1,43 +1,37 @@
 //! Vector helpers for the CPU backend: dot products, axpy, sums and a fast
 //! `exp`, written in 8-lane blocks so the compiler vectorises them, and
-//! compiled twice (AVX2 and baseline) with a runtime switch.
+//! compiled three times (AVX-512, AVX2 and baseline), chosen by the caller's
+//! `Isa`.
 //!
-//! Both variants perform the same operations in the same order (no fused
+//! All variants perform the same operations in the same order (no fused
 //! multiply-add contraction), so they give bit-identical results: a node's
 //! numbers do not depend on which path its CPU takes.
 
-use std::sync::OnceLock;
+use super::isa::Isa;
 
-/// Whether this CPU has AVX2 and FMA (checked once).
-pub fn has_avx2_fma() -> bool {
-    static HAS: OnceLock<bool> = OnceLock::new();
-    *HAS.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            false
-        }
-    })
-}
-
-/// Defines `pub fn $name` that runs `$body` compiled for AVX2 when the CPU has
-/// it and for the baseline target otherwise.
+/// Defines `pub fn $name(isa, ...)` that runs `$body` compiled for the given
+/// instruction-set path (AVX-512, AVX2 or the baseline target). A path the
+/// CPU lacks runs the baseline code.
 macro_rules! multiversion {
     ($(#[$m:meta])* fn $name:ident($($arg:ident : $ty:ty),*) $(-> $ret:ty)? $body:block) => {
         $(#[$m])*
-        pub fn $name($($arg: $ty),*) $(-> $ret)? {
+        pub fn $name(isa: Isa, $($arg: $ty),*) $(-> $ret)? {
             #[inline(always)]
             fn generic($($arg: $ty),*) $(-> $ret)? $body
             #[cfg(target_arch = "x86_64")]
             #[target_feature(enable = "avx2")]
             unsafe fn avx2($($arg: $ty),*) $(-> $ret)? { generic($($arg),*) }
             #[cfg(target_arch = "x86_64")]
-            if has_avx2_fma() {
-                // SAFETY: the CPU supports AVX2 (checked at run time).
-                return unsafe { avx2($($arg),*) };
+            #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
+            unsafe fn avx512($($arg: $ty),*) $(-> $ret)? { generic($($arg),*) }
+            #[cfg(target_arch = "x86_64")]
+            if isa.supported() {
+                match isa {
+                    // SAFETY: the CPU supports the path (checked just above).
+                    Isa::Avx512 | Isa::Avx512Bf16 => return unsafe { avx512($($arg),*) },
+                    Isa::Avx2 => return unsafe { avx2($($arg),*) },
+                    Isa::Portable => {}
+                }
             }
             generic($($arg),*)
         }
@@ -180,6 +174,112 @@ multiversion! {
     }
 }
 
+multiversion! {
+    /// Σ (x[i] − mu)², in 8 interleaved partial sums combined in a fixed order.
+    fn sum_sq_dev(x: &[f32], mu: f32) -> f32 {
+        let mut acc = [0f32; LANES];
+        let mut c = x.chunks_exact(LANES);
+        for v in &mut c {
+            for l in 0..LANES {
+                let d = v[l] - mu;
+                acc[l] += d * d;
+            }
+        }
+        let mut s = hsum(acc);
+        for v in c.remainder() {
+            s += (v - mu) * (v - mu);
+        }
+        s
+    }
+}
+
+multiversion! {
+    /// max x[i] (−inf for an empty slice; NaN-free inputs).
+    fn max(x: &[f32]) -> f32 {
+        let mut acc = [f32::NEG_INFINITY; LANES];
+        let mut c = x.chunks_exact(LANES);
+        for v in &mut c {
+            for l in 0..LANES {
+                acc[l] = if v[l] > acc[l] { v[l] } else { acc[l] };
+            }
+        }
+        let mut m = acc.iter().fold(f32::NEG_INFINITY, |m, v| m.max(*v));
+        for v in c.remainder() {
+            m = m.max(*v);
+        }
+        m
+    }
+}
+
+multiversion! {
+    /// out[i] = e^(x[i] − shift); returns Σ out[i] in 8 partial sums.
+    fn exp_shifted_sum(out: &mut [f32], x: &[f32], shift: f32) -> f32 {
+        let n = out.len().min(x.len());
+        let (out, x) = (&mut out[..n], &x[..n]);
+        let mut acc = [0f32; LANES];
+        let mut co = out.chunks_exact_mut(LANES);
+        let mut cx = x.chunks_exact(LANES);
+        for (o, v) in (&mut co).zip(&mut cx) {
+            for l in 0..LANES {
+                o[l] = exp(v[l] - shift);
+                acc[l] += o[l];
+            }
+        }
+        let mut s = hsum(acc);
+        for (o, v) in co.into_remainder().iter_mut().zip(cx.remainder()) {
+            *o = exp(v - shift);
+            s += *o;
+        }
+        s
+    }
+}
+
+multiversion! {
+    /// x[i] = e^(x[i] − shift); returns Σ x[i] in 8 partial sums.
+    fn exp_shifted_in_place(x: &mut [f32], shift: f32) -> f32 {
+        let mut acc = [0f32; LANES];
+        let mut c = x.chunks_exact_mut(LANES);
+        for v in &mut c {
+            for l in 0..LANES {
+                v[l] = exp(v[l] - shift);
+                acc[l] += v[l];
+            }
+        }
+        let mut s = hsum(acc);
+        for v in c.into_remainder() {
+            *v = exp(*v - shift);
+            s += *v;
+        }
+        s
+    }
+}
+
+multiversion! {
+    /// x[i] *= alpha.
+    fn scale(x: &mut [f32], alpha: f32) {
+        for v in x.iter_mut() {
+            *v *= alpha;
+        }
+    }
+}
+
+multiversion! {
+    /// AdamW on one chunk; `k` = [grad scale, 1 − β1^t, 1 − β2^t].
+    fn adamw(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], k: [f32; 3], hp: crate::compute::AdamWStep) {
+        let [grad_scale, bc1, bc2] = k;
+        let n = p.len().min(g.len()).min(m.len()).min(v.len());
+        let (p, g, m, v) = (&mut p[..n], &g[..n], &mut m[..n], &mut v[..n]);
+        for i in 0..n {
+            let gi = g[i] * grad_scale;
+            m[i] = hp.beta1 * m[i] + (1.0 - hp.beta1) * gi;
+            v[i] = hp.beta2 * v[i] + (1.0 - hp.beta2) * gi * gi;
+            let mhat = m[i] / bc1;
+            let vhat = v[i] / bc2;
+            p[i] -= hp.lr * (mhat / (vhat.sqrt() + hp.eps) + hp.weight_decay * p[i]);
+        }
+    }
+}
+
 const GELU_SCALE: f32 = 0.797_884_6; // sqrt(2/pi)
 
 #[cfg(test)]
@@ -205,9 +305,30 @@ mod tests {
     fn reductions_match_f64() {
         let v: Vec<f32> = (0..1003).map(|i| ((i * 37) % 101) as f32 / 50.0 - 1.0).collect();
         let w: f64 = v.iter().map(|x| *x as f64).sum();
-        assert!((sum(&v) as f64 - w).abs() < 1e-3);
         let d: f64 = v.iter().map(|x| (*x as f64) * (*x as f64)).sum();
-        assert!((dot(&v, &v) as f64 - d).abs() < 1e-3);
-        assert!((sum_squares(&v) - d).abs() < 1e-9);
+        for isa in Isa::supported_paths() {
+            assert!((sum(isa, &v) as f64 - w).abs() < 1e-3);
+            assert!((dot(isa, &v, &v) as f64 - d).abs() < 1e-3);
+            assert!((sum_squares(isa, &v) - d).abs() < 1e-9);
+        }
+    }
+
+    #[test]
+    fn every_path_gives_the_same_bits() {
+        let v: Vec<f32> = (0..1003).map(|i| ((i * 37) % 101) as f32 / 25.0 - 2.0).collect();
+        let d: Vec<f32> = (0..1003).map(|i| ((i * 11) % 31) as f32 / 15.0 - 1.0).collect();
+        let run = |isa: Isa| {
+            let mut g = vec![0f32; v.len()];
+            gelu_forward(isa, &mut g, &v, 10.0);
+            let mut gb = vec![0.5f32; v.len()];
+            gelu_backward(isa, &mut gb, &v, &d, 10.0);
+            let mut y = d.clone();
+            axpy(isa, &mut y, 0.3, &v);
+            (sum(isa, &v), dot(isa, &v, &d), sum_squares(isa, &v), g, gb, y)
+        };
+        let want = run(Isa::Portable);
+        for isa in Isa::supported_paths() {
+            assert_eq!(run(isa), want, "{isa}");
+        }
     }
 }

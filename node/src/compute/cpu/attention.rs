@@ -1,0 +1,224 @@
+//! Causal multi-head attention on the CPU, fused and blocked (flash-style):
+//! no T×T probability matrix is kept. The forward walks each query's keys in
+//! blocks of `KB` with an online softmax (running max and sum, output
+//! rescaled when the max grows) and saves one logsumexp per (batch, head,
+//! query) row; the backward recomputes each row's probabilities from it,
+//! `p = exp(q·k·scale − lse)`, in a scratch of T floats per task.
+//!
+//! Tasks are (batch, head) pairs, each owning that head's columns of the
+//! outputs, and keys run in order, so results are deterministic. The
+//! materialised kernels (`reference_*`) stay as the oracle for the fused
+//! ones and for the GPU backend, whose buffers keep the full matrix.
+
+use rayon::prelude::*;
+
+use super::isa::Isa;
+use super::simd;
+use crate::compute::AttentionShape;
+
+/// Keys per block of the online softmax.
+const KB: usize = 64;
+
+/// Floats of the `att` buffer the fused kernels need: one logsumexp per row.
+pub fn scratch_len(s: AttentionShape) -> usize {
+    s.b * s.nh * s.t
+}
+
+/// out(b, t, c) = softmax(q·kᵀ·scale, causal)·v per head; `lse` (b, nh, t)
+/// gets each row's logsumexp of the scaled scores.
+pub fn forward(isa: Isa, out: &mut [f32], lse: &mut [f32], qkv: &[f32], s: AttentionShape) {
+    let AttentionShape { b, t: tt, c, nh } = s;
+    let hs = c / nh;
+    let scale = 1.0 / (hs as f32).sqrt();
+    let c3 = 3 * c;
+    assert!(out.len() >= b * tt * c && lse.len() >= b * nh * tt && qkv.len() >= b * tt * c3);
+    let outp = SharedMut(out.as_mut_ptr());
+    lse[..b * nh * tt].par_chunks_mut(tt).enumerate().for_each(|(bh, lse_bh)| {
+        let (bi, h) = (bh / nh, bh % nh);
+        let mut scores = [0f32; KB];
+        for (t, lse_t) in lse_bh.iter_mut().enumerate() {
+            let q = &qkv[(bi * tt + t) * c3 + h * hs..][..hs];
+            // SAFETY: (bi, h) owns out[(bi*tt+t)*c + h*hs ..][..hs] for every
+            // t; no other task writes there, and `out` outlives the scope.
+            let o = unsafe { std::slice::from_raw_parts_mut(outp.ptr().add((bi * tt + t) * c + h * hs), hs) };
+            o.fill(0.0);
+            let (mut maxv, mut sum) = (f32::NEG_INFINITY, 0f32);
+            for k0 in (0..=t).step_by(KB) {
+                let kn = KB.min(t + 1 - k0);
+                let block = &mut scores[..kn];
+                for (j, sc) in block.iter_mut().enumerate() {
+                    let k = &qkv[(bi * tt + k0 + j) * c3 + c + h * hs..][..hs];
+                    *sc = simd::dot(isa, q, k) * scale;
+                }
+                let bmax = simd::max(isa, block);
+                if bmax > maxv {
+                    let corr = simd::exp(maxv - bmax);
+                    sum *= corr;
+                    simd::scale(isa, o, corr);
+                    maxv = bmax;
+                }
+                sum += simd::exp_shifted_in_place(isa, block, maxv);
+                for (j, p) in block.iter().enumerate() {
+                    let v = &qkv[(bi * tt + k0 + j) * c3 + 2 * c + h * hs..][..hs];
+                    simd::axpy(isa, o, *p, v);
+                }
+            }
+            simd::scale(isa, o, 1.0 / sum);
+            *lse_t = maxv + sum.ln();
+        }
+    });
+}
+
+/// dqkv += the gradient of [`forward`] given dout(b, t, c), recomputing the
+/// probabilities from the saved logsumexps.
+pub fn backward(isa: Isa, dqkv: &mut [f32], dout: &[f32], qkv: &[f32], lse: &[f32], s: AttentionShape) {
+    let AttentionShape { b, t: tt, c, nh } = s;
+    let hs = c / nh;
+    let scale = 1.0 / (hs as f32).sqrt();
+    let c3 = 3 * c;
+    assert!(dqkv.len() >= b * tt * c3 && lse.len() >= b * nh * tt && dout.len() >= b * tt * c);
+    let dp = SharedMut(dqkv.as_mut_ptr());
+    (0..b * nh).into_par_iter().for_each_init(
+        || (vec![0f32; tt], vec![0f32; tt]),
+        |(prob, dprob), bh| {
+            let (bi, h) = (bh / nh, bh % nh);
+            // SAFETY: the (bi, h) task owns the h-th head's q, k and v columns of
+            // batch row bi in dqkv; tasks never overlap and dqkv outlives them.
+            let slot = |t: usize, part: usize| unsafe {
+                std::slice::from_raw_parts_mut(dp.ptr().add((bi * tt + t) * c3 + part * c + h * hs), hs)
+            };
+            for t in 0..tt {
+                let q = &qkv[(bi * tt + t) * c3 + h * hs..][..hs];
+                let d = &dout[(bi * tt + t) * c + h * hs..][..hs];
+                let row_lse = lse[bh * tt + t];
+                // probabilities and d(prob) of this row; D = Σ p·dp
+                let mut dsum = 0f32;
+                for t2 in 0..=t {
+                    let k = &qkv[(bi * tt + t2) * c3 + c + h * hs..][..hs];
+                    let v = &qkv[(bi * tt + t2) * c3 + 2 * c + h * hs..][..hs];
+                    prob[t2] = simd::exp(simd::dot(isa, q, k) * scale - row_lse);
+                    dprob[t2] = simd::dot(isa, d, v);
+                    dsum += prob[t2] * dprob[t2];
+                }
+                for t2 in 0..=t {
+                    let k = &qkv[(bi * tt + t2) * c3 + c + h * hs..][..hs];
+                    let dpre = prob[t2] * (dprob[t2] - dsum) * scale;
+                    simd::axpy(isa, slot(t2, 2), prob[t2], d);
+                    simd::axpy(isa, slot(t, 0), dpre, k);
+                    simd::axpy(isa, slot(t2, 1), dpre, q);
+                }
+            }
+        },
+    );
+}
+
+/// Shares a mutable base pointer with tasks that write disjoint elements.
+#[derive(Clone, Copy)]
+struct SharedMut(*mut f32);
+// SAFETY: only used where each task writes a disjoint set of indices.
+unsafe impl Send for SharedMut {}
+unsafe impl Sync for SharedMut {}
+
+impl SharedMut {
+    /// The base pointer (a method, so closures capture the whole wrapper).
+    fn ptr(self) -> *mut f32 {
+        self.0
+    }
+}
+
+/// Attention with the probabilities materialised: `att` (b, nh, t, t) gets the
+/// softmaxed scores. The reference the fused kernels and the GPU are checked
+/// against.
+pub fn reference_forward(isa: Isa, out: &mut [f32], att: &mut [f32], qkv: &[f32], s: AttentionShape) {
+    let AttentionShape { b, t: tt, c, nh } = s;
+    let hs = c / nh;
+    let scale = 1.0 / (hs as f32).sqrt();
+    let c3 = 3 * c;
+    let outp = SharedMut(out.as_mut_ptr());
+    assert!(out.len() >= b * tt * c && att.len() >= b * nh * tt * tt);
+    att[..b * nh * tt * tt].par_chunks_mut(tt * tt).enumerate().for_each(|(bh, att_bh)| {
+        let (bi, h) = (bh / nh, bh % nh);
+        for t in 0..tt {
+            let q = &qkv[(bi * tt + t) * c3 + h * hs..][..hs];
+            let row = &mut att_bh[t * tt..(t + 1) * tt];
+            let mut maxv = f32::NEG_INFINITY;
+            for (t2, r) in row.iter_mut().enumerate().take(t + 1) {
+                let k = &qkv[(bi * tt + t2) * c3 + c + h * hs..][..hs];
+                *r = simd::dot(isa, q, k) * scale;
+                maxv = maxv.max(*r);
+            }
+            let mut sum = 0f32;
+            for r in row.iter_mut().take(t + 1) {
+                *r = simd::exp(*r - maxv);
+                sum += *r;
+            }
+            let inv = 1.0 / sum;
+            for r in row.iter_mut().take(t + 1) {
+                *r *= inv;
+            }
+            row[t + 1..].fill(0.0);
+            // SAFETY: (bi, t, h) owns out[(bi*tt+t)*c + h*hs ..][..hs]; no
+            // other task writes there, and `out` outlives the scope.
+            let o = unsafe { std::slice::from_raw_parts_mut(outp.ptr().add((bi * tt + t) * c + h * hs), hs) };
+            o.fill(0.0);
+            for (t2, a) in row.iter().enumerate().take(t + 1) {
+                let v = &qkv[(bi * tt + t2) * c3 + 2 * c + h * hs..][..hs];
+                simd::axpy(isa, o, *a, v);
+            }
+        }
+    });
+}
+
+/// Backward of [`reference_forward`] from the stored probabilities.
+pub fn reference_backward(
+    isa: Isa,
+    dqkv: &mut [f32],
+    dout: &[f32],
+    qkv: &[f32],
+    att: &[f32],
+    s: AttentionShape,
+) {
+    let AttentionShape { b, t: tt, c, nh } = s;
+    let hs = c / nh;
+    let scale = 1.0 / (hs as f32).sqrt();
+    let c3 = 3 * c;
+    assert!(dqkv.len() >= b * tt * c3 && att.len() >= b * nh * tt * tt);
+    let dp = SharedMut(dqkv.as_mut_ptr());
+    (0..b * nh).into_par_iter().for_each_init(
+        || vec![0f32; tt],
+        |datt, bh| {
+            let (bi, h) = (bh / nh, bh % nh);
+            // SAFETY: the (bi, h) task owns the h-th head's q, k and v columns of
+            // batch row bi in dqkv; tasks never overlap and dqkv outlives them.
+            let slot = |t: usize, part: usize| unsafe {
+                std::slice::from_raw_parts_mut(dp.ptr().add((bi * tt + t) * c3 + part * c + h * hs), hs)
+            };
+            let att_bh = &att[bh * tt * tt..(bh + 1) * tt * tt];
+            for t in 0..tt {
+                let row = &att_bh[t * tt..(t + 1) * tt];
+                let d = &dout[(bi * tt + t) * c + h * hs..][..hs];
+                // through the weighted sum of values
+                for t2 in 0..=t {
+                    let v = &qkv[(bi * tt + t2) * c3 + 2 * c + h * hs..][..hs];
+                    datt[t2] = simd::dot(isa, d, v);
+                    simd::axpy(isa, slot(t2, 2), row[t2], d);
+                }
+                // through the softmax
+                let mut s_dot = 0f32;
+                for t2 in 0..=t {
+                    s_dot += row[t2] * datt[t2];
+                }
+                let q = &qkv[(bi * tt + t) * c3 + h * hs..][..hs];
+                for t2 in 0..=t {
+                    let dpre = row[t2] * (datt[t2] - s_dot) * scale;
+                    let k = &qkv[(bi * tt + t2) * c3 + c + h * hs..][..hs];
+                    simd::axpy(isa, slot(t, 0), dpre, k);
+                    simd::axpy(isa, slot(t2, 1), dpre, q);
+                }
+            }
+        },
+    );
+}
+
+#[cfg(test)]
+mod tests;

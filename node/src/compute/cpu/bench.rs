@@ -1,0 +1,113 @@
+//! `murmur bench gemm`: GFLOP/s of the CPU GEMM per instruction-set path,
+//! precision and layout, at 1024³ and at the model's own shapes.
+
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::gemm::{gemm, GemmOpts, Init, MatRef};
+use super::isa::{Isa, Precision};
+
+/// Which of the model's three products a GEMM is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Layout {
+    /// out = inp · Wᵀ (forward).
+    NT,
+    /// dinp = dout · W (backward, input gradient).
+    NN,
+    /// dW = doutᵀ · inp (backward, weight gradient).
+    TN,
+}
+
+/// One GEMM to time: C[m×n] = A[m×k] · B[k×n] in a layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct GemmShape {
+    pub name: &'static str,
+    pub layout: Layout,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+}
+
+/// The default set: 1024³ in every layout, then GPT-2 124M at B4 T64
+/// (256 rows) and the L4 C256 test shape, forward and backward.
+pub fn default_shapes() -> Vec<GemmShape> {
+    let s = |name, layout, m, n, k| GemmShape { name, layout, m, n, k };
+    use Layout::*;
+    vec![
+        s("square", NT, 1024, 1024, 1024),
+        s("square", NN, 1024, 1024, 1024),
+        s("square", TN, 1024, 1024, 1024),
+        s("124m qkv", NT, 256, 2304, 768),
+        s("124m attproj", NT, 256, 768, 768),
+        s("124m fc", NT, 256, 3072, 768),
+        s("124m fcproj", NT, 256, 768, 3072),
+        s("124m fc dinp", NN, 256, 768, 3072),
+        s("124m fc dW", TN, 3072, 768, 256),
+        s("124m lm head", NT, 256, 50304, 768),
+        s("124m lm dinp", NN, 256, 768, 50304),
+        s("124m lm dW", TN, 50304, 768, 256),
+        s("c256 qkv", NT, 256, 768, 256),
+        s("c256 fc", NT, 256, 1024, 256),
+        s("c256 fcproj", NT, 256, 256, 1024),
+        s("c256 fc dW", TN, 1024, 256, 256),
+    ]
+}
+
+/// One measurement.
+#[derive(Clone, Debug, Serialize)]
+pub struct GemmBench {
+    pub shape: GemmShape,
+    pub isa: String,
+    pub precision: String,
+    pub threads: usize,
+    /// Best time of the timed runs.
+    pub ms: f64,
+    pub gflops: f64,
+}
+
+/// Times `shape` (best of `iters` after one warm-up) on one path.
+pub fn bench_gemm(shape: GemmShape, opts: GemmOpts, iters: usize) -> GemmBench {
+    let GemmShape { m, n, k, layout, .. } = shape;
+    let fill = |len: usize, seed: u64| -> Vec<f32> {
+        (0..len as u64).map(|i| ((i.wrapping_mul(2654435761) ^ seed) % 1000) as f32 / 500.0 - 1.0).collect()
+    };
+    let (a, b) = (fill(m * k, 1), fill(k * n, 2));
+    // The views the model's kernels use for each layout.
+    let (av, bv) = match layout {
+        Layout::NT => (MatRef { data: &a, rs: k, cs: 1 }, MatRef { data: &b, rs: 1, cs: k }),
+        Layout::NN => (MatRef { data: &a, rs: k, cs: 1 }, MatRef { data: &b, rs: n, cs: 1 }),
+        Layout::TN => (MatRef { data: &a, rs: 1, cs: m }, MatRef { data: &b, rs: n, cs: 1 }),
+    };
+    let mut c = vec![0f32; m * n];
+    let init = if layout == Layout::NT { Init::Overwrite } else { Init::Accumulate };
+    gemm(m, n, k, av, bv, &mut c, n, init, opts);
+    let mut best = f64::INFINITY;
+    for _ in 0..iters.max(1) {
+        let t = Instant::now();
+        gemm(m, n, k, av, bv, &mut c, n, init, opts);
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    GemmBench {
+        shape,
+        isa: opts.isa.to_string(),
+        precision: opts.precision.to_string(),
+        threads: rayon::current_num_threads(),
+        ms: best * 1e3,
+        gflops: 2.0 * (m * n * k) as f64 / best / 1e9,
+    }
+}
+
+/// Every (path, precision) pair to compare: the given ones, or every path
+/// this CPU supports in both precisions.
+pub fn bench_paths(isa: Option<Isa>, precision: Option<Precision>) -> Vec<GemmOpts> {
+    let isas = isa.map(|i| vec![i]).unwrap_or_else(Isa::supported_paths);
+    let precs = precision.map(|p| vec![p]).unwrap_or_else(|| vec![Precision::Fp32, Precision::Bf16]);
+    let mut out = Vec::new();
+    for p in precs {
+        for &i in &isas {
+            out.push(GemmOpts { isa: i, precision: p });
+        }
+    }
+    out
+}

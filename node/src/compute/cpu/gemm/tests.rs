@@ -1,0 +1,128 @@
+//! GEMM tests: every layout, odd shapes, every instruction-set path and both
+//! precisions against an f64 reference; determinism across thread counts.
+
+use super::*;
+
+fn naive(m: usize, n: usize, k: usize, a: MatRef, b: MatRef, round: bool) -> Vec<f64> {
+    let r = |x: f32| if round { round_bf16(x) as f64 } else { x as f64 };
+    let mut c = vec![0f64; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            c[i * n + j] = (0..k).map(|p| r(a.at(i, p)) * r(b.at(p, j))).sum();
+        }
+    }
+    c
+}
+
+fn fill(len: usize, seed: u32) -> Vec<f32> {
+    (0..len).map(|i| (((i as u32).wrapping_mul(2654435761) ^ seed) % 1000) as f32 / 500.0 - 1.0).collect()
+}
+
+fn every_opts() -> Vec<GemmOpts> {
+    let mut v = Vec::new();
+    for isa in Isa::supported_paths() {
+        for precision in [Precision::Fp32, Precision::Bf16] {
+            v.push(GemmOpts { isa, precision });
+        }
+    }
+    v
+}
+
+const SHAPES: &[(usize, usize, usize)] =
+    &[(1, 1, 1), (3, 40, 9), (7, 17, 3), (13, 33, 300), (29, 70, 513), (100, 530, 70), (14, 32, 256)];
+
+#[test]
+fn every_path_matches_f64_for_all_layouts_and_odd_shapes() {
+    for opts in every_opts() {
+        let bf16 = opts.precision == Precision::Bf16;
+        for &(m, n, k) in SHAPES {
+            let a_rm = fill(m * k, 1);
+            let b_rm = fill(k * n, 2);
+            // row-major and transposed views of the same logical matrices
+            let a_cm: Vec<f32> = (0..m * k).map(|x| a_rm[(x % m) * k + x / m]).collect();
+            let b_cm: Vec<f32> = (0..k * n).map(|x| b_rm[(x % k) * n + x / k]).collect();
+            let a_views = [MatRef { data: &a_rm, rs: k, cs: 1 }, MatRef { data: &a_cm, rs: 1, cs: m }];
+            let b_views = [MatRef { data: &b_rm, rs: n, cs: 1 }, MatRef { data: &b_cm, rs: 1, cs: k }];
+            let want = naive(m, n, k, a_views[0], b_views[0], bf16);
+            let bias = fill(n, 5);
+            // fp32 sums of k products; bf16 products are exact in fp32
+            let tol = |w: f64| 2e-6 * (k as f64).sqrt() * (1.0 + w.abs()) + 1e-6 * k as f64 * 1e-2;
+            for a in a_views {
+                for b in b_views {
+                    let ctx = format!("{opts:?} m{m} n{n} k{k} a.rs{} b.rs{}", a.rs, b.rs);
+                    let mut c = vec![0.5f32; m * n];
+                    gemm(m, n, k, a, b, &mut c, n, Init::Accumulate, opts);
+                    for (x, w) in c.iter().zip(&want) {
+                        assert!((*x as f64 - (w + 0.5)).abs() < tol(*w), "{ctx}: {x} vs {}", w + 0.5);
+                    }
+                    gemm(m, n, k, a, b, &mut c, n, Init::Overwrite, opts);
+                    for (x, w) in c.iter().zip(&want) {
+                        assert!((*x as f64 - w).abs() < tol(*w), "{ctx}: {x} vs {w}");
+                    }
+                    gemm(m, n, k, a, b, &mut c, n, Init::Bias(&bias), opts);
+                    for (idx, (x, w)) in c.iter().zip(&want).enumerate() {
+                        let w = w + bias[idx % n] as f64;
+                        assert!((*x as f64 - w).abs() < tol(w), "{ctx} bias: {x} vs {w}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn bf16_really_rounds_the_inputs() {
+    // 1 + 2^-9 rounds to 1 in bf16: the product must be exactly 1.
+    let a = vec![1.0 + 1.0 / 512.0; 20 * 4];
+    let b = vec![1.0f32; 4 * 40];
+    for isa in Isa::supported_paths() {
+        let mut c = vec![0f32; 20 * 40];
+        let opts = GemmOpts { isa, precision: Precision::Bf16 };
+        gemm(
+            20,
+            40,
+            4,
+            MatRef { data: &a, rs: 4, cs: 1 },
+            MatRef { data: &b, rs: 40, cs: 1 },
+            &mut c,
+            40,
+            Init::Overwrite,
+            opts,
+        );
+        assert!(c.iter().all(|x| *x == 4.0), "{isa}: {}", c[0]);
+        let opts = GemmOpts { isa, precision: Precision::Fp32 };
+        gemm(
+            20,
+            40,
+            4,
+            MatRef { data: &a, rs: 4, cs: 1 },
+            MatRef { data: &b, rs: 40, cs: 1 },
+            &mut c,
+            40,
+            Init::Overwrite,
+            opts,
+        );
+        assert!(c.iter().all(|x| *x > 4.0), "{isa}");
+    }
+}
+
+#[test]
+fn each_path_gives_the_same_bits_with_any_thread_count() {
+    let (m, n, k) = (200, 300, 600);
+    let a = fill(m * k, 7);
+    let b = fill(n * k, 8);
+    let run = |threads: usize, opts: GemmOpts| {
+        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
+        pool.install(|| {
+            let mut c = vec![0f32; m * n];
+            let (av, bv) = (MatRef { data: &a, rs: k, cs: 1 }, MatRef { data: &b, rs: 1, cs: k });
+            gemm(m, n, k, av, bv, &mut c, n, Init::Overwrite, opts);
+            c
+        })
+    };
+    for opts in every_opts() {
+        let one = run(1, opts);
+        assert_eq!(one, run(2, opts), "{opts:?}");
+        assert_eq!(one, run(3, opts), "{opts:?}");
+    }
+}

@@ -1,0 +1,269 @@
+//! GEMM micro-kernels: one register tile of C updated from packed strips of A
+//! and B, one kernel per instruction-set path.
+//!
+//! | kernel        | tile (MR × NR) | inputs       | accumulators            |
+//! |---------------|----------------|--------------|-------------------------|
+//! | portable      | 6 × 16         | f32          | plain arrays            |
+//! | avx2          | 6 × 16         | f32          | 12 ymm                  |
+//! | avx512        | 14 × 32        | f32          | 28 zmm (of 32)          |
+//! | avx512bf16    | 14 × 32        | bf16 pairs   | 28 zmm, `vdpbf16ps`     |
+//!
+//! Packed layout: an A strip is `steps × MR` elements, a B strip `steps × NR`;
+//! a step is one k for f32 and a pair (k, k+1) for bf16, both halves in one
+//! 32-bit slot (the even k in the low half). Every kernel walks the steps in
+//! order, so each element of C sees its products in a fixed order.
+//!
+//! Each kernel writes the tile to C: `first` overwrites (adding `bias[j]` when
+//! one is given), otherwise adds to what C holds. Only the top-left `h × w` of
+//! the tile reaches C.
+
+/// A kernel's entry point (all share one signature).
+///
+/// # Safety
+/// `a` holds `steps·MR` and `b` `steps·NR` packed elements; `c` addresses an
+/// `h × w` block with row stride `ldc` (`h ≤ MR`, `w ≤ NR`); `bias`, when not
+/// null, holds `w` floats; the CPU supports the kernel's target features.
+pub type KernelFn = unsafe fn(
+    steps: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    h: usize,
+    w: usize,
+    first: bool,
+    bias: *const f32,
+);
+
+/// Writes a finished tile (held in an array) to C.
+///
+/// # Safety
+/// As for [`KernelFn`].
+#[inline(always)]
+unsafe fn store_tile<const MR: usize, const NR: usize>(
+    tile: &[[f32; NR]; MR],
+    c: *mut f32,
+    ldc: usize,
+    h: usize,
+    w: usize,
+    first: bool,
+    bias: *const f32,
+) {
+    for (i, trow) in tile.iter().enumerate().take(h) {
+        let crow = std::slice::from_raw_parts_mut(c.add(i * ldc), w);
+        if first {
+            if bias.is_null() {
+                crow.copy_from_slice(&trow[..w]);
+            } else {
+                let bias = std::slice::from_raw_parts(bias, w);
+                for ((cv, tv), bv) in crow.iter_mut().zip(&trow[..w]).zip(bias) {
+                    *cv = *tv + *bv;
+                }
+            }
+        } else {
+            for (cv, tv) in crow.iter_mut().zip(&trow[..w]) {
+                *cv += *tv;
+            }
+        }
+    }
+}
+
+/// Tile of the portable and AVX2 kernels.
+pub const MR_6: usize = 6;
+pub const NR_16: usize = 16;
+
+/// Portable micro-kernel: a 6 × 16 tile of dot products.
+///
+/// # Safety
+/// As for [`KernelFn`] (no target features needed).
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn portable(
+    steps: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    h: usize,
+    w: usize,
+    first: bool,
+    bias: *const f32,
+) {
+    let a = std::slice::from_raw_parts(a, steps * MR_6);
+    let b = std::slice::from_raw_parts(b, steps * NR_16);
+    let mut tile = [[0f32; NR_16]; MR_6];
+    for p in 0..steps {
+        let bp = &b[p * NR_16..(p + 1) * NR_16];
+        for (i, trow) in tile.iter_mut().enumerate() {
+            let av = a[p * MR_6 + i];
+            for (t, bv) in trow.iter_mut().zip(bp) {
+                *t += av * *bv;
+            }
+        }
+    }
+    store_tile(&tile, c, ldc, h, w, first, bias);
+}
+
+/// AVX2+FMA micro-kernel: 12 accumulators (6 rows × 2 vectors of 8).
+///
+/// # Safety
+/// As for [`KernelFn`]; needs AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn avx2(
+    steps: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    h: usize,
+    w: usize,
+    first: bool,
+    bias: *const f32,
+) {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm256_setzero_ps(); 2]; MR_6];
+    let mut ap = a;
+    let mut bp = b;
+    for _ in 0..steps {
+        let b0 = _mm256_loadu_ps(bp);
+        let b1 = _mm256_loadu_ps(bp.add(8));
+        for (i, row) in acc.iter_mut().enumerate() {
+            let av = _mm256_broadcast_ss(&*ap.add(i));
+            row[0] = _mm256_fmadd_ps(av, b0, row[0]);
+            row[1] = _mm256_fmadd_ps(av, b1, row[1]);
+        }
+        ap = ap.add(MR_6);
+        bp = bp.add(NR_16);
+    }
+    let mut tile = [[0f32; NR_16]; MR_6];
+    for (row, out) in acc.iter().zip(tile.iter_mut()) {
+        _mm256_storeu_ps(out.as_mut_ptr(), row[0]);
+        _mm256_storeu_ps(out.as_mut_ptr().add(8), row[1]);
+    }
+    store_tile(&tile, c, ldc, h, w, first, bias);
+}
+
+/// Tile of the AVX-512 kernels: 14 rows × 2 vectors of 16 uses 28 of the 32
+/// zmm registers for accumulators, 2 for B and 1 for the broadcast of A.
+pub const MR_14: usize = 14;
+pub const NR_32: usize = 32;
+
+/// Writes the 14 × 32 accumulators to C with masked loads/stores.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn store_zmm(
+    acc: &[[std::arch::x86_64::__m512; 2]; MR_14],
+    c: *mut f32,
+    ldc: usize,
+    h: usize,
+    w: usize,
+    first: bool,
+    bias: *const f32,
+) {
+    use std::arch::x86_64::*;
+    let m0: __mmask16 = if w >= 16 { 0xffff } else { ((1u32 << w) - 1) as u16 };
+    let m1: __mmask16 = if w >= 32 {
+        0xffff
+    } else if w > 16 {
+        ((1u32 << (w - 16)) - 1) as u16
+    } else {
+        0
+    };
+    let (bias0, bias1) = if first && !bias.is_null() {
+        (_mm512_maskz_loadu_ps(m0, bias), _mm512_maskz_loadu_ps(m1, bias.add(16)))
+    } else {
+        (_mm512_setzero_ps(), _mm512_setzero_ps())
+    };
+    for (i, row) in acc.iter().enumerate() {
+        if i >= h {
+            break;
+        }
+        let cr = c.add(i * ldc);
+        let (v0, v1) = if first {
+            (_mm512_add_ps(row[0], bias0), _mm512_add_ps(row[1], bias1))
+        } else {
+            (
+                _mm512_add_ps(_mm512_maskz_loadu_ps(m0, cr), row[0]),
+                _mm512_add_ps(_mm512_maskz_loadu_ps(m1, cr.add(16)), row[1]),
+            )
+        };
+        _mm512_mask_storeu_ps(cr, m0, v0);
+        _mm512_mask_storeu_ps(cr.add(16), m1, v1);
+    }
+}
+
+/// AVX-512 fp32 micro-kernel, 14 × 32.
+///
+/// # Safety
+/// As for [`KernelFn`]; needs AVX-512 F/BW/VL.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn avx512(
+    steps: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    h: usize,
+    w: usize,
+    first: bool,
+    bias: *const f32,
+) {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm512_setzero_ps(); 2]; MR_14];
+    let mut ap = a;
+    let mut bp = b;
+    for _ in 0..steps {
+        let b0 = _mm512_loadu_ps(bp);
+        let b1 = _mm512_loadu_ps(bp.add(16));
+        for (i, row) in acc.iter_mut().enumerate() {
+            let av = _mm512_set1_ps(*ap.add(i));
+            row[0] = _mm512_fmadd_ps(av, b0, row[0]);
+            row[1] = _mm512_fmadd_ps(av, b1, row[1]);
+        }
+        ap = ap.add(MR_14);
+        bp = bp.add(NR_32);
+    }
+    store_zmm(&acc, c, ldc, h, w, first, bias);
+}
+
+/// AVX-512-BF16 micro-kernel, 14 × 32: each step multiplies a pair of k's
+/// in bf16 and adds both products to fp32 accumulators (`vdpbf16ps`).
+///
+/// # Safety
+/// As for [`KernelFn`], with A and B packed as bf16 pairs; needs AVX-512-BF16.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512bf16,avx512f,avx512bw,avx512vl,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn avx512bf16(
+    steps: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    h: usize,
+    w: usize,
+    first: bool,
+    bias: *const f32,
+) {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm512_setzero_ps(); 2]; MR_14];
+    let mut ap = a as *const i32;
+    let mut bp = b as *const __m512i;
+    for _ in 0..steps {
+        let b0: __m512bh = std::mem::transmute(_mm512_loadu_si512(bp));
+        let b1: __m512bh = std::mem::transmute(_mm512_loadu_si512(bp.add(1)));
+        for (i, row) in acc.iter_mut().enumerate() {
+            let av: __m512bh = std::mem::transmute(_mm512_set1_epi32(*ap.add(i)));
+            row[0] = _mm512_dpbf16_ps(row[0], av, b0);
+            row[1] = _mm512_dpbf16_ps(row[1], av, b1);
+        }
+        ap = ap.add(MR_14);
+        bp = bp.add(2);
+    }
+    store_zmm(&acc, c, ldc, h, w, first, bias);
+}

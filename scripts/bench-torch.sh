@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# PyTorch eager on the same GPT shape as `murmur bench train`, for side-by-side
+# runs (docs/benchmarks.md). Installs CPU PyTorch from PyPI into a venv outside
+# the repo (~/.cache/murmur-bench-torch, or $MURMUR_TORCH_VENV) on first use.
+#
+#   scripts/bench-torch.sh [--layers 4 --channels 256 --heads 4 --vocab 256
+#                           --batch 4 --seq 64 --warmup 3 --steps 20
+#                           --threads 2 --precision fp32|bf16]
+#
+# fp32 is eager fp32; bf16 is eager under torch.autocast("cpu", bfloat16)
+# with fp32 master weights and AdamW state (murmur's --precision bf16 keeps
+# the same split). The model is llm.c's GPT-2: pre-LayerNorm blocks, causal
+# attention (scaled_dot_product_attention), GELU-tanh MLP, LM head tied to
+# the token embedding, vocabulary padded to a multiple of 128, AdamW.
+# Output matches murmur's: "... ms/step, ... tokens/s, ... GFLOP/s".
+# On a busy machine OpenMP's spin-waiting makes PyTorch several times slower
+# (its default OMP_WAIT_POLICY is active); take figures on a quiet machine.
+set -euo pipefail
+venv="${MURMUR_TORCH_VENV:-$HOME/.cache/murmur-bench-torch}"
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import torch' >/dev/null 2>&1; then
+    echo "installing PyTorch (CPU wheels from PyPI) into $venv ..." >&2
+    python3 -m venv "$venv"
+    nice -n 10 "$venv/bin/pip" install --quiet --upgrade pip
+    nice -n 10 "$venv/bin/pip" install --quiet torch numpy
+fi
+exec "$venv/bin/python" - "$@" <<'PY'
+import argparse, math, time
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+ap = argparse.ArgumentParser(prog="bench-torch.sh")
+ap.add_argument("--layers", type=int, default=4)
+ap.add_argument("--channels", type=int, default=256)
+ap.add_argument("--heads", type=int, default=4)
+ap.add_argument("--vocab", type=int, default=256)
+ap.add_argument("--batch", type=int, default=4)
+ap.add_argument("--seq", type=int, default=64)
+ap.add_argument("--warmup", type=int, default=3)
+ap.add_argument("--steps", type=int, default=20)
+ap.add_argument("--threads", type=int, default=2)
+ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+a = ap.parse_args()
+if a.channels % a.heads:
+    raise SystemExit(f"--channels {a.channels} is not a multiple of --heads {a.heads}")
+torch.set_num_threads(a.threads)
+torch.manual_seed(1)
+L, C, H, V, B, T = a.layers, a.channels, a.heads, a.vocab, a.batch, a.seq
+VP = (V + 127) // 128 * 128
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
+        self.qkv, self.proj = nn.Linear(C, 3 * C), nn.Linear(C, C)
+        self.fc, self.fcproj = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+    def forward(self, x):
+        q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
+        q, k, v = (z.view(B, T, H, C // H).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(y.transpose(1, 2).reshape(B, T, C))
+        return x + self.fcproj(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+class GPT(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(VP, C), nn.Embedding(T, C)
+        self.blocks = nn.ModuleList(Block() for _ in range(L))
+        self.lnf = nn.LayerNorm(C)
+    def forward(self, idx, tgt):
+        x = self.wte(idx) + self.wpe(torch.arange(T))
+        for blk in self.blocks:
+            x = blk(x)
+        logits = self.lnf(x) @ self.wte.weight.t()
+        return F.cross_entropy(logits[..., :V].float().reshape(-1, V), tgt.reshape(-1))
+
+model = GPT()
+params = sum(p.numel() for p in model.parameters())
+opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0)
+gen = torch.Generator().manual_seed(7)
+
+def step():
+    x = torch.randint(0, V, (B, T), generator=gen)
+    y = torch.randint(0, V, (B, T), generator=gen)
+    opt.zero_grad(set_to_none=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+        loss = model(x, y)
+    loss.backward()
+    opt.step()
+    return loss.item()
+
+for _ in range(a.warmup):
+    step()
+t0 = time.perf_counter()
+for _ in range(a.steps):
+    step()
+secs = time.perf_counter() - t0
+tokens = a.steps * B * T
+# llm.c's count, as murmur's: 6N + 6·L·C·T FLOPs per token (N with wpe and padded vocab)
+n = params
+flops = (6 * n + 6 * L * C * T) * tokens
+print(f"torch {torch.__version__} eager {a.precision} ({a.threads} threads): "
+      f"L{L} C{C} H{H} V{V} B{B} T{T} ({params / 1e6:.2f}M params): "
+      f"{secs * 1e3 / a.steps:.1f} ms/step, {tokens / secs:.0f} tokens/s, {flops / secs / 1e9:.1f} GFLOP/s")
+PY
