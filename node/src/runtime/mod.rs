@@ -111,6 +111,7 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
     ncfg.bootstrap = opts.bootstrap.clone();
     ncfg.mdns = opts.mdns;
     let (net, mut events) = net::start(ncfg, server.clone())?;
+    let metrics = start_metrics(opts.metrics, &net, &store, out).await?;
     let (state, replay) =
         startup::cold_start(&net, &mut events, &store, &spec, mine, opts.discovery_wait, out).await;
     server.set_status(ServedStatus { round: state.round, state: Some(state.id().0) });
@@ -126,7 +127,6 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
             "backend": trainer.backend,
         }),
     );
-    let metrics = start_metrics(opts.metrics, &net, &store, out).await?;
     let mut node = node::Node::new(spec, key, store, net, server, trainer, state, out, started);
     node.metrics = metrics;
     node.run(events, done_rx, replay).await;
