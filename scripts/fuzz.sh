@@ -45,7 +45,12 @@ for t in "${targets[@]}"; do
   # 4 KiB); -print_final_stats gives the execution count for the log.
   if ! cargo fuzz run "$t" -- -max_total_time="$secs" -max_len=4096 -print_final_stats=1 2>"$log"; then
     tail -n 60 "$log" >&2
-    echo "fuzz.sh: $t FOUND A FAILURE; the input is under protocol/fuzz/artifacts/$t/" >&2
+    if compgen -G "fuzz/artifacts/$t/*" >/dev/null; then
+      echo "fuzz.sh: $t FOUND A FAILURE; the input is under protocol/fuzz/artifacts/$t/:" >&2
+      ls -1 "fuzz/artifacts/$t/" >&2
+    else
+      echo "fuzz.sh: cargo fuzz run $t failed (see the output above)" >&2
+    fi
     exit 1
   fi
   execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo '?')

@@ -123,6 +123,7 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
     ncfg.mdns = opts.mdns;
     let (net, mut events) = net::start(ncfg, server.clone())?;
     let mine_id = mine.id();
+    let metrics = start_metrics(opts.metrics, &net, &store, out).await?;
     let (state, replay) =
         startup::cold_start(&net, &mut events, &store, &spec, mine, opts.discovery_wait, out).await;
     server.set_status(ServedStatus { round: state.round, state: Some(state.id().0) });
@@ -147,7 +148,6 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
         }),
     );
     let restored = restored.filter(|m| m.round == state.round && m.base == state.id());
-    let metrics = start_metrics(opts.metrics, &net, &store, out).await?;
     let start = node::NodeStart { trainer, done_rx, trainer_setup, state, restored };
     let mut node = node::Node::new(spec, key, store, net, server, start, out, started);
     node.metrics = metrics;
