@@ -486,7 +486,14 @@ impl Node {
                     self.feed(Event::PayloadVerified { payload_hash: hash })
                 }
                 Some(Some(fault)) => self.feed(Event::PayloadInvalid { payload_hash: hash, from, fault }),
-                Some(None) => tracing::info!("payload {hash:?} could not be fetched"),
+                Some(None) => {
+                    // Still needed for this round: ask again (a round waiting on
+                    // its quorum must not wait for a fetch nobody retries).
+                    if let Some((len, signer, announcer)) = self.machine.pending_payload(&hash) {
+                        tracing::info!("payload {hash:?} could not be fetched yet; asking again");
+                        self.fetch_payload(hash, len, signer, announcer);
+                    }
+                }
             },
             Internal::Aggregated { round, result } => {
                 if self.machine.phase() != Phase::Aggregating || self.machine.round() != round {
@@ -651,6 +658,38 @@ impl Node {
         }
     }
 
+    /// Fetch a payload of the current round from its announcer, its signer,
+    /// other holders and the trainers.
+    fn fetch_payload(
+        &mut self,
+        payload_hash: PayloadHash,
+        payload_len: u64,
+        signer: PublicKey,
+        from: PublicKey,
+    ) {
+        // Holders are learnt only from manifests the machine accepted.
+        if let Some(p) = peer_id_of(&from) {
+            let e = self.holders.entry(payload_hash).or_default();
+            if !e.contains(&p) && e.len() < 16 {
+                e.push(p);
+            }
+        }
+        let mut peers: Vec<PeerId> = [from, signer].iter().filter_map(peer_id_of).collect();
+        peers.extend(self.holders.get(&payload_hash).into_iter().flatten().copied());
+        peers.extend(self.trainers.iter().copied());
+        let mut seen = HashSet::new();
+        peers.retain(|p| seen.insert(*p));
+        let deadline = Duration::from_secs(u64::from(self.spec.round_deadline_secs).max(5));
+        let fetch = PayloadFetch {
+            hash: payload_hash,
+            len: payload_len,
+            from,
+            peers,
+            give_up: Instant::now() + deadline,
+        };
+        spawn_payload_fetch(self.net.clone(), self.store.clone(), self.spec.clone(), fetch, self.tx.clone())
+    }
+
     /// Keep the store bounded once the node stands at `round` (after a
     /// commit or a re-sync): deltas of rounds before `round - 1` and all but
     /// the newest `KEPT_STATES` states are deleted (never the current one).
@@ -707,33 +746,7 @@ impl Node {
                 self.publish_manifest(&m);
             }
             Action::FetchPayload { payload_hash, payload_len, signer, from } => {
-                // Holders are learnt only from manifests the machine accepted.
-                if let Some(p) = peer_id_of(&from) {
-                    let e = self.holders.entry(payload_hash).or_default();
-                    if !e.contains(&p) && e.len() < 16 {
-                        e.push(p);
-                    }
-                }
-                let mut peers: Vec<PeerId> = [from, signer].iter().filter_map(peer_id_of).collect();
-                peers.extend(self.holders.get(&payload_hash).into_iter().flatten().copied());
-                peers.extend(self.trainers.iter().copied());
-                let mut seen = HashSet::new();
-                peers.retain(|p| seen.insert(*p));
-                let deadline = Duration::from_secs(u64::from(self.spec.round_deadline_secs).max(5));
-                let fetch = PayloadFetch {
-                    hash: payload_hash,
-                    len: payload_len,
-                    from,
-                    peers,
-                    give_up: Instant::now() + deadline,
-                };
-                spawn_payload_fetch(
-                    self.net.clone(),
-                    self.store.clone(),
-                    self.spec.clone(),
-                    fetch,
-                    self.tx.clone(),
-                )
+                self.fetch_payload(payload_hash, payload_len, signer, from)
             }
             Action::Aggregate { round, base, deltas } => {
                 self.offered = deltas.iter().map(|d| (d.payload_hash, d.signer)).collect();

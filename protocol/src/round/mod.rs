@@ -459,6 +459,17 @@ impl RoundMachine {
         self.actions.push_back(Action::PublishManifest(m));
     }
 
+    /// The current round's announced payload `hash`, while it is not yet
+    /// verified: (payload length, signer, announcer) — for the node to fetch
+    /// it again after a fetch gave up.
+    pub fn pending_payload(&self, hash: &PayloadHash) -> Option<(u64, PublicKey, PublicKey)> {
+        if self.phase != Phase::Collecting {
+            return None;
+        }
+        let e = self.entries.get(self.by_hash.get(hash)?)?;
+        (!e.verified).then_some((e.manifest.payload_len, e.manifest.signer, e.announced_by))
+    }
+
     /// Whether this node has signed a delta for the current round.
     pub fn has_local_delta(&self) -> bool {
         self.entries.contains_key(&self.me)

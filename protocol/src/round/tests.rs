@@ -622,3 +622,19 @@ fn a_restored_manifest_of_another_round_base_or_signer_is_refused() {
     assert!(!m.has_local_delta());
     assert_eq!(m.scores().count(Rejection::StaleLocalDelta), 4);
 }
+
+#[test]
+fn an_unverified_payload_stays_pending_until_verified_or_the_round_closes() {
+    let mut m = machine();
+    m.handle(1, Event::PeerJoined { peer: key(2).public() });
+    m.handle(
+        2,
+        Event::ManifestReceived { from: key(3).public(), manifest: manifest(&key(2), 0, genesis(), 7) },
+    );
+    drain(&mut m);
+    let len = Codec::F32.payload_len(N).unwrap_or(0);
+    assert_eq!(m.pending_payload(&hash(7)), Some((len, key(2).public(), key(3).public())));
+    assert_eq!(m.pending_payload(&hash(8)), None);
+    m.handle(3, Event::PayloadVerified { payload_hash: hash(7) });
+    assert_eq!(m.pending_payload(&hash(7)), None);
+}
