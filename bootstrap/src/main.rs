@@ -119,7 +119,9 @@ fn run(a: Args) -> Result<()> {
         seed: a.seed,
     };
     let spec = run_spec(&params)?;
-    spec.validate().context("the run spec is invalid")?;
+    spec.validate().context(
+        "the run spec is invalid (to train on local files, make a dataset with `murmur data add` and host it with --dataset DIR)",
+    )?;
     let store = Arc::new(Store::open(&a.data_dir)?);
     if let Some(local) = &hosted {
         import_local(&store, local, None)?;
