@@ -9,7 +9,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use murmur_node::cli::device::Chosen;
+use murmur_node::compute::cpu::Precision;
+use murmur_node::compute::device::Chosen;
 use murmur_node::data::dataset::built_in;
 use murmur_node::net::{
     self, ContentServer, NetConfig, NetEvent, NetRejection, PeerStatus, Role, XferRequest, XferResponse,
@@ -164,7 +165,8 @@ fn a_run_spec_naming_a_local_path_is_refused_without_opening_it() {
             json: true,
             spec: Some(spec),
             discovery_wait: Duration::from_secs(0),
-            device: Chosen::Cpu,
+            device: Chosen::Cpu(Precision::Fp32),
+            metrics: None,
             dataset: DatasetOptions::default(),
         };
         let (tx, rx) = std::sync::mpsc::channel();

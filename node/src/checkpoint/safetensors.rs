@@ -364,7 +364,7 @@ mod tests {
             header.insert(name.to_string(), json!({"dtype": dtype, "shape": shape, "data_offsets": [b, e]}));
         }
         let mut head = serde_json::to_vec(&header).unwrap();
-        while head.len() % 8 != 0 {
+        while !head.len().is_multiple_of(8) {
             head.push(b' ');
         }
         let mut bytes = (head.len() as u64).to_le_bytes().to_vec();

@@ -10,7 +10,7 @@ use crate::data::loader::Batch;
 
 /// The u16 tokens of a shard's bytes, each checked to be below `vocab`.
 pub fn shard_tokens(bytes: &[u8], vocab: u32, name: &str) -> Result<Vec<u16>, DataError> {
-    if bytes.len() % 2 != 0 {
+    if !bytes.len().is_multiple_of(2) {
         return Err(DataError::BadDataset {
             what: name.into(),
             reason: "a shard has an odd number of bytes".into(),

@@ -38,7 +38,15 @@ fn matmul_layouts_are_exposed_for_benchmarks() {
     let mut out = g.tensor(5 * 4);
     g.matmul_in(MatmulLayout::Tn, &mut out, &x, &y, s);
     let (mut dw, mut di) = (vec![0.0; 20], vec![0.0; 12]);
-    CpuBackend.matmul_backward(&mut di, &mut dw, None, &g.download(&x), &g.download(&y), &vec![0.0; 20], s);
+    CpuBackend::new().matmul_backward(
+        &mut di,
+        &mut dw,
+        None,
+        &g.download(&x),
+        &g.download(&y),
+        &vec![0.0; 20],
+        s,
+    );
     assert_close("TN", &g.download(&out), &dw, 1e-5, 1e-5);
 }
 

@@ -62,7 +62,15 @@ fn matmul_layouts_are_exposed_for_benchmarks() {
     let mut out = g.tensor(5 * 4);
     g.matmul(MatmulLayout::Tn, &mut out, &x, &y, None, s);
     let (mut dw, mut di) = (vec![0.0; 20], vec![0.0; 12]);
-    CpuBackend.matmul_backward(&mut di, &mut dw, None, &g.download(&x), &g.download(&y), &vec![0.0; 20], s);
+    CpuBackend::new().matmul_backward(
+        &mut di,
+        &mut dw,
+        None,
+        &g.download(&x),
+        &g.download(&y),
+        &vec![0.0; 20],
+        s,
+    );
     assert_close("TN", &g.download(&out), &dw, 1e-5, 1e-5);
 }
 
@@ -105,7 +113,7 @@ fn reductions_and_clipping_match_cpu() {
     let Some(w) = windowed("reductions (windowed)") else { return };
     let x = values(5000, 105, 1.0);
     let mut stats = vec![0.0; 2];
-    CpuBackend.sum_squares_into(&mut stats, 1, &x);
+    CpuBackend::new().sum_squares_into(&mut stats, 1, &x);
     let mut gs = w.tensor(2);
     w.sum_squares_into(&mut gs, 1, &up(&w, &x));
     assert_close("sum_squares windowed", &w.download(&gs), &stats, 1e-4, 1e-5);
