@@ -25,13 +25,18 @@ fn kills() -> usize {
 fn a_node_in_a_crash_loop_never_equivocates_and_the_two_nodes_stay_on_one_state() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
-    let settings = RunSettings { inner_steps: 20, batch: 8, quorum: 1, deadline: 20, seed: 18 };
+    let settings = RunSettings { inner_steps: 20, batch: 2, quorum: 1, deadline: 30, seed: 18 };
     let (_boot, addr) = start_bootstrap(d, &settings);
-    // The steady node trains on one thread, so it is often still training
-    // when the other restarts after announcing: the restart lands inside a
-    // round it had announced.
-    let steady =
-        start_node_with_env(d, "steady", &addr, &["--discovery-wait", "0.5"], &[("RAYON_NUM_THREADS", "1")]);
+    // The steady node sleeps 100 ms before each inner step (2 s a round),
+    // so it is still training when the other restarts after announcing: the
+    // restart lands inside a round it had announced.
+    let steady = start_node_with_env(
+        d,
+        "steady",
+        &addr,
+        &["--discovery-wait", "0.5"],
+        &[("MURMUR_TEST_STEP_DELAY_MS", "100")],
+    );
     steady.wait_event("a first round", Duration::from_secs(120), |v| v["event"] == "round");
     let mut rng = StdRng::seed_from_u64(18);
     let n = kills();

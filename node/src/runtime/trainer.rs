@@ -311,6 +311,7 @@ impl Worker {
                 return JobDone::Cancelled { round };
             }
             injected_panic(round);
+            injected_delay();
             let next = match (&mut round_batches, &mut self.data) {
                 (Some(batches), _) => batches.next().ok_or_else(|| "the round's batches ran out".to_string()),
                 (None, TrainData::Stream { loader, .. }) => loader.next_batch().map_err(|e| e.to_string()),
@@ -367,5 +368,18 @@ fn injected_panic(round: u64) {
     let (Ok(from), Ok(count)) = (from.parse::<u64>(), count.parse::<u32>()) else { return };
     if round >= from && PANICKED.fetch_add(1, Ordering::SeqCst) < count {
         panic!("injected trainer panic (MURMUR_TEST_TRAINER_PANICS={v}) at round {round}");
+    }
+}
+
+/// Fault injection for the runtime's tests: `MURMUR_TEST_STEP_DELAY_MS=N`
+/// sleeps N ms before every inner step, making this node a slow one (so a
+/// test can rely on it still training while another restarts).
+fn injected_delay() {
+    static DELAY_MS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    let ms = *DELAY_MS.get_or_init(|| {
+        std::env::var("MURMUR_TEST_STEP_DELAY_MS").ok().and_then(|v| v.parse().ok()).unwrap_or(0)
+    });
+    if ms > 0 {
+        std::thread::sleep(std::time::Duration::from_millis(ms.min(60_000)));
     }
 }
