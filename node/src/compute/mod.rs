@@ -25,6 +25,8 @@ pub mod gpu;
 pub mod kernel_bench;
 #[cfg(all(test, any(feature = "gpu", feature = "cuda")))]
 pub(crate) mod oracle;
+#[cfg(any(feature = "gpu", feature = "cuda"))]
+pub mod tokens;
 
 /// Shape of a matmul: `n` rows of `c` input features mapped to `oc` outputs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

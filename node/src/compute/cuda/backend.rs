@@ -1,9 +1,9 @@
 //! The Backend trait on the CUDA backend: memory and transfers here, every
 //! op forwarded to its launch in `launch` or its GEMM in `blas`.
 
-use super::memory::token_layout;
 use super::{CudaBackend, CudaTensor, CudaTokens};
 use crate::compute::kernel_bench::TimedBackend;
+use crate::compute::tokens::token_layout;
 use crate::compute::{
     AdamWStep, AttentionShape, Backend, EncoderShape, LogitsShape, MatmulLayout, MatmulShape,
 };
@@ -57,7 +57,7 @@ impl Backend for CudaBackend {
         self.transfers.upload(false, 4 * n);
     }
     fn upload_tokens(&self, dst: &mut CudaTokens, src: &[u32]) {
-        let (words, groups) = token_layout(src, dst.len);
+        let (words, groups) = token_layout(src, dst.len.max(1));
         dst.groups = groups;
         if let Err(e) = self.stream.memcpy_htod(&words[..], &mut dst.buf.slice_mut(..words.len())) {
             panic!("CUDA upload of {} tokens failed: {e}", src.len());

@@ -13,7 +13,7 @@ pub struct CudaTensor {
 }
 
 /// Token ids on the device, laid out in four regions of `len` words (see
-/// `token_layout`), and how many distinct tokens the upload had.
+/// `compute::tokens::token_layout`), and how many distinct tokens the upload had.
 pub struct CudaTokens {
     pub(super) buf: CudaSlice<u32>,
     pub(super) len: usize,
@@ -25,34 +25,6 @@ impl CudaTokens {
     pub fn words(len: usize) -> usize {
         4 * len.max(1) + 1
     }
-}
-
-/// The token buffer's contents for `ids`: ids, positions sorted by token
-/// (stable), each distinct token, and where its positions start; plus the
-/// number of distinct tokens.
-pub fn token_layout(ids: &[u32], capacity: usize) -> (Vec<u32>, usize) {
-    let capacity = capacity.max(1);
-    let n = ids.len().min(capacity);
-    let ids = &ids[..n];
-    let mut order: Vec<u32> = (0..n as u32).collect();
-    order.sort_by_key(|&p| ids[p as usize]); // stable: positions stay in order
-    let mut group_token = Vec::new();
-    let mut group_start = Vec::new();
-    for (k, &p) in order.iter().enumerate() {
-        let tok = ids[p as usize];
-        if group_token.last() != Some(&tok) {
-            group_token.push(tok);
-            group_start.push(k as u32);
-        }
-    }
-    group_start.push(n as u32);
-    let groups = group_token.len();
-    let mut words = vec![0u32; CudaTokens::words(capacity)];
-    words[..n].copy_from_slice(ids);
-    words[capacity..capacity + n].copy_from_slice(&order);
-    words[2 * capacity..2 * capacity + groups].copy_from_slice(&group_token);
-    words[3 * capacity..3 * capacity + groups + 1].copy_from_slice(&group_start);
-    (words, groups)
 }
 
 /// Host↔device traffic so far. Kernel arguments and on-device clears are
@@ -102,20 +74,5 @@ impl TransferCounters {
         {
             a.store(0, Ordering::Relaxed);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::token_layout;
-
-    #[test]
-    fn tokens_are_grouped_stably_by_id() {
-        let (w, groups) = token_layout(&[5, 2, 5, 9, 2], 6);
-        assert_eq!(groups, 3);
-        assert_eq!(&w[..5], &[5, 2, 5, 9, 2]);
-        assert_eq!(&w[6..11], &[1, 4, 0, 2, 3], "positions sorted by token, stable");
-        assert_eq!(&w[12..15], &[2, 5, 9]);
-        assert_eq!(&w[18..22], &[0, 2, 4, 5]);
     }
 }

@@ -34,31 +34,6 @@ impl GpuTokens {
     }
 }
 
-/// The token buffer's contents for `ids`: ids, positions sorted by token
-/// (stable), each distinct token, and where its positions start.
-pub fn token_layout(ids: &[u32], capacity: usize) -> (Vec<u32>, usize) {
-    let n = ids.len();
-    let mut order: Vec<u32> = (0..n as u32).collect();
-    order.sort_by_key(|&p| ids[p as usize]); // stable: positions stay in order
-    let mut group_token = Vec::new();
-    let mut group_start = Vec::new();
-    for (k, &p) in order.iter().enumerate() {
-        let tok = ids[p as usize];
-        if group_token.last() != Some(&tok) {
-            group_token.push(tok);
-            group_start.push(k as u32);
-        }
-    }
-    group_start.push(n as u32);
-    let groups = group_token.len();
-    let mut words = vec![0u32; GpuTokens::words(capacity)];
-    words[..n].copy_from_slice(ids);
-    words[capacity..capacity + n].copy_from_slice(&order);
-    words[2 * capacity..2 * capacity + groups].copy_from_slice(&group_token);
-    words[3 * capacity..3 * capacity + groups + 1].copy_from_slice(&group_start);
-    (words, groups)
-}
-
 /// A bindable byte range of a buffer.
 #[derive(Clone, Copy)]
 pub struct View<'a> {
@@ -123,16 +98,6 @@ pub struct TransferStats {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn tokens_group_by_id_keeping_position_order() {
-        let (w, groups) = token_layout(&[5, 2, 5, 7, 2], 6);
-        assert_eq!(groups, 3);
-        assert_eq!(&w[..5], &[5, 2, 5, 7, 2]);
-        assert_eq!(&w[6..11], &[1, 4, 0, 2, 3]); // order
-        assert_eq!(&w[12..15], &[2, 5, 7]); // group tokens
-        assert_eq!(&w[18..22], &[0, 2, 4, 5]); // group starts
-    }
 
     #[test]
     fn chunks_cover_the_range() {

@@ -37,8 +37,9 @@ pub use memory::{GpuTensor, GpuTokens, TransferStats};
 pub use pipelines::TileConfig;
 
 use super::{AdamWStep, AttentionShape, Backend, EncoderShape, LogitsShape, MatmulShape};
+use crate::compute::tokens::token_layout;
 use context::GpuContext;
-use memory::{token_layout, BindingRules};
+use memory::BindingRules;
 use pipelines::{Kernel, Pipelines};
 use recorder::Recorder;
 
