@@ -11,10 +11,12 @@
 //! - `dataset`: the run's dataset: manifest, assigned windows, shard fetching.
 //! - `trainer`: the compute thread.
 //! - `server`: what the node serves on the transfer protocol.
+//! - `aggregation`: a round's deltas combined and the outer step (blocking).
 //! - `fetching`: payload and state fetch tasks (verified, with back-off).
 //! - `node`: the event loop.
 //! - `report`: JSON / human output.
 
+pub mod aggregation;
 pub mod dataset;
 pub mod fetching;
 pub mod node;

@@ -17,20 +17,20 @@ use libp2p::PeerId;
 use murmur_protocol::hash::payload_hash_of;
 use murmur_protocol::telemetry;
 use murmur_protocol::{
-    aggregate, decode_delta, outer_step, AcceptedDelta, Action, DeltaInput, DeltaManifest, ErrorFeedback,
-    Event, PayloadFault, PayloadHash, PeerLink, Phase, PublicKey, RejectionCount, RoundMachine, RunSpec,
-    Signature, StateId, Telemetry, TrainingState,
+    Action, DeltaManifest, ErrorFeedback, Event, PayloadFault, PayloadHash, PeerLink, Phase, PublicKey,
+    RejectionCount, RoundMachine, RunSpec, Signature, StateId, Telemetry, TrainingState,
 };
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 
+use super::aggregation::aggregate_round;
 use super::fetching::{spawn_payload_fetch, spawn_state_fetch, PayloadFetch, StateFetch};
 use super::report::Reporter;
 use super::server::{ServedStatus, StoreServer};
 use super::trainer::{self, Job, JobDone, TrainerHandle, TrainerSetup};
 use super::RuntimeError;
 use crate::net::{peer_id_of, public_key_of, GossipMessage, NetEvent, NetHandle, NetRejection, TopicKind};
-use crate::store::{BlobKind, Position, Store};
+use crate::store::{BlobKind, Store};
 
 /// How often a node reports between round closes.
 const TELEMETRY_EVERY: Duration = Duration::from_secs(5);
@@ -815,46 +815,4 @@ async fn publish_with_retries(net: NetHandle, kind: TopicKind, bytes: Vec<u8>, a
             Err(_) => tokio::time::sleep(Duration::from_millis(300)).await,
         }
     }
-}
-
-/// Decode the round's deltas, aggregate them, apply the outer step, and
-/// store the new state (blob first, then the position record).
-pub fn aggregate_round(
-    store: &Store,
-    spec: &RunSpec,
-    base: &TrainingState,
-    deltas: &[AcceptedDelta],
-) -> Result<(Vec<PayloadHash>, TrainingState), String> {
-    let n = spec.model.param_count as usize;
-    let mut decoded = Vec::with_capacity(deltas.len());
-    for d in deltas {
-        let values = store
-            .blobs
-            .get(BlobKind::Delta, &d.payload_hash.0)
-            .map_err(|e| e.to_string())
-            .and_then(|b| decode_delta(&b, spec.codec, n).map_err(|e| e.to_string()));
-        match values {
-            Ok(v) => decoded.push((*d, v)),
-            Err(e) => tracing::warn!("delta {:?} left out: {e}", d.payload_hash),
-        }
-    }
-    let inputs: Vec<DeltaInput<'_>> = decoded
-        .iter()
-        .map(|(d, v)| DeltaInput {
-            payload_hash: d.payload_hash,
-            signer: d.signer,
-            tokens: d.tokens,
-            values: v,
-        })
-        .collect();
-    let agg = aggregate(&inputs, n, spec.robust).map_err(|e| e.to_string())?;
-    let mut next = base.clone();
-    outer_step(spec.outer, &mut next, &agg.delta).map_err(|e| e.to_string())?;
-    let bytes = next.encode();
-    let id = store.blobs.put(BlobKind::State, &bytes).map_err(|e| e.to_string())?;
-    store
-        .meta
-        .set_position(&spec.run_id(), Position { round: next.round, state: StateId(id) })
-        .map_err(|e| e.to_string())?;
-    Ok((agg.included, next))
 }

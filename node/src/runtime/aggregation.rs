@@ -1,0 +1,53 @@
+//! A round's aggregation, run on the blocking pool: decode the offered
+//! deltas from the store, combine them deterministically under the run's
+//! robust mode, apply the outer step, and store the new state (blob first,
+//! then the position record), before the node publishes its commit.
+
+use murmur_protocol::{
+    aggregate, decode_delta, outer_step, AcceptedDelta, DeltaInput, PayloadHash, RunSpec, StateId,
+    TrainingState,
+};
+
+use crate::store::{BlobKind, Position, Store};
+
+/// Decode the round's deltas, aggregate them, apply the outer step, and
+/// store the new state (blob first, then the position record).
+pub fn aggregate_round(
+    store: &Store,
+    spec: &RunSpec,
+    base: &TrainingState,
+    deltas: &[AcceptedDelta],
+) -> Result<(Vec<PayloadHash>, TrainingState), String> {
+    let n = spec.model.param_count as usize;
+    let mut decoded = Vec::with_capacity(deltas.len());
+    for d in deltas {
+        let values = store
+            .blobs
+            .get(BlobKind::Delta, &d.payload_hash.0)
+            .map_err(|e| e.to_string())
+            .and_then(|b| decode_delta(&b, spec.codec, n).map_err(|e| e.to_string()));
+        match values {
+            Ok(v) => decoded.push((*d, v)),
+            Err(e) => tracing::warn!("delta {:?} left out: {e}", d.payload_hash),
+        }
+    }
+    let inputs: Vec<DeltaInput<'_>> = decoded
+        .iter()
+        .map(|(d, v)| DeltaInput {
+            payload_hash: d.payload_hash,
+            signer: d.signer,
+            tokens: d.tokens,
+            values: v,
+        })
+        .collect();
+    let agg = aggregate(&inputs, n, spec.robust).map_err(|e| e.to_string())?;
+    let mut next = base.clone();
+    outer_step(spec.outer, &mut next, &agg.delta).map_err(|e| e.to_string())?;
+    let bytes = next.encode();
+    let id = store.blobs.put(BlobKind::State, &bytes).map_err(|e| e.to_string())?;
+    store
+        .meta
+        .set_position(&spec.run_id(), Position { round: next.round, state: StateId(id) })
+        .map_err(|e| e.to_string())?;
+    Ok((agg.included, next))
+}
