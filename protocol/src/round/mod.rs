@@ -588,11 +588,13 @@ impl RoundMachine {
     }
 
     /// The re-sync rule: a StateId reported for round q by at least `quorum`
-    /// committers who are a strict majority of q's committers wins.
+    /// committers who are at least half of q's committers wins; a tie goes
+    /// to the smaller StateId (`Votes::leader`), so two halves of a healed
+    /// partition that closed the same round apart end on one state.
     fn check_votes(&mut self, q: u64) {
         let Some(leader) = self.votes.leader(q) else { return };
         let count = leader.voters.len();
-        if count < self.cfg.quorum as usize || 2 * count <= leader.total {
+        if count < self.cfg.quorum as usize || 2 * count < leader.total {
             return;
         }
         let next = q.saturating_add(1);

@@ -431,7 +431,7 @@ fn resyncs_when_most_committers_report_another_state() {
     let (ours, theirs) = (StateId([0x22; 32]), StateId([0x33; 32]));
     m.handle(DEADLINE, Event::Aggregated { round: 0, included: vec![hash(20), hash(30)], new_state: ours });
     drain(&mut m);
-    // One dissenter is not a majority (1 of 2).
+    // One dissenter only ties (1 of 2); a tie goes to the smaller StateId, ours.
     let inc = vec![hash(20), hash(30)];
     m.handle(
         DEADLINE + 1,
@@ -452,6 +452,39 @@ fn resyncs_when_most_committers_report_another_state() {
         Some(&Action::Resync { round: 1, state: theirs, peers: vec![key(2).public(), key(3).public()] })
     );
     assert_eq!(actions.get(1), Some(&Action::RoundOpened { round: 1, base: theirs }));
+    assert_eq!((m.round(), m.base()), (1, theirs));
+}
+
+#[test]
+fn a_healed_partition_tie_goes_to_the_smaller_state() {
+    // Two halves of three closed round 0 apart: we and keys 2, 3 on one
+    // state, keys 4, 5, 6 on another. 3 of 6 is a tie.
+    let mut m = machine();
+    local(&mut m, 1, 30);
+    peer_delta(&mut m, 2, 2, 20);
+    m.handle(DEADLINE, Event::TimerFired);
+    drain(&mut m);
+    let (ours, theirs) = (StateId([0x55; 32]), StateId([0x11; 32]));
+    let inc = vec![hash(20), hash(30)];
+    m.handle(DEADLINE, Event::Aggregated { round: 0, included: inc.clone(), new_state: ours });
+    drain(&mut m);
+    for i in [2, 3] {
+        let c = commit(&key(i), 0, genesis(), inc.clone(), ours);
+        m.handle(DEADLINE + 1, Event::CommitReceived { from: key(i).public(), commit: c });
+    }
+    let other = vec![hash(40), hash(50)];
+    for i in [4, 5] {
+        let c = commit(&key(i), 0, genesis(), other.clone(), theirs);
+        m.handle(DEADLINE + 2, Event::CommitReceived { from: key(i).public(), commit: c });
+    }
+    // 3 to 2: we stay.
+    assert!(drain(&mut m).is_empty());
+    let c = commit(&key(6), 0, genesis(), other, theirs);
+    m.handle(DEADLINE + 3, Event::CommitReceived { from: key(6).public(), commit: c });
+    let actions = drain(&mut m);
+    let mut peers = vec![key(4).public(), key(5).public(), key(6).public()];
+    peers.sort();
+    assert_eq!(actions.first(), Some(&Action::Resync { round: 1, state: theirs, peers }));
     assert_eq!((m.round(), m.base()), (1, theirs));
 }
 
