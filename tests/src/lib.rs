@@ -3,6 +3,7 @@
 //! drop), collect their stdout lines, and wait for lines with bounded waits.
 
 pub mod browser;
+pub mod netns;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -66,9 +67,22 @@ impl Proc {
         name: &str,
         log_dir: &Path,
     ) -> Proc {
+        Self::spawn_command(Command::new(workspace_binary(bin)), args, envs, name, log_dir)
+    }
+
+    /// Start `command` (a binary, or a wrapper such as `ip netns exec …`)
+    /// with `args` appended; stdout collected, stderr to `<log_dir>/<name>.log`.
+    pub fn spawn_command(
+        mut command: Command,
+        args: &[String],
+        envs: &[(&str, &str)],
+        name: &str,
+        log_dir: &Path,
+    ) -> Proc {
         let log = log_dir.join(format!("{name}.log"));
         let err = std::fs::OpenOptions::new().create(true).append(true).open(&log).expect("log file");
-        let mut child = Command::new(workspace_binary(bin))
+        let shown = format!("{:?}", command.get_program());
+        let mut child = command
             .args(args)
             .envs(envs.iter().copied())
             .env("RUST_LOG", std::env::var("MURMUR_TEST_LOG").unwrap_or_else(|_| "warn".into()))
@@ -76,7 +90,7 @@ impl Proc {
             .stderr(Stdio::from(err))
             .stdin(Stdio::null())
             .spawn()
-            .unwrap_or_else(|e| panic!("starting {bin}: {e}"));
+            .unwrap_or_else(|e| panic!("starting {shown}: {e}"));
         let lines = collect_lines(&mut child);
         Proc { name: name.to_string(), child, lines, log }
     }
@@ -192,9 +206,27 @@ pub fn start_bootstrap(dir: &Path, s: &RunSettings) -> (Proc, String) {
 
 /// `start_bootstrap` with `extra` arguments.
 pub fn start_bootstrap_with(dir: &Path, s: &RunSettings, extra: &[&str]) -> (Proc, String) {
+    let args = bootstrap_args(dir, s, "127.0.0.1", extra);
+    let p = Proc::spawn("murmur-bootstrap", &args, "bootstrap", dir);
+    let addr = wait_listen_addr(&p, "127.0.0.1");
+    (p, addr)
+}
+
+/// The bootstrap server's TCP multiaddr on `ip` (ending in /p2p/<id>), from
+/// its stdout.
+pub fn wait_listen_addr(p: &Proc, ip: &str) -> String {
+    let prefix = format!("/ip4/{ip}/tcp/");
+    p.wait_line("with a listen address", Duration::from_secs(60), |l| {
+        l.starts_with(&prefix) && l.contains("/p2p/")
+    })
+}
+
+/// `murmur-bootstrap` arguments for a test run listening on `ip`.
+pub fn bootstrap_args(dir: &Path, s: &RunSettings, ip: &str, extra: &[&str]) -> Vec<String> {
+    let listen = format!("/ip4/{ip}/tcp/0");
     let mut args: Vec<String> = [
         "--listen",
-        "/ip4/127.0.0.1/tcp/0",
+        &listen,
         "--no-mdns",
         "--data-dir",
         &dir.join("bootstrap").display().to_string(),
@@ -213,11 +245,7 @@ pub fn start_bootstrap_with(dir: &Path, s: &RunSettings, extra: &[&str]) -> (Pro
     .map(|s| s.to_string())
     .collect();
     args.extend(extra.iter().map(|s| s.to_string()));
-    let p = Proc::spawn("murmur-bootstrap", &args, "bootstrap", dir);
-    let addr = p.wait_line("with a listen address", Duration::from_secs(60), |l| {
-        l.starts_with("/ip4/127.0.0.1/tcp/") && l.contains("/p2p/")
-    });
-    (p, addr)
+    args
 }
 
 /// Start `murmur node --json` against `bootstrap`, storing in `<dir>/<name>`.
@@ -233,6 +261,12 @@ pub fn start_node_with_env(
     extra: &[&str],
     envs: &[(&str, &str)],
 ) -> Proc {
+    let args = node_args(dir, name, bootstrap, "127.0.0.1", extra);
+    Proc::spawn_with_env("murmur", &args, envs, name, dir)
+}
+
+/// `murmur node --json` arguments for a test node listening on `ip`.
+pub fn node_args(dir: &Path, name: &str, bootstrap: &str, ip: &str, extra: &[&str]) -> Vec<String> {
     let mut args: Vec<String> = vec![
         "node".into(),
         "--json".into(),
@@ -242,13 +276,13 @@ pub fn start_node_with_env(
         "--data-dir".into(),
         dir.join(name).display().to_string(),
         "--listen".into(),
-        "/ip4/127.0.0.1/tcp/0".into(),
+        format!("/ip4/{ip}/tcp/0"),
     ];
     if !extra.contains(&"--discovery-wait") {
         args.extend(["--discovery-wait".into(), "2".into()]);
     }
     args.extend(extra.iter().map(|s| s.to_string()));
-    Proc::spawn_with_env("murmur", &args, envs, name, dir)
+    args
 }
 
 /// The last reported state of each round, per node: round → state_id.

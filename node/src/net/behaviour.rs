@@ -17,6 +17,11 @@ use super::gossip::MAX_GOSSIP_BYTES;
 use super::xfer::{XferCodec, XFER_PROTOCOL};
 use super::{NetConfig, NetError, Role};
 
+/// Seconds between pings on every connection.
+pub const PING_INTERVAL_SECS: u64 = 5;
+/// Seconds without a pong after which a connection is taken for dead and
+/// closed (net/swarm.rs).
+pub const PING_TIMEOUT_SECS: u64 = 15;
 /// Kademlia protocol id (murmur's own DHT, separate from the public IPFS one).
 pub const KAD_PROTOCOL: StreamProtocol = StreamProtocol::new("/murmur/kad/1.0.0");
 /// Identify protocol version string.
@@ -136,7 +141,11 @@ pub fn build_swarm(cfg: &NetConfig) -> Result<Swarm<MurmurBehaviour>, NetError> 
                         .with_agent_version(agent)
                         .with_push_listen_addr_updates(true),
                 ),
-                ping: ping::Behaviour::new(ping::Config::new().with_interval(Duration::from_secs(10))),
+                ping: ping::Behaviour::new(
+                    ping::Config::new()
+                        .with_interval(Duration::from_secs(PING_INTERVAL_SECS))
+                        .with_timeout(Duration::from_secs(PING_TIMEOUT_SECS)),
+                ),
                 kad,
                 gossip,
                 xfer,

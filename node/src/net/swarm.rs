@@ -15,7 +15,7 @@ use libp2p::multiaddr::Protocol;
 use libp2p::request_response::{self, OutboundRequestId, ResponseChannel};
 use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
 use libp2p::swarm::{ConnectionId, SwarmEvent};
-use libp2p::{identify, kad, mdns, Multiaddr, PeerId, Swarm};
+use libp2p::{identify, kad, mdns, ping, Multiaddr, PeerId, Swarm};
 use tokio::sync::{mpsc, oneshot};
 
 use super::behaviour::{parse_agent, MurmurBehaviour, MurmurBehaviourEvent};
@@ -401,6 +401,17 @@ impl SwarmTask {
                 let opts =
                     DialOpts::peer_id(peer).condition(PeerCondition::DisconnectedAndNotDialing).build();
                 let _ = self.swarm.dial(opts);
+            }
+            MurmurBehaviourEvent::Ping(ping::Event {
+                peer,
+                connection,
+                result: Err(ping::Failure::Timeout),
+            }) => {
+                // A link that stopped answering (a partition, a dead route):
+                // close it so the peer counts as gone and is dialled afresh,
+                // instead of waiting minutes for TCP to give up.
+                tracing::info!(%peer, "ping timed out; closing the connection");
+                self.swarm.close_connection(connection);
             }
             MurmurBehaviourEvent::Xfer(ev) => self.on_xfer(ev).await,
             _ => {}
