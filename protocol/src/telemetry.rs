@@ -29,6 +29,7 @@ pub const MAX_TELEMETRY_BYTES: usize = 2
     + (2 + MAX_BACKEND_BYTES)
     + (4 + MAX_LINKS * 33)
     + (4 + MAX_REJECTION_KINDS * (2 + MAX_REASON_BYTES + 8))
+    + 4
     + 32
     + 64;
 
@@ -70,6 +71,9 @@ pub struct Telemetry {
     pub links: Vec<PeerLink>,
     /// Messages the node refused since it started, by reason.
     pub rejections: Vec<RejectionCount>,
+    /// Times the node's trainer died (a panic in a backend) and was
+    /// restarted since the node started.
+    pub trainer_restarts: u32,
     pub signer: PublicKey,
     pub signature: Signature,
 }
@@ -105,6 +109,7 @@ impl Telemetry {
             w.str(&r.reason);
             w.u64(r.count);
         }
+        w.u32(self.trainer_restarts);
         w.bytes(&self.signer.0);
         w.finish()
     }
@@ -148,6 +153,7 @@ impl Telemetry {
                 }
                 rejections
             },
+            trainer_restarts: r.u32()?,
             signer: PublicKey(r.array()?),
             signature: Signature(r.array()?),
         };
@@ -190,6 +196,7 @@ pub(crate) mod tests {
                 PeerLink { peer: PublicKey([7; 32]), relayed: true },
             ],
             rejections: vec![RejectionCount { reason: "bad-signature".into(), count: 3 }],
+            trainer_restarts: 1,
             signer: PublicKey::default(),
             signature: Signature::default(),
         }

@@ -127,6 +127,7 @@ fn vectors() -> Vec<(&'static str, Vec<u8>)> {
             PeerLink { peer: PublicKey([0x22; 32]), relayed: true },
         ],
         rejections: vec![RejectionCount { reason: "bad-signature".into(), count: 2 }],
+        trainer_restarts: 0,
         signer: PublicKey::default(),
         signature: Signature::default(),
     }

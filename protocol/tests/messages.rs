@@ -76,13 +76,14 @@ fn telemetry() -> impl Strategy<Value = Telemetry> {
             "[a-z]{0,16}",
             proptest::collection::vec((h32(), any::<bool>()), 0..5),
             proptest::collection::vec(("[a-z-]{0,32}", any::<u64>()), 0..4),
+            any::<u32>(),
         ),
     )
         .prop_map(
             |(
                 (run, round, train_loss, val_loss, tokens_per_sec),
                 (device, sent, recv, peers, state, seed),
-                (backend, links, rejections),
+                (backend, links, rejections, trainer_restarts),
             )| {
                 Telemetry {
                     run: RunId(run),
@@ -104,6 +105,7 @@ fn telemetry() -> impl Strategy<Value = Telemetry> {
                         .into_iter()
                         .map(|(reason, count)| RejectionCount { reason, count })
                         .collect(),
+                    trainer_restarts,
                     signer: PublicKey::default(),
                     signature: Signature::default(),
                 }
@@ -308,6 +310,7 @@ fn every_single_bit_flip_is_rejected() {
         backend: "cpu".into(),
         links: vec![PeerLink { peer: PublicKey([4; 32]), relayed: true }],
         rejections: vec![RejectionCount { reason: "replay".into(), count: 1 }],
+        trainer_restarts: 0,
         signer: PublicKey::default(),
         signature: Signature::default(),
     }

@@ -362,6 +362,7 @@ impl Board {
                     "bytes_sent": t.bytes_sent,
                     "bytes_recv": t.bytes_recv,
                     "peer_count": t.peer_count,
+                    "trainer_restarts": t.trainer_restarts,
                     "alive": now_ms.saturating_sub(n.last_seen_ms) < ALIVE_MS,
                     "last_seen_ms": n.last_seen_ms,
                     "rejections": t.rejections.iter().map(|r| json!({"reason": r.reason, "count": r.count})).collect::<Vec<_>>(),
@@ -514,6 +515,7 @@ mod tests {
             backend: "cpu".into(),
             links: Vec::new(),
             rejections: vec![RejectionCount { reason: "bad-signature".into(), count: 2 }],
+            trainer_restarts: round as u32,
             signer: PublicKey::default(),
             signature: Signature::default(),
         }
@@ -582,6 +584,8 @@ mod tests {
         assert_eq!(na["history"].as_array().map(Vec::len), Some(2));
         assert_eq!(na["history"][1]["bytes_sent"], 1000);
         assert_eq!(na["backend"], "cpu");
+        // Its latest report (round 1) says the trainer was restarted once.
+        assert_eq!(na["trainer_restarts"], 1);
         // Medians: round 0 (5.0, 5.2) → 5.1; round 1 (4.0, 4.2) → 4.1.
         let nl = s["network"]["val_loss"].as_array().cloned().unwrap_or_default();
         assert_eq!(nl.len(), 2);

@@ -70,6 +70,7 @@ struct NodeInner {
     tokens_per_second: Gauge,
     training_seconds: Counter,
     training_fraction: Gauge,
+    trainer_restarts: IntCounter,
     clock: Mutex<Clock>,
 }
 
@@ -122,6 +123,13 @@ impl NodeMetrics {
                     "Fraction of the time since training first started spent running inner steps (0 to 1).",
                 ),
             )?,
+            trainer_restarts: register(
+                &r,
+                IntCounter::new(
+                    "murmur_trainer_restarts_total",
+                    "Times the trainer died (a panic in a backend) and was started again.",
+                ),
+            )?,
             clock: Mutex::new(Clock::default()),
             registry: r,
         };
@@ -150,6 +158,12 @@ impl NodeMetrics {
                 m.round_seconds.observe(at.elapsed().as_secs_f64());
             }
         }
+    }
+
+    /// The trainer died and is being started again.
+    pub fn trainer_restarted(&self) {
+        let Some(m) = &self.inner else { return };
+        m.trainer_restarts.inc();
     }
 
     /// The trainer ran inner steps over `tokens` tokens in `secs` seconds.

@@ -108,6 +108,8 @@ pub struct Node {
     /// How to start the trainer again, and when it last had to be.
     trainer_setup: TrainerSetup,
     trainer_restarts: VecDeque<Instant>,
+    /// Trainer restarts since the node started (telemetry, metrics).
+    trainer_restarts_total: u32,
     trainer_alive: bool,
     done_rx: mpsc::UnboundedReceiver<JobDone>,
     /// Set when the node must stop (the trainer keeps dying).
@@ -190,6 +192,7 @@ impl Node {
             reset_moments: false,
             trainer_setup,
             trainer_restarts: VecDeque::new(),
+            trainer_restarts_total: 0,
             trainer_alive: true,
             done_rx,
             fatal: None,
@@ -299,6 +302,8 @@ impl Node {
             return;
         }
         self.trainer_restarts.push_back(now);
+        self.trainer_restarts_total = self.trainer_restarts_total.saturating_add(1);
+        self.metrics.trainer_restarted();
         tracing::error!("trainer died: {why}; starting it again");
         self.out
             .event("trainer_restarted", json!({ "reason": why, "restarts": self.trainer_restarts.len() }));
@@ -447,6 +452,7 @@ impl Node {
             backend: self.trainer.backend.to_string(),
             links: Vec::new(),
             rejections: Vec::new(),
+            trainer_restarts: self.trainer_restarts_total,
             signer: PublicKey::default(),
             signature: Signature::default(),
         };

@@ -195,7 +195,8 @@ function renderNodes(snap) {
     name.appendChild(document.createTextNode(n.short));
     tr.appendChild(name);
     const state = html('td', { class: 'mono ' + ({ true: 'ok', false: 'warn' }[n.on_majority_state] || '') }, n.state.slice(0, 12));
-    for (const c of [n.device, n.backend, String(n.round), fmt(n.val_loss), rate(n.tokens_per_sec),
+    const device = n.trainer_restarts > 0 ? n.device + ' (trainer restarted ' + n.trainer_restarts + '×)' : n.device;
+    for (const c of [device, n.backend, String(n.round), fmt(n.val_loss), rate(n.tokens_per_sec),
       bytes(n.bytes_sent), bytes(n.bytes_recv), String(n.peer_count)]) {
       tr.appendChild(html('td', {}, c));
     }
