@@ -33,6 +33,10 @@ pub struct TestnetArgs {
     /// Rounds between chaos kills.
     #[arg(long, default_value_t = 2)]
     pub chaos_every: u64,
+    /// Fraction of the nodes each chaos kill takes down at once (at least
+    /// one; e.g. 0.25 kills a quarter of them).
+    #[arg(long, default_value_t = 0.0)]
+    pub chaos_fraction: f64,
     /// Start this many of the nodes late, once `--join-at` rounds have closed.
     #[arg(long, default_value_t = 0)]
     pub join_late: usize,
@@ -71,6 +75,7 @@ pub fn run(a: TestnetArgs) -> Result<()> {
         deadline: a.deadline,
         chaos: a.chaos,
         chaos_every: a.chaos_every.max(1),
+        chaos_fraction: if a.chaos_fraction.is_finite() { a.chaos_fraction.clamp(0.0, 1.0) } else { 0.0 },
         join_late: a.join_late,
         join_at: a.join_at,
         rounds: a.rounds,

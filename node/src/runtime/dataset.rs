@@ -228,7 +228,9 @@ impl DatasetFeed {
         Ok(batches)
     }
 
-    /// The first `count` validation batches (the same on every node).
+    /// `count` validation batches (the same on every node) of windows
+    /// spread evenly over the validation split, so the loss speaks for the
+    /// whole split rather than its first few kilobytes.
     pub fn val_batches(&self, batch: usize, seq: usize, count: usize) -> Result<Vec<Batch>, String> {
         if let Some((shape, cached)) = self.val.lock().map_err(|e| e.to_string())?.as_ref() {
             if *shape == (batch, seq, count) {
@@ -243,7 +245,10 @@ impl DatasetFeed {
                 seq + 1
             ));
         }
-        let windows: Vec<u64> = (0..(batch * count) as u64).map(|w| w % total).collect();
+        let n = (batch * count) as u64;
+        let windows: Vec<u64> = (0..n)
+            .map(|i| if total >= n { (i as u128 * total as u128 / n as u128) as u64 } else { i % total })
+            .collect();
         let batches = self.batches(Split::Val, &windows, batch, seq)?;
         if let Ok(mut v) = self.val.lock() {
             *v = Some(((batch, seq, count), batches.clone()));

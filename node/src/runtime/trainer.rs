@@ -25,8 +25,9 @@ use crate::train::trainer::evaluate;
 
 use super::dataset::DatasetFeed;
 
-/// Validation batches per evaluation.
-pub const VAL_BATCHES: usize = 4;
+/// Validation batches per evaluation (4,096 tokens with batch 8 and
+/// 64-token windows).
+pub const VAL_BATCHES: usize = 8;
 
 /// Work for the trainer thread.
 #[derive(Debug)]

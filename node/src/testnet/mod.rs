@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use rand::seq::SliceRandom;
+use rand::SeedableRng;
 
 use child::{Child, Line};
 use progress::Progress;
@@ -35,6 +36,8 @@ pub struct TestnetOptions {
     pub chaos: bool,
     /// Rounds between chaos kills.
     pub chaos_every: u64,
+    /// Fraction of the nodes each chaos kill takes down (at least one).
+    pub chaos_fraction: f64,
     /// How many of the nodes start only once `join_at` rounds have closed.
     pub join_late: usize,
     pub join_at: u64,
@@ -283,7 +286,7 @@ fn drive(net: &mut Testnet) -> Result<bool> {
     println!("dashboard: {url}");
     println!("logs: {}   (Ctrl-C stops every process)", net.log_dir.display());
     println!(
-        "{} nodes{}, preset {}, H={} inner steps per round{}",
+        "{} nodes{}, preset {}, data {}, H={} inner steps per round{}",
         o.nodes,
         if o.join_late > 0 {
             format!(" ({} join after round {})", o.join_late, o.join_at)
@@ -291,6 +294,7 @@ fn drive(net: &mut Testnet) -> Result<bool> {
             String::new()
         },
         o.preset,
+        o.data,
         o.inner_steps,
         if o.chaos {
             format!(", chaos: a random node is killed every {} rounds", o.chaos_every)
@@ -302,7 +306,8 @@ fn drive(net: &mut Testnet) -> Result<bool> {
     let mut late: Vec<String> = late.to_vec();
     let mut last_chaos: u64 = 0;
     let mut restarts: Vec<(Instant, String)> = Vec::new();
-    let mut rng = rand::thread_rng();
+    // Seeded: a chaos run picks the same victims each time.
+    let mut rng = rand::rngs::StdRng::seed_from_u64(o.seed ^ 0x6368_616f_73);
     let mut finishing: Option<(u64, Instant)> = None;
     loop {
         if STOP.load(Ordering::SeqCst) {
@@ -345,7 +350,8 @@ fn drive(net: &mut Testnet) -> Result<bool> {
             && live.len() >= 2
             && restarts.is_empty()
         {
-            if let Some(victim) = live.choose(&mut rng).cloned() {
+            let count = ((o.chaos_fraction * o.nodes as f64).round() as usize).clamp(1, live.len() - 1);
+            for victim in live.choose_multiple(&mut rng, count).cloned() {
                 if let Some(mut c) = net.children.remove(&victim) {
                     c.kill();
                     println!(
@@ -353,9 +359,9 @@ fn drive(net: &mut Testnet) -> Result<bool> {
                         c.pid()
                     );
                 }
-                last_chaos = round;
                 restarts.push((Instant::now() + Duration::from_secs(3), victim));
             }
+            last_chaos = round;
         }
         let due: Vec<String> =
             restarts.iter().filter(|(t, _)| Instant::now() >= *t).map(|(_, n)| n.clone()).collect();
@@ -388,10 +394,21 @@ fn verdict(net: &Testnet, target: u64) -> bool {
             let first = states.first().map(|(_, s)| s.clone()).unwrap_or_default();
             let agree = states.iter().all(|(_, s)| *s == first);
             if agree {
+                let val = net.progress.line(target).and_then(|l| l.val_loss);
+                // The loss moves a few percent from round to round; the mean
+                // of the last five rounds is the steadier figure.
+                let last: Vec<f64> = (target.saturating_sub(4)..=target)
+                    .filter_map(|r| net.progress.line(r).and_then(|l| l.val_loss))
+                    .collect();
+                let mean = (!last.is_empty()).then(|| last.iter().sum::<f64>() / last.len() as f64);
+                let show = |v: Option<f64>| v.map_or_else(|| "-".into(), |v| format!("{v:.4}"));
                 println!(
-                    "done: all {} surviving nodes are on state {} after round {round}",
+                    "done: all {} surviving nodes are on state {} after round {round}; val loss at round {target}: {} (mean of rounds {}..={target}: {})",
                     states.len(),
-                    &first[..first.len().min(16)]
+                    &first[..first.len().min(16)],
+                    show(val),
+                    target.saturating_sub(4),
+                    show(mean),
                 );
             } else {
                 println!("FAILED: the surviving nodes disagree after round {round}:");
