@@ -21,6 +21,7 @@ pub mod spec;
 pub mod state;
 pub mod telemetry;
 pub mod ticket;
+pub mod trust;
 pub mod wire;
 
 pub use admission::{Admission, TicketRefused};
@@ -39,4 +40,5 @@ pub use spec::{AdmissionPolicy, DataRef, InnerOptimizer, ModelShape, OuterOptimi
 pub use state::{state_id, StateHeader, TrainingState};
 pub use telemetry::{PeerLink, RejectionCount, Telemetry};
 pub use ticket::{Ticket, TicketError};
+pub use trust::{backed_state, Backed};
 pub use wire::WireError;
