@@ -86,7 +86,11 @@ fn a_joiner_ignores_forged_higher_states_and_syncs_to_the_committed_one() {
     let boot: Multiaddr = addr.parse().expect("addr");
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let spec = rt
-        .block_on(discover_spec(&NodeKey::from_seed([0x77; 32]), &[boot.clone()], Duration::from_secs(30)))
+        .block_on(discover_spec(
+            &NodeKey::from_seed([0x77; 32]),
+            std::slice::from_ref(&boot),
+            Duration::from_secs(30),
+        ))
         .expect("spec");
     let run_hex = spec.run_id().to_hex();
     let mut tickets = Vec::new();

@@ -145,7 +145,7 @@ impl<'a> Cursor<'a> {
         if n > cap {
             return Err(bad("ticket too long"));
         }
-        Ok((n > 0).then(|| self.take(n).map(<[u8]>::to_vec)).transpose()?)
+        (n > 0).then(|| self.take(n).map(<[u8]>::to_vec)).transpose()
     }
     fn u32(&mut self) -> io::Result<u32> {
         let b = self.take(4)?;
