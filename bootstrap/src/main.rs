@@ -20,7 +20,8 @@ use murmur_node::data::dataset::{built_in, LocalDataset};
 use murmur_node::net::{self, NetConfig, NetEvent, Role};
 use murmur_node::runtime::dataset::import_local;
 use murmur_node::runtime::server::{ServedStatus, StoreServer};
-use murmur_node::runtime::spec::{genesis, run_spec, RunParams};
+use murmur_node::runtime::spec::{genesis, parse_admission, run_spec, RunParams};
+use murmur_node::runtime::tickets::parse_public_key;
 use murmur_node::store::{keyfile, BlobKind, Store};
 use murmur_protocol::Codec;
 
@@ -83,6 +84,16 @@ struct Args {
     /// Run seed (genesis parameters and data streams).
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Who may take part: `open` (anyone) or `tickets` (the operators and the
+    /// holders of tickets they sign with `murmur ticket issue`).
+    #[arg(long, default_value = "open")]
+    admission: String,
+    /// An operator's public key (64 hex characters) or peer id (repeatable,
+    /// at most 64). In a ticket run operators sign tickets; in an open run
+    /// with operators only their signed commits decide which state joining
+    /// and re-syncing nodes take.
+    #[arg(long)]
+    operator: Vec<String>,
 }
 
 fn main() {
@@ -104,6 +115,11 @@ fn run(a: Args) -> Result<()> {
         (None, None) => None,
     };
     let data = hosted.as_ref().map_or_else(|| a.data.clone(), LocalDataset::data_ref);
+    let operators = a
+        .operator
+        .iter()
+        .map(|k| parse_public_key(k).map_err(|e| anyhow::anyhow!("--operator: {e}")))
+        .collect::<Result<Vec<_>>>()?;
     let params = RunParams {
         preset: a.preset.clone(),
         data,
@@ -116,6 +132,8 @@ fn run(a: Args) -> Result<()> {
         codec,
         robust: murmur_node::runtime::spec::parse_robust(&a.robust)
             .map_err(|e| anyhow::anyhow!("--robust: {e}"))?,
+        admission: parse_admission(&a.admission, &operators)
+            .map_err(|e| anyhow::anyhow!("--admission: {e}"))?,
         seed: a.seed,
     };
     let spec = run_spec(&params)?;
@@ -143,11 +161,18 @@ fn run(a: Args) -> Result<()> {
         a.listen.clone()
     };
     eprintln!(
-        "murmur-bootstrap: hosting run {} ({} preset, {} parameters, genesis {})",
+        "murmur-bootstrap: hosting run {} ({} preset, {} parameters, genesis {}, admission {})",
         spec.run_id(),
         spec.model.preset,
         spec.model.param_count,
-        murmur_protocol::hash::hex(&genesis_id)
+        murmur_protocol::hash::hex(&genesis_id),
+        match &spec.admission {
+            murmur_protocol::AdmissionPolicy::Tickets { operators } =>
+                format!("by ticket of {} operator(s)", operators.len()),
+            murmur_protocol::AdmissionPolicy::OpenWithOperators { operators } =>
+                format!("open, {} operator(s) decide", operators.len()),
+            _ => "open".into(),
+        }
     );
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async move {

@@ -6,6 +6,7 @@
 //! and carries out the actions that come back. The wire format is specified in
 //! docs/protocol.md.
 
+pub mod admission;
 pub mod aggregate;
 pub mod assignment;
 pub mod codec;
@@ -19,8 +20,11 @@ pub mod round;
 pub mod spec;
 pub mod state;
 pub mod telemetry;
+pub mod ticket;
+pub mod trust;
 pub mod wire;
 
+pub use admission::{Admission, TicketRefused};
 pub use aggregate::{aggregate, Aggregate, AggregateError, AggregateRejection, DeltaInput};
 pub use codec::{
     decode_delta, decode_delta_into, encode_delta, Codec, CodecError, DeltaPayloadHeader, ErrorFeedback,
@@ -35,4 +39,6 @@ pub use round::{AcceptedDelta, Action, Event, PayloadFault, Phase, Rejection, Ro
 pub use spec::{AdmissionPolicy, DataRef, InnerOptimizer, ModelShape, OuterOptimizer, RobustMode, RunSpec};
 pub use state::{state_id, StateHeader, TrainingState};
 pub use telemetry::{PeerLink, RejectionCount, Telemetry};
+pub use ticket::{Ticket, TicketError};
+pub use trust::{backed_state, Backed};
 pub use wire::WireError;

@@ -7,7 +7,9 @@
 use crate::codec::Codec;
 use crate::hash::{run_id_of, unhex, DatasetId, RunId};
 use crate::identity::PublicKey;
-use crate::wire::{MessageType, Reader, WireError, Writer, MAX_ALLOWLIST, MAX_ELEMENTS, MAX_STRING_BYTES};
+use crate::wire::{
+    MessageType, Reader, WireError, Writer, MAX_ALLOWLIST, MAX_ELEMENTS, MAX_OPERATORS, MAX_STRING_BYTES,
+};
 
 /// Longest model preset name.
 pub const MAX_PRESET_BYTES: usize = 64;
@@ -141,21 +143,88 @@ impl std::fmt::Display for DataRef {
     }
 }
 
-/// Who may contribute deltas and commits.
+/// Who may contribute deltas and commits, and whose commits decide which
+/// state a joining or re-syncing node takes (docs/protocol.md §7.6).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AdmissionPolicy {
+    /// Anyone; identities are free, so a count of committers proves little.
     Open,
     /// Only these signers (strictly increasing by bytes, non-empty).
     Allowlist(Vec<PublicKey>),
+    /// The operators (strictly increasing, 1..=64 keys) and the holders of
+    /// an unexpired [`Ticket`](crate::ticket::Ticket) for the run signed by
+    /// one of them.
+    Tickets { operators: Vec<PublicKey> },
+    /// Anyone contributes deltas, but only the operators' commits (strictly
+    /// increasing, 1..=64 keys) are counted when deciding a state.
+    OpenWithOperators { operators: Vec<PublicKey> },
 }
 
 impl AdmissionPolicy {
+    /// Whether `key` is admitted without a ticket: anyone in open runs, the
+    /// listed keys of an allowlist, the operators of a ticket run.
     pub fn admits(&self, key: &PublicKey) -> bool {
         match self {
-            AdmissionPolicy::Open => true,
+            AdmissionPolicy::Open | AdmissionPolicy::OpenWithOperators { .. } => true,
             AdmissionPolicy::Allowlist(keys) => keys.binary_search(key).is_ok(),
+            AdmissionPolicy::Tickets { operators } => operators.binary_search(key).is_ok(),
         }
     }
+
+    /// Whether holders of the operators' tickets are admitted.
+    pub fn uses_tickets(&self) -> bool {
+        matches!(self, AdmissionPolicy::Tickets { .. })
+    }
+
+    /// The operator keys the RunSpec names (none for Open and Allowlist).
+    pub fn operators(&self) -> &[PublicKey] {
+        match self {
+            AdmissionPolicy::Tickets { operators } | AdmissionPolicy::OpenWithOperators { operators } => {
+                operators
+            }
+            AdmissionPolicy::Open | AdmissionPolicy::Allowlist(_) => &[],
+        }
+    }
+
+    /// Whether an (admitted) signer's RoundCommits count when deciding a
+    /// state: only the operators' in an open run that names operators.
+    pub fn counts_commits_of(&self, key: &PublicKey) -> bool {
+        match self {
+            AdmissionPolicy::OpenWithOperators { operators } => operators.binary_search(key).is_ok(),
+            _ => true,
+        }
+    }
+}
+
+fn write_keys(w: &mut Writer, keys: &[PublicKey]) {
+    w.u32(u32::try_from(keys.len()).unwrap_or(u32::MAX));
+    for k in keys {
+        w.bytes(&k.0);
+    }
+}
+
+fn read_keys(r: &mut Reader<'_>, field: &'static str, cap: usize) -> Result<Vec<PublicKey>, WireError> {
+    let n = r.count(field, cap, 32)?;
+    let mut keys = Vec::with_capacity(n);
+    for _ in 0..n {
+        keys.push(PublicKey(r.array()?));
+    }
+    Ok(keys)
+}
+
+fn check_keys(
+    keys: &[PublicKey],
+    field: &'static str,
+    cap: usize,
+    why_count: &'static str,
+) -> Result<(), WireError> {
+    if keys.is_empty() || keys.len() > cap {
+        return Err(invalid(field, why_count));
+    }
+    if keys.windows(2).any(|p| p[0] >= p[1]) {
+        return Err(invalid(field, "keys must strictly increase"));
+    }
+    Ok(())
 }
 
 /// The definition of a run.
@@ -232,10 +301,15 @@ impl RunSpec {
             AdmissionPolicy::Open => w.u8(0),
             AdmissionPolicy::Allowlist(keys) => {
                 w.u8(1);
-                w.u32(u32::try_from(keys.len()).unwrap_or(u32::MAX));
-                for k in keys {
-                    w.bytes(&k.0);
-                }
+                write_keys(&mut w, keys);
+            }
+            AdmissionPolicy::Tickets { operators } => {
+                w.u8(2);
+                write_keys(&mut w, operators);
+            }
+            AdmissionPolicy::OpenWithOperators { operators } => {
+                w.u8(3);
+                write_keys(&mut w, operators);
             }
         }
         w.u64(self.seed);
@@ -284,14 +358,13 @@ impl RunSpec {
         let round_deadline_secs = r.u32()?;
         let admission = match r.u8()? {
             0 => AdmissionPolicy::Open,
-            1 => {
-                let n = r.count("admission.allowlist", MAX_ALLOWLIST, 32)?;
-                let mut keys = Vec::with_capacity(n);
-                for _ in 0..n {
-                    keys.push(PublicKey(r.array()?));
-                }
-                AdmissionPolicy::Allowlist(keys)
-            }
+            1 => AdmissionPolicy::Allowlist(read_keys(&mut r, "admission.allowlist", MAX_ALLOWLIST)?),
+            2 => AdmissionPolicy::Tickets {
+                operators: read_keys(&mut r, "admission.operators", MAX_OPERATORS)?,
+            },
+            3 => AdmissionPolicy::OpenWithOperators {
+                operators: read_keys(&mut r, "admission.operators", MAX_OPERATORS)?,
+            },
             tag => return Err(WireError::BadTag { field: "admission", tag }),
         };
         let seed = r.u64()?;
@@ -368,12 +441,13 @@ impl RunSpec {
         if self.round_deadline_secs == 0 {
             return Err(invalid("round_deadline_secs", "must be at least 1"));
         }
-        if let AdmissionPolicy::Allowlist(keys) = &self.admission {
-            if keys.is_empty() || keys.len() > MAX_ALLOWLIST {
-                return Err(invalid("admission.allowlist", "must hold 1..=4096 keys"));
+        match &self.admission {
+            AdmissionPolicy::Open => {}
+            AdmissionPolicy::Allowlist(keys) => {
+                check_keys(keys, "admission.allowlist", MAX_ALLOWLIST, "must hold 1..=4096 keys")?
             }
-            if keys.windows(2).any(|p| p[0] >= p[1]) {
-                return Err(invalid("admission.allowlist", "keys must strictly increase"));
+            AdmissionPolicy::Tickets { operators } | AdmissionPolicy::OpenWithOperators { operators } => {
+                check_keys(operators, "admission.operators", MAX_OPERATORS, "must name 1..=64 operator keys")?
             }
         }
         Ok(())
@@ -453,6 +527,54 @@ pub(crate) mod tests {
             assert_eq!(back, spec);
             assert_eq!(back.encode(), bytes);
         }
+    }
+
+    #[test]
+    fn ticket_and_operator_policies_round_trip_and_are_checked() {
+        let ops = vec![PublicKey([1; 32]), PublicKey([2; 32])];
+        for admission in [
+            AdmissionPolicy::Tickets { operators: ops.clone() },
+            AdmissionPolicy::OpenWithOperators { operators: ops.clone() },
+        ] {
+            let mut spec = sample_spec();
+            spec.admission = admission.clone();
+            let bytes = spec.encode();
+            assert_eq!(RunSpec::decode(&bytes).as_ref(), Ok(&spec));
+            assert_eq!(admission.operators(), ops.as_slice());
+            for bad in [vec![], vec![PublicKey([2; 32]), PublicKey([1; 32])], vec![PublicKey([3; 32]); 2]] {
+                let mut spec = sample_spec();
+                spec.admission = match admission {
+                    AdmissionPolicy::Tickets { .. } => AdmissionPolicy::Tickets { operators: bad },
+                    _ => AdmissionPolicy::OpenWithOperators { operators: bad },
+                };
+                assert!(matches!(
+                    RunSpec::decode(&spec.encode()),
+                    Err(WireError::Invalid { field: "admission.operators", .. })
+                ));
+            }
+            let mut spec = sample_spec();
+            spec.admission = match admission {
+                AdmissionPolicy::Tickets { .. } => AdmissionPolicy::Tickets { operators: vec![] },
+                _ => AdmissionPolicy::OpenWithOperators { operators: vec![] },
+            };
+            // 65 operators: refused by the count cap before anything is read.
+            let mut bytes = spec.encode();
+            let at = bytes.len() - 8 - 4;
+            bytes[at..at + 4].copy_from_slice(&65u32.to_le_bytes());
+            assert!(matches!(RunSpec::decode(&bytes), Err(WireError::TooLong { .. })));
+        }
+        let tickets = AdmissionPolicy::Tickets { operators: ops.clone() };
+        assert!(tickets.admits(&ops[0]) && !tickets.admits(&PublicKey([9; 32])));
+        assert!(tickets.uses_tickets() && tickets.counts_commits_of(&PublicKey([9; 32])));
+        let open = AdmissionPolicy::OpenWithOperators { operators: ops.clone() };
+        assert!(open.admits(&PublicKey([9; 32])) && !open.uses_tickets());
+        assert!(open.counts_commits_of(&ops[1]) && !open.counts_commits_of(&PublicKey([9; 32])));
+        assert!(AdmissionPolicy::Open.operators().is_empty());
+        // An unknown admission tag is refused.
+        let mut bytes = sample_spec().encode();
+        let at = bytes.len() - 8 - 1;
+        bytes[at] = 4;
+        assert_eq!(RunSpec::decode(&bytes), Err(WireError::BadTag { field: "admission", tag: 4 }));
     }
 
     #[test]

@@ -19,6 +19,8 @@ pub const MAX_ELEMENTS: u64 = 1 << 31;
 pub const MAX_COMMIT_DELTAS: usize = 4096;
 /// Most keys an allow-list admission policy may hold.
 pub const MAX_ALLOWLIST: usize = 4096;
+/// Most operator keys a RunSpec may name.
+pub const MAX_OPERATORS: usize = 64;
 /// Most shards (train and validation together) a dataset manifest may list.
 pub const MAX_DATASET_SHARDS: usize = 65_536;
 
@@ -33,6 +35,7 @@ pub enum MessageType {
     DeltaPayload = 5,
     Telemetry = 6,
     DatasetManifest = 7,
+    Ticket = 8,
 }
 
 impl MessageType {
@@ -45,6 +48,7 @@ impl MessageType {
             5 => Self::DeltaPayload,
             6 => Self::Telemetry,
             7 => Self::DatasetManifest,
+            8 => Self::Ticket,
             _ => return None,
         })
     }

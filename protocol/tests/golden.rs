@@ -13,7 +13,9 @@ use murmur_protocol::identity::{verify, NodeKey, PublicKey, Signature, SIGN_DELT
 use murmur_protocol::spec::{
     AdmissionPolicy, InnerOptimizer, ModelShape, OuterOptimizer, RobustMode, RunSpec,
 };
-use murmur_protocol::{DeltaManifest, PeerLink, RejectionCount, RoundCommit, Telemetry, TrainingState};
+use murmur_protocol::{
+    DeltaManifest, PeerLink, RejectionCount, RoundCommit, Telemetry, Ticket, TrainingState,
+};
 use std::path::PathBuf;
 
 fn key() -> NodeKey {
@@ -167,7 +169,21 @@ fn vectors() -> Vec<(&'static str, Vec<u8>)> {
     let dataset = dataset_manifest();
     v.push(("dataset_manifest", dataset.encode()));
     v.push(("dataset_id", dataset_id_of(&dataset.encode()).0.to_vec()));
+    v.push(("ticket_run_spec", ticket_spec().encode()));
+    v.push(("ticket", ticket().encode()));
     v
+}
+
+/// The golden spec run by tickets that the golden key signs.
+fn ticket_spec() -> RunSpec {
+    RunSpec { admission: AdmissionPolicy::Tickets { operators: vec![key().public()] }, ..spec() }
+}
+
+/// A ticket for the key of seed `[7; 32]` in `ticket_spec`'s run until
+/// 2030-01-01T00:00:00Z, signed by the golden key as operator.
+fn ticket() -> Ticket {
+    let holder = NodeKey::from_seed([7; 32]).public();
+    Ticket::issue(&key(), ticket_spec().run_id(), holder, 1_893_456_000)
 }
 
 fn fixture_dir() -> PathBuf {
@@ -214,6 +230,11 @@ fn golden_messages_decode_and_verify() {
     let d = DatasetManifest::decode(&read("dataset_manifest")).expect("dataset manifest");
     assert_eq!(d, dataset_manifest());
     assert_eq!(d.id().0.to_vec(), read("dataset_id"));
+    let ts = RunSpec::decode(&read("ticket_run_spec")).expect("ticket run spec");
+    assert_eq!(ts.admission.operators(), &[key().public()]);
+    let t = Ticket::decode(&read("ticket")).expect("ticket");
+    assert_eq!(t.verify(), Ok(()));
+    assert_eq!(t.check(&ts.run_id(), ts.admission.operators(), 1_893_455_999), Ok(()));
     let s = TrainingState::decode(&read("state_payload"), 3).expect("state");
     assert_eq!(s.id().0.to_vec(), read("state_id"));
 }

@@ -9,7 +9,7 @@ use murmur_protocol::spec::{
     AdmissionPolicy, InnerOptimizer, ModelShape, OuterOptimizer, RobustMode, RunSpec,
 };
 use murmur_protocol::{
-    DeltaManifest, PeerLink, RejectionCount, RoundCommit, StateHeader, Telemetry, TrainingState,
+    DeltaManifest, PeerLink, RejectionCount, RoundCommit, StateHeader, Telemetry, Ticket, TrainingState,
 };
 use proptest::prelude::*;
 
@@ -130,6 +130,11 @@ fn spec() -> impl Strategy<Value = RunSpec> {
         Just(AdmissionPolicy::Open),
         proptest::collection::btree_set(h32(), 1..5)
             .prop_map(|s| AdmissionPolicy::Allowlist(s.into_iter().map(PublicKey).collect())),
+        proptest::collection::btree_set(h32(), 1..5)
+            .prop_map(|s| AdmissionPolicy::Tickets { operators: s.into_iter().map(PublicKey).collect() }),
+        proptest::collection::btree_set(h32(), 1..5).prop_map(|s| AdmissionPolicy::OpenWithOperators {
+            operators: s.into_iter().map(PublicKey).collect()
+        }),
     ];
     // Valid DataRefs only: a RunSpec never names a path.
     let data = prop_oneof![
@@ -216,6 +221,16 @@ proptest! {
     }
 
     #[test]
+    fn ticket_round_trips(seed in any::<[u8; 32]>(), run in h32(), holder in h32(), expires in any::<u64>()) {
+        let t = Ticket::issue(&NodeKey::from_seed(seed), RunId(run), PublicKey(holder), expires);
+        let bytes = t.encode();
+        let back = Ticket::decode(&bytes).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(&back, &t);
+        prop_assert_eq!(back.encode(), bytes);
+        prop_assert!(back.verify().is_ok());
+    }
+
+    #[test]
     fn run_spec_round_trips(s in spec()) {
         let bytes = s.encode();
         let back = RunSpec::decode(&bytes).map_err(|e| TestCaseError::fail(e.to_string()))?;
@@ -234,7 +249,7 @@ proptest! {
     }
 
     #[test]
-    fn decoders_are_total_on_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..400), tag in 1u8..=6) {
+    fn decoders_are_total_on_arbitrary_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..400), tag in 1u8..=8) {
         // Make the envelope plausible half of the time so decoding goes deep.
         let mut b = bytes;
         if b.len() >= 2 && b[0] % 2 == 0 {
@@ -247,6 +262,7 @@ proptest! {
             RoundCommit::decode(&b).map(|x| x.encode()).ok(),
             Telemetry::decode(&b).map(|x| x.encode()).ok(),
             TrainingState::decode(&b, 4).map(|x| x.encode()).ok(),
+            Ticket::decode(&b).map(|x| x.encode()).ok(),
         ].into_iter().flatten() {
             // Whatever decodes re-encodes to the same bytes: canonical.
             prop_assert_eq!(ok, b.clone());
@@ -335,5 +351,10 @@ fn every_single_bit_flip_is_rejected() {
             Telemetry::decode(&flip(&tb, bit)).map_or(true, |d| d.verify().is_err()),
             "telemetry bit {bit}"
         );
+    }
+    let ticket = Ticket::issue(&key, RunId([1; 32]), PublicKey([7; 32]), 1_700_000_000);
+    let kb = ticket.encode();
+    for bit in 0..kb.len() * 8 {
+        assert!(Ticket::decode(&flip(&kb, bit)).map_or(true, |d| d.verify().is_err()), "ticket bit {bit}");
     }
 }

@@ -285,6 +285,37 @@ pub fn node_args(dir: &Path, name: &str, bootstrap: &str, ip: &str, extra: &[&st
     args
 }
 
+/// Write the key seed `seed` where `murmur node --data-dir <dir>/<name>`
+/// keeps its key, so a ticket can be issued before the node starts; returns
+/// its public key in hex.
+pub fn write_node_key(dir: &Path, name: &str, seed: [u8; 32]) -> String {
+    let node_dir = dir.join(name);
+    std::fs::create_dir_all(&node_dir).expect("node dir");
+    std::fs::write(node_dir.join("node.key"), seed).expect("key file");
+    murmur_protocol::NodeKey::from_seed(seed).public().to_string()
+}
+
+/// Run `murmur ticket issue --json` with the operator's key file, `run`
+/// (`["--run", hex]` or `["--bootstrap", addr]`), the holder and expiry;
+/// returns the ticket file `<dir>/<holder name>.ticket`.
+pub fn issue_ticket(dir: &Path, operator_key: &Path, run: &[&str], holder: &str, name: &str) -> PathBuf {
+    let out = dir.join(format!("{name}.ticket"));
+    let mut cmd = Command::new(workspace_binary("murmur"));
+    cmd.args(["ticket", "issue", "--json", "--operator-key"])
+        .arg(operator_key)
+        .args(run)
+        .args(["--holder", holder, "--expires", "2h", "--out"])
+        .arg(&out);
+    let o = cmd.output().expect("running murmur ticket issue");
+    assert!(
+        o.status.success(),
+        "murmur ticket issue failed: {}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    out
+}
+
 /// The last reported state of each round, per node: round → state_id.
 pub fn states_by_round(p: &Proc) -> std::collections::BTreeMap<u64, String> {
     let mut m = std::collections::BTreeMap::new();

@@ -18,7 +18,7 @@ use murmur_tests::{start_bootstrap, start_node, states_by_round, wait_until, Run
 struct Nothing;
 impl ContentServer for Nothing {
     fn status(&self) -> PeerStatus {
-        PeerStatus { spec: Vec::new(), round: 0, state: None, trainer: false }
+        PeerStatus::default()
     }
     fn serve(&self, _: &XferRequest) -> XferResponse {
         XferResponse::NotFound

@@ -79,7 +79,7 @@ struct Liar {
 
 impl ContentServer for Liar {
     fn status(&self) -> PeerStatus {
-        PeerStatus { spec: Vec::new(), round: 0, state: None, trainer: true }
+        PeerStatus { trainer: true, ..PeerStatus::default() }
     }
     fn serve(&self, request: &XferRequest) -> XferResponse {
         match request {
@@ -168,6 +168,7 @@ fn a_run_spec_naming_a_local_path_is_refused_without_opening_it() {
             device: Chosen::Cpu(Precision::Fp32),
             metrics: None,
             dataset: DatasetOptions::default(),
+            ticket: None,
         };
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {

@@ -10,6 +10,7 @@ pub mod model_io;
 pub mod node;
 pub mod sim;
 pub mod testnet;
+pub mod ticket;
 pub mod train;
 pub mod transfer;
 
@@ -50,6 +51,9 @@ pub enum Command {
     /// Prepare datasets: `murmur data add <input> --tokenizer byte|gpt2`.
     #[command(subcommand)]
     Data(data::DataCommand),
+    /// Admission tickets: `murmur ticket issue` (operators of a ticket run).
+    #[command(subcommand)]
+    Ticket(ticket::TicketCommand),
 }
 
 /// Logs to stderr, at `RUST_LOG`'s level (default: warnings).
@@ -76,6 +80,18 @@ where
     })
 }
 
+/// Run `task` on a multi-threaded tokio runtime to its end.
+pub(crate) fn run_until_done<T, E>(task: impl std::future::Future<Output = Result<T, E>>) -> Result<T>
+where
+    anyhow::Error: From<E>,
+{
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| anyhow::anyhow!("starting the async runtime: {e}"))?;
+    rt.block_on(task).map_err(anyhow::Error::from)
+}
+
 pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Train(a) => train::run(*a),
@@ -89,5 +105,6 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Dashboard(a) => dashboard::run(a),
         Command::Testnet(a) => testnet::run(a),
         Command::Data(c) => data::run(c),
+        Command::Ticket(c) => ticket::run(c),
     }
 }

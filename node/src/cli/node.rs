@@ -58,6 +58,11 @@ pub struct NodeArgs {
     /// fp32 master weights and optimizer state; deltas and states stay fp32.
     #[arg(long, value_enum, default_value = "fp32", env = "MURMUR_PRECISION")]
     pub precision: PrecisionArg,
+    /// This node's admission ticket (a file from `murmur ticket issue`), for
+    /// runs that admit by ticket; peers count nothing this node signs
+    /// without one (operators need none).
+    #[arg(long, env = "MURMUR_TICKET")]
+    pub ticket: Option<PathBuf>,
     /// Print one JSON object per line.
     #[arg(long)]
     pub json: bool,
@@ -113,6 +118,7 @@ pub fn run(a: NodeArgs) -> Result<()> {
         device: choose(a.device, a.precision)?,
         metrics: a.metrics,
         dataset: DatasetOptions { local: a.dataset, cache_bytes: a.data_cache },
+        ticket: a.ticket,
     };
     super::run_until_ctrl_c(run_node(opts))
 }

@@ -5,7 +5,8 @@
 //! payloads they announce travel over the transfer protocol.
 
 use libp2p::gossipsub::IdentTopic;
-use murmur_protocol::{DeltaManifest, RoundCommit, RunId, Telemetry};
+use murmur_protocol::ticket::TICKET_BYTES;
+use murmur_protocol::{DeltaManifest, RoundCommit, RunId, Telemetry, Ticket};
 
 use super::peers::NetRejection;
 
@@ -20,16 +21,21 @@ pub enum TopicKind {
     Manifest,
     Commit,
     Telemetry,
+    /// Admission tickets (runs that admit by ticket): each node publishes
+    /// its own when it joins and every minute.
+    Ticket,
 }
 
 impl TopicKind {
-    pub const ALL: [TopicKind; 3] = [TopicKind::Manifest, TopicKind::Commit, TopicKind::Telemetry];
+    pub const ALL: [TopicKind; 4] =
+        [TopicKind::Manifest, TopicKind::Commit, TopicKind::Telemetry, TopicKind::Ticket];
 
     fn suffix(self) -> &'static str {
         match self {
             TopicKind::Manifest => "manifest",
             TopicKind::Commit => "commit",
             TopicKind::Telemetry => "telemetry",
+            TopicKind::Ticket => "ticket",
         }
     }
 
@@ -40,6 +46,7 @@ impl TopicKind {
         match self {
             TopicKind::Manifest => murmur_protocol::manifest::MAX_MANIFEST_BYTES,
             TopicKind::Telemetry => MAX_TELEMETRY_BYTES,
+            TopicKind::Ticket => TICKET_BYTES,
             TopicKind::Commit => MAX_GOSSIP_BYTES,
         }
     }
@@ -55,6 +62,7 @@ pub enum GossipMessage {
     Manifest(DeltaManifest),
     Commit(RoundCommit),
     Telemetry(Telemetry),
+    Ticket(Ticket),
 }
 
 impl GossipMessage {
@@ -63,6 +71,7 @@ impl GossipMessage {
             GossipMessage::Manifest(_) => TopicKind::Manifest,
             GossipMessage::Commit(_) => TopicKind::Commit,
             GossipMessage::Telemetry(_) => TopicKind::Telemetry,
+            GossipMessage::Ticket(_) => TopicKind::Ticket,
         }
     }
 
@@ -71,6 +80,7 @@ impl GossipMessage {
             GossipMessage::Manifest(m) => m.encode(),
             GossipMessage::Commit(c) => c.encode(),
             GossipMessage::Telemetry(t) => t.encode(),
+            GossipMessage::Ticket(t) => t.encode(),
         }
     }
 }
@@ -93,6 +103,12 @@ pub fn validate(kind: TopicKind, run: &RunId, bytes: &[u8]) -> Result<GossipMess
         TopicKind::Telemetry => {
             let t = Telemetry::decode(bytes).map_err(|_| NetRejection::Malformed)?;
             (t.run, t.verify().is_ok(), GossipMessage::Telemetry(t))
+        }
+        TopicKind::Ticket => {
+            // The operator's signature; whether the run names that operator
+            // is the runtime's check (the network does not know the spec).
+            let t = Ticket::decode(bytes).map_err(|_| NetRejection::Malformed)?;
+            (t.run, t.verify().is_ok(), GossipMessage::Ticket(t))
         }
     };
     if !sig_ok {
@@ -146,5 +162,12 @@ mod tests {
         );
         assert_eq!(validate(TopicKind::Manifest, &run, &vec![0; 4000]), Err(NetRejection::Oversized));
         assert_eq!(validate(TopicKind::Telemetry, &run, &[1, 6, 0]), Err(NetRejection::Malformed));
+        let t = Ticket::issue(&key, run, PublicKey([5; 32]), 10);
+        assert_eq!(validate(TopicKind::Ticket, &run, &t.encode()), Ok(GossipMessage::Ticket(t.clone())));
+        assert_eq!(validate(TopicKind::Ticket, &RunId([8; 32]), &t.encode()), Err(NetRejection::WrongRun));
+        let mut forged = t.encode();
+        forged[40] ^= 1;
+        assert_eq!(validate(TopicKind::Ticket, &run, &forged), Err(NetRejection::BadSignature));
+        assert_eq!(validate(TopicKind::Ticket, &run, &bytes), Err(NetRejection::Oversized));
     }
 }

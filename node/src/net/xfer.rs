@@ -25,6 +25,15 @@ pub const XFER_VERSION: u8 = 1;
 pub const MAX_REQUEST_BYTES: usize = 128;
 /// Largest RunSpec carried in a status response.
 pub const MAX_SPEC_BYTES: usize = 256 * 1024;
+/// Largest ticket carried in a status response.
+pub const MAX_STATUS_TICKET_BYTES: usize = 1024;
+/// Most backing commits carried in a status response.
+pub const MAX_STATUS_BACKING: usize = 128;
+/// Largest RoundCommit carried in a status response (the gossip cap).
+pub const MAX_STATUS_COMMIT_BYTES: usize = 64 * 1024;
+/// Most bytes of backing commits and tickets a node puts in one status
+/// (so that the spec, the backing and the framing fit a response frame).
+pub const STATUS_BACKING_BUDGET: usize = 512 * 1024;
 /// Largest response frame body: one chunk plus its framing.
 pub const MAX_RESPONSE_BYTES: usize = CHUNK_LEN as usize + 64;
 /// Response op of a chunk.
@@ -46,8 +55,24 @@ pub enum XferRequest {
     Chunk { kind: BlobKind, id: [u8; 32], len: u64, index: u64 },
 }
 
+/// A signed commit a peer offers as backing for its state, with the
+/// committer's ticket when the run admits by ticket (canonical bytes each;
+/// the receiver decodes and checks them).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StatusBacking {
+    pub commit: Vec<u8>,
+    pub ticket: Option<Vec<u8>>,
+}
+
+impl StatusBacking {
+    /// Bytes this entry takes in a status frame.
+    pub fn wire_len(&self) -> usize {
+        4 + self.commit.len() + 2 + self.ticket.as_ref().map_or(0, Vec::len)
+    }
+}
+
 /// A peer's status: its run and its current position.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct PeerStatus {
     /// Canonical RunSpec bytes.
     pub spec: Vec<u8>,
@@ -57,6 +82,10 @@ pub struct PeerStatus {
     pub state: Option<[u8; 32]>,
     /// Whether the peer trains (bootstrap servers and observers do not).
     pub trainer: bool,
+    /// The peer's own admission ticket (canonical bytes), if it has one.
+    pub ticket: Option<Vec<u8>>,
+    /// Recent signed commits (newest rounds first) backing where it stands.
+    pub backing: Vec<StatusBacking>,
 }
 
 /// A response.
@@ -105,6 +134,18 @@ impl<'a> Cursor<'a> {
     }
     fn u8(&mut self) -> io::Result<u8> {
         Ok(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> io::Result<u16> {
+        let b = self.take(2)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+    /// `u16` length (0 = absent) then that many bytes, at most `cap`.
+    fn opt_bytes(&mut self, cap: usize) -> io::Result<Option<Vec<u8>>> {
+        let n = usize::from(self.u16()?);
+        if n > cap {
+            return Err(bad("ticket too long"));
+        }
+        (n > 0).then(|| self.take(n).map(<[u8]>::to_vec)).transpose()
     }
     fn u32(&mut self) -> io::Result<u32> {
         let b = self.take(4)?;
@@ -188,6 +229,13 @@ impl XferResponse {
                     None => out.push(0),
                 }
                 out.push(u8::from(s.trainer));
+                put_opt_bytes(&mut out, s.ticket.as_deref());
+                out.extend_from_slice(&(s.backing.len() as u16).to_le_bytes());
+                for b in &s.backing {
+                    out.extend_from_slice(&(b.commit.len() as u32).to_le_bytes());
+                    out.extend_from_slice(&b.commit);
+                    put_opt_bytes(&mut out, b.ticket.as_deref());
+                }
             }
             XferResponse::Table(t) => {
                 out.push(2);
@@ -227,7 +275,21 @@ impl XferResponse {
                     1 => true,
                     _ => return Err(bad("bad flag")),
                 };
-                XferResponse::Status(PeerStatus { spec, round, state, trainer })
+                let ticket = c.opt_bytes(MAX_STATUS_TICKET_BYTES)?;
+                let n = usize::from(c.u16()?);
+                if n > MAX_STATUS_BACKING {
+                    return Err(bad("too many backing commits"));
+                }
+                let mut backing = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let len = c.u32()? as usize;
+                    if len == 0 || len > MAX_STATUS_COMMIT_BYTES {
+                        return Err(bad("backing commit length out of range"));
+                    }
+                    let commit = c.take(len)?.to_vec();
+                    backing.push(StatusBacking { commit, ticket: c.opt_bytes(MAX_STATUS_TICKET_BYTES)? });
+                }
+                XferResponse::Status(PeerStatus { spec, round, state, trainer, ticket, backing })
             }
             2 => {
                 let n = c.u32()? as usize;
@@ -254,6 +316,13 @@ impl XferResponse {
         c.finish()?;
         Ok(r)
     }
+}
+
+/// A `u16` length (0 = absent) and the bytes.
+fn put_opt_bytes(out: &mut Vec<u8>, b: Option<&[u8]>) {
+    let b = b.unwrap_or_default();
+    out.extend_from_slice(&(b.len() as u16).to_le_bytes());
+    out.extend_from_slice(b);
 }
 
 /// Read a frame's length prefix and check it against `cap`.
@@ -400,8 +469,13 @@ mod tests {
                 round: 9,
                 state: Some([4; 32]),
                 trainer: true,
+                ticket: Some(vec![8; 170]),
+                backing: vec![
+                    StatusBacking { commit: vec![3; 238], ticket: None },
+                    StatusBacking { commit: vec![4; 270], ticket: Some(vec![5; 170]) },
+                ],
             }),
-            XferResponse::Status(PeerStatus { spec: vec![], round: 0, state: None, trainer: false }),
+            XferResponse::Status(PeerStatus::default()),
             XferResponse::Table(vec![[1; 32], [2; 32]]),
             XferResponse::Chunk(Bytes::from(vec![5; 1000])),
             XferResponse::NotFound,
@@ -428,6 +502,21 @@ mod tests {
         let mut c = vec![1, 3];
         c.extend_from_slice(&((CHUNK_LEN as u32) + 1).to_le_bytes());
         assert!(XferResponse::decode(&c).is_err());
+        // A status whose ticket, backing count or commit length is past its cap.
+        let status = |ticket: u16, n: u16, len: u32| {
+            let mut b = XferResponse::Status(PeerStatus::default()).encode();
+            b.truncate(b.len() - 4);
+            b.extend_from_slice(&ticket.to_le_bytes());
+            b.extend(std::iter::repeat_n(7u8, usize::from(ticket)));
+            b.extend_from_slice(&n.to_le_bytes());
+            b.extend_from_slice(&len.to_le_bytes());
+            b
+        };
+        assert!(XferResponse::decode(&status(1025, 0, 0)[..]).is_err());
+        assert!(XferResponse::decode(&status(0, 129, 1)).is_err());
+        assert!(XferResponse::decode(&status(0, 1, 65_537)).is_err());
+        assert!(XferResponse::decode(&status(0, 1, 0)).is_err());
+        assert!(XferResponse::decode(&status(0, 1, 5)).is_err(), "commit shorter than claimed");
         for n in 0..40u8 {
             let junk: Vec<u8> = (0..n).map(|i| i.wrapping_mul(37)).collect();
             let _ = XferResponse::decode(&junk);
@@ -453,7 +542,13 @@ mod tests {
             XferResponse::Chunk(Bytes::from(vec![9u8; 100])),
             XferResponse::Chunk(Bytes::new()),
             XferResponse::Table(vec![[3; 32]; 5]),
-            XferResponse::Status(PeerStatus { spec: vec![1; 10], round: 2, state: None, trainer: true }),
+            XferResponse::Status(PeerStatus {
+                spec: vec![1; 10],
+                round: 2,
+                trainer: true,
+                backing: vec![StatusBacking { commit: vec![1; 9], ticket: None }],
+                ..PeerStatus::default()
+            }),
             XferResponse::NotFound,
             XferResponse::Busy,
         ];

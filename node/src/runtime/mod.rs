@@ -8,6 +8,8 @@
 //!
 //! - `spec`: default run, model shape, genesis.
 //! - `startup`: spec discovery, stored position, cold start.
+//! - `tickets`: the node's own ticket, the wall clock, the tickets it verified.
+//! - `backing`: the commits a status offers, and the state gathered ones back.
 //! - `dataset`: the run's dataset: manifest, assigned windows, shard fetching.
 //! - `trainer`: the compute thread.
 //! - `server`: what the node serves on the transfer protocol.
@@ -17,6 +19,7 @@
 //! - `report`: JSON / human output.
 
 pub mod aggregation;
+pub mod backing;
 pub mod dataset;
 pub mod fetching;
 pub mod node;
@@ -24,6 +27,7 @@ pub mod report;
 pub mod server;
 pub mod spec;
 pub mod startup;
+pub mod tickets;
 pub mod trainer;
 
 use std::path::PathBuf;
@@ -75,6 +79,8 @@ pub struct NodeOptions {
     pub metrics: Option<std::net::SocketAddr>,
     /// `--dataset` and `--data-cache`.
     pub dataset: dataset::DatasetOptions,
+    /// `--ticket`: this node's admission ticket (runs that admit by ticket).
+    pub ticket: Option<PathBuf>,
 }
 
 /// Run a training node until the process is stopped.
@@ -93,6 +99,7 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
         spec::run_spec(&spec::RunParams::default())?
     };
     dataset::check_data(&spec)?;
+    let own_ticket = tickets::own_ticket(&spec, &key.public(), opts.ticket.as_deref())?;
     store.meta.set_spec(&spec.encode())?;
     let cfg = spec::model_config(&spec)?;
     let (mine, resumed) = startup::load_position(&store, &spec)?;
@@ -116,7 +123,10 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
             "data_dir": opts.data_dir.display().to_string(),
         }),
     );
-    let server = Arc::new(StoreServer::new(store.clone(), spec.encode(), true));
+    let server = Arc::new(
+        StoreServer::new(store.clone(), spec.encode(), true)
+            .with_ticket(own_ticket.as_ref().map(|t| t.encode())),
+    );
     server.set_status(ServedStatus { round: mine.round, state: Some(mine.id().0) });
     let role = if opts.private { Role::Private } else { Role::Trainer };
     let mut ncfg = NetConfig::new(key.clone(), spec.run_id(), role);
@@ -126,7 +136,7 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
     let (net, mut events) = net::start(ncfg, server.clone())?;
     let mine_id = mine.id();
     let metrics = start_metrics(opts.metrics, &net, &store, out).await?;
-    let (state, replay) =
+    let startup::ColdStart { state, seen: replay, tickets } =
         startup::cold_start(&net, &mut events, &store, &spec, mine, opts.discovery_wait, out).await;
     server.set_status(ServedStatus { round: state.round, state: Some(state.id().0) });
     if state.id() != mine_id {
@@ -150,7 +160,7 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
         }),
     );
     let restored = restored.filter(|m| m.round == state.round && m.base == state.id());
-    let start = node::NodeStart { trainer, done_rx, trainer_setup, state, restored };
+    let start = node::NodeStart { trainer, done_rx, trainer_setup, state, restored, own_ticket, tickets };
     let mut node = node::Node::new(spec, key, store, net, server, start, out, started);
     node.metrics = metrics;
     node.run(events, replay).await

@@ -9,6 +9,8 @@
 //! `MAX_TRAINER_RESTARTS` times in `TRAINER_RESTART_WINDOW`; past that the
 //! node stops with an error.
 
+mod admission;
+
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -24,9 +26,11 @@ use serde_json::json;
 use tokio::sync::{mpsc, watch};
 
 use super::aggregation::aggregate_round;
+use super::backing::CommitBook;
 use super::fetching::{spawn_payload_fetch, spawn_state_fetch, PayloadFetch, StateFetch};
 use super::report::Reporter;
 use super::server::{ServedStatus, StoreServer};
+use super::tickets::TicketBook;
 use super::trainer::{self, Job, JobDone, TrainerHandle, TrainerSetup};
 use super::RuntimeError;
 use crate::net::{peer_id_of, public_key_of, GossipMessage, NetEvent, NetHandle, NetRejection, TopicKind};
@@ -86,6 +90,11 @@ pub(crate) enum Internal {
         round: u64,
         why: String,
     },
+    /// The ticket a joining trainer's status presented (undecoded).
+    PeerTicket {
+        peer: PeerId,
+        bytes: Vec<u8>,
+    },
     /// A trainer thread started again after the last one died.
     TrainerStarted(Result<(TrainerHandle, mpsc::UnboundedReceiver<JobDone>), String>),
 }
@@ -143,6 +152,14 @@ pub struct Node {
     /// Every state blob this node wrote or fetched since start, oldest
     /// first: all but the newest `KEPT_STATES` (and the current) are deleted.
     recent_states: VecDeque<StateId>,
+    /// Our own ticket (runs that admit by ticket), the tickets verified,
+    /// and the commits counted, offered as our status's backing.
+    own_ticket: Option<murmur_protocol::Ticket>,
+    tickets: TicketBook,
+    commits: CommitBook,
+    last_ticket_gossip: Option<Instant>,
+    /// Tickets gathered at cold start, for the machine (fed by `run`).
+    start_tickets: Vec<(PublicKey, murmur_protocol::Ticket)>,
     tx: mpsc::UnboundedSender<Internal>,
     rx: mpsc::UnboundedReceiver<Internal>,
 }
@@ -155,6 +172,10 @@ pub struct NodeStart {
     pub state: TrainingState,
     /// Our manifest signed before a restart, if it is for `state`'s round.
     pub restored: Option<DeltaManifest>,
+    /// Our own ticket, if the run admits by ticket and we are no operator.
+    pub own_ticket: Option<murmur_protocol::Ticket>,
+    /// Tickets gathered at cold start, with who presented them.
+    pub tickets: Vec<(PublicKey, murmur_protocol::Ticket)>,
 }
 
 impl Node {
@@ -169,7 +190,7 @@ impl Node {
         out: Reporter,
         started: Instant,
     ) -> Self {
-        let NodeStart { trainer, done_rx, trainer_setup, state, restored } = start;
+        let NodeStart { trainer, done_rx, trainer_setup, state, restored, own_ticket, tickets } = start;
         let state_id = state.id();
         let deltas_by_round = restored.iter().map(|m| (m.round, vec![m.payload_hash])).collect();
         let now = started.elapsed().as_millis() as u64;
@@ -215,6 +236,11 @@ impl Node {
             offered: HashMap::new(),
             recent_states: VecDeque::from([state_id]),
             deltas_by_round,
+            own_ticket,
+            tickets: TicketBook::default(),
+            commits: CommitBook::default(),
+            last_ticket_gossip: None,
+            start_tickets: tickets,
             tx,
             rx,
         }
@@ -235,6 +261,12 @@ impl Node {
         mut net_events: mpsc::Receiver<NetEvent>,
         replay: Vec<NetEvent>,
     ) -> Result<(), RuntimeError> {
+        let me = self.key.public();
+        let gathered = std::mem::take(&mut self.start_tickets);
+        for (from, t) in self.own_ticket.clone().map(|t| (me, t)).into_iter().chain(gathered) {
+            self.present_ticket(from, t);
+        }
+        self.gossip_ticket();
         for ev in replay {
             self.on_net(ev);
         }
@@ -262,6 +294,7 @@ impl Node {
                 },
                 Some(internal) = self.rx.recv() => self.on_internal(internal),
                 _ = heartbeat.tick() => {
+                    self.gossip_ticket();
                     if self.first_train.is_some() {
                         self.publish_telemetry(self.telemetry_round, None);
                     }
@@ -337,8 +370,10 @@ impl Node {
                         self.feed(Event::ManifestReceived { from: from_key, manifest });
                     }
                     GossipMessage::Commit(commit) => {
-                        self.feed(Event::CommitReceived { from: from_key, commit })
+                        self.feed(Event::CommitReceived { from: from_key, commit: commit.clone() });
+                        self.note_commit(commit);
                     }
+                    GossipMessage::Ticket(ticket) => self.present_ticket(from_key, ticket),
                     GossipMessage::Telemetry(_) => {}
                 }
             }
@@ -347,6 +382,7 @@ impl Node {
                     if let Some(k) = public_key_of(&peer) {
                         self.trainers.insert(peer);
                         self.feed(Event::PeerJoined { peer: k });
+                        self.ask_ticket(peer);
                     }
                 }
             }
@@ -563,6 +599,7 @@ impl Node {
                     "recording our manifest of round {round} failed ({why}); it was not published"
                 )
             }
+            Internal::PeerTicket { peer, bytes } => self.on_peer_ticket(peer, &bytes),
             Internal::TrainerStarted(Ok((handle, done_rx))) => {
                 self.out.event("trainer_started", json!({ "device": handle.device }));
                 self.trainer = handle;
@@ -787,6 +824,7 @@ impl Node {
                 );
                 self.submit(Job::Evaluate { round: c.round, state: self.state.clone() });
                 self.publish(TopicKind::Commit, c.encode(), 20);
+                self.note_commit(c.clone());
                 self.collect_garbage(c.round, c.new_state);
             }
             Action::Resync { round, state, peers } => {

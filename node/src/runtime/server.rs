@@ -1,10 +1,11 @@
 //! What a node (or bootstrap server) answers on the transfer protocol: its
-//! status, and chunk tables and chunks of the blobs in its store (each chunk
-//! checked against the verified table before it is sent).
+//! status (with its ticket and the signed commits backing its state), and
+//! chunk tables and chunks of the blobs in its store (each chunk checked
+//! against the verified table before it is sent).
 
 use std::sync::{Arc, Mutex};
 
-use crate::net::{ContentServer, PeerStatus, XferRequest, XferResponse};
+use crate::net::{ContentServer, PeerStatus, StatusBacking, XferRequest, XferResponse};
 use crate::store::Store;
 
 /// Where the serving node stands (updated by the runtime).
@@ -20,11 +21,35 @@ pub struct StoreServer {
     spec: Vec<u8>,
     trainer: bool,
     status: Mutex<ServedStatus>,
+    /// This node's own ticket (canonical bytes), if the run admits by ticket.
+    ticket: Option<Vec<u8>>,
+    /// Signed commits backing where the node stands (bounded by the caller).
+    backing: Mutex<Vec<StatusBacking>>,
 }
 
 impl StoreServer {
     pub fn new(store: Arc<Store>, spec: Vec<u8>, trainer: bool) -> Self {
-        Self { store, spec, trainer, status: Mutex::new(ServedStatus::default()) }
+        Self {
+            store,
+            spec,
+            trainer,
+            status: Mutex::new(ServedStatus::default()),
+            ticket: None,
+            backing: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Present `ticket` (canonical bytes) in every status answer.
+    pub fn with_ticket(mut self, ticket: Option<Vec<u8>>) -> Self {
+        self.ticket = ticket;
+        self
+    }
+
+    /// Offer these signed commits (and tickets) as the backing of the status.
+    pub fn set_backing(&self, backing: Vec<StatusBacking>) {
+        if let Ok(mut g) = self.backing.lock() {
+            *g = backing;
+        }
     }
 
     pub fn set_status(&self, s: ServedStatus) {
@@ -37,7 +62,15 @@ impl StoreServer {
 impl ContentServer for StoreServer {
     fn status(&self) -> PeerStatus {
         let s = self.status.lock().map(|g| g.clone()).unwrap_or_default();
-        PeerStatus { spec: self.spec.clone(), round: s.round, state: s.state, trainer: self.trainer }
+        let backing = self.backing.lock().map(|g| g.clone()).unwrap_or_default();
+        PeerStatus {
+            spec: self.spec.clone(),
+            round: s.round,
+            state: s.state,
+            trainer: self.trainer,
+            ticket: self.ticket.clone(),
+            backing,
+        }
     }
 
     fn serve(&self, request: &XferRequest) -> XferResponse {

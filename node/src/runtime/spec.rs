@@ -3,8 +3,8 @@
 //! a deterministic function of the spec (init_params(config, seed)).
 
 use murmur_protocol::{
-    initial_momentum, AdmissionPolicy, Codec, InnerOptimizer, ModelShape, OuterOptimizer, RobustMode,
-    RunSpec, TrainingState,
+    initial_momentum, AdmissionPolicy, Codec, InnerOptimizer, ModelShape, OuterOptimizer, PublicKey,
+    RobustMode, RunSpec, TrainingState,
 };
 use thiserror::Error;
 
@@ -32,6 +32,7 @@ pub struct RunParams {
     pub round_deadline_secs: u32,
     pub codec: Codec,
     pub robust: RobustMode,
+    pub admission: AdmissionPolicy,
     pub seed: u64,
 }
 
@@ -49,6 +50,7 @@ impl Default for RunParams {
             codec: Codec::Int8Block { block: 256 },
             // Defended by default: leave out deltas whose norm exceeds 3× the median.
             robust: RobustMode::NormFilter { multiple: 3.0 },
+            admission: AdmissionPolicy::Open,
             seed: 1,
         }
     }
@@ -92,6 +94,28 @@ pub fn parse_robust(s: &str) -> Result<RobustMode, String> {
     Ok(mode)
 }
 
+/// The admission policy `--admission MODE` and `--operator KEY…` describe:
+/// `open` (with operators: open, but only their commits decide a state) or
+/// `tickets` (the operators and the holders of their tickets; needs at
+/// least one operator). Keys are sorted and deduplicated.
+pub fn parse_admission(mode: &str, operators: &[PublicKey]) -> Result<AdmissionPolicy, String> {
+    let mut ops = operators.to_vec();
+    ops.sort();
+    ops.dedup();
+    if ops.len() > murmur_protocol::wire::MAX_OPERATORS {
+        return Err(format!("at most {} operator keys", murmur_protocol::wire::MAX_OPERATORS));
+    }
+    match mode {
+        "open" if ops.is_empty() => Ok(AdmissionPolicy::Open),
+        "open" => Ok(AdmissionPolicy::OpenWithOperators { operators: ops }),
+        "tickets" if ops.is_empty() => {
+            Err("a ticket run needs at least one --operator <public key> to sign its tickets".into())
+        }
+        "tickets" => Ok(AdmissionPolicy::Tickets { operators: ops }),
+        other => Err(format!("unknown admission `{other}`: use open or tickets")),
+    }
+}
+
 /// Build a RunSpec from `p`.
 pub fn run_spec(p: &RunParams) -> Result<RunSpec, SpecError> {
     Ok(RunSpec {
@@ -113,7 +137,7 @@ pub fn run_spec(p: &RunParams) -> Result<RunSpec, SpecError> {
         robust: p.robust,
         quorum: p.quorum,
         round_deadline_secs: p.round_deadline_secs,
-        admission: AdmissionPolicy::Open,
+        admission: p.admission.clone(),
         seed: p.seed,
     })
 }
@@ -158,6 +182,26 @@ mod tests {
         assert_eq!(a.encode().len() as u64, state_len(&spec));
         let other = RunParams { seed: 2, ..Default::default() };
         assert_ne!(genesis(&run_spec(&other).expect("spec")).expect("genesis").id(), a.id());
+    }
+
+    #[test]
+    fn admission_parses_and_says_what_it_needs() {
+        let (a, b) = (PublicKey([2; 32]), PublicKey([1; 32]));
+        assert_eq!(parse_admission("open", &[]), Ok(AdmissionPolicy::Open));
+        assert_eq!(
+            parse_admission("tickets", &[a, b, a]),
+            Ok(AdmissionPolicy::Tickets { operators: vec![b, a] })
+        );
+        assert_eq!(
+            parse_admission("open", &[a]),
+            Ok(AdmissionPolicy::OpenWithOperators { operators: vec![a] })
+        );
+        assert!(parse_admission("tickets", &[]).is_err_and(|e| e.contains("--operator")));
+        assert!(parse_admission("allowlist", &[a]).is_err_and(|e| e.contains("open or tickets")));
+        let p =
+            RunParams { admission: AdmissionPolicy::Tickets { operators: vec![a] }, ..Default::default() };
+        let spec = run_spec(&p).expect("spec");
+        assert_eq!(RunSpec::decode(&spec.encode()).expect("decodes").admission, p.admission);
     }
 
     #[test]

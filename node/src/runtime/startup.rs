@@ -1,23 +1,27 @@
 //! Joining a run: learn the RunSpec from a bootstrap server, reopen the
 //! node's last consistent position from its store (or make genesis), and
-//! cold start — ask the peers where the run stands and fetch the latest
-//! committed state from several of them at once.
+//! cold start — ask the peers for their status and the signed commits they
+//! hold, and fetch the newest state those commits back under the run's
+//! rule from several peers at once.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use libp2p::{Multiaddr, PeerId};
-use murmur_protocol::{DeltaManifest, NodeKey, RunId, RunSpec, StateId, TrainingState};
+use murmur_protocol::{DeltaManifest, NodeKey, PublicKey, RunId, RunSpec, StateId, Ticket, TrainingState};
 use serde_json::json;
 use tokio::sync::mpsc;
 
+use super::backing::Evidence;
 use super::fetching::fetch_state;
 use super::report::Reporter;
 use super::spec::genesis;
+use super::tickets::unix_now;
 use super::RuntimeError;
 use crate::net::{
-    self, peer_of, ContentServer, NetConfig, NetEvent, NetHandle, PeerStatus, Role, XferRequest, XferResponse,
+    self, peer_id_of, peer_of, public_key_of, ContentServer, NetConfig, NetEvent, NetHandle, PeerStatus,
+    Role, XferRequest, XferResponse,
 };
 use crate::store::{BlobKind, Position, Store};
 
@@ -26,7 +30,7 @@ pub struct Nothing;
 
 impl ContentServer for Nothing {
     fn status(&self) -> PeerStatus {
-        PeerStatus { spec: Vec::new(), round: 0, state: None, trainer: false }
+        PeerStatus::default()
     }
     fn serve(&self, _: &XferRequest) -> XferResponse {
         XferResponse::NotFound
@@ -95,9 +99,22 @@ pub fn load_position(store: &Store, spec: &RunSpec) -> Result<(TrainingState, bo
     Ok((g, false))
 }
 
-/// Wait briefly for peers, ask the trainers among them where the run
-/// stands, and fetch a newer state than `mine` from all its holders.
-/// Returns the state to start from and the membership events seen.
+/// What cold start settled on.
+pub struct ColdStart {
+    /// The state to start from: a state signed commits of admitted keys
+    /// back (fetched and checked against its StateId), or the node's own.
+    pub state: TrainingState,
+    /// Membership events seen meanwhile (for the event loop to replay).
+    pub seen: Vec<NetEvent>,
+    /// Tickets gathered that admit their holders, with who presented them.
+    pub tickets: Vec<(PublicKey, Ticket)>,
+}
+
+/// Wait briefly for peers, ask the trainers among them for their status,
+/// and take the newest state that the signed commits they offer back under
+/// the run's rule (`backing`), fetching it from all its holders. A round a
+/// peer merely claims moves nothing; such claims are reported
+/// (`ignored_claim`).
 pub async fn cold_start(
     net: &NetHandle,
     events: &mut mpsc::Receiver<NetEvent>,
@@ -106,7 +123,7 @@ pub async fn cold_start(
     mine: TrainingState,
     wait: Duration,
     out: Reporter,
-) -> (TrainingState, Vec<NetEvent>) {
+) -> ColdStart {
     let t0 = Instant::now();
     let mut seen = Vec::new();
     let mut trainers: Vec<PeerId> = Vec::new();
@@ -141,40 +158,71 @@ pub async fn cold_start(
                 (p, tokio::time::timeout(Duration::from_secs(5), net.request(p, XferRequest::Status)).await)
             }
         });
-    let mut holders: HashMap<(u64, [u8; 32]), Vec<PeerId>> = HashMap::new();
+    let mut claims: HashMap<(u64, [u8; 32]), Vec<PeerId>> = HashMap::new();
+    let mut evidence = Evidence::default();
     for (peer, answer) in futures::future::join_all(asks).await {
         if let Ok(Ok(XferResponse::Status(s))) = answer {
-            if let (true, true, Some(state)) = (s.trainer, s.spec == spec_bytes, s.state) {
-                holders.entry((s.round, state)).or_default().push(peer);
+            if s.trainer && s.spec == spec_bytes {
+                if let Some(k) = public_key_of(&peer) {
+                    evidence.add_status(k, &s);
+                }
+                if let Some(state) = s.state {
+                    claims.entry((s.round, state)).or_default().push(peer);
+                }
             }
         }
     }
+    let unix = unix_now();
+    let tickets = evidence.valid_tickets(spec, unix);
+    let backed = evidence.backed(spec, unix);
     let mine_id = mine.id();
-    let mine_votes = holders.get(&(mine.round, mine_id.0)).map_or(0, Vec::len);
-    let best =
-        holders.iter().max_by_key(|((round, _), peers)| (*round, peers.len())).map(|(k, v)| (*k, v.clone()));
-    let Some(((round, state), peers)) = best else { return (mine, seen) };
-    let newer = round > mine.round || (round == mine.round && state != mine_id.0 && peers.len() > mine_votes);
-    if !newer {
-        return (mine, seen);
+    let (target_round, target) = backed.as_ref().map_or((mine.round, mine_id), |b| (b.round, b.state));
+    for ((round, state), peers) in &claims {
+        let beyond = *round > target_round || (*round == target_round && StateId(*state) != target);
+        if beyond && !(*round == mine.round && StateId(*state) == mine_id) {
+            out.event(
+                "ignored_claim",
+                json!({
+                    "round": round,
+                    "state_id": StateId(*state).to_hex(),
+                    "peers": peers.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
+                    "why": "no strict majority of the round's admitted committers signed it",
+                }),
+            );
+        }
+    }
+    let done = |state| ColdStart { state, seen: seen.clone(), tickets: tickets.clone() };
+    let Some(b) = backed else { return done(mine) };
+    if b.round < mine.round || (b.round == mine.round && b.state == mine_id) {
+        return done(mine);
+    }
+    // Fetch from those who claim it, then its committers, then every trainer:
+    // the state is content-addressed, so any server can only waste time.
+    let mut peers: Vec<PeerId> = claims.get(&(b.round, b.state.0)).cloned().unwrap_or_default();
+    let committers = b.committers.iter().filter_map(peer_id_of).filter(|p| trainers.contains(p));
+    for p in committers.chain(trainers.iter().copied()) {
+        if !peers.contains(&p) {
+            peers.push(p);
+        }
     }
     let fetch_t0 = Instant::now();
-    match fetch_state(net, store, spec, StateId(state), round, &peers).await {
+    match fetch_state(net, store, spec, b.state, b.round, &peers).await {
         Ok(s) => {
             out.event(
                 "synced",
                 json!({
-                    "round": round,
-                    "state_id": StateId(state).to_hex(),
+                    "round": b.round,
+                    "state_id": b.state.to_hex(),
+                    "committers": b.committers.len(),
                     "from_peers": peers.len(),
                     "fetch_secs": fetch_t0.elapsed().as_secs_f64(),
                 }),
             );
-            (s, seen)
+            done(s)
         }
         Err(e) => {
-            tracing::warn!("cold start: fetching state of round {round} failed: {e}");
-            (mine, seen)
+            tracing::warn!("cold start: fetching state {} of round {} failed: {e}", b.state, b.round);
+            done(mine)
         }
     }
 }

@@ -25,6 +25,17 @@ pub fn load_or_create(path: &Path) -> Result<NodeKey, StoreError> {
     }
 }
 
+/// Load the key at `path`; unlike `load_or_create`, a missing file is an
+/// error (an operator's key is never made up on the spot). Reads at most 33
+/// bytes: a key file holds exactly 32.
+pub fn load(path: &Path) -> Result<NodeKey, StoreError> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    fs::File::open(path)?.take(33).read_to_end(&mut bytes)?;
+    let seed = <[u8; 32]>::try_from(bytes.as_slice()).map_err(|_| StoreError::Corrupt("key file"))?;
+    Ok(NodeKey::from_seed(seed))
+}
+
 /// Write a seed to `path` with mode 0600 (temp file, fsync, rename).
 pub fn write_key(path: &Path, seed: &[u8; 32]) -> Result<(), StoreError> {
     if let Some(dir) = path.parent() {
@@ -62,7 +73,11 @@ mod tests {
             let mode = fs::metadata(&path).expect("meta").permissions().mode();
             assert_eq!(mode & 0o777, 0o600);
         }
+        assert_eq!(load(&path).expect("load").public(), a.public());
         fs::write(&path, b"short").expect("write");
         assert!(load_or_create(&path).is_err());
+        fs::write(&path, [7u8; 64]).expect("write");
+        assert!(load(&path).is_err());
+        assert!(load(&dir.path().join("missing.key")).is_err());
     }
 }

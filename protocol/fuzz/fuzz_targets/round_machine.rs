@@ -9,7 +9,7 @@ use murmur_protocol::hash::{PayloadHash, RunId, StateId};
 use murmur_protocol::identity::{NodeKey, PublicKey, Signature};
 use murmur_protocol::round::{Action, Event, PayloadFault, RoundConfig, RoundMachine};
 use murmur_protocol::spec::AdmissionPolicy;
-use murmur_protocol::{DeltaManifest, RoundCommit};
+use murmur_protocol::{DeltaManifest, RoundCommit, Ticket};
 
 const N: u64 = 16;
 
@@ -29,7 +29,13 @@ fuzz_target!(|data: &[u8]| {
         element_count: N,
         quorum: 2,
         deadline_ms: 1000,
-        admission: AdmissionPolicy::Open,
+        // The first byte picks the admission: open, or by tickets signed by
+        // the fifth key (its tickets arrive as events below).
+        admission: if data.first().is_some_and(|b| b & 1 == 1) {
+            AdmissionPolicy::Tickets { operators: vec![keys[4].public()] }
+        } else {
+            AdmissionPolicy::Open
+        },
     };
     let run = cfg.run;
     let mut m = RoundMachine::new(cfg, keys[0].clone(), 0, state(0), 0);
@@ -40,7 +46,7 @@ fuzz_target!(|data: &[u8]| {
         let signer = &keys[usize::from(a % 5)];
         let from: PublicKey = keys[usize::from(b % 5)].public();
         let round = m.round().saturating_add(u64::from(b % 4)).saturating_sub(2);
-        let ev = match kind % 10 {
+        let ev = match kind % 11 {
             0 => {
                 let man = DeltaManifest {
                     run,
@@ -99,6 +105,13 @@ fuzz_target!(|data: &[u8]| {
                 included: last_offered.iter().copied().filter(|h| h.0[0] & c != 0 || c == 0).collect(),
                 new_state: state(c),
             },
+            9 => {
+                // A ticket for `signer`, by the operator or (c's top bit) by
+                // the signer itself, expiring c seconds after the wall clock.
+                let issuer = if c & 0x80 == 0 { &keys[4] } else { signer };
+                let ticket = Ticket::issue(issuer, run, signer.public(), 1_000 + u64::from(c & 0x7f));
+                Event::TicketPresented { from, ticket, unix_secs: 1_000 + now / 1000 }
+            }
             _ => Event::AggregationFailed { round: m.round() },
         };
         let before = m.round();

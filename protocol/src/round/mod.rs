@@ -6,18 +6,22 @@
 //! aggregate, re-sync, reject). It never reads a clock, never blocks, never
 //! does I/O. The rules it implements are specified in docs/protocol.md §7.
 
+#[cfg(test)]
+mod admission_tests;
 mod reason;
 mod votes;
 
 pub use reason::{PeerScore, Rejection, Scoreboard, MAX_SCORED_PEERS};
 pub use votes::{MAX_VOTERS, MAX_VOTE_ROUNDS};
 
+use crate::admission::{Admission, TicketRefused};
 use crate::codec::Codec;
 use crate::commit::RoundCommit;
 use crate::hash::{PayloadHash, RunId, StateId};
 use crate::identity::{NodeKey, PublicKey, Signature};
 use crate::manifest::DeltaManifest;
 use crate::spec::{AdmissionPolicy, RunSpec};
+use crate::ticket::{Ticket, TicketError};
 use crate::wire::MAX_COMMIT_DELTAS;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use votes::{Vote, Votes};
@@ -83,6 +87,15 @@ pub enum Event {
     },
     PeerLeft {
         peer: PublicKey,
+    },
+    /// A ticket delivered by peer `from` (unchecked), with the node's wall
+    /// clock (unix seconds) now. The machine checks it (operator signature,
+    /// run, expiry) and admits its holder until it expires; a holder that
+    /// joined before its ticket arrived becomes a member then.
+    TicketPresented {
+        from: PublicKey,
+        ticket: Ticket,
+        unix_secs: u64,
     },
     /// The time returned by `next_timeout` has come.
     TimerFired,
@@ -175,6 +188,11 @@ pub struct RoundMachine {
     phase: Phase,
     opened_at: u64,
     now: u64,
+    /// Who is admitted: the policy plus the ticket holders seen.
+    admission: Admission,
+    /// Training peers connected (admitted or not, at most `MAX_MEMBERS`).
+    joined: BTreeSet<PublicKey>,
+    /// The admitted ones among them: the live members a round waits for.
     members: BTreeSet<PublicKey>,
     entries: BTreeMap<PublicKey, Entry>,
     by_hash: BTreeMap<PayloadHash, PublicKey>,
@@ -190,7 +208,10 @@ impl RoundMachine {
     /// Start at `round` from state `base` at time `now`; emits `RoundOpened`.
     pub fn new(cfg: RoundConfig, key: NodeKey, round: u64, base: StateId, now: u64) -> Self {
         let me = key.public();
+        let admission = Admission::new(cfg.run, cfg.admission.clone());
         let mut m = Self {
+            admission,
+            joined: BTreeSet::new(),
             cfg,
             key,
             me,
@@ -227,6 +248,14 @@ impl RoundMachine {
     pub fn members(&self) -> impl Iterator<Item = &PublicKey> {
         self.members.iter()
     }
+    /// Whether `key` is admitted now (by the policy or an unexpired ticket).
+    pub fn admits(&self, key: &PublicKey) -> bool {
+        self.admission.admits(key, self.now)
+    }
+    /// Whether `key`'s commits count now when deciding a state.
+    pub fn counts_commits_of(&self, key: &PublicKey) -> bool {
+        self.admission.counts_commits_of(key, self.now)
+    }
     /// Verified deltas collected so far in the current round.
     pub fn ready_count(&self) -> usize {
         self.entries.values().filter(|e| e.verified).count()
@@ -248,18 +277,24 @@ impl RoundMachine {
     /// before is treated as the latest seen).
     pub fn handle(&mut self, now: u64, event: Event) {
         self.now = self.now.max(now);
+        self.expire_tickets();
         match event {
             Event::ManifestReceived { from, manifest } => self.on_manifest(from, manifest),
             Event::PayloadVerified { payload_hash } => self.on_verified(payload_hash),
             Event::PayloadInvalid { payload_hash, from, fault } => self.on_invalid(payload_hash, from, fault),
             Event::PeerJoined { peer } => {
-                if self.cfg.admission.admits(&peer) && self.members.len() < MAX_MEMBERS {
+                if self.joined.len() < MAX_MEMBERS {
+                    self.joined.insert(peer);
+                }
+                if self.admits(&peer) && self.members.len() < MAX_MEMBERS {
                     self.members.insert(peer);
                 }
             }
             Event::PeerLeft { peer } => {
+                self.joined.remove(&peer);
                 self.members.remove(&peer);
             }
+            Event::TicketPresented { from, ticket, unix_secs } => self.on_ticket(from, &ticket, unix_secs),
             Event::TimerFired => {}
             Event::CommitReceived { from, commit } => self.on_commit(from, commit),
             Event::LocalDeltaReady { round, base, payload_hash, tokens, train_loss } => {
@@ -294,11 +329,41 @@ impl RoundMachine {
         self.actions.push_back(Action::RoundOpened { round, base });
     }
 
+    /// Forget ticket holders whose tickets expired; they stop being members.
+    fn expire_tickets(&mut self) {
+        if self.admission.next_expiry().is_some_and(|t| t <= self.now) {
+            self.admission.prune(self.now);
+            let (admission, now) = (&self.admission, self.now);
+            self.members.retain(|p| admission.admits(p, now));
+        }
+    }
+
+    fn on_ticket(&mut self, from: PublicKey, ticket: &Ticket, unix_secs: u64) {
+        match self.admission.present(ticket, unix_secs, self.now) {
+            Ok(holder) => {
+                if self.joined.contains(&holder) && self.members.len() < MAX_MEMBERS {
+                    self.members.insert(holder);
+                }
+            }
+            Err(refused) => {
+                let reason = match refused {
+                    TicketRefused::Ticket(TicketError::BadSignature) => Rejection::BadSignature,
+                    TicketRefused::Ticket(TicketError::WrongRun) => Rejection::WrongRun,
+                    TicketRefused::Ticket(TicketError::Expired { .. }) => Rejection::ExpiredTicket,
+                    TicketRefused::Full => Rejection::RoundFull,
+                    TicketRefused::Ticket(TicketError::UnknownOperator | TicketError::WrongHolder)
+                    | TicketRefused::NoTickets => Rejection::NotAdmitted,
+                };
+                self.reject(from, reason);
+            }
+        }
+    }
+
     /// Checks shared by manifests and commits; charges `from` or the signer.
     fn screen(&mut self, from: PublicKey, signer: PublicKey, run: RunId, valid_sig: bool) -> bool {
         if !valid_sig {
             self.reject(from, Rejection::BadSignature);
-        } else if !self.cfg.admission.admits(&signer) {
+        } else if !self.admits(&signer) {
             self.reject(signer, Rejection::NotAdmitted);
         } else if run != self.cfg.run {
             self.reject(from, Rejection::WrongRun);
@@ -576,6 +641,10 @@ impl RoundMachine {
         let valid_sig = c.verify().is_ok();
         if !self.screen(from, c.signer, c.run, valid_sig) {
             return;
+        }
+        if !self.admission.policy().counts_commits_of(&c.signer) {
+            // Admitted to train, but only the operators' commits decide.
+            return self.scores.charge(c.signer, Rejection::NotCommitter);
         }
         if c.round.saturating_add(1) < self.round {
             return self.reject(c.signer, Rejection::Replay);

@@ -53,6 +53,12 @@ pub enum Rejection {
     UnknownPayload,
     /// Our own delta arrived for a round or base we have since left.
     StaleLocalDelta,
+    /// A ticket that expired by this node's clock (clocks differ a little,
+    /// so it is only counted).
+    ExpiredTicket,
+    /// A commit from an admitted signer whose commits the run does not
+    /// count (an open run with operators counts only theirs): only counted.
+    NotCommitter,
 }
 
 impl Rejection {
@@ -61,7 +67,8 @@ impl Rejection {
     pub fn penalty(self) -> u64 {
         use Rejection::*;
         match self {
-            Late | FutureRound | Duplicate | RoundFull | Unfetched | UnknownPayload | StaleLocalDelta => 0,
+            Late | FutureRound | Duplicate | RoundFull | Unfetched | UnknownPayload | StaleLocalDelta
+            | ExpiredTicket | NotCommitter => 0,
             Replay | WrongBase => 1,
             WrongRun => 5,
             NotAdmitted | ZeroTokens => 10,

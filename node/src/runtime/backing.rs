@@ -1,0 +1,215 @@
+//! Signed commits as evidence of where a run stands (docs/protocol.md §7.6).
+//!
+//! Serving side: `CommitBook` keeps the recent RoundCommits this node
+//! counted (its own and admitted peers'), and offers them, newest round
+//! first and with each committer's ticket, as the backing of its status.
+//! Joining side: `Evidence` gathers the commits and tickets of the peers'
+//! status answers and picks the state they back under the run's rule
+//! (`murmur_protocol::trust`), never a round a peer merely claims.
+
+use std::collections::BTreeMap;
+
+use murmur_protocol::trust::MAX_WEIGHED_COMMITS;
+use murmur_protocol::{backed_state, Admission, Backed, PublicKey, RoundCommit, RunSpec, Ticket};
+
+use super::tickets::TicketBook;
+use crate::net::xfer::{MAX_STATUS_BACKING, STATUS_BACKING_BUDGET};
+use crate::net::{PeerStatus, StatusBacking};
+
+/// Rounds whose commits a node keeps to offer.
+pub const BACKING_ROUNDS: usize = 3;
+/// Committers kept per round.
+pub const MAX_KEPT_COMMITTERS: usize = 256;
+
+/// The recent commits this node counted, by round and signer.
+#[derive(Debug, Default)]
+pub struct CommitBook {
+    rounds: BTreeMap<u64, BTreeMap<PublicKey, RoundCommit>>,
+}
+
+impl CommitBook {
+    /// Keep `c` (verified, of the run, from a signer whose commits count);
+    /// only the newest `BACKING_ROUNDS` rounds are kept. Returns whether it
+    /// was new.
+    pub fn record(&mut self, c: RoundCommit) -> bool {
+        if self.rounds.len() >= BACKING_ROUNDS && !self.rounds.contains_key(&c.round) {
+            match self.rounds.keys().next() {
+                Some(&oldest) if oldest < c.round => {
+                    self.rounds.remove(&oldest);
+                }
+                _ => return false,
+            }
+        }
+        let signers = self.rounds.entry(c.round).or_default();
+        if signers.contains_key(&c.signer) || signers.len() >= MAX_KEPT_COMMITTERS {
+            return false;
+        }
+        signers.insert(c.signer, c);
+        true
+    }
+
+    /// What a status offers: the kept commits, newest round first, each with
+    /// its signer's ticket when the book holds one, within the status caps.
+    pub fn backing(&self, tickets: &TicketBook, unix_now: u64) -> Vec<StatusBacking> {
+        let mut out = Vec::new();
+        let mut bytes = 0;
+        for c in self.rounds.values().rev().flat_map(BTreeMap::values) {
+            let entry = StatusBacking {
+                commit: c.encode(),
+                ticket: tickets.get(&c.signer, unix_now).map(Ticket::encode),
+            };
+            if out.len() >= MAX_STATUS_BACKING || bytes + entry.wire_len() > STATUS_BACKING_BUDGET {
+                break;
+            }
+            bytes += entry.wire_len();
+            out.push(entry);
+        }
+        out
+    }
+}
+
+/// Commits and tickets gathered from peers' status answers.
+#[derive(Debug, Default)]
+pub struct Evidence {
+    commits: Vec<RoundCommit>,
+    /// (who presented it, the ticket); holders already matched.
+    tickets: Vec<(PublicKey, Ticket)>,
+}
+
+impl Evidence {
+    /// Take what `peer`'s status offers: its own ticket (only if it is
+    /// `peer`'s), and its backing commits, each with a ticket only if it is
+    /// the committer's. Undecodable entries are skipped; at most
+    /// `MAX_WEIGHED_COMMITS` of each are kept in all.
+    pub fn add_status(&mut self, peer: PublicKey, s: &PeerStatus) {
+        if let Some(t) = s.ticket.as_deref().and_then(|b| Ticket::decode(b).ok()) {
+            if t.holder == peer && self.tickets.len() < MAX_WEIGHED_COMMITS {
+                self.tickets.push((peer, t));
+            }
+        }
+        for b in &s.backing {
+            if self.commits.len() >= MAX_WEIGHED_COMMITS {
+                break;
+            }
+            let Ok(c) = RoundCommit::decode(&b.commit) else { continue };
+            if let Some(t) = b.ticket.as_deref().and_then(|b| Ticket::decode(b).ok()) {
+                if t.holder == c.signer && self.tickets.len() < MAX_WEIGHED_COMMITS {
+                    self.tickets.push((peer, t));
+                }
+            }
+            self.commits.push(c);
+        }
+    }
+
+    /// The admission these tickets give at unix time `unix_now` (the
+    /// admission's clock is unix milliseconds).
+    fn admission(&self, spec: &RunSpec, unix_now: u64) -> Admission {
+        let mut a = Admission::new(spec.run_id(), spec.admission.clone());
+        if spec.admission.uses_tickets() {
+            for (_, t) in &self.tickets {
+                let _ = a.present(t, unix_now, unix_now.saturating_mul(1000));
+            }
+        }
+        a
+    }
+
+    /// The newest state the gathered commits back under the run's rule.
+    pub fn backed(&self, spec: &RunSpec, unix_now: u64) -> Option<Backed> {
+        let a = self.admission(spec, unix_now);
+        backed_state(&spec.run_id(), spec.quorum, &a, unix_now.saturating_mul(1000), &self.commits)
+    }
+
+    /// The tickets gathered that admit their holder now, with who presented
+    /// them (for the round machine).
+    pub fn valid_tickets(&self, spec: &RunSpec, unix_now: u64) -> Vec<(PublicKey, Ticket)> {
+        if !spec.admission.uses_tickets() {
+            return Vec::new();
+        }
+        let (run, ops) = (spec.run_id(), spec.admission.operators());
+        self.tickets.iter().filter(|(_, t)| t.check(&run, ops, unix_now).is_ok()).cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use murmur_protocol::{AdmissionPolicy, NodeKey, Signature, StateId};
+
+    fn commit(k: &NodeKey, run: murmur_protocol::RunId, round: u64, state: u8) -> RoundCommit {
+        RoundCommit {
+            run,
+            round,
+            base: StateId([0; 32]),
+            included: vec![],
+            new_state: StateId([state; 32]),
+            signer: k.public(),
+            signature: Signature::default(),
+        }
+        .sign(k)
+    }
+
+    #[test]
+    fn the_book_keeps_recent_rounds_and_offers_the_newest_first() {
+        let mut book = CommitBook::default();
+        let k = NodeKey::from_seed([1; 32]);
+        let run = murmur_protocol::RunId([1; 32]);
+        for r in 0..5 {
+            assert!(book.record(commit(&k, run, r, 1)));
+        }
+        assert!(!book.record(commit(&k, run, 4, 2)), "one commit per signer and round");
+        assert!(!book.record(commit(&k, run, 0, 1)), "older than what is kept");
+        let offered = book.backing(&TicketBook::default(), 0);
+        let rounds: Vec<u64> =
+            offered.iter().filter_map(|b| RoundCommit::decode(&b.commit).ok()).map(|c| c.round).collect();
+        assert_eq!(rounds, vec![4, 3, 2]);
+    }
+
+    #[test]
+    fn statuses_become_a_choice_by_the_runs_rule() {
+        let op = NodeKey::from_seed([100; 32]);
+        let mut spec = crate::runtime::spec::run_spec(&Default::default()).expect("spec");
+        spec.admission = AdmissionPolicy::Tickets { operators: vec![op.public()] };
+        spec.quorum = 2;
+        let run = spec.run_id();
+        let now = 1_700_000_000;
+        let (a, b) = (NodeKey::from_seed([1; 32]), NodeKey::from_seed([2; 32]));
+        let ticket = |k: &NodeKey| Ticket::issue(&op, run, k.public(), now + 60);
+        // An honest peer offers both tickets and both commits of round 3.
+        let mut tickets = TicketBook::default();
+        tickets.insert(ticket(&a), now);
+        tickets.insert(ticket(&b), now);
+        let mut book = CommitBook::default();
+        book.record(commit(&a, run, 3, 9));
+        book.record(commit(&b, run, 3, 9));
+        let honest = PeerStatus {
+            ticket: Some(ticket(&a).encode()),
+            backing: book.backing(&tickets, now),
+            ..Default::default()
+        };
+        // A forger offers ten higher commits by keys without valid tickets
+        // (one with a ticket of its own making, one with someone else's).
+        let forger = NodeKey::from_seed([50; 32]);
+        let backing = (10..20u8)
+            .map(|i| {
+                let k = NodeKey::from_seed([i; 32]);
+                StatusBacking {
+                    commit: commit(&k, run, 40, 66).encode(),
+                    ticket: Some(Ticket::issue(&forger, run, k.public(), now + 60).encode()),
+                }
+            })
+            .chain(std::iter::once(StatusBacking {
+                commit: commit(&forger, run, 41, 66).encode(),
+                ticket: Some(ticket(&a).encode()),
+            }))
+            .collect();
+        let forged = PeerStatus { round: 42, state: Some([66; 32]), backing, ..Default::default() };
+        let mut ev = Evidence::default();
+        ev.add_status(forger.public(), &forged);
+        assert_eq!(ev.backed(&spec, now), None, "nothing the forger offers counts");
+        ev.add_status(a.public(), &honest);
+        let chosen = ev.backed(&spec, now).expect("backed");
+        assert_eq!((chosen.round, chosen.state), (4, StateId([9; 32])));
+        assert_eq!(ev.valid_tickets(&spec, now).len(), 3, "a's own ticket, a's and b's as backing");
+        assert_eq!(ev.backed(&spec, now + 60), None, "expired tickets back nothing");
+    }
+}

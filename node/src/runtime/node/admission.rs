@@ -1,0 +1,84 @@
+//! The event loop's admission desk: tickets reach the round machine (the
+//! node's own, those gathered at cold start, gossiped ones, and the one a
+//! joining trainer's status presents), verified tickets are kept to hand on,
+//! and the commits the machine counts are kept as the backing the node's
+//! status offers (`backing`, docs/protocol.md §7.6).
+
+use std::time::{Duration, Instant};
+
+use libp2p::PeerId;
+use murmur_protocol::{Event, PublicKey, RoundCommit, Ticket};
+
+use super::{publish_with_retries, Internal, Node};
+use crate::net::{public_key_of, TopicKind, XferRequest, XferResponse};
+use crate::runtime::tickets::unix_now;
+
+/// How often a node gossips its own ticket (gossipsub drops a message seen
+/// within about a minute as a duplicate, so more often would be wasted).
+pub const TICKET_GOSSIP_EVERY: Duration = Duration::from_secs(61);
+
+impl Node {
+    /// Hand `ticket`, delivered by `from`, to the round machine, and keep it
+    /// when it admits its holder now.
+    pub(super) fn present_ticket(&mut self, from: PublicKey, ticket: Ticket) {
+        if !self.spec.admission.uses_tickets() {
+            return;
+        }
+        let unix = unix_now();
+        self.feed(Event::TicketPresented { from, ticket: ticket.clone(), unix_secs: unix });
+        if ticket.check(&self.spec.run_id(), self.spec.admission.operators(), unix).is_ok() {
+            self.tickets.insert(ticket, unix);
+            self.refresh_backing();
+        }
+    }
+
+    /// A trainer joined: in a ticket run, ask it for its status to learn its
+    /// ticket (the answer comes back as `Internal::PeerTicket`).
+    pub(super) fn ask_ticket(&self, peer: PeerId) {
+        if !self.spec.admission.uses_tickets() {
+            return;
+        }
+        let (net, tx) = (self.net.clone(), self.tx.clone());
+        tokio::spawn(async move {
+            let ask =
+                tokio::time::timeout(Duration::from_secs(5), net.request(peer, XferRequest::Status)).await;
+            if let Ok(Ok(XferResponse::Status(s))) = ask {
+                if let Some(bytes) = s.ticket {
+                    let _ = tx.send(Internal::PeerTicket { peer, bytes });
+                }
+            }
+        });
+    }
+
+    /// The ticket a peer's status presented as its own.
+    pub(super) fn on_peer_ticket(&mut self, peer: PeerId, bytes: &[u8]) {
+        let (Some(key), Ok(t)) = (public_key_of(&peer), Ticket::decode(bytes)) else { return };
+        if t.holder == key {
+            self.present_ticket(key, t);
+        }
+    }
+
+    /// A commit the machine was fed (or our own): kept as backing when the
+    /// signer's commits count now.
+    pub(super) fn note_commit(&mut self, c: RoundCommit) {
+        if (c.signer == self.key.public() || self.machine.counts_commits_of(&c.signer))
+            && self.commits.record(c)
+        {
+            self.refresh_backing();
+        }
+    }
+
+    fn refresh_backing(&self) {
+        self.server.set_backing(self.commits.backing(&self.tickets, unix_now()));
+    }
+
+    /// Gossip our own ticket when joining and every `TICKET_GOSSIP_EVERY`.
+    pub(super) fn gossip_ticket(&mut self) {
+        let Some(t) = &self.own_ticket else { return };
+        if self.last_ticket_gossip.is_some_and(|at| at.elapsed() < TICKET_GOSSIP_EVERY) {
+            return;
+        }
+        self.last_ticket_gossip = Some(Instant::now());
+        tokio::spawn(publish_with_retries(self.net.clone(), TopicKind::Ticket, t.encode(), 20));
+    }
+}

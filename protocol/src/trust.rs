@@ -1,0 +1,186 @@
+//! The trust rule of cold start: which state, if any, the signed
+//! RoundCommits a node has gathered back under the run's admission.
+//!
+//! A joining node never takes a state because a peer claims a higher round.
+//! It gathers RoundCommits (from peers' status answers), keeps those that
+//! verify, name the run, and whose signer's commits count (admitted by the
+//! policy or an unexpired ticket; in an open run with operators, only the
+//! operators), drops signers that reported two states for one round, and
+//! takes the newest round q whose leading StateId was reported by a strict
+//! majority of q's counted committers and by at least `quorum` of them — or,
+//! in an open run with operators, by a strict majority of the operators who
+//! committed (at least one). That state opens round q + 1. This is the rule
+//! the round machine applies to commits while it runs (docs/protocol.md §7.4,
+//! §7.6), applied to what a joiner can see.
+
+use crate::admission::Admission;
+use crate::commit::RoundCommit;
+use crate::hash::{RunId, StateId};
+use crate::identity::PublicKey;
+use crate::spec::AdmissionPolicy;
+use std::collections::BTreeMap;
+
+/// Most commits a node weighs when choosing a state (callers bound what
+/// they gather to this; more are ignored).
+pub const MAX_WEIGHED_COMMITS: usize = 4096;
+
+/// A state backed by signed commits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Backed {
+    /// The round the state opens (the committed round + 1).
+    pub round: u64,
+    pub state: StateId,
+    /// The counted committers that reported it.
+    pub committers: Vec<PublicKey>,
+    /// All counted committers of that round.
+    pub total: usize,
+}
+
+/// The newest state the `commits` back under the run's rule at `now` (the
+/// admission's clock), if any.
+pub fn backed_state<'a>(
+    run: &RunId,
+    quorum: u32,
+    admission: &Admission,
+    now: u64,
+    commits: impl IntoIterator<Item = &'a RoundCommit>,
+) -> Option<Backed> {
+    // round → signer → its state (None once it reported two).
+    let mut votes: BTreeMap<u64, BTreeMap<PublicKey, Option<StateId>>> = BTreeMap::new();
+    for c in commits.into_iter().take(MAX_WEIGHED_COMMITS) {
+        if c.run != *run || !admission.counts_commits_of(&c.signer, now) || c.verify().is_err() {
+            continue;
+        }
+        let v = votes.entry(c.round).or_default().entry(c.signer).or_insert(Some(c.new_state));
+        if *v != Some(c.new_state) {
+            *v = None;
+        }
+    }
+    let need = match admission.policy() {
+        AdmissionPolicy::OpenWithOperators { .. } => 1,
+        _ => quorum.max(1) as usize,
+    };
+    for (round, voters) in votes.iter().rev() {
+        let mut by_state: BTreeMap<StateId, Vec<PublicKey>> = BTreeMap::new();
+        for (signer, state) in voters {
+            if let Some(s) = state {
+                by_state.entry(*s).or_default().push(*signer);
+            }
+        }
+        let total = by_state.values().map(Vec::len).sum::<usize>();
+        // The leader: most voters, ties to the smallest StateId.
+        let Some((state, committers)) =
+            by_state.into_iter().max_by(|a, b| a.1.len().cmp(&b.1.len()).then(b.0.cmp(&a.0)))
+        else {
+            continue;
+        };
+        if committers.len() >= need && 2 * committers.len() > total {
+            return Some(Backed { round: round.saturating_add(1), state, committers, total });
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::identity::{NodeKey, Signature};
+    use crate::ticket::Ticket;
+
+    const RUN: RunId = RunId([1; 32]);
+    const WALL: u64 = 1_700_000_000;
+
+    fn key(i: u8) -> NodeKey {
+        NodeKey::from_seed([i; 32])
+    }
+
+    fn commit(k: &NodeKey, round: u64, state: u8) -> RoundCommit {
+        RoundCommit {
+            run: RUN,
+            round,
+            base: StateId([0; 32]),
+            included: vec![],
+            new_state: StateId([state; 32]),
+            signer: k.public(),
+            signature: Signature::default(),
+        }
+        .sign(k)
+    }
+
+    fn ticket_admission(holders: &[u8]) -> Admission {
+        let op = key(100);
+        let mut a = Admission::new(RUN, AdmissionPolicy::Tickets { operators: vec![op.public()] });
+        for &h in holders {
+            let t = Ticket::issue(&op, RUN, key(h).public(), WALL + 3600);
+            assert!(a.present(&t, WALL, WALL * 1000).is_ok());
+        }
+        a
+    }
+
+    #[test]
+    fn a_majority_of_admitted_committers_backs_a_state() {
+        let a = ticket_admission(&[1, 2, 3]);
+        let commits = [commit(&key(1), 4, 9), commit(&key(2), 4, 9), commit(&key(3), 4, 8)];
+        let b = backed_state(&RUN, 2, &a, WALL * 1000, &commits).expect("backed");
+        assert_eq!((b.round, b.state, b.committers.len(), b.total), (5, StateId([9; 32]), 2, 3));
+        // Below the quorum nothing is backed, whatever the majority.
+        assert_eq!(backed_state(&RUN, 3, &a, WALL * 1000, &commits), None);
+    }
+
+    #[test]
+    fn forged_higher_states_are_not_backed() {
+        let a = ticket_admission(&[1, 2]);
+        let mut commits = vec![commit(&key(1), 4, 9), commit(&key(2), 4, 9)];
+        // Ten identities without tickets sign a "higher" state.
+        commits.extend((10..20).map(|i| commit(&key(i), 50, 66)));
+        // A bad signature from an admitted key, for a higher round.
+        let mut bad = commit(&key(1), 60, 77);
+        bad.new_state = StateId([78; 32]);
+        commits.push(bad);
+        // A commit of another run.
+        let mut other = commit(&key(2), 70, 88);
+        other.run = RunId([2; 32]);
+        commits.push(other.clone().sign(&key(2)));
+        let b = backed_state(&RUN, 2, &a, WALL * 1000, &commits).expect("backed");
+        assert_eq!((b.round, b.state), (5, StateId([9; 32])));
+        // Expired tickets no longer count: nothing is backed.
+        assert_eq!(backed_state(&RUN, 2, &a, (WALL + 3600) * 1000, &commits), None);
+    }
+
+    #[test]
+    fn equivocators_count_for_no_state() {
+        let a = ticket_admission(&[1, 2, 3]);
+        let commits =
+            [commit(&key(1), 4, 9), commit(&key(2), 4, 9), commit(&key(2), 4, 8), commit(&key(3), 4, 8)];
+        // 2 equivocated: 1 for 9 and 1 for 8 of 2 counted — no strict majority.
+        assert_eq!(backed_state(&RUN, 1, &a, WALL * 1000, &commits), None);
+    }
+
+    #[test]
+    fn the_newest_backed_round_wins() {
+        let mut keys = vec![key(1).public(), key(2).public()];
+        keys.sort();
+        let a = Admission::new(RUN, AdmissionPolicy::Allowlist(keys));
+        let commits = [commit(&key(1), 3, 9), commit(&key(2), 3, 9), commit(&key(1), 5, 7)];
+        // Round 5 has one committer (quorum 2): round 3's state is the newest backed.
+        let b = backed_state(&RUN, 2, &a, 0, &commits).expect("backed");
+        assert_eq!((b.round, b.state), (4, StateId([9; 32])));
+    }
+
+    #[test]
+    fn in_an_open_run_with_operators_their_commits_decide() {
+        let ops = {
+            let mut v = vec![key(100).public(), key(101).public()];
+            v.sort();
+            v
+        };
+        let a = Admission::new(RUN, AdmissionPolicy::OpenWithOperators { operators: ops });
+        let mut commits: Vec<RoundCommit> = (10..30).map(|i| commit(&key(i), 9, 66)).collect();
+        commits.push(commit(&key(100), 8, 5));
+        let b = backed_state(&RUN, 3, &a, 0, &commits).expect("backed");
+        assert_eq!((b.round, b.state, b.committers), (9, StateId([5; 32]), vec![key(100).public()]));
+        // Plain open runs count everyone: free identities decide (the documented limit).
+        let open = Admission::new(RUN, AdmissionPolicy::Open);
+        assert_eq!(backed_state(&RUN, 3, &open, 0, &commits).map(|b| b.state), Some(StateId([66; 32])));
+    }
+}

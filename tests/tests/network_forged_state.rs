@@ -1,0 +1,208 @@
+//! A joining node and forged "higher" states (issue 13, done-when 4): in a
+//! ticket run where two honest nodes have committed a few rounds, two peers
+//! offer a joiner a state far ahead — one claims it unsigned, the other
+//! backs it with commits signed by ten keys without tickets (each carrying a
+//! ticket its forger signed) — and serve that state, so a node that believed
+//! them could fetch it. The joiner reports both claims as ignored, never
+//! takes either state, and syncs to the state the honest nodes committed.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use libp2p::Multiaddr;
+use murmur_node::net::{self, ContentServer, NetConfig, NetHandle, PeerStatus, Role, StatusBacking};
+use murmur_node::net::{XferRequest, XferResponse};
+use murmur_node::runtime::server::StoreServer;
+use murmur_node::runtime::spec::genesis;
+use murmur_node::runtime::startup::discover_spec;
+use murmur_node::store::{BlobKind, Store};
+use murmur_protocol::{NodeKey, PublicKey, RoundCommit, RunSpec, Signature, StateId, Ticket};
+use murmur_tests::{
+    issue_ticket, start_bootstrap_with, start_node, states_by_round, wait_until, write_node_key, RunSettings,
+};
+
+/// A peer claiming `round` at `state` (which it serves from its store),
+/// with `backing` as its evidence.
+struct Forger {
+    status: PeerStatus,
+    store: StoreServer,
+}
+
+impl ContentServer for Forger {
+    fn status(&self) -> PeerStatus {
+        self.status.clone()
+    }
+    fn serve(&self, r: &XferRequest) -> XferResponse {
+        self.store.serve(r)
+    }
+}
+
+/// Store a state of `round` that no honest node ever reached (genesis with
+/// its first parameter moved), as a real, fetchable blob; returns its id.
+fn forged_state(spec: &RunSpec, round: u64, dir: &Path) -> (Arc<Store>, StateId) {
+    let store = Arc::new(Store::open(dir).expect("store"));
+    let mut s = genesis(spec).expect("genesis");
+    s.round = round;
+    s.params[0] += 1.0;
+    let id = store.blobs.put(BlobKind::State, &s.encode()).expect("put");
+    (store, StateId(id))
+}
+
+/// Start a forging peer of the run, known to the bootstrap server (so a
+/// joiner finds it as it finds the honest trainers).
+async fn forger(
+    spec: &RunSpec,
+    boot: &Multiaddr,
+    key: NodeKey,
+    status: PeerStatus,
+    store: Arc<Store>,
+) -> NetHandle {
+    let server = Forger { status, store: StoreServer::new(store, spec.encode(), true) };
+    let mut cfg = NetConfig::new(key, spec.run_id(), Role::Trainer);
+    cfg.listen = vec!["/ip4/127.0.0.1/tcp/0".parse().expect("addr")];
+    cfg.bootstrap = vec![boot.clone()];
+    let (net, events) = net::start(cfg, Arc::new(server)).expect("net");
+    // Keep the event channel open (dropping it would stop nothing, but the
+    // swarm counts dropped events); drain it on a task.
+    tokio::spawn(async move {
+        let mut events = events;
+        while events.recv().await.is_some() {}
+    });
+    net
+}
+
+#[test]
+fn a_joiner_ignores_forged_higher_states_and_syncs_to_the_committed_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let settings = RunSettings { inner_steps: 10, batch: 4, quorum: 2, deadline: 20, seed: 44 };
+    let operator = NodeKey::from_seed([0x0c; 32]);
+    let operator_key = d.join("operator.key");
+    std::fs::write(&operator_key, operator.seed()).expect("operator key");
+    let op_hex = operator.public().to_string();
+    let (_boot, addr) =
+        start_bootstrap_with(d, &settings, &["--admission", "tickets", "--operator", op_hex.as_str()]);
+    let boot: Multiaddr = addr.parse().expect("addr");
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let spec = rt
+        .block_on(discover_spec(
+            &NodeKey::from_seed([0x77; 32]),
+            std::slice::from_ref(&boot),
+            Duration::from_secs(30),
+        ))
+        .expect("spec");
+    let run_hex = spec.run_id().to_hex();
+    let mut tickets = Vec::new();
+    for (name, seed) in [("a", [0xa2; 32]), ("b", [0xb2; 32]), ("c", [0xc2; 32])] {
+        let holder = write_node_key(d, name, seed);
+        tickets
+            .push(issue_ticket(d, &operator_key, &["--run", &run_hex], &holder, name).display().to_string());
+    }
+    let a = start_node(d, "a", &addr, &["--ticket", &tickets[0]]);
+    let b = start_node(d, "b", &addr, &["--ticket", &tickets[1]]);
+    let ctx = || format!("{}\n{}", a.tail(), b.tail());
+    wait_until("round 1 to close", Duration::from_secs(240), || a.last_round() >= Some(1), ctx);
+
+    // Two forgers: one claims round 50 with no evidence at all; one claims
+    // round 60 backed by ten commits from keys without an operator's ticket.
+    let (store1, x1) = forged_state(&spec, 50, &d.join("forger1"));
+    let (store2, x2) = forged_state(&spec, 60, &d.join("forger2"));
+    let forger_key = NodeKey::from_seed([0xf2; 32]);
+    let backing: Vec<StatusBacking> = (0..10u8)
+        .map(|i| {
+            let k = NodeKey::from_seed([0x50 + i; 32]);
+            let commit = RoundCommit {
+                run: spec.run_id(),
+                round: 59,
+                base: StateId([0; 32]),
+                included: vec![],
+                new_state: x2,
+                signer: PublicKey::default(),
+                signature: Signature::default(),
+            }
+            .sign(&k);
+            let ticket = Ticket::issue(&forger_key, spec.run_id(), k.public(), u64::MAX);
+            StatusBacking { commit: commit.encode(), ticket: Some(ticket.encode()) }
+        })
+        .collect();
+    let claim = |round: u64, state: StateId, backing: Vec<StatusBacking>| PeerStatus {
+        spec: spec.encode(),
+        round,
+        state: Some(state.0),
+        trainer: true,
+        ticket: None,
+        backing,
+    };
+    let forgers = rt.block_on(async {
+        vec![
+            forger(&spec, &boot, NodeKey::from_seed([0xf1; 32]), claim(50, x1, Vec::new()), store1).await,
+            forger(&spec, &boot, forger_key.clone(), claim(60, x2, backing), store2).await,
+        ]
+    });
+    let forger_ids: Vec<String> = forgers.iter().map(|n| n.local.to_string()).collect();
+
+    // Let the bootstrap server learn the forgers, then start the joiner: it
+    // finds the four trainers in the routing table the server gives it.
+    std::thread::sleep(Duration::from_secs(3));
+    let c = start_node(d, "c", &addr, &["--ticket", &tickets[2], "--discovery-wait", "15"]);
+    let joined = c.wait_event("joined", Duration::from_secs(120), |v| v["event"] == "joined");
+    let ctx3 = || format!("{}\n{}\n{}", a.tail(), b.tail(), c.tail());
+
+    // Both forged claims were seen and ignored.
+    for (f, round) in forger_ids.iter().zip([50u64, 60]) {
+        assert!(
+            c.events_of("ignored_claim").iter().any(|v| {
+                v["round"].as_u64() == Some(round)
+                    && v["peers"].as_array().is_some_and(|p| p.iter().any(|p| p.as_str() == Some(f)))
+            }),
+            "c did not report the forged round-{round} claim as ignored\n{}",
+            ctx3()
+        );
+    }
+    // The joiner started from the state the honest nodes committed.
+    let joined_state = joined["state_id"].as_str().unwrap_or_default().to_string();
+    let joined_round = joined["round"].as_u64().unwrap_or(0);
+    assert!(joined_round >= 2, "c did not sync to the committed state: {joined}\n{}", ctx3());
+    {
+        let synced = c.events_of("synced");
+        assert!(
+            synced.iter().any(|v| v["state_id"].as_str() == Some(&joined_state) && v["committers"].as_u64() >= Some(2)),
+            "c joined at round {joined_round} without syncing to a backed state\n{}",
+            ctx3()
+        );
+        wait_until(
+            "a to report the round c joined at",
+            Duration::from_secs(120),
+            || a.last_round() >= Some(joined_round - 1),
+            ctx3,
+        );
+        assert_eq!(
+            states_by_round(&a).get(&(joined_round - 1)),
+            Some(&joined_state),
+            "c synced to a state the honest nodes did not commit\n{}",
+            ctx3()
+        );
+    }
+    for forged in [x1, x2] {
+        let hex = forged.to_hex();
+        let took =
+            c.events().into_iter().any(|v| v["event"] != "ignored_claim" && v.to_string().contains(&hex));
+        assert!(!took, "c took a forged state\n{}", ctx3());
+    }
+    // The joiner then trains with the honest nodes, in agreement.
+    let from = a.last_round().unwrap_or(0);
+    wait_until(
+        "c to close rounds with the others",
+        Duration::from_secs(240),
+        || c.last_round() > Some(from),
+        ctx3,
+    );
+    let (sa, sc) = (states_by_round(&a), states_by_round(&c));
+    let common: Vec<_> = sc.iter().filter(|(r, _)| sa.contains_key(r)).collect();
+    assert!(!common.is_empty(), "{sa:?} {sc:?}");
+    for (r, s) in common {
+        assert_eq!(sa.get(r), Some(s), "round {r}: the joiner disagrees with the honest nodes\n{}", ctx3());
+    }
+    drop(forgers);
+}
