@@ -6,10 +6,11 @@
 //! verify, name the run, and whose signer's commits count (admitted by the
 //! policy or an unexpired ticket; in an open run with operators, only the
 //! operators), drops signers that reported two states for one round, and
-//! takes the newest round q whose leading StateId was reported by a strict
-//! majority of q's counted committers and by at least `quorum` of them — or,
-//! in an open run with operators, by a strict majority of the operators who
-//! committed (at least one). That state opens round q + 1. This is the rule
+//! takes the newest round q whose leading StateId was reported by at least
+//! half of q's counted committers (a tie goes to the smaller StateId, as in
+//! re-sync) and by at least `quorum` of them — or, in an open run with
+//! operators, by at least half of the operators who committed (at least
+//! one). That state opens round q + 1. This is the rule
 //! the round machine applies to commits while it runs (docs/protocol.md §7.4,
 //! §7.6), applied to what a joiner can see.
 
@@ -74,7 +75,7 @@ pub fn backed_state<'a>(
         else {
             continue;
         };
-        if committers.len() >= need && 2 * committers.len() > total {
+        if committers.len() >= need && 2 * committers.len() >= total {
             return Some(Backed { round: round.saturating_add(1), state, committers, total });
         }
     }
@@ -152,8 +153,12 @@ mod tests {
         let a = ticket_admission(&[1, 2, 3]);
         let commits =
             [commit(&key(1), 4, 9), commit(&key(2), 4, 9), commit(&key(2), 4, 8), commit(&key(3), 4, 8)];
-        // 2 equivocated: 1 for 9 and 1 for 8 of 2 counted — no strict majority.
-        assert_eq!(backed_state(&RUN, 1, &a, WALL * 1000, &commits), None);
+        // 2 equivocated: 1 for 9 and 1 for 8 of 2 counted — a tie, which
+        // goes to the smaller StateId (as re-sync's does); with quorum 2,
+        // nothing is backed.
+        let b = backed_state(&RUN, 1, &a, WALL * 1000, &commits).expect("backed");
+        assert_eq!((b.round, b.state, b.total), (5, StateId([8; 32]), 2));
+        assert_eq!(backed_state(&RUN, 2, &a, WALL * 1000, &commits), None);
     }
 
     #[test]

@@ -186,7 +186,7 @@ pub async fn cold_start(
                     "round": round,
                     "state_id": StateId(*state).to_hex(),
                     "peers": peers.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
-                    "why": "no strict majority of the round's admitted committers signed it",
+                    "why": "fewer than half of the round's admitted committers or fewer than the quorum signed it, or it lost a tie",
                 }),
             );
         }
