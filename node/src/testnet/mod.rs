@@ -307,7 +307,7 @@ fn drive(net: &mut Testnet) -> Result<bool> {
     let mut last_chaos: u64 = 0;
     let mut restarts: Vec<(Instant, String)> = Vec::new();
     // Seeded: a chaos run picks the same victims each time.
-    let mut rng = rand::rngs::StdRng::seed_from_u64(o.seed ^ 0x6368_616f_73);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(o.seed ^ 0x0063_6861_6f73);
     let mut finishing: Option<(u64, Instant)> = None;
     loop {
         if STOP.load(Ordering::SeqCst) {
