@@ -63,16 +63,20 @@ pub(crate) fn init_logs() {
     let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
 }
 
+/// A multi-threaded tokio runtime with every driver enabled.
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| anyhow::anyhow!("starting the async runtime: {e}"))
+}
+
 /// Run `service` on a multi-threaded tokio runtime until it ends or Ctrl-C.
 pub(crate) fn run_until_ctrl_c<E>(service: impl std::future::Future<Output = Result<(), E>>) -> Result<()>
 where
     anyhow::Error: From<E>,
 {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| anyhow::anyhow!("starting the async runtime: {e}"))?;
-    rt.block_on(async move {
+    runtime()?.block_on(async move {
         tokio::select! {
             r = service => r.map_err(anyhow::Error::from),
             _ = tokio::signal::ctrl_c() => Ok(()),
@@ -85,11 +89,7 @@ pub(crate) fn run_until_done<T, E>(task: impl std::future::Future<Output = Resul
 where
     anyhow::Error: From<E>,
 {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| anyhow::anyhow!("starting the async runtime: {e}"))?;
-    rt.block_on(task).map_err(anyhow::Error::from)
+    runtime()?.block_on(task).map_err(anyhow::Error::from)
 }
 
 pub fn run(cli: Cli) -> Result<()> {

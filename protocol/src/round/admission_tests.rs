@@ -2,17 +2,11 @@
 //! admitted when their ticket arrives, expiry, outsiders' manifests and
 //! commits refused, and operators' commits deciding in open runs.
 
+use super::tests::{drain, genesis, key, manifest, rejects, DEADLINE, N};
 use super::*;
-use crate::hash::PayloadHash;
 
-const N: u64 = 10;
-const DEADLINE: u64 = 1000;
 /// The node's wall clock (unix seconds) when its machine clock is 0.
 const WALL: u64 = 1_700_000_000;
-
-fn key(i: u8) -> NodeKey {
-    NodeKey::from_seed([i; 32])
-}
 
 fn operator() -> NodeKey {
     key(100)
@@ -33,38 +27,8 @@ fn tickets() -> AdmissionPolicy {
     AdmissionPolicy::Tickets { operators: vec![operator().public()] }
 }
 
-fn genesis() -> StateId {
-    StateId([0x11; 32])
-}
-
-fn manifest(k: &NodeKey, round: u64, base: StateId, h: u8) -> DeltaManifest {
-    DeltaManifest {
-        run: RunId([0xAA; 32]),
-        round,
-        base,
-        signer: k.public(),
-        tokens: 1000,
-        train_loss: 2.5,
-        codec: Codec::F32,
-        element_count: N,
-        payload_len: Codec::F32.payload_len(N).unwrap_or(0),
-        payload_hash: PayloadHash([h; 32]),
-        signature: Signature::default(),
-    }
-    .sign(k)
-}
-
 fn commit(k: &NodeKey, round: u64, new_state: StateId) -> RoundCommit {
-    RoundCommit {
-        run: RunId([0xAA; 32]),
-        round,
-        base: genesis(),
-        included: vec![],
-        new_state,
-        signer: k.public(),
-        signature: Signature::default(),
-    }
-    .sign(k)
+    super::tests::commit(k, round, genesis(), vec![], new_state)
 }
 
 /// A ticket for `holder` in the test run, `secs` past `WALL`.
@@ -76,20 +40,6 @@ fn machine(admission: AdmissionPolicy) -> RoundMachine {
     let mut m = RoundMachine::new(cfg(admission), key(1), 0, genesis(), 0);
     drain(&mut m);
     m
-}
-
-fn drain(m: &mut RoundMachine) -> Vec<Action> {
-    std::iter::from_fn(|| m.poll_action()).collect()
-}
-
-fn rejects(actions: &[Action]) -> Vec<(PublicKey, Rejection)> {
-    actions
-        .iter()
-        .filter_map(|a| match a {
-            Action::Reject { peer, reason } => Some((*peer, *reason)),
-            _ => None,
-        })
-        .collect()
 }
 
 fn fetches(actions: &[Action]) -> usize {

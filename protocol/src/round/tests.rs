@@ -4,10 +4,10 @@
 use super::*;
 use crate::hash::PayloadHash;
 
-const N: u64 = 10;
-const DEADLINE: u64 = 1000;
+pub(super) const N: u64 = 10;
+pub(super) const DEADLINE: u64 = 1000;
 
-fn key(i: u8) -> NodeKey {
+pub(super) fn key(i: u8) -> NodeKey {
     NodeKey::from_seed([i; 32])
 }
 
@@ -22,7 +22,7 @@ fn cfg() -> RoundConfig {
     }
 }
 
-fn genesis() -> StateId {
+pub(super) fn genesis() -> StateId {
     StateId([0x11; 32])
 }
 
@@ -30,7 +30,7 @@ fn hash(i: u8) -> PayloadHash {
     PayloadHash([i; 32])
 }
 
-fn manifest(k: &NodeKey, round: u64, base: StateId, h: u8) -> DeltaManifest {
+pub(super) fn manifest(k: &NodeKey, round: u64, base: StateId, h: u8) -> DeltaManifest {
     DeltaManifest {
         run: cfg().run,
         round,
@@ -47,7 +47,7 @@ fn manifest(k: &NodeKey, round: u64, base: StateId, h: u8) -> DeltaManifest {
     .sign(k)
 }
 
-fn commit(
+pub(super) fn commit(
     k: &NodeKey,
     round: u64,
     base: StateId,
@@ -72,7 +72,7 @@ fn machine() -> RoundMachine {
     m
 }
 
-fn drain(m: &mut RoundMachine) -> Vec<Action> {
+pub(super) fn drain(m: &mut RoundMachine) -> Vec<Action> {
     std::iter::from_fn(|| m.poll_action()).collect()
 }
 
@@ -99,7 +99,7 @@ fn aggregate_of(actions: &[Action]) -> Option<Vec<PayloadHash>> {
     })
 }
 
-fn rejects(actions: &[Action]) -> Vec<(PublicKey, Rejection)> {
+pub(super) fn rejects(actions: &[Action]) -> Vec<(PublicKey, Rejection)> {
     actions
         .iter()
         .filter_map(|a| match a {
