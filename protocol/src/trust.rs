@@ -18,6 +18,7 @@ use crate::admission::Admission;
 use crate::commit::RoundCommit;
 use crate::hash::{RunId, StateId};
 use crate::identity::PublicKey;
+use crate::round::{Vote, Votes};
 use crate::spec::AdmissionPolicy;
 use std::collections::BTreeMap;
 
@@ -46,36 +47,24 @@ pub fn backed_state<'a>(
     now: u64,
     commits: impl IntoIterator<Item = &'a RoundCommit>,
 ) -> Option<Backed> {
-    // round → signer → its state (None once it reported two).
-    let mut votes: BTreeMap<u64, BTreeMap<PublicKey, Option<StateId>>> = BTreeMap::new();
+    // One tally per round, as the round machine keeps it: a signer that
+    // reported two states for a round counts for none.
+    let mut rounds: BTreeMap<u64, Votes> = BTreeMap::new();
     for c in commits.into_iter().take(MAX_WEIGHED_COMMITS) {
         if c.run != *run || !admission.counts_commits_of(&c.signer, now) || c.verify().is_err() {
             continue;
         }
-        let v = votes.entry(c.round).or_default().entry(c.signer).or_insert(Some(c.new_state));
-        if *v != Some(c.new_state) {
-            *v = None;
-        }
+        let vote = Vote { state: c.new_state, included: Vec::new() };
+        let _ = rounds.entry(c.round).or_default().record(c.round, c.signer, vote);
     }
     let need = match admission.policy() {
         AdmissionPolicy::OpenWithOperators { .. } => 1,
         _ => quorum.max(1) as usize,
     };
-    for (round, voters) in votes.iter().rev() {
-        let mut by_state: BTreeMap<StateId, Vec<PublicKey>> = BTreeMap::new();
-        for (signer, state) in voters {
-            if let Some(s) = state {
-                by_state.entry(*s).or_default().push(*signer);
-            }
-        }
-        let total = by_state.values().map(Vec::len).sum::<usize>();
-        // The leader: most voters, ties to the smallest StateId.
-        let Some((state, committers)) =
-            by_state.into_iter().max_by(|a, b| a.1.len().cmp(&b.1.len()).then(b.0.cmp(&a.0)))
-        else {
-            continue;
-        };
-        if committers.len() >= need && 2 * committers.len() >= total {
+    for (round, votes) in rounds.iter().rev() {
+        let Some(leader) = votes.leader(*round) else { continue };
+        if leader.decides(need) {
+            let (state, committers, total) = (leader.state, leader.voters, leader.total);
             return Some(Backed { round: round.saturating_add(1), state, committers, total });
         }
     }

@@ -24,7 +24,7 @@ use crate::spec::{AdmissionPolicy, RunSpec};
 use crate::ticket::{Ticket, TicketError};
 use crate::wire::MAX_COMMIT_DELTAS;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use votes::{Vote, Votes};
+pub(crate) use votes::{Vote, Votes};
 
 /// Most live members tracked.
 pub const MAX_MEMBERS: usize = 65_536;
@@ -156,7 +156,7 @@ pub enum Action {
     Aggregate { round: u64, base: StateId, deltas: Vec<AcceptedDelta> },
     /// Gossip this (signed) commit.
     PublishCommit(RoundCommit),
-    /// Most committers hold another state: fetch `state` and continue from
+    /// At least half of the committers hold another state: fetch `state` and continue from
     /// it as the base of `round` (a `RoundOpened` follows).
     Resync { round: u64, state: StateId, peers: Vec<PublicKey> },
     /// Charge `peer` for `reason` (only reasons with a non-zero penalty).
@@ -190,10 +190,9 @@ pub struct RoundMachine {
     now: u64,
     /// Who is admitted: the policy plus the ticket holders seen.
     admission: Admission,
-    /// Training peers connected (admitted or not, at most `MAX_MEMBERS`).
+    /// Training peers connected (admitted or not, at most `MAX_MEMBERS`);
+    /// the admitted ones are the live members a round waits for.
     joined: BTreeSet<PublicKey>,
-    /// The admitted ones among them: the live members a round waits for.
-    members: BTreeSet<PublicKey>,
     entries: BTreeMap<PublicKey, Entry>,
     by_hash: BTreeMap<PayloadHash, PublicKey>,
     /// Signers excluded from the current round, and why.
@@ -220,7 +219,6 @@ impl RoundMachine {
             phase: Phase::Collecting,
             opened_at: now,
             now,
-            members: BTreeSet::new(),
             entries: BTreeMap::new(),
             by_hash: BTreeMap::new(),
             excluded: BTreeMap::new(),
@@ -245,8 +243,9 @@ impl RoundMachine {
     pub fn scores(&self) -> &Scoreboard {
         &self.scores
     }
+    /// The live members: connected training peers admitted now.
     pub fn members(&self) -> impl Iterator<Item = &PublicKey> {
-        self.members.iter()
+        self.joined.iter().filter(|p| self.admits(p))
     }
     /// Whether `key` is admitted now (by the policy or an unexpired ticket).
     pub fn admits(&self, key: &PublicKey) -> bool {
@@ -286,13 +285,9 @@ impl RoundMachine {
                 if self.joined.len() < MAX_MEMBERS {
                     self.joined.insert(peer);
                 }
-                if self.admits(&peer) && self.members.len() < MAX_MEMBERS {
-                    self.members.insert(peer);
-                }
             }
             Event::PeerLeft { peer } => {
                 self.joined.remove(&peer);
-                self.members.remove(&peer);
             }
             Event::TicketPresented { from, ticket, unix_secs } => self.on_ticket(from, &ticket, unix_secs),
             Event::TimerFired => {}
@@ -329,22 +324,18 @@ impl RoundMachine {
         self.actions.push_back(Action::RoundOpened { round, base });
     }
 
-    /// Forget ticket holders whose tickets expired; they stop being members.
+    /// Forget ticket holders whose tickets expired (they are no longer
+    /// admitted, so no longer members, either way).
     fn expire_tickets(&mut self) {
         if self.admission.next_expiry().is_some_and(|t| t <= self.now) {
             self.admission.prune(self.now);
-            let (admission, now) = (&self.admission, self.now);
-            self.members.retain(|p| admission.admits(p, now));
         }
     }
 
     fn on_ticket(&mut self, from: PublicKey, ticket: &Ticket, unix_secs: u64) {
         match self.admission.present(ticket, unix_secs, self.now) {
-            Ok(holder) => {
-                if self.joined.contains(&holder) && self.members.len() < MAX_MEMBERS {
-                    self.members.insert(holder);
-                }
-            }
+            // A holder already connected is a member from now on.
+            Ok(_) => {}
             Err(refused) => {
                 let reason = match refused {
                     TicketRefused::Ticket(TicketError::BadSignature) => Rejection::BadSignature,
@@ -551,8 +542,7 @@ impl RoundMachine {
             return;
         }
         let all_in = self
-            .members
-            .iter()
+            .members()
             .chain(std::iter::once(&self.me))
             .filter(|p| !self.excluded.contains_key(p))
             .all(|p| self.entries.get(p).is_some_and(|e| e.verified));
@@ -662,8 +652,7 @@ impl RoundMachine {
     /// partition that closed the same round apart end on one state.
     fn check_votes(&mut self, q: u64) {
         let Some(leader) = self.votes.leader(q) else { return };
-        let count = leader.voters.len();
-        if count < self.cfg.quorum as usize || 2 * count < leader.total {
+        if !leader.decides(self.cfg.quorum as usize) {
             return;
         }
         let next = q.saturating_add(1);

@@ -28,6 +28,15 @@ pub struct Leader {
     pub total: usize,
 }
 
+impl Leader {
+    /// The run's rule (docs/protocol.md §7.4, §7.6): the leader decides when
+    /// at least `need` committers and at least half of the round's counted
+    /// committers reported it (a tie already went to the smaller StateId).
+    pub fn decides(&self, need: usize) -> bool {
+        self.voters.len() >= need && 2 * self.voters.len() >= self.total
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct Votes {
     rounds: BTreeMap<u64, BTreeMap<PublicKey, Vote>>,
