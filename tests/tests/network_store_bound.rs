@@ -65,6 +65,7 @@ fn a_node_running_200_rounds_with_resyncs_keeps_its_store_bounded() {
     );
     sample(&mut max_bytes, &mut max_states, &mut max_deltas);
     let resyncs = b.events_of("resynced").len();
+    eprintln!("{resyncs} re-syncs; at most {max_states} states, {max_deltas} deltas, {max_bytes} bytes held");
     assert!(resyncs >= 3, "only {resyncs} re-syncs: the scenario did not happen\n{}", b.tail());
     // The current state, `KEPT_STATES` others, and one being written (a
     // fetch or an aggregation) while an old one is being deleted.

@@ -32,6 +32,8 @@ pub const STATE_RETRY_MAX: Duration = Duration::from_secs(10);
 
 /// One payload to fetch for the current round.
 pub struct PayloadFetch {
+    /// The round it was asked for in (the store forgets it with that round).
+    pub round: u64,
     pub hash: PayloadHash,
     pub len: u64,
     /// The peer that announced it (charged when the bytes are bad).
@@ -50,7 +52,7 @@ pub(crate) fn spawn_payload_fetch(
     tx: mpsc::UnboundedSender<Internal>,
 ) {
     tokio::spawn(async move {
-        let PayloadFetch { hash, len, from, peers, give_up } = f;
+        let PayloadFetch { round, hash, len, from, peers, give_up } = f;
         let mut fault = Some(None);
         let mut attempt = 0u64;
         while Instant::now() < give_up {
@@ -83,7 +85,7 @@ pub(crate) fn spawn_payload_fetch(
                 }
             }
         }
-        let _ = tx.send(Internal::Payload { hash, from, fault });
+        let _ = tx.send(Internal::Payload { round, hash, from, fault });
     });
 }
 

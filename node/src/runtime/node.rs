@@ -59,6 +59,7 @@ fn truncate_utf8(s: &str, max: usize) -> String {
 /// Results of work the loop started.
 pub(crate) enum Internal {
     Payload {
+        round: u64,
         hash: PayloadHash,
         from: PublicKey,
         fault: Option<Option<PayloadFault>>,
@@ -522,9 +523,12 @@ impl Node {
 
     fn on_internal(&mut self, msg: Internal) {
         match msg {
-            Internal::Payload { hash, from, fault } => match fault {
+            Internal::Payload { round, hash, from, fault } => match fault {
                 None => {
-                    self.deltas_by_round.entry(self.machine.round()).or_default().push(hash);
+                    self.deltas_by_round.entry(round).or_default().push(hash);
+                    // A fetch that outlived its round (a re-sync moved the
+                    // node on) leaves nothing behind.
+                    self.collect_old_deltas(self.machine.round());
                     self.feed(Event::PayloadVerified { payload_hash: hash })
                 }
                 Some(Some(fault)) => self.feed(Event::PayloadInvalid { payload_hash: hash, from, fault }),
@@ -724,6 +728,7 @@ impl Node {
         peers.retain(|p| seen.insert(*p));
         let deadline = Duration::from_secs(u64::from(self.spec.round_deadline_secs).max(5));
         let fetch = PayloadFetch {
+            round: self.machine.round(),
             hash: payload_hash,
             len: payload_len,
             from,
@@ -737,6 +742,12 @@ impl Node {
     /// commit or a re-sync): deltas of rounds before `round - 1` and all but
     /// the newest `KEPT_STATES` states are deleted (never the current one).
     fn collect_garbage(&mut self, round: u64, new_state: StateId) {
+        self.collect_old_deltas(round);
+        self.keep_state(new_state);
+    }
+
+    /// Delete the deltas of rounds before `round - 1`.
+    fn collect_old_deltas(&mut self, round: u64) {
         let old: Vec<u64> = self.deltas_by_round.range(..round.saturating_sub(1)).map(|(r, _)| *r).collect();
         let mut doomed = Vec::new();
         for r in old {
@@ -750,7 +761,6 @@ impl Node {
                 }
             });
         }
-        self.keep_state(new_state);
     }
 
     async fn drain(&mut self) {
