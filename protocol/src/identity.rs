@@ -18,6 +18,10 @@ pub const SIGN_ROUND_COMMIT: &[u8] = b"murmur/v1/sign/round-commit\0";
 pub const SIGN_TELEMETRY: &[u8] = b"murmur/v1/sign/telemetry\0";
 /// Signing domain of an admission Ticket.
 pub const SIGN_TICKET: &[u8] = b"murmur/v1/sign/ticket\0";
+/// Signing domain of a ShardedManifest (protocol v2).
+pub const SIGN_SHARDED_MANIFEST: &[u8] = b"murmur/v2/sign/sharded-manifest\0";
+/// Signing domain of a ShardResult (protocol v2).
+pub const SIGN_SHARD_RESULT: &[u8] = b"murmur/v2/sign/shard-result\0";
 
 /// An ed25519 public key as its 32 raw bytes. Any bytes decode; whether they
 /// are a valid key is decided when a signature is verified.

@@ -11,6 +11,7 @@ pub mod aggregate;
 pub mod assignment;
 pub mod codec;
 pub mod commit;
+pub mod committee;
 pub mod dataset;
 pub mod hash;
 pub mod identity;

@@ -36,6 +36,11 @@ pub enum MessageType {
     Telemetry = 6,
     DatasetManifest = 7,
     Ticket = 8,
+    ShardedManifest = 9,
+    ShardDelta = 10,
+    ShardResult = 11,
+    IncludedList = 12,
+    FraudProof = 13,
 }
 
 impl MessageType {
@@ -49,6 +54,11 @@ impl MessageType {
             6 => Self::Telemetry,
             7 => Self::DatasetManifest,
             8 => Self::Ticket,
+            9 => Self::ShardedManifest,
+            10 => Self::ShardDelta,
+            11 => Self::ShardResult,
+            12 => Self::IncludedList,
+            13 => Self::FraudProof,
             _ => return None,
         })
     }

@@ -6,7 +6,7 @@
 //! honest nodes given the same set of deltas produce bit-identical results
 //! on any hardware, whatever order the deltas arrived in.
 
-mod robust;
+pub(crate) mod robust;
 
 use crate::codec::MAX_ABS_VALUE;
 use crate::hash::PayloadHash;
@@ -40,6 +40,8 @@ pub enum AggregateRejection {
     HashConflict,
     #[error("its L2 norm is an outlier (more than the run's multiple of the median norm)")]
     NormOutlier,
+    #[error("the shard's L2 norm is not the one its signed manifest commits to")]
+    NormMismatch,
 }
 
 /// A rejected input.

@@ -15,7 +15,7 @@ fn median_f64(mut v: Vec<f64>) -> f64 {
 }
 
 /// L2 norm in f64, summed in index order.
-pub(super) fn l2_norm(x: &[f32]) -> f64 {
+pub(crate) fn l2_norm(x: &[f32]) -> f64 {
     x.iter()
         .fold(0f64, |acc, &v| {
             let v = f64::from(v);
@@ -45,7 +45,7 @@ fn weighted_mean_f64(values: &[&[f32]], weights: &[f64], scales: Option<&[f64]>,
 
 /// Which deltas a norm filter keeps: norm ≤ `multiple` × the median norm
 /// (the median itself always passes, so at least half are kept).
-pub(super) fn within_norm(norms: &[f64], multiple: f32) -> Vec<bool> {
+pub(crate) fn within_norm(norms: &[f64], multiple: f32) -> Vec<bool> {
     let threshold = f64::from(multiple) * median_f64(norms.to_vec());
     norms.iter().map(|&n| n <= threshold).collect()
 }

@@ -1,0 +1,176 @@
+//! Aggregating one shard (protocol v2): the one function committee members,
+//! re-checkers, fraud-proof verifiers, `murmur netsim` and the node call. It
+//! checks each input's shard norm against the signed leaf, applies the
+//! run's norm filter to the signed whole-delta norms, then runs the
+//! version-1 aggregation (`crate::aggregate`) on the shard: the same
+//! validation, the same robust modes, the same f64 sums in the same order.
+
+use super::messages::{shard_values_hash, IncludedList};
+use crate::aggregate::robust::{l2_norm, within_norm};
+use crate::aggregate::{aggregate, AggregateError, AggregateRejection, DeltaInput};
+use crate::hash::{domain_hash, PayloadHash};
+use crate::identity::PublicKey;
+use crate::spec::RobustMode;
+
+/// One trainer's shard, decoded, with what its signed manifest says.
+#[derive(Debug, Clone, Copy)]
+pub struct ShardInput<'a> {
+    pub signer: PublicKey,
+    /// The manifest's Merkle root (which delta of the signer this is).
+    pub root: [u8; 32],
+    pub tokens: u64,
+    /// The manifest's whole-delta norm.
+    pub whole_norm: f32,
+    /// The leaf's norm of this shard.
+    pub shard_norm: f32,
+    pub values: &'a [f32],
+}
+
+/// An aggregated shard and what went into it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShardAggregate {
+    pub values: Vec<f32>,
+    pub included: IncludedList,
+    pub total_tokens: u64,
+    /// `shard_values_hash(values)`, the ShardResult's `result_hash`.
+    pub result_hash: [u8; 32],
+    pub rejected: Vec<(PublicKey, AggregateRejection)>,
+}
+
+/// L2 norm of a shard's values as a leaf records it (f64 in index order, as f32).
+pub fn shard_norm(values: &[f32]) -> f32 {
+    l2_norm(values) as f32
+}
+
+fn input_id(signer: &PublicKey, root: &[u8; 32]) -> PayloadHash {
+    let mut b = [0u8; 64];
+    b[..32].copy_from_slice(&signer.0);
+    b[32..].copy_from_slice(root);
+    PayloadHash(domain_hash(super::messages::DOMAIN_INCLUDED, &b))
+}
+
+/// Aggregate shard inputs (any order; at most one per signer is kept, the
+/// first in signer order) of `expected_len` elements under `mode`.
+pub fn aggregate_shard(
+    inputs: &[ShardInput<'_>],
+    expected_len: usize,
+    mode: RobustMode,
+) -> Result<ShardAggregate, AggregateError> {
+    let mut sorted: Vec<&ShardInput<'_>> = inputs.iter().collect();
+    sorted.sort_by(|a, b| a.signer.cmp(&b.signer).then(a.root.cmp(&b.root)));
+    sorted.dedup_by(|a, b| a.signer == b.signer);
+    let mut rejected = Vec::new();
+    let mut kept: Vec<&ShardInput<'_>> = Vec::new();
+    for d in sorted {
+        let honest_norm = d.values.len() == expected_len
+            && shard_norm(d.values).to_bits() == d.shard_norm.to_bits()
+            && f64::from(d.shard_norm) <= f64::from(d.whole_norm) * (1.0 + 1e-6);
+        if honest_norm || d.values.len() != expected_len {
+            kept.push(d);
+        } else {
+            rejected.push((d.signer, AggregateRejection::NormMismatch));
+        }
+    }
+    if let RobustMode::NormFilter { multiple } = mode {
+        let norms: Vec<f64> = kept.iter().map(|d| f64::from(d.whole_norm)).collect();
+        let keep = within_norm(&norms, multiple);
+        let mut next = Vec::with_capacity(kept.len());
+        for (d, k) in kept.into_iter().zip(keep) {
+            if k {
+                next.push(d);
+            } else {
+                rejected.push((d.signer, AggregateRejection::NormOutlier));
+            }
+        }
+        kept = next;
+    }
+    let deltas: Vec<DeltaInput<'_>> = kept
+        .iter()
+        .map(|d| DeltaInput {
+            payload_hash: input_id(&d.signer, &d.root),
+            signer: d.signer,
+            tokens: d.tokens,
+            values: d.values,
+        })
+        .collect();
+    let agg = match aggregate(&deltas, expected_len, mode) {
+        Ok(a) => a,
+        Err(AggregateError::NoValidDeltas { rejected: more }) => {
+            let mut all = more;
+            all.extend(rejected.iter().map(|(signer, reason)| crate::aggregate::Rejected {
+                payload_hash: PayloadHash::default(),
+                signer: *signer,
+                reason: *reason,
+            }));
+            return Err(AggregateError::NoValidDeltas { rejected: all });
+        }
+    };
+    rejected.extend(agg.rejected.iter().map(|r| (r.signer, r.reason)));
+    rejected.sort_by(|a, b| a.0.cmp(&b.0));
+    let included = IncludedList::new(
+        kept.iter()
+            .filter(|d| agg.included.contains(&input_id(&d.signer, &d.root)))
+            .map(|d| (d.signer, d.root))
+            .collect(),
+    );
+    Ok(ShardAggregate {
+        result_hash: shard_values_hash(&agg.delta),
+        values: agg.delta,
+        included,
+        total_tokens: agg.total_tokens,
+        rejected,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input(i: u8, values: &[f32], whole: f32) -> ShardInput<'_> {
+        ShardInput {
+            signer: PublicKey([i; 32]),
+            root: [i; 32],
+            tokens: 10,
+            whole_norm: whole,
+            shard_norm: shard_norm(values),
+            values,
+        }
+    }
+
+    #[test]
+    fn same_inputs_in_any_order_give_the_same_bits() {
+        let (a, b, c) = ([1.0f32, 2.0], [0.5f32, -1.0], [0.25f32, 0.0]);
+        let x =
+            aggregate_shard(&[input(1, &a, 9.0), input(2, &b, 9.0), input(3, &c, 9.0)], 2, RobustMode::Mean)
+                .unwrap();
+        let y =
+            aggregate_shard(&[input(3, &c, 9.0), input(1, &a, 9.0), input(2, &b, 9.0)], 2, RobustMode::Mean)
+                .unwrap();
+        assert_eq!(x, y);
+        assert_eq!(x.included.len(), 3);
+        assert_eq!(x.result_hash, shard_values_hash(&x.values));
+    }
+
+    #[test]
+    fn a_shard_whose_norm_is_not_the_signed_one_is_left_out() {
+        let (a, b) = ([1.0f32, 2.0], [0.5f32, -1.0]);
+        let mut lie = input(2, &b, 9.0);
+        lie.shard_norm = 0.1;
+        let x = aggregate_shard(&[input(1, &a, 9.0), lie], 2, RobustMode::Mean).unwrap();
+        assert_eq!(x.included.entries, vec![(PublicKey([1; 32]), [1; 32])]);
+        assert_eq!(x.rejected, vec![(PublicKey([2; 32]), AggregateRejection::NormMismatch)]);
+        let over = input(3, &a, 0.5);
+        let y = aggregate_shard(&[input(1, &a, 9.0), over], 2, RobustMode::Mean).unwrap();
+        assert_eq!(y.rejected, vec![(PublicKey([3; 32]), AggregateRejection::NormMismatch)]);
+    }
+
+    #[test]
+    fn the_norm_filter_reads_the_signed_whole_norms() {
+        let v = [[0.1f32, 0.1], [0.1, 0.1], [0.1, 0.1]];
+        // The third shard looks ordinary, but its delta as a whole is huge.
+        let inputs = [input(1, &v[0], 1.0), input(2, &v[1], 1.1), input(3, &v[2], 50.0)];
+        let x = aggregate_shard(&inputs, 2, RobustMode::NormFilter { multiple: 3.0 }).unwrap();
+        assert_eq!(x.included.len(), 2);
+        assert_eq!(x.rejected, vec![(PublicKey([3; 32]), AggregateRejection::NormOutlier)]);
+    }
+}

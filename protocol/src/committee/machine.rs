@@ -1,0 +1,746 @@
+//! The protocol-v2 round machine (sans-IO, docs/protocol.md §8.3): one node's
+//! view of one committee round at a time. Events in with the caller's `now`
+//! (ms), actions out; it owns every deadline of the round (inputs, results,
+//! fallback, fraud-proof window), reads no clock and does no I/O. `murmur
+//! netsim` runs a thousand of these over a simulated network; the node runs
+//! one over libp2p.
+//!
+//! A round: train → sign a sharded manifest, send each shard to its
+//! committee → (as a member) aggregate the shard at the input deadline or
+//! once every roster member's shard is in, sign the result → pick one claim
+//! per shard (most signers, then most included, then smallest hash; a claim
+//! proven wrong never wins), fetch the aggregated shards, apply. A shard
+//! with no result by the result deadline goes to its fallback committee;
+//! one with none after that is applied as zero. Conflicting claims are
+//! re-checked by the shard's members; every node re-checks `rechecks` random
+//! shards; a recomputation that differs from a signed result is a fraud
+//! proof, gossiped and checked by every node.
+
+use super::ledger::Ledger;
+use super::merkle::{merkle_root, verify_proof, ShardLeaf};
+use super::messages::{FraudProof, IncludedList, ShardResult, ShardedManifest};
+use super::plan::CommitteePlan;
+use crate::codec::Codec;
+use crate::hash::{domain_hash, RunId, StateId};
+use crate::identity::{NodeKey, PublicKey, Signature};
+use crate::spec::RobustMode;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+/// What the machine needs from the RunSpec.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommitteeConfig {
+    pub run: RunId,
+    pub codec: Codec,
+    pub element_count: u64,
+    /// Committee size k.
+    pub k: u32,
+    pub robust: RobustMode,
+    /// From the round's opening to the input deadline (members aggregate).
+    pub input_ms: u64,
+    /// From the input deadline to the result deadline (fallbacks start).
+    pub result_ms: u64,
+    /// How long a conflict waits for a fraud proof, and a fallback committee
+    /// for its inputs, before the round goes on.
+    pub grace_ms: u64,
+    /// Random shards each node re-checks per round.
+    pub rechecks: u32,
+}
+
+/// Something that happened, reported by the driver.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CommitteeEvent {
+    /// This node trained: its delta's shards (leaves in shard order, for the
+    /// round's plan) are held locally.
+    LocalDeltaReady {
+        tokens: u64,
+        train_loss: f32,
+        norm: f32,
+        leaves: Vec<ShardLeaf>,
+    },
+    ManifestReceived(ShardedManifest),
+    /// A shard of `signer`'s delta arrived, its payload hashed into `leaf`.
+    ShardReceived {
+        signer: PublicKey,
+        shards: u32,
+        leaf: ShardLeaf,
+        proof: Vec<[u8; 32]>,
+    },
+    /// The driver aggregated a shard as asked.
+    ShardAggregated {
+        shard: u32,
+        included: IncludedList,
+        total_tokens: u64,
+        result_hash: [u8; 32],
+    },
+    /// Aggregating a shard found nothing valid.
+    ShardAggregationFailed {
+        shard: u32,
+    },
+    ResultReceived(ShardResult),
+    /// The included list of a result the machine asked for.
+    IncludedReceived {
+        result: ShardResult,
+        included: IncludedList,
+    },
+    /// An aggregated shard was fetched and hashes to `result_hash` (or
+    /// not); for shard 0 with the result's included list (the next roster).
+    AggregateFetched {
+        shard: u32,
+        result_hash: [u8; 32],
+        ok: bool,
+        included: Option<IncludedList>,
+    },
+    /// The driver recomputed `result`'s shard from its included inputs.
+    Rechecked {
+        result: ShardResult,
+        included: IncludedList,
+        matches: bool,
+    },
+    ProofReceived(FraudProof),
+    /// The outer step of the round was applied.
+    Applied {
+        round: u64,
+        new_state: StateId,
+    },
+    TimerFired,
+}
+
+/// Something the driver must do.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CommitteeAction {
+    /// Train from `base` for `round`, cut the delta by `plan`'s layout.
+    Train { round: u64, base: StateId, plan: CommitteePlan },
+    /// Gossip this signed manifest to every node.
+    PublishManifest(ShardedManifest),
+    /// Send shard `shard` of our delta, with its proof, to `to`.
+    SendShard { to: PublicKey, shard: u32, shards: u32, proof: Vec<[u8; 32]> },
+    /// Aggregate `shard` from exactly these inputs (their payloads were
+    /// received) and report `ShardAggregated` or `ShardAggregationFailed`.
+    AggregateShard { shard: u32, inputs: Vec<ShardedManifest>, leaves: Vec<ShardLeaf> },
+    /// Gossip this signed result to every node.
+    PublishResult(ShardResult),
+    /// Fetch the aggregated values of `shard` from any of `holders` (for
+    /// shard 0 also the included list of one of their results).
+    FetchAggregate { shard: u32, result_hash: [u8; 32], holders: Vec<PublicKey> },
+    /// Ask `result.signer` for the included list of `result`.
+    RequestIncluded { result: ShardResult },
+    /// Recompute `result`'s shard from the deltas in `included` (fetching
+    /// the shards not held from `holders`) and report `Rechecked`.
+    Recheck { result: ShardResult, included: IncludedList, holders: Vec<PublicKey> },
+    /// Gossip this fraud proof.
+    PublishProof(FraudProof),
+    /// Apply the round: for each shard the chosen aggregate (None: zero),
+    /// then the outer step; the new state carries `ledger`.
+    Apply { round: u64, base: StateId, shards: Vec<Option<[u8; 32]>>, ledger: Ledger },
+}
+
+/// Where a shard stands in this node's view.
+#[derive(Debug, Clone, Default)]
+struct ShardView {
+    /// Valid results by signer.
+    results: BTreeMap<PublicKey, ShardResult>,
+    /// Claims shown wrong by a recomputation (result hashes).
+    wrong: BTreeSet<[u8; 32]>,
+    chosen: Option<[u8; 32]>,
+    fetched: bool,
+    /// Whether the shard went to its fallback committee.
+    fell_back: bool,
+    zero: bool,
+}
+
+/// One node's committee round machine.
+#[derive(Debug)]
+pub struct CommitteeMachine {
+    cfg: CommitteeConfig,
+    key: NodeKey,
+    me: PublicKey,
+    round: u64,
+    base: StateId,
+    ledger: Ledger,
+    plan: CommitteePlan,
+    opened_at: u64,
+    now: u64,
+    /// Our leaves once trained (to re-send a shard to a fallback committee).
+    mine: Option<(ShardedManifest, Vec<ShardLeaf>)>,
+    manifests: BTreeMap<PublicKey, ShardedManifest>,
+    /// Shard inputs received (for the shards we aggregate): shard → signer → leaf.
+    inputs: BTreeMap<u32, BTreeMap<PublicKey, ShardLeaf>>,
+    /// Shards we aggregate (our own, and any we took over), and whether done.
+    duties: BTreeMap<u32, bool>,
+    /// When each fallback duty began.
+    duty_since: BTreeMap<u32, u64>,
+    shards: Vec<ShardView>,
+    /// Our own results' included lists (served on request).
+    our_lists: BTreeMap<u32, IncludedList>,
+    asked: BTreeSet<(PublicKey, u32)>,
+    /// Proven keys → round of the offence.
+    proven: BTreeMap<PublicKey, u64>,
+    /// The included list of shard 0's chosen result.
+    included0: Option<IncludedList>,
+    /// Shards that arrived before their manifest: signer → (leaf, proof).
+    early: BTreeMap<PublicKey, Vec<(ShardLeaf, Vec<[u8; 32]>)>>,
+    /// The ledger the pending Apply carries.
+    applying: Option<Ledger>,
+    applied: bool,
+    actions: VecDeque<CommitteeAction>,
+}
+
+fn hash_u64(parts: &[&[u8]]) -> u64 {
+    let b: Vec<u8> = parts.concat();
+    let h = domain_hash("murmur 2026-11 v2 recheck-draw", &b);
+    u64::from_le_bytes(h[..8].try_into().unwrap_or([0; 8]))
+}
+
+impl CommitteeMachine {
+    /// Start at `round` from `base` (whose ledger is `ledger`) at `now`.
+    pub fn new(
+        cfg: CommitteeConfig,
+        key: NodeKey,
+        round: u64,
+        base: StateId,
+        ledger: Ledger,
+        now: u64,
+    ) -> Self {
+        let me = key.public();
+        let plan = CommitteePlan::derive(base, round, &ledger.roster, cfg.k, cfg.element_count);
+        let mut m = Self {
+            cfg,
+            key,
+            me,
+            round,
+            base,
+            ledger,
+            plan,
+            opened_at: now,
+            now,
+            mine: None,
+            manifests: BTreeMap::new(),
+            inputs: BTreeMap::new(),
+            duties: BTreeMap::new(),
+            duty_since: BTreeMap::new(),
+            shards: Vec::new(),
+            our_lists: BTreeMap::new(),
+            asked: BTreeSet::new(),
+            proven: BTreeMap::new(),
+            included0: None,
+            early: BTreeMap::new(),
+            applying: None,
+            applied: false,
+            actions: VecDeque::new(),
+        };
+        m.open(round, base, m.ledger.clone());
+        m
+    }
+
+    pub fn round(&self) -> u64 {
+        self.round
+    }
+    pub fn base(&self) -> StateId {
+        self.base
+    }
+    pub fn plan(&self) -> &CommitteePlan {
+        &self.plan
+    }
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+    /// Keys this node holds a verified fraud proof against.
+    pub fn proven(&self) -> &BTreeMap<PublicKey, u64> {
+        &self.proven
+    }
+    /// The included list of our result for `shard`, to serve.
+    pub fn our_list(&self, shard: u32) -> Option<&IncludedList> {
+        self.our_lists.get(&shard)
+    }
+    pub fn poll_action(&mut self) -> Option<CommitteeAction> {
+        self.actions.pop_front()
+    }
+
+    fn input_deadline(&self) -> u64 {
+        self.opened_at + self.cfg.input_ms
+    }
+    fn result_deadline(&self) -> u64 {
+        self.input_deadline() + self.cfg.result_ms
+    }
+    /// Conflicted claims are decided, and fallback committees aggregate.
+    fn decide_deadline(&self) -> u64 {
+        self.result_deadline() + self.cfg.grace_ms
+    }
+    /// A shard with no result even from its fallback is applied as zero.
+    fn zero_deadline(&self) -> u64 {
+        self.decide_deadline() + self.cfg.grace_ms
+    }
+
+    /// When the driver should send `TimerFired`.
+    pub fn next_timeout(&self) -> Option<u64> {
+        if self.applied {
+            return None;
+        }
+        [self.input_deadline(), self.result_deadline(), self.decide_deadline(), self.zero_deadline()]
+            .into_iter()
+            .find(|t| *t > self.now)
+    }
+
+    fn open(&mut self, round: u64, base: StateId, ledger: Ledger) {
+        self.round = round;
+        self.base = base;
+        self.ledger = ledger;
+        self.plan =
+            CommitteePlan::derive(base, round, &self.ledger.roster, self.cfg.k, self.cfg.element_count);
+        self.opened_at = self.now;
+        self.mine = None;
+        self.manifests.clear();
+        self.inputs.clear();
+        self.duties.clear();
+        self.duty_since.clear();
+        self.shards = vec![ShardView::default(); self.plan.shards() as usize];
+        self.our_lists.clear();
+        self.asked.clear();
+        self.included0 = None;
+        self.early.clear();
+        self.applying = None;
+        self.applied = false;
+        if let Some(s) = self.plan.seat_of(&self.me) {
+            self.duties.insert(s, false);
+        }
+        self.actions.push_back(CommitteeAction::Train { round, base, plan: self.plan.clone() });
+    }
+
+    /// Feed one event at `now`.
+    pub fn handle(&mut self, now: u64, event: CommitteeEvent) {
+        self.now = self.now.max(now);
+        match event {
+            CommitteeEvent::LocalDeltaReady { tokens, train_loss, norm, leaves } => {
+                self.on_local(tokens, train_loss, norm, leaves)
+            }
+            CommitteeEvent::ManifestReceived(m) => self.on_manifest(m),
+            CommitteeEvent::ShardReceived { signer, shards, leaf, proof } => {
+                self.on_shard(signer, shards, leaf, &proof)
+            }
+            CommitteeEvent::ShardAggregated { shard, included, total_tokens, result_hash } => {
+                self.on_aggregated(shard, included, total_tokens, result_hash)
+            }
+            CommitteeEvent::ShardAggregationFailed { shard } => {
+                self.duties.insert(shard, true);
+            }
+            CommitteeEvent::ResultReceived(r) => self.on_result(r),
+            CommitteeEvent::IncludedReceived { result, included } => self.on_included(result, included),
+            CommitteeEvent::AggregateFetched { shard, result_hash, ok, included } => {
+                self.on_fetched(shard, result_hash, ok, included)
+            }
+            CommitteeEvent::Rechecked { result, included, matches } => {
+                self.on_rechecked(result, included, matches)
+            }
+            CommitteeEvent::ProofReceived(p) => self.on_proof(p),
+            CommitteeEvent::Applied { round, new_state } => {
+                if round == self.round && self.applied {
+                    let ledger = self.applying.take().unwrap_or_else(|| self.next_ledger());
+                    self.open(round + 1, new_state, ledger);
+                }
+            }
+            CommitteeEvent::TimerFired => {}
+        }
+        self.advance();
+    }
+
+    fn counts(&self, key: &PublicKey) -> bool {
+        !self.ledger.is_excluded(key) && !self.proven.contains_key(key)
+    }
+
+    fn on_local(&mut self, tokens: u64, train_loss: f32, norm: f32, leaves: Vec<ShardLeaf>) {
+        if self.mine.is_some() || leaves.len() != self.plan.shards() as usize {
+            return;
+        }
+        let m = ShardedManifest {
+            run: self.cfg.run,
+            round: self.round,
+            base: self.base,
+            signer: self.me,
+            tokens,
+            train_loss,
+            codec: self.cfg.codec,
+            element_count: self.cfg.element_count,
+            shards: self.plan.shards(),
+            norm,
+            root: merkle_root(&leaves),
+            signature: Signature([0; 64]),
+        }
+        .sign(&self.key);
+        self.actions.push_back(CommitteeAction::PublishManifest(m.clone()));
+        for s in 0..self.plan.shards() {
+            self.send_shard(s, s, &leaves);
+        }
+        self.manifests.insert(self.me, m.clone());
+        self.mine = Some((m, leaves));
+    }
+
+    /// Send our shard `s` to the committee of shard `to_committee`.
+    fn send_shard(&mut self, s: u32, to_committee: u32, leaves: &[ShardLeaf]) {
+        let proof = super::merkle::merkle_proof(leaves, s as usize);
+        let members: Vec<PublicKey> = self.plan.committee(to_committee).to_vec();
+        for to in members {
+            if to == self.me {
+                let leaf = leaves[s as usize];
+                self.inputs.entry(s).or_default().insert(self.me, leaf);
+            } else {
+                self.actions.push_back(CommitteeAction::SendShard {
+                    to,
+                    shard: s,
+                    shards: self.plan.shards(),
+                    proof: proof.clone(),
+                });
+            }
+        }
+    }
+
+    fn on_manifest(&mut self, m: ShardedManifest) {
+        if m.run != self.cfg.run || m.round != self.round || m.base != self.base || !self.counts(&m.signer) {
+            return;
+        }
+        if m.shards != self.plan.shards()
+            || m.element_count != self.cfg.element_count
+            || m.codec != self.cfg.codec
+        {
+            return;
+        }
+        if m.verify().is_err() {
+            return;
+        }
+        if let Some(old) = self.manifests.get(&m.signer) {
+            if old.signed_bytes() != m.signed_bytes() {
+                let proof = FraudProof::TwoManifests { a: old.clone(), b: m };
+                self.prove(proof);
+            }
+            return;
+        }
+        let signer = m.signer;
+        let shards = m.shards;
+        self.manifests.insert(signer, m);
+        // Shards that arrived before the manifest are checked now.
+        for (leaf, proof) in self.early.remove(&signer).unwrap_or_default() {
+            self.on_shard(signer, shards, leaf, &proof);
+        }
+    }
+
+    fn on_shard(&mut self, signer: PublicKey, shards: u32, leaf: ShardLeaf, proof: &[[u8; 32]]) {
+        if !self.duties.contains_key(&leaf.shard) || !self.counts(&signer) || shards != self.plan.shards() {
+            return;
+        }
+        // Without the manifest the proof cannot be checked yet: kept (a few
+        // per signer) until it comes.
+        let Some(m) = self.manifests.get(&signer) else {
+            if self.early.len() < 4 * self.ledger.roster.len().max(64) {
+                let e = self.early.entry(signer).or_default();
+                if e.len() < 4 {
+                    e.push((leaf, proof.to_vec()));
+                }
+            }
+            return;
+        };
+        if !verify_proof(&m.root, m.shards, &leaf, proof) {
+            return;
+        }
+        if self.duties.get(&leaf.shard) == Some(&true) {
+            return;
+        }
+        self.inputs.entry(leaf.shard).or_default().insert(signer, leaf);
+    }
+
+    fn aggregate(&mut self, shard: u32) {
+        let got = self.inputs.get(&shard).cloned().unwrap_or_default();
+        let mut inputs = Vec::new();
+        let mut leaves = Vec::new();
+        for (signer, leaf) in got {
+            if let Some(m) = self.manifests.get(&signer).filter(|_| self.counts(&signer)) {
+                inputs.push(m.clone());
+                leaves.push(leaf);
+            }
+        }
+        self.duties.insert(shard, true);
+        if inputs.is_empty() {
+            return;
+        }
+        self.actions.push_back(CommitteeAction::AggregateShard { shard, inputs, leaves });
+    }
+
+    fn on_aggregated(
+        &mut self,
+        shard: u32,
+        included: IncludedList,
+        total_tokens: u64,
+        result_hash: [u8; 32],
+    ) {
+        if included.is_empty() {
+            return;
+        }
+        let r = ShardResult {
+            run: self.cfg.run,
+            round: self.round,
+            base: self.base,
+            shard,
+            included_count: included.len() as u32,
+            included_root: included.root(),
+            total_tokens,
+            result_hash,
+            signer: self.me,
+            signature: Signature([0; 64]),
+        }
+        .sign(&self.key);
+        self.our_lists.insert(shard, included);
+        self.actions.push_back(CommitteeAction::PublishResult(r.clone()));
+        self.on_result(r);
+    }
+
+    /// Whether `key` may sign a result for `shard` now.
+    fn may_aggregate(&self, shard: u32, key: &PublicKey) -> bool {
+        self.plan.is_member(shard, key)
+            || (self.shards.get(shard as usize).is_some_and(|v| v.fell_back)
+                && self.plan.fallback(shard).is_some_and(|f| self.plan.is_member(f, key)))
+    }
+
+    fn on_result(&mut self, r: ShardResult) {
+        let s = r.shard as usize;
+        if r.run != self.cfg.run || r.round != self.round || r.base != self.base || s >= self.shards.len() {
+            return;
+        }
+        if !self.counts(&r.signer) || !self.may_aggregate(r.shard, &r.signer) || r.verify().is_err() {
+            return;
+        }
+        if let Some(old) = self.shards[s].results.get(&r.signer) {
+            if old != &r {
+                let proof = FraudProof::TwoResults { a: old.clone(), b: r };
+                self.prove(proof);
+            }
+            return;
+        }
+        self.shards[s].results.insert(r.signer, r.clone());
+        // Members re-check every claim but their own on their shard; other
+        // nodes re-check their random draw.
+        let ours = self.shards[s].results.get(&self.me).map(ShardResult::claim);
+        let conflict = ours.is_some_and(|c| c != r.claim());
+        if (conflict || self.drawn(r.shard)) && r.signer != self.me && self.asked.insert((r.signer, r.shard))
+        {
+            self.actions.push_back(CommitteeAction::RequestIncluded { result: r.clone() });
+        }
+        // A member whose result came after the others' re-checks them now.
+        if r.signer == self.me {
+            let others: Vec<ShardResult> =
+                self.shards[s].results.values().filter(|o| o.claim() != r.claim()).cloned().collect();
+            for o in others {
+                if self.asked.insert((o.signer, o.shard)) {
+                    self.actions.push_back(CommitteeAction::RequestIncluded { result: o });
+                }
+            }
+        }
+    }
+
+    /// Whether this node re-checks `shard` this round (its random draw).
+    fn drawn(&self, shard: u32) -> bool {
+        let n = u64::from(self.plan.shards());
+        (0..self.cfg.rechecks).any(|i| {
+            hash_u64(&[&self.me.0, &self.round.to_le_bytes(), &i.to_le_bytes()]) % n == u64::from(shard)
+        }) && self.plan.seat_of(&self.me) != Some(shard)
+    }
+
+    fn on_included(&mut self, result: ShardResult, included: IncludedList) {
+        if result.round != self.round || included.root() != result.included_root {
+            return;
+        }
+        let mut holders: Vec<PublicKey> = self.plan.committee(result.shard).to_vec();
+        if let Some(f) = self.plan.fallback(result.shard) {
+            holders.extend_from_slice(self.plan.committee(f));
+        }
+        self.actions.push_back(CommitteeAction::Recheck { result, included, holders });
+    }
+
+    fn on_rechecked(&mut self, result: ShardResult, included: IncludedList, matches: bool) {
+        let s = result.shard as usize;
+        if s < self.shards.len() && result.round == self.round && !matches {
+            self.shards[s].wrong.insert(result.result_hash);
+        }
+        if !matches && !self.proven.contains_key(&result.signer) {
+            let round = result.round;
+            let accused = result.signer;
+            self.actions
+                .push_back(CommitteeAction::PublishProof(FraudProof::WrongResult { result, included }));
+            self.proven.insert(accused, round);
+        }
+    }
+
+    fn prove(&mut self, proof: FraudProof) {
+        let (who, round) = (proof.accused(), proof.round());
+        if self.proven.insert(who, round).is_none() {
+            self.actions.push_back(CommitteeAction::PublishProof(proof));
+        }
+    }
+
+    fn on_proof(&mut self, p: FraudProof) {
+        if self.proven.contains_key(&p.accused())
+            || self.ledger.is_excluded(&p.accused())
+            || p.check().is_err()
+        {
+            return;
+        }
+        match p {
+            FraudProof::WrongResult { result, included } => {
+                let mut holders: Vec<PublicKey> = self.plan.committee(result.shard).to_vec();
+                if let Some(f) = self.plan.fallback(result.shard) {
+                    holders.extend_from_slice(self.plan.committee(f));
+                }
+                if result.round == self.round {
+                    self.actions.push_back(CommitteeAction::Recheck { result, included, holders });
+                } else {
+                    // Inputs of past rounds may be gone: only this round's
+                    // wrong results are re-verified (proofs travel within
+                    // the round).
+                }
+            }
+            p => self.prove(p),
+        }
+    }
+
+    fn on_fetched(&mut self, shard: u32, result_hash: [u8; 32], ok: bool, included: Option<IncludedList>) {
+        let Some(v) = self.shards.get(shard as usize) else { return };
+        if v.chosen != Some(result_hash) {
+            return;
+        }
+        let root = v.results.values().find(|r| r.result_hash == result_hash).map(|r| r.included_root);
+        let list_ok = shard != 0 || included.as_ref().is_some_and(|l| Some(l.root()) == root);
+        let ok = ok && list_ok;
+        if shard == 0 && ok {
+            self.included0 = included;
+        }
+        let v = &mut self.shards[shard as usize];
+        if ok {
+            v.fetched = true;
+        } else {
+            // Nobody serves the claimed values: treat the claim as wrong.
+            v.wrong.insert(result_hash);
+            v.chosen = None;
+        }
+    }
+
+    /// The winning claim of a shard among valid, unrefuted results.
+    fn best_claim(&self, s: usize) -> Option<([u8; 32], Vec<PublicKey>)> {
+        let v = &self.shards[s];
+        let mut claims: BTreeMap<([u8; 32], [u8; 32], u32), Vec<PublicKey>> = BTreeMap::new();
+        for r in v.results.values() {
+            if self.counts(&r.signer) && !v.wrong.contains(&r.result_hash) {
+                claims.entry(r.claim()).or_default().push(r.signer);
+            }
+        }
+        claims
+            .into_iter()
+            .max_by(|a, b| (a.1.len(), a.0 .2).cmp(&(b.1.len(), b.0 .2)).then(b.0 .0.cmp(&a.0 .0)))
+            .map(|(c, signers)| (c.0, signers))
+    }
+
+    fn conflicted(&self, s: usize) -> bool {
+        let v = &self.shards[s];
+        let claims: BTreeSet<_> = v
+            .results
+            .values()
+            .filter(|r| self.counts(&r.signer) && !v.wrong.contains(&r.result_hash))
+            .map(ShardResult::claim)
+            .collect();
+        claims.len() > 1
+    }
+
+    fn all_members_in(&self, s: usize) -> bool {
+        let v = &self.shards[s];
+        let c = self.plan.committee(s as u32);
+        !c.is_empty() && c.iter().filter(|k| self.counts(k)).all(|k| v.results.contains_key(k))
+    }
+
+    fn advance(&mut self) {
+        if self.applied {
+            return;
+        }
+        let now = self.now;
+        // Duties: aggregate at the input deadline, or when every roster
+        // member's shard is in.
+        let duties: Vec<(u32, bool)> = self.duties.iter().map(|(s, d)| (*s, *d)).collect();
+        for (s, done) in duties {
+            if done {
+                continue;
+            }
+            let due = match self.duty_since.get(&s) {
+                None => now >= self.input_deadline(),
+                Some(_) => now >= self.decide_deadline(),
+            };
+            let all_in = self.inputs.get(&s).map_or(0, |m| m.len()) >= self.ledger.roster.len()
+                && !self.ledger.roster.is_empty();
+            if due || all_in {
+                self.aggregate(s);
+            }
+        }
+        // Pick claims.
+        for s in 0..self.shards.len() {
+            if self.shards[s].chosen.is_some() || self.shards[s].zero {
+                continue;
+            }
+            let has = self.best_claim(s).is_some();
+            let ready = if !has {
+                false
+            } else if self.conflicted(s) {
+                now >= self.decide_deadline()
+            } else {
+                self.all_members_in(s) || now >= self.result_deadline()
+            };
+            if ready {
+                if let Some((hash, signers)) = self.best_claim(s) {
+                    self.shards[s].chosen = Some(hash);
+                    self.actions.push_back(CommitteeAction::FetchAggregate {
+                        shard: s as u32,
+                        result_hash: hash,
+                        holders: signers,
+                    });
+                }
+            } else if !has && now >= self.result_deadline() && !self.shards[s].fell_back {
+                self.fall_back(s as u32);
+            } else if !has && self.shards[s].fell_back && now >= self.zero_deadline() {
+                self.shards[s].zero = true;
+            }
+        }
+        if self.shards.iter().all(|v| v.zero || v.fetched) {
+            self.applied = true;
+            let shards = self.shards.iter().map(|v| if v.zero { None } else { v.chosen }).collect();
+            let ledger = self.next_ledger();
+            self.applying = Some(ledger.clone());
+            self.actions.push_back(CommitteeAction::Apply {
+                round: self.round,
+                base: self.base,
+                shards,
+                ledger,
+            });
+        }
+    }
+
+    /// Shard `s` got no result: its fallback committee takes it (trainers
+    /// re-send it there); with no fallback it is applied as zero.
+    fn fall_back(&mut self, s: u32) {
+        let Some(f) = self.plan.fallback(s) else {
+            self.shards[s as usize].zero = true;
+            return;
+        };
+        self.shards[s as usize].fell_back = true;
+        if self.plan.is_member(f, &self.me) {
+            self.duties.insert(s, false);
+            self.duty_since.insert(s, self.now);
+        }
+        if let Some((_, leaves)) = self.mine.clone() {
+            self.send_shard(s, f, &leaves);
+        }
+    }
+
+    fn next_ledger(&self) -> Ledger {
+        let shard0 = self.shards.first().and_then(|v| {
+            let hash = v.chosen?;
+            let r = v.results.values().find(|r| r.result_hash == hash)?;
+            self.included0.clone().filter(|l| l.root() == r.included_root)
+        });
+        let proven: BTreeMap<PublicKey, u64> =
+            self.proven.iter().filter(|(_, r)| **r < self.round).map(|(k, r)| (*k, *r)).collect();
+        self.ledger.next(shard0.as_ref(), &proven)
+    }
+}

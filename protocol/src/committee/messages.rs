@@ -1,0 +1,418 @@
+//! The protocol-v2 messages (docs/protocol.md §8): the sharded manifest a
+//! trainer signs, the shard of a delta sent to a committee member, the shard
+//! result a member signs, the included list a result commits to, and the
+//! fraud proof anyone can check. Every decoder bounds what it allocates.
+
+use super::merkle::{ShardLeaf, MAX_PROOF_LEN};
+use super::plan::MAX_SHARDS;
+use crate::codec::Codec;
+use crate::hash::{domain_hash, payload_hash_of, RunId, StateId};
+use crate::identity::{self, NodeKey, PublicKey, Signature, SignatureError};
+use crate::identity::{SIGN_SHARDED_MANIFEST, SIGN_SHARD_RESULT};
+use crate::wire::{MessageType, Reader, WireError, Writer, MAX_ELEMENTS};
+
+/// Domain of an IncludedList's hash (a ShardResult's `included_root`).
+pub const DOMAIN_INCLUDED: &str = "murmur 2026-11 v2 included-list";
+/// Domain of the hash of an aggregated shard's values.
+pub const DOMAIN_SHARD_VALUES: &str = "murmur 2026-11 v2 shard-values";
+/// Most entries in an IncludedList (and trainers a shard aggregates).
+pub const MAX_INCLUDED: usize = 65_536;
+/// Largest shard payload a ShardDelta may carry (1 GiB).
+pub const MAX_SHARD_PAYLOAD: usize = 1 << 30;
+
+fn nested(w: &mut Writer, bytes: &[u8]) {
+    w.u32(bytes.len() as u32);
+    w.bytes(bytes);
+}
+
+fn read_nested<'a>(r: &mut Reader<'a>, field: &'static str, cap: usize) -> Result<&'a [u8], WireError> {
+    let n = r.count(field, cap, 1)?;
+    r.take(n)
+}
+
+/// "In `round` of `run` I trained `tokens` tokens from `base`; my delta, cut
+/// into `shards` shards, has L2 norm `norm`, and its shards are the leaves
+/// under `root`."
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShardedManifest {
+    pub run: RunId,
+    pub round: u64,
+    pub base: StateId,
+    pub signer: PublicKey,
+    pub tokens: u64,
+    pub train_loss: f32,
+    pub codec: Codec,
+    pub element_count: u64,
+    pub shards: u32,
+    /// L2 norm of the whole decoded delta (f64 sums, as f32).
+    pub norm: f32,
+    pub root: [u8; 32],
+    pub signature: Signature,
+}
+
+impl ShardedManifest {
+    pub fn signed_bytes(&self) -> Vec<u8> {
+        let mut w = Writer::message(MessageType::ShardedManifest);
+        w.bytes(&self.run.0);
+        w.u64(self.round);
+        w.bytes(&self.base.0);
+        w.bytes(&self.signer.0);
+        w.u64(self.tokens);
+        w.f32(self.train_loss);
+        self.codec.write(&mut w);
+        w.u64(self.element_count);
+        w.u32(self.shards);
+        w.f32(self.norm);
+        w.bytes(&self.root);
+        w.finish()
+    }
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = self.signed_bytes();
+        b.extend_from_slice(&self.signature.0);
+        b
+    }
+    pub fn decode(bytes: &[u8]) -> Result<Self, WireError> {
+        let mut r = Reader::message(bytes, MessageType::ShardedManifest)?;
+        let m = Self {
+            run: RunId(r.array()?),
+            round: r.u64()?,
+            base: StateId(r.array()?),
+            signer: PublicKey(r.array()?),
+            tokens: r.u64()?,
+            train_loss: r.f32("train_loss")?,
+            codec: Codec::read(&mut r)?,
+            element_count: r.u64()?,
+            shards: r.u32()?,
+            norm: r.f32("norm")?,
+            root: r.array()?,
+            signature: Signature(r.array()?),
+        };
+        r.finish()?;
+        if m.element_count == 0 || m.element_count > MAX_ELEMENTS {
+            return Err(WireError::Invalid { field: "element_count", why: "must be in 1..=2^31" });
+        }
+        if m.shards == 0 || m.shards > MAX_SHARDS || u64::from(m.shards) > m.element_count {
+            return Err(WireError::Invalid {
+                field: "shards",
+                why: "must be in 1..=65536 and at most element_count",
+            });
+        }
+        if m.norm < 0.0 {
+            return Err(WireError::Invalid { field: "norm", why: "must not be negative" });
+        }
+        Ok(m)
+    }
+    pub fn sign(mut self, key: &NodeKey) -> Self {
+        self.signer = key.public();
+        self.signature = key.sign(SIGN_SHARDED_MANIFEST, &self.signed_bytes());
+        self
+    }
+    pub fn verify(&self) -> Result<(), SignatureError> {
+        identity::verify(&self.signer, SIGN_SHARDED_MANIFEST, &self.signed_bytes(), &self.signature)
+    }
+}
+
+/// One shard of a trainer's delta, sent to a member of that shard's
+/// committee. Not signed: the Merkle proof ties it to the signed manifest.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShardDelta {
+    pub run: RunId,
+    pub round: u64,
+    pub signer: PublicKey,
+    pub shard: u32,
+    /// The manifest's shard count (the tree's leaf count).
+    pub shards: u32,
+    pub norm: f32,
+    pub proof: Vec<[u8; 32]>,
+    /// The shard's values encoded with the run's codec.
+    pub payload: Vec<u8>,
+}
+
+impl ShardDelta {
+    pub fn leaf(&self) -> ShardLeaf {
+        ShardLeaf {
+            shard: self.shard,
+            payload_hash: payload_hash_of(&self.payload),
+            payload_len: self.payload.len() as u64,
+            norm: self.norm,
+        }
+    }
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::message(MessageType::ShardDelta);
+        w.bytes(&self.run.0);
+        w.u64(self.round);
+        w.bytes(&self.signer.0);
+        w.u32(self.shard);
+        w.u32(self.shards);
+        w.f32(self.norm);
+        w.u32(self.proof.len() as u32);
+        for h in &self.proof {
+            w.bytes(h);
+        }
+        nested(&mut w, &self.payload);
+        w.finish()
+    }
+    pub fn decode(bytes: &[u8]) -> Result<Self, WireError> {
+        let mut r = Reader::message(bytes, MessageType::ShardDelta)?;
+        let (run, round, signer) = (RunId(r.array()?), r.u64()?, PublicKey(r.array()?));
+        let (shard, shards, norm) = (r.u32()?, r.u32()?, r.f32("norm")?);
+        let n = r.count("proof", MAX_PROOF_LEN, 32)?;
+        let mut proof = Vec::with_capacity(n);
+        for _ in 0..n {
+            proof.push(r.array()?);
+        }
+        let payload = read_nested(&mut r, "payload", MAX_SHARD_PAYLOAD)?.to_vec();
+        r.finish()?;
+        if shards == 0 || shards > MAX_SHARDS || shard >= shards {
+            return Err(WireError::Invalid {
+                field: "shard",
+                why: "must be below shards, itself in 1..=65536",
+            });
+        }
+        Ok(Self { run, round, signer, shard, shards, norm, proof, payload })
+    }
+}
+
+/// The hash a ShardResult names for an aggregated shard's values (their
+/// little-endian f32 bytes).
+pub fn shard_values_hash(values: &[f32]) -> [u8; 32] {
+    let mut h = blake3::Hasher::new_derive_key(DOMAIN_SHARD_VALUES);
+    for v in values {
+        h.update(&v.to_le_bytes());
+    }
+    *h.finalize().as_bytes()
+}
+
+/// "In `round` of `run`, from `base`, I aggregated shard `shard` from the
+/// `included_count` deltas listed under `included_root` and got the values
+/// hashing to `result_hash`."
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardResult {
+    pub run: RunId,
+    pub round: u64,
+    pub base: StateId,
+    pub shard: u32,
+    pub included_count: u32,
+    pub included_root: [u8; 32],
+    pub total_tokens: u64,
+    pub result_hash: [u8; 32],
+    pub signer: PublicKey,
+    pub signature: Signature,
+}
+
+/// Encoded size of a ShardResult.
+pub const SHARD_RESULT_BYTES: usize = 2 + 32 + 8 + 32 + 4 + 4 + 32 + 8 + 32 + 32 + 64;
+
+impl ShardResult {
+    pub fn signed_bytes(&self) -> Vec<u8> {
+        let mut w = Writer::message(MessageType::ShardResult);
+        w.bytes(&self.run.0);
+        w.u64(self.round);
+        w.bytes(&self.base.0);
+        w.u32(self.shard);
+        w.u32(self.included_count);
+        w.bytes(&self.included_root);
+        w.u64(self.total_tokens);
+        w.bytes(&self.result_hash);
+        w.bytes(&self.signer.0);
+        w.finish()
+    }
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = self.signed_bytes();
+        b.extend_from_slice(&self.signature.0);
+        b
+    }
+    pub fn decode(bytes: &[u8]) -> Result<Self, WireError> {
+        let mut r = Reader::message(bytes, MessageType::ShardResult)?;
+        let m = Self {
+            run: RunId(r.array()?),
+            round: r.u64()?,
+            base: StateId(r.array()?),
+            shard: r.u32()?,
+            included_count: r.u32()?,
+            included_root: r.array()?,
+            total_tokens: r.u64()?,
+            result_hash: r.array()?,
+            signer: PublicKey(r.array()?),
+            signature: Signature(r.array()?),
+        };
+        r.finish()?;
+        if m.shard >= MAX_SHARDS || m.included_count == 0 || m.included_count as usize > MAX_INCLUDED {
+            return Err(WireError::Invalid {
+                field: "included_count",
+                why: "must be in 1..=65536 (shard < 65536)",
+            });
+        }
+        Ok(m)
+    }
+    pub fn sign(mut self, key: &NodeKey) -> Self {
+        self.signer = key.public();
+        self.signature = key.sign(SIGN_SHARD_RESULT, &self.signed_bytes());
+        self
+    }
+    pub fn verify(&self) -> Result<(), SignatureError> {
+        identity::verify(&self.signer, SIGN_SHARD_RESULT, &self.signed_bytes(), &self.signature)
+    }
+    /// What two results must share to be the same claim.
+    pub fn claim(&self) -> ([u8; 32], [u8; 32], u32) {
+        (self.result_hash, self.included_root, self.included_count)
+    }
+}
+
+/// The deltas a shard result aggregated: (signer, manifest root) pairs,
+/// strictly increasing by signer. Served on request by the result's signer.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct IncludedList {
+    pub entries: Vec<(PublicKey, [u8; 32])>,
+}
+
+impl IncludedList {
+    /// From pairs in any order (the last pair of a repeated signer is kept).
+    pub fn new(mut entries: Vec<(PublicKey, [u8; 32])>) -> Self {
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        entries.dedup_by(|later, earlier| {
+            let same = later.0 == earlier.0;
+            if same {
+                *earlier = *later;
+            }
+            same
+        });
+        Self { entries }
+    }
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::message(MessageType::IncludedList);
+        w.u32(self.entries.len() as u32);
+        for (k, root) in &self.entries {
+            w.bytes(&k.0);
+            w.bytes(root);
+        }
+        w.finish()
+    }
+    pub fn decode(bytes: &[u8]) -> Result<Self, WireError> {
+        let mut r = Reader::message(bytes, MessageType::IncludedList)?;
+        let n = r.count("entries", MAX_INCLUDED, 64)?;
+        let mut entries = Vec::with_capacity(n);
+        for _ in 0..n {
+            entries.push((PublicKey(r.array()?), r.array()?));
+        }
+        r.finish()?;
+        if entries.windows(2).any(|p| p[0].0 >= p[1].0) {
+            return Err(WireError::Invalid { field: "entries", why: "signers must strictly increase" });
+        }
+        Ok(Self { entries })
+    }
+    /// The `included_root` a ShardResult names for this list.
+    pub fn root(&self) -> [u8; 32] {
+        domain_hash(DOMAIN_INCLUDED, &self.encode())
+    }
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// Evidence against one key (docs/protocol.md §8.4). Unsigned: the evidence
+/// carries its own signatures. The two equivocation kinds are checked by
+/// [`FraudProof::check`] alone; a wrong result needs the shard recomputed
+/// from the listed inputs.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FraudProof {
+    /// The result does not match a recomputation from the included deltas.
+    WrongResult { result: ShardResult, included: IncludedList },
+    /// Two different manifests signed by one key for one round.
+    TwoManifests { a: ShardedManifest, b: ShardedManifest },
+    /// Two different results signed by one key for one (round, shard).
+    TwoResults { a: ShardResult, b: ShardResult },
+}
+
+/// Why a fraud proof does not hold on its face.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ProofRefused {
+    #[error("a signature in the evidence does not verify")]
+    BadSignature,
+    #[error("the two signed messages are not from one key for one round (and shard)")]
+    NotComparable,
+    #[error("the two signed messages are the same claim")]
+    NoConflict,
+    #[error("the included list does not hash to the result's included_root or count")]
+    ListMismatch,
+}
+
+impl FraudProof {
+    pub fn accused(&self) -> PublicKey {
+        match self {
+            Self::WrongResult { result, .. } => result.signer,
+            Self::TwoManifests { a, .. } => a.signer,
+            Self::TwoResults { a, .. } => a.signer,
+        }
+    }
+    /// The round of the accused's offence.
+    pub fn round(&self) -> u64 {
+        match self {
+            Self::WrongResult { result, .. } => result.round,
+            Self::TwoManifests { a, .. } => a.round,
+            Self::TwoResults { a, .. } => a.round,
+        }
+    }
+    /// Check signatures and consistency. Ok for an equivocation means proven;
+    /// for `WrongResult` it means the shard must now be recomputed.
+    pub fn check(&self) -> Result<(), ProofRefused> {
+        match self {
+            Self::WrongResult { result, included } => {
+                result.verify().map_err(|_| ProofRefused::BadSignature)?;
+                if included.root() != result.included_root || included.len() != result.included_count as usize
+                {
+                    return Err(ProofRefused::ListMismatch);
+                }
+                Ok(())
+            }
+            Self::TwoManifests { a, b } => {
+                a.verify().and(b.verify()).map_err(|_| ProofRefused::BadSignature)?;
+                if a.signer != b.signer || a.run != b.run || a.round != b.round {
+                    return Err(ProofRefused::NotComparable);
+                }
+                if a.signed_bytes() == b.signed_bytes() {
+                    return Err(ProofRefused::NoConflict);
+                }
+                Ok(())
+            }
+            Self::TwoResults { a, b } => {
+                a.verify().and(b.verify()).map_err(|_| ProofRefused::BadSignature)?;
+                if a.signer != b.signer || a.run != b.run || a.round != b.round || a.shard != b.shard {
+                    return Err(ProofRefused::NotComparable);
+                }
+                if a.claim() == b.claim() && a.base == b.base && a.total_tokens == b.total_tokens {
+                    return Err(ProofRefused::NoConflict);
+                }
+                Ok(())
+            }
+        }
+    }
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::message(MessageType::FraudProof);
+        let (tag, x, y) = match self {
+            Self::WrongResult { result, included } => (0, result.encode(), included.encode()),
+            Self::TwoManifests { a, b } => (1, a.encode(), b.encode()),
+            Self::TwoResults { a, b } => (2, a.encode(), b.encode()),
+        };
+        w.u8(tag);
+        nested(&mut w, &x);
+        nested(&mut w, &y);
+        w.finish()
+    }
+    pub fn decode(bytes: &[u8]) -> Result<Self, WireError> {
+        let mut r = Reader::message(bytes, MessageType::FraudProof)?;
+        let tag = r.u8()?;
+        let cap = 8 + MAX_INCLUDED * 64;
+        let (x, y) = (read_nested(&mut r, "first", cap)?, read_nested(&mut r, "second", cap)?);
+        r.finish()?;
+        Ok(match tag {
+            0 => Self::WrongResult { result: ShardResult::decode(x)?, included: IncludedList::decode(y)? },
+            1 => Self::TwoManifests { a: ShardedManifest::decode(x)?, b: ShardedManifest::decode(y)? },
+            2 => Self::TwoResults { a: ShardResult::decode(x)?, b: ShardResult::decode(y)? },
+            tag => return Err(WireError::BadTag { field: "fraud proof kind", tag }),
+        })
+    }
+}

@@ -1,0 +1,20 @@
+//! Protocol v2: committees (docs/protocol.md §8, DESIGN §7.3). The parameter
+//! vector is cut into shards; each round a committee of roster members per
+//! shard aggregates that shard from every trainer's delta and signs the
+//! result; every node fetches the aggregated shards and applies the outer
+//! step itself. One honest member per committee suffices: a wrong result is
+//! a fraud proof anyone can check by recomputing one shard.
+
+pub mod aggregate;
+pub mod ledger;
+pub mod machine;
+pub mod merkle;
+pub mod messages;
+pub mod plan;
+
+pub use aggregate::{aggregate_shard, shard_norm, ShardAggregate, ShardInput};
+pub use ledger::Ledger;
+pub use machine::{CommitteeAction, CommitteeConfig, CommitteeEvent, CommitteeMachine};
+pub use merkle::{merkle_proof, merkle_root, verify_proof, ShardLeaf};
+pub use messages::{FraudProof, IncludedList, ProofRefused, ShardDelta, ShardResult, ShardedManifest};
+pub use plan::{CommitteePlan, ShardLayout};
