@@ -7,6 +7,7 @@ pub mod data;
 pub mod device;
 pub mod devices;
 pub mod model_io;
+pub mod netsim;
 pub mod node;
 pub mod sim;
 pub mod testnet;
@@ -44,6 +45,8 @@ pub enum Command {
     Devices(devices::DevicesArgs),
     /// Simulate N workers training together (DiLoCo or data parallel) in one process.
     Sim(sim::SimArgs),
+    /// Simulate a protocol-v2 network of N nodes (committees) in virtual time.
+    Netsim(netsim::NetsimArgs),
     /// Watch a run and serve a live web page of it (trains nothing).
     Dashboard(dashboard::DashboardArgs),
     /// Run a local network on this machine: a bootstrap server, N nodes and the dashboard.
@@ -102,6 +105,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Bench(c) => bench::run(c),
         Command::Devices(a) => devices::run(a),
         Command::Sim(a) => sim::run(a),
+        Command::Netsim(a) => netsim::run(a),
         Command::Dashboard(a) => dashboard::run(a),
         Command::Testnet(a) => testnet::run(a),
         Command::Data(c) => data::run(c),

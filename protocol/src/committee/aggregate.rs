@@ -106,7 +106,7 @@ pub fn aggregate_shard(
         }
     };
     rejected.extend(agg.rejected.iter().map(|r| (r.signer, r.reason)));
-    rejected.sort_by(|a, b| a.0.cmp(&b.0));
+    rejected.sort_by_key(|a| a.0);
     let included = IncludedList::new(
         kept.iter()
             .filter(|d| agg.included.contains(&input_id(&d.signer, &d.root)))

@@ -24,7 +24,30 @@ use crate::codec::Codec;
 use crate::hash::{domain_hash, RunId, StateId};
 use crate::identity::{NodeKey, PublicKey, Signature};
 use crate::spec::RobustMode;
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::rc::Rc;
+
+/// Signatures already verified, shared by the machines of one process
+/// (`murmur netsim` runs a thousand machines that all receive the same
+/// signed messages). Keyed by the hash of the whole signed encoding, so a
+/// hit is exactly a message whose signature verified before.
+#[derive(Debug, Clone, Default)]
+pub struct SeenSignatures(Rc<RefCell<HashSet<[u8; 32]>>>);
+
+impl SeenSignatures {
+    fn check(&self, encoded: &[u8], verify: impl FnOnce() -> bool) -> bool {
+        let h = *blake3::hash(encoded).as_bytes();
+        if self.0.borrow().contains(&h) {
+            return true;
+        }
+        let ok = verify();
+        if ok {
+            self.0.borrow_mut().insert(h);
+        }
+        ok
+    }
+}
 
 /// What the machine needs from the RunSpec.
 #[derive(Debug, Clone, PartialEq)]
@@ -96,7 +119,7 @@ pub enum CommitteeEvent {
         included: IncludedList,
         matches: bool,
     },
-    ProofReceived(FraudProof),
+    ProofReceived(Box<FraudProof>),
     /// The outer step of the round was applied.
     Applied {
         round: u64,
@@ -128,11 +151,14 @@ pub enum CommitteeAction {
     /// the shards not held from `holders`) and report `Rechecked`.
     Recheck { result: ShardResult, included: IncludedList, holders: Vec<PublicKey> },
     /// Gossip this fraud proof.
-    PublishProof(FraudProof),
+    PublishProof(Box<FraudProof>),
     /// Apply the round: for each shard the chosen aggregate (None: zero),
     /// then the outer step; the new state carries `ledger`.
     Apply { round: u64, base: StateId, shards: Vec<Option<[u8; 32]>>, ledger: Ledger },
 }
+
+/// A shard that came before its manifest: its leaf and Merkle proof.
+type EarlyShard = (ShardLeaf, Vec<[u8; 32]>);
 
 /// Where a shard stands in this node's view.
 #[derive(Debug, Clone, Default)]
@@ -172,16 +198,20 @@ pub struct CommitteeMachine {
     shards: Vec<ShardView>,
     /// Our own results' included lists (served on request).
     our_lists: BTreeMap<u32, IncludedList>,
-    asked: BTreeSet<(PublicKey, u32)>,
+    /// Claims (shard, result hash) already re-checked or being re-checked.
+    asked: BTreeSet<(u32, [u8; 32])>,
     /// Proven keys → round of the offence.
     proven: BTreeMap<PublicKey, u64>,
+    /// Accused keys whose wrong-result proof is being recomputed.
+    verifying: BTreeSet<PublicKey>,
     /// The included list of shard 0's chosen result.
     included0: Option<IncludedList>,
     /// Shards that arrived before their manifest: signer → (leaf, proof).
-    early: BTreeMap<PublicKey, Vec<(ShardLeaf, Vec<[u8; 32]>)>>,
+    early: BTreeMap<PublicKey, Vec<EarlyShard>>,
     /// The ledger the pending Apply carries.
     applying: Option<Ledger>,
     applied: bool,
+    seen: Option<SeenSignatures>,
     actions: VecDeque<CommitteeAction>,
 }
 
@@ -223,13 +253,34 @@ impl CommitteeMachine {
             asked: BTreeSet::new(),
             proven: BTreeMap::new(),
             included0: None,
+            verifying: BTreeSet::new(),
             early: BTreeMap::new(),
             applying: None,
             applied: false,
+            seen: None,
             actions: VecDeque::new(),
         };
         m.open(round, base, m.ledger.clone());
         m
+    }
+
+    /// Share verified signatures with other machines of this process.
+    pub fn share_signatures(&mut self, seen: SeenSignatures) {
+        self.seen = Some(seen);
+    }
+
+    fn manifest_signed(&self, m: &ShardedManifest) -> bool {
+        match &self.seen {
+            Some(s) => s.check(&m.encode(), || m.verify().is_ok()),
+            None => m.verify().is_ok(),
+        }
+    }
+
+    fn result_signed(&self, r: &ShardResult) -> bool {
+        match &self.seen {
+            Some(s) => s.check(&r.encode(), || r.verify().is_ok()),
+            None => r.verify().is_ok(),
+        }
     }
 
     pub fn round(&self) -> u64 {
@@ -248,6 +299,19 @@ impl CommitteeMachine {
     pub fn proven(&self) -> &BTreeMap<PublicKey, u64> {
         &self.proven
     }
+    /// The manifest `signer` signed this round, as this node holds it.
+    pub fn manifest_of(&self, signer: &PublicKey) -> Option<&ShardedManifest> {
+        self.manifests.get(signer)
+    }
+
+    /// Re-sync: continue at `round` from `base` (fetched, with its ledger),
+    /// dropping the round in progress.
+    pub fn jump(&mut self, now: u64, round: u64, base: StateId, ledger: Ledger) {
+        self.now = self.now.max(now);
+        self.actions.clear();
+        self.open(round, base, ledger);
+    }
+
     /// The included list of our result for `shard`, to serve.
     pub fn our_list(&self, shard: u32) -> Option<&IncludedList> {
         self.our_lists.get(&shard)
@@ -331,7 +395,7 @@ impl CommitteeMachine {
             CommitteeEvent::Rechecked { result, included, matches } => {
                 self.on_rechecked(result, included, matches)
             }
-            CommitteeEvent::ProofReceived(p) => self.on_proof(p),
+            CommitteeEvent::ProofReceived(p) => self.on_proof(*p),
             CommitteeEvent::Applied { round, new_state } => {
                 if round == self.round && self.applied {
                     let ledger = self.applying.take().unwrap_or_else(|| self.next_ledger());
@@ -403,7 +467,7 @@ impl CommitteeMachine {
         {
             return;
         }
-        if m.verify().is_err() {
+        if !self.manifest_signed(&m) {
             return;
         }
         if let Some(old) = self.manifests.get(&m.signer) {
@@ -503,7 +567,7 @@ impl CommitteeMachine {
         if r.run != self.cfg.run || r.round != self.round || r.base != self.base || s >= self.shards.len() {
             return;
         }
-        if !self.counts(&r.signer) || !self.may_aggregate(r.shard, &r.signer) || r.verify().is_err() {
+        if !self.counts(&r.signer) || !self.may_aggregate(r.shard, &r.signer) || !self.result_signed(&r) {
             return;
         }
         if let Some(old) = self.shards[s].results.get(&r.signer) {
@@ -518,7 +582,9 @@ impl CommitteeMachine {
         // nodes re-check their random draw.
         let ours = self.shards[s].results.get(&self.me).map(ShardResult::claim);
         let conflict = ours.is_some_and(|c| c != r.claim());
-        if (conflict || self.drawn(r.shard)) && r.signer != self.me && self.asked.insert((r.signer, r.shard))
+        if (conflict || self.drawn(r.shard))
+            && r.signer != self.me
+            && self.asked.insert((r.shard, r.result_hash))
         {
             self.actions.push_back(CommitteeAction::RequestIncluded { result: r.clone() });
         }
@@ -527,7 +593,7 @@ impl CommitteeMachine {
             let others: Vec<ShardResult> =
                 self.shards[s].results.values().filter(|o| o.claim() != r.claim()).cloned().collect();
             for o in others {
-                if self.asked.insert((o.signer, o.shard)) {
+                if self.asked.insert((o.shard, o.result_hash)) {
                     self.actions.push_back(CommitteeAction::RequestIncluded { result: o });
                 }
             }
@@ -554,6 +620,7 @@ impl CommitteeMachine {
     }
 
     fn on_rechecked(&mut self, result: ShardResult, included: IncludedList, matches: bool) {
+        self.verifying.remove(&result.signer);
         let s = result.shard as usize;
         if s < self.shards.len() && result.round == self.round && !matches {
             self.shards[s].wrong.insert(result.result_hash);
@@ -561,24 +628,31 @@ impl CommitteeMachine {
         if !matches && !self.proven.contains_key(&result.signer) {
             let round = result.round;
             let accused = result.signer;
-            self.actions
-                .push_back(CommitteeAction::PublishProof(FraudProof::WrongResult { result, included }));
+            self.actions.push_back(CommitteeAction::PublishProof(Box::new(FraudProof::WrongResult {
+                result,
+                included,
+            })));
             self.proven.insert(accused, round);
         }
     }
 
     fn prove(&mut self, proof: FraudProof) {
+        let proof = proof.canonical();
         let (who, round) = (proof.accused(), proof.round());
         if self.proven.insert(who, round).is_none() {
-            self.actions.push_back(CommitteeAction::PublishProof(proof));
+            self.actions.push_back(CommitteeAction::PublishProof(Box::new(proof)));
         }
     }
 
     fn on_proof(&mut self, p: FraudProof) {
-        if self.proven.contains_key(&p.accused())
-            || self.ledger.is_excluded(&p.accused())
-            || p.check().is_err()
+        let accused = p.accused();
+        if self.proven.contains_key(&accused)
+            || self.ledger.is_excluded(&accused)
+            || self.verifying.contains(&accused)
         {
+            return;
+        }
+        if p.check().is_err() {
             return;
         }
         match p {
@@ -588,6 +662,7 @@ impl CommitteeMachine {
                     holders.extend_from_slice(self.plan.committee(f));
                 }
                 if result.round == self.round {
+                    self.verifying.insert(accused);
                     self.actions.push_back(CommitteeAction::Recheck { result, included, holders });
                 } else {
                     // Inputs of past rounds may be gone: only this round's
@@ -668,8 +743,12 @@ impl CommitteeMachine {
                 None => now >= self.input_deadline(),
                 Some(_) => now >= self.decide_deadline(),
             };
-            let all_in = self.inputs.get(&s).map_or(0, |m| m.len()) >= self.ledger.roster.len()
-                && !self.ledger.roster.is_empty();
+            // Every counted roster member's shard is in (newcomers' shards
+            // that came by then are included too).
+            let all_in = !self.ledger.roster.is_empty()
+                && self.inputs.get(&s).is_some_and(|m| {
+                    self.ledger.roster.iter().filter(|k| self.counts(k)).all(|k| m.contains_key(k))
+                });
             if due || all_in {
                 self.aggregate(s);
             }

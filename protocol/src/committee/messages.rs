@@ -269,7 +269,7 @@ pub struct IncludedList {
 impl IncludedList {
     /// From pairs in any order (the last pair of a repeated signer is kept).
     pub fn new(mut entries: Vec<(PublicKey, [u8; 32])>) -> Self {
-        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        entries.sort_by_key(|a| a.0);
         entries.dedup_by(|later, earlier| {
             let same = later.0 == earlier.0;
             if same {
@@ -354,6 +354,16 @@ impl FraudProof {
             Self::WrongResult { result, .. } => result.round,
             Self::TwoManifests { a, .. } => a.round,
             Self::TwoResults { a, .. } => a.round,
+        }
+    }
+    /// The same evidence with its two messages in a fixed order (the
+    /// smaller encoding first), so every node that finds it gossips the
+    /// same bytes and gossip's duplicate filter drops the copies.
+    pub fn canonical(self) -> Self {
+        match self {
+            Self::TwoManifests { a, b } if b.encode() < a.encode() => Self::TwoManifests { a: b, b: a },
+            Self::TwoResults { a, b } if b.encode() < a.encode() => Self::TwoResults { a: b, b: a },
+            p => p,
         }
     }
     /// Check signatures and consistency. Ok for an equivocation means proven;

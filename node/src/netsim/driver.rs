@@ -1,0 +1,704 @@
+//! The event loop of `murmur netsim`: carries out each machine's actions on
+//! the simulated network, plays the adversaries, and gathers the report.
+//! Work that is a pure function of its inputs (a shard's aggregation, the
+//! outer step) is computed once per distinct input and shared, as honest
+//! nodes holding the same inputs would compute the same bits.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use anyhow::{bail, Result};
+use murmur_protocol::codec::{decode_delta, encode_delta};
+use murmur_protocol::committee::messages::shard_values_hash;
+use murmur_protocol::committee::{
+    aggregate_shard, shard_norm, CommitteeAction, CommitteeConfig, CommitteeEvent, CommitteeMachine,
+    IncludedList, Ledger, SeenSignatures, ShardInput, ShardLeaf, ShardResult, ShardedManifest,
+};
+use murmur_protocol::hash::{payload_hash_of, RunId, StateId};
+use murmur_protocol::identity::{NodeKey, PublicKey};
+use murmur_protocol::{initial_momentum, outer_step, state_id, TrainingState};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use super::transport::{Link, Network};
+use super::workload::{drawn_delta, LinearTask};
+use super::{v1_bytes, NetsimConfig, NetsimReport, NodeRound, Offender, RoundReport, Workload};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    Honest,
+    Poisoner,
+    Liar,
+    Withholder,
+    Equivocator,
+}
+
+impl Role {
+    fn name(self) -> &'static str {
+        match self {
+            Role::Honest => "honest",
+            Role::Poisoner => "poisoner",
+            Role::Liar => "liar",
+            Role::Withholder => "withholder",
+            Role::Equivocator => "equivocator",
+        }
+    }
+}
+
+/// A shard payload and its leaf.
+type Payload = (Arc<Vec<u8>>, ShardLeaf);
+/// A node's round: opened at, applied at, the state it reached.
+type Progress = (u64, Option<u64>, Option<StateId>);
+
+enum Msg {
+    Event(Box<CommitteeEvent>),
+    Timer(u64),
+    /// Bytes that arrive with nothing to report (one input of a re-check).
+    Bytes,
+}
+
+struct Sim {
+    cfg: NetsimConfig,
+    run: RunId,
+    keys: Vec<NodeKey>,
+    index: HashMap<PublicKey, usize>,
+    roles: Vec<Role>,
+    machines: Vec<CommitteeMachine>,
+    net: Network<Msg>,
+    task: Option<LinearTask>,
+    /// Parameters and momentum by v1 StateId of the parameters; v2 ids map to them.
+    states: HashMap<StateId, (Arc<TrainingState>, Ledger)>,
+    /// Payloads of the rounds in progress: (round, node, shard) → bytes and leaf.
+    payloads: HashMap<(u64, usize, u32), Payload>,
+    /// This round's aggregated values by result hash.
+    values: HashMap<[u8; 32], Arc<Vec<f32>>>,
+    aggregates: HashMap<[u8; 32], (IncludedList, u64, [u8; 32])>,
+    /// The included list behind each result hash signed this round (a
+    /// liar's wrong hash keeps the honest list it computed).
+    lists: HashMap<[u8; 32], IncludedList>,
+    /// Hashes of everything gossiped (gossip's duplicate filter).
+    gossiped: std::collections::HashSet<[u8; 32]>,
+    applied: HashMap<[u8; 32], StateId>,
+    /// Node → (round opened at, applied at, state).
+    progress: Vec<BTreeMap<u64, Progress>>,
+    offline: Vec<bool>,
+    timers: Vec<Option<u64>>,
+    first_offence: Vec<Option<u64>>,
+    rng: SmallRng,
+}
+
+/// How long an unanswered fetch waits before it reports failure.
+const FETCH_TIMEOUT_MS: u64 = 2000;
+
+fn hash_of(parts: &[&[u8]]) -> [u8; 32] {
+    *blake3::hash(&parts.concat()).as_bytes()
+}
+
+/// Run the simulation to the end and report.
+pub fn run(cfg: NetsimConfig) -> Result<NetsimReport> {
+    if cfg.nodes == 0 || cfg.params == 0 || cfg.rounds == 0 {
+        bail!("netsim needs at least one node, one parameter and one round");
+    }
+    if cfg.adversaries.total() >= cfg.nodes {
+        bail!("{} adversaries leave no honest node among {}", cfg.adversaries.total(), cfg.nodes);
+    }
+    let mut sim = Sim::new(cfg)?;
+    sim.run_to_end()?;
+    Ok(sim.report())
+}
+
+impl Sim {
+    fn new(cfg: NetsimConfig) -> Result<Self> {
+        let n = cfg.nodes;
+        let keys: Vec<NodeKey> = (0..n)
+            .map(|i| {
+                let mut seed = [0u8; 32];
+                seed[..8].copy_from_slice(&cfg.seed.to_le_bytes());
+                seed[8..16].copy_from_slice(&(i as u64).to_le_bytes());
+                NodeKey::from_seed(seed)
+            })
+            .collect();
+        let index = keys.iter().enumerate().map(|(i, k)| (k.public(), i)).collect();
+        let a = cfg.adversaries;
+        let honest = n - a.total();
+        let roles: Vec<Role> = (0..n)
+            .map(|i| {
+                let j = i.wrapping_sub(honest);
+                if i < honest {
+                    Role::Honest
+                } else if j < a.poisoners {
+                    Role::Poisoner
+                } else if j < a.poisoners + a.liars {
+                    Role::Liar
+                } else if j < a.poisoners + a.liars + a.withholders {
+                    Role::Withholder
+                } else {
+                    Role::Equivocator
+                }
+            })
+            .collect();
+        let run = RunId(hash_of(&[b"netsim", &cfg.seed.to_le_bytes()]));
+        let task = match cfg.workload {
+            Workload::Linear { inner_steps, batch, lr } => {
+                Some(LinearTask::new(cfg.params, inner_steps, batch, lr, cfg.seed))
+            }
+            Workload::Drawn { .. } => None,
+        };
+        let genesis = TrainingState {
+            run,
+            round: 0,
+            params: vec![0.0; cfg.params],
+            momentum: initial_momentum(cfg.outer, cfg.params),
+        };
+        let ledger = Ledger::genesis(keys.iter().map(NodeKey::public).collect());
+        let base = ledger.state_id(genesis.id());
+        let mut states = HashMap::new();
+        states.insert(base, (Arc::new(genesis), ledger.clone()));
+        let mcfg = CommitteeConfig {
+            run,
+            codec: cfg.codec,
+            element_count: cfg.params as u64,
+            k: cfg.k,
+            robust: cfg.robust,
+            input_ms: cfg.input_ms,
+            result_ms: cfg.result_ms,
+            grace_ms: cfg.grace_ms,
+            rechecks: cfg.rechecks,
+        };
+        let seen = SeenSignatures::default();
+        let machines = keys
+            .iter()
+            .map(|k| {
+                let mut m = CommitteeMachine::new(mcfg.clone(), k.clone(), 0, base, ledger.clone(), 0);
+                m.share_signatures(seen.clone());
+                m
+            })
+            .collect();
+        let links = vec![Link::mbps(cfg.up_mbps, cfg.down_mbps, cfg.latency_ms); n];
+        let net = Network::new(links, cfg.gossip_degree);
+        Ok(Self {
+            rng: SmallRng::seed_from_u64(cfg.seed ^ 0x5eed),
+            cfg,
+            run,
+            keys,
+            index,
+            roles,
+            machines,
+            net,
+            task,
+            states,
+            payloads: HashMap::new(),
+            values: HashMap::new(),
+            aggregates: HashMap::new(),
+            lists: HashMap::new(),
+            gossiped: Default::default(),
+            applied: HashMap::new(),
+            progress: vec![BTreeMap::new(); n],
+            offline: vec![false; n],
+            timers: vec![None; n],
+            first_offence: vec![None; n],
+        })
+    }
+
+    fn online(&self) -> Vec<usize> {
+        (0..self.keys.len()).filter(|i| !self.offline[*i]).collect()
+    }
+
+    fn run_to_end(&mut self) -> Result<()> {
+        for i in 0..self.keys.len() {
+            self.progress[i].insert(0, (0, None, None));
+            self.drain(i, 0)?;
+        }
+        while let Some((now, to, msg)) = self.net.pop() {
+            let round = self.machines[to].round();
+            if round >= self.cfg.rounds {
+                continue;
+            }
+            match msg {
+                Msg::Timer(at) => {
+                    if self.timers[to] != Some(at) {
+                        continue;
+                    }
+                    self.timers[to] = None;
+                    self.machines[to].handle(now, CommitteeEvent::TimerFired);
+                }
+                Msg::Event(e) => {
+                    if self.offline[to] && !matches!(*e, CommitteeEvent::Applied { .. }) {
+                        continue;
+                    }
+                    self.machines[to].handle(now, *e);
+                }
+                Msg::Bytes => continue,
+            }
+            self.drain(to, now)?;
+        }
+        Ok(())
+    }
+
+    fn schedule_timer(&mut self, i: usize) {
+        if let Some(t) = self.machines[i].next_timeout() {
+            if self.timers[i] != Some(t) {
+                self.timers[i] = Some(t);
+                self.net.at(t, i, Msg::Timer(t));
+            }
+        }
+    }
+
+    fn drain(&mut self, i: usize, now: u64) -> Result<()> {
+        while let Some(a) = self.machines[i].poll_action() {
+            self.act(i, now, a)?;
+        }
+        self.schedule_timer(i);
+        Ok(())
+    }
+
+    fn act(&mut self, i: usize, now: u64, action: CommitteeAction) -> Result<()> {
+        let round = self.machines[i].round();
+        if std::env::var_os("NETSIM_DEBUG").is_some() && i == 5 {
+            let kind = format!("{action:?}");
+            eprintln!("{now} r{round} {}", &kind[..kind.len().min(60)]);
+        }
+        match action {
+            CommitteeAction::Train { round, base, plan } => self.train(i, now, round, base, &plan)?,
+            CommitteeAction::PublishManifest(m) => {
+                if self.roles[i] == Role::Equivocator {
+                    let mut other = m.clone();
+                    other.train_loss += 1.0;
+                    other.root[0] ^= 1;
+                    let other = other.sign(&self.keys[i]);
+                    self.first_offence[i].get_or_insert(round);
+                    self.gossip(i, now, round, &other.encode(), CommitteeEvent::ManifestReceived(other));
+                }
+                self.gossip(i, now, round, &m.encode(), CommitteeEvent::ManifestReceived(m));
+            }
+            CommitteeAction::SendShard { to, shard, shards, proof } => {
+                let Some(&j) = self.index.get(&to) else { return Ok(()) };
+                let Some((payload, leaf)) = self.payloads.get(&(round, i, shard)).cloned() else {
+                    return Ok(());
+                };
+                let bytes = 70 + 32 * proof.len() as u64 + payload.len() as u64;
+                let e = CommitteeEvent::ShardReceived { signer: self.keys[i].public(), shards, leaf, proof };
+                self.net.send(now, round, i, j, bytes, Msg::Event(Box::new(e)));
+            }
+            CommitteeAction::AggregateShard { shard, inputs, leaves } => {
+                if self.roles[i] == Role::Withholder || self.offline[i] {
+                    return Ok(());
+                }
+                let (list, tokens, mut hash) = self.aggregate(round, shard, &inputs, &leaves)?;
+                if self.roles[i] == Role::Liar {
+                    let honest = self.values.get(&hash).cloned().unwrap_or_default();
+                    let lie: Vec<f32> = honest.iter().map(|v| v + 0.05).collect();
+                    hash = shard_values_hash(&lie);
+                    self.values.insert(hash, Arc::new(lie));
+                    self.first_offence[i].get_or_insert(round);
+                }
+                self.lists.insert(hash, list.clone());
+                let e = CommitteeEvent::ShardAggregated {
+                    shard,
+                    included: list,
+                    total_tokens: tokens,
+                    result_hash: hash,
+                };
+                self.net.at(now + 1, i, Msg::Event(Box::new(e)));
+            }
+            CommitteeAction::PublishResult(r) => {
+                self.gossip(i, now, round, &r.encode(), CommitteeEvent::ResultReceived(r))
+            }
+            CommitteeAction::FetchAggregate { shard, result_hash, holders } => {
+                self.fetch_aggregate(i, now, round, shard, result_hash, &holders)
+            }
+            CommitteeAction::RequestIncluded { result } => self.request_included(i, now, round, result),
+            CommitteeAction::Recheck { result, included, holders } => {
+                self.recheck(i, now, round, result, included, &holders)?
+            }
+            CommitteeAction::PublishProof(p) => {
+                self.gossip(i, now, round, &p.encode(), CommitteeEvent::ProofReceived(p))
+            }
+            CommitteeAction::Apply { round, base, shards, ledger } => {
+                self.apply(i, now, round, base, &shards, ledger)?
+            }
+        }
+        Ok(())
+    }
+
+    /// Gossip an encoded message; the same bytes gossiped again (another
+    /// node found the same proof) are dropped, as gossip's duplicate filter
+    /// drops them.
+    fn gossip(&mut self, from: usize, now: u64, round: u64, encoded: &[u8], e: CommitteeEvent) {
+        if !self.gossiped.insert(*blake3::hash(encoded).as_bytes()) {
+            return;
+        }
+        let bytes = encoded.len() as u64;
+        let online = self.online();
+        let at = self.net.gossip_cost(now, round, &online, bytes);
+        for j in online {
+            if j != from {
+                self.net.at(at, j, Msg::Event(Box::new(e.clone())));
+            }
+        }
+    }
+
+    fn train(
+        &mut self,
+        i: usize,
+        now: u64,
+        round: u64,
+        base: StateId,
+        plan: &murmur_protocol::committee::CommitteePlan,
+    ) -> Result<()> {
+        self.progress[i].entry(round).or_insert((now, None, None));
+        if self.roles[i] == Role::Honest && self.cfg.churn > 0.0 && round > 0 {
+            self.offline[i] = self.rng.gen_bool(self.cfg.churn.min(1.0));
+        }
+        if self.offline[i] {
+            return Ok(());
+        }
+        let Some((state, _)) = self.states.get(&base).cloned() else { bail!("node {i}: unknown base state") };
+        let (mut delta, loss) = match (&self.task, self.cfg.workload) {
+            (Some(t), _) => t.train(&state.params, i, round),
+            (None, Workload::Drawn { sigma }) => {
+                (drawn_delta(self.cfg.params, sigma, self.cfg.seed, i, round), 0.0)
+            }
+            (None, _) => bail!("no workload"),
+        };
+        if self.roles[i] == Role::Poisoner {
+            delta.iter_mut().for_each(|v| *v *= -50.0);
+            self.first_offence[i].get_or_insert(round);
+        }
+        let layout = plan.layout();
+        let mut leaves = Vec::with_capacity(layout.shards() as usize);
+        for s in 0..layout.shards() {
+            let payload = encode_delta(self.cfg.codec, &delta[layout.range(s)])?;
+            let decoded = decode_delta(&payload, self.cfg.codec, layout.len(s))?;
+            let leaf = ShardLeaf {
+                shard: s,
+                payload_hash: payload_hash_of(&payload),
+                payload_len: payload.len() as u64,
+                norm: shard_norm(&decoded),
+            };
+            leaves.push(leaf);
+            self.payloads.insert((round, i, s), (Arc::new(payload), leaf));
+        }
+        let norm = (leaves.iter().map(|l| f64::from(l.norm).powi(2)).sum::<f64>()).sqrt() as f32;
+        let e = CommitteeEvent::LocalDeltaReady { tokens: 1000, train_loss: loss, norm, leaves };
+        self.net.at(now + self.cfg.train_ms, i, Msg::Event(Box::new(e)));
+        Ok(())
+    }
+
+    /// Aggregate a shard (once per distinct input set), keeping the values.
+    fn aggregate(
+        &mut self,
+        round: u64,
+        shard: u32,
+        inputs: &[ShardedManifest],
+        leaves: &[ShardLeaf],
+    ) -> Result<(IncludedList, u64, [u8; 32])> {
+        let mut key = blake3::Hasher::new();
+        key.update(&round.to_le_bytes());
+        key.update(&shard.to_le_bytes());
+        for (m, l) in inputs.iter().zip(leaves) {
+            key.update(&m.signer.0);
+            key.update(&l.payload_hash.0);
+        }
+        let key = *key.finalize().as_bytes();
+        if let Some(a) = self.aggregates.get(&key) {
+            return Ok(a.clone());
+        }
+        let signer0 = inputs.first().map(|m| m.signer);
+        let n = signer0
+            .and_then(|s| self.index.get(&s))
+            .map_or(0, |&i| self.machines[i].plan().layout().len(shard));
+        let mut decoded = Vec::with_capacity(inputs.len());
+        for m in inputs {
+            let j = self.index[&m.signer];
+            let bytes = self.payloads.get(&(round, j, shard)).map(|p| p.0.clone()).unwrap_or_default();
+            decoded.push(decode_delta(&bytes, self.cfg.codec, n).unwrap_or_default());
+        }
+        let shard_inputs: Vec<ShardInput<'_>> = inputs
+            .iter()
+            .zip(leaves)
+            .zip(&decoded)
+            .map(|((m, l), v)| ShardInput {
+                signer: m.signer,
+                root: m.root,
+                tokens: m.tokens,
+                whole_norm: m.norm,
+                shard_norm: l.norm,
+                values: v,
+            })
+            .collect();
+        let out = match aggregate_shard(&shard_inputs, n, self.cfg.robust) {
+            Ok(a) => {
+                self.values.insert(a.result_hash, Arc::new(a.values));
+                (a.included, a.total_tokens, a.result_hash)
+            }
+            Err(_) => (IncludedList::default(), 0, [0; 32]),
+        };
+        self.aggregates.insert(key, out.clone());
+        Ok(out)
+    }
+
+    fn serves(&self, j: usize) -> bool {
+        !self.offline[j] && self.roles[j] != Role::Withholder
+    }
+
+    fn fetch_aggregate(
+        &mut self,
+        i: usize,
+        now: u64,
+        round: u64,
+        shard: u32,
+        hash: [u8; 32],
+        holders: &[PublicKey],
+    ) {
+        let start = i % holders.len().max(1);
+        let holder = (0..holders.len())
+            .map(|k| holders[(start + k) % holders.len()])
+            .filter_map(|h| self.index.get(&h).copied())
+            .find(|&j| self.serves(j) && j != i);
+        let list = if shard == 0 { self.list_for(hash) } else { None };
+        let ok = self.values.contains_key(&hash);
+        let e = CommitteeEvent::AggregateFetched { shard, result_hash: hash, ok, included: list.clone() };
+        match holder {
+            Some(j) => {
+                let n = self.values.get(&hash).map_or(0, |v| v.len()) as u64;
+                let bytes = 4 * n + list.map_or(0, |l| l.encode().len() as u64) + 40;
+                self.net.send(now, round, j, i, bytes, Msg::Event(Box::new(e)));
+            }
+            // We hold it ourselves (we signed it).
+            None if holders.contains(&self.keys[i].public()) => {
+                self.net.at(now + 1, i, Msg::Event(Box::new(e)))
+            }
+            // Nobody serves it: the request times out.
+            None => {
+                let e =
+                    CommitteeEvent::AggregateFetched { shard, result_hash: hash, ok: false, included: None };
+                self.net.at(now + FETCH_TIMEOUT_MS, i, Msg::Event(Box::new(e)));
+            }
+        }
+    }
+
+    fn list_for(&self, hash: [u8; 32]) -> Option<IncludedList> {
+        self.lists.get(&hash).cloned()
+    }
+
+    fn request_included(&mut self, i: usize, now: u64, round: u64, result: ShardResult) {
+        let Some(&j) = self.index.get(&result.signer) else { return };
+        if !self.serves(j) {
+            return;
+        }
+        let Some(list) = self.machines[j].our_list(result.shard).cloned() else { return };
+        let bytes = list.encode().len() as u64 + 40;
+        self.net.send(
+            now,
+            round,
+            j,
+            i,
+            bytes,
+            Msg::Event(Box::new(CommitteeEvent::IncludedReceived { result, included: list })),
+        );
+    }
+
+    fn recheck(
+        &mut self,
+        i: usize,
+        now: u64,
+        round: u64,
+        result: ShardResult,
+        included: IncludedList,
+        holders: &[PublicKey],
+    ) -> Result<()> {
+        let mut inputs = Vec::new();
+        let mut leaves = Vec::new();
+        let mut done = now + 1;
+        let holders: Vec<usize> = holders
+            .iter()
+            .filter_map(|h| self.index.get(h).copied())
+            .filter(|&j| self.serves(j) && j != i)
+            .collect();
+        let plan_has_me = self.machines[i].plan().is_member(result.shard, &self.keys[i].public());
+        for (n, (signer, root)) in included.entries.iter().enumerate() {
+            let Some(&j) = self.index.get(signer) else { continue };
+            let Some((payload, leaf)) = self.payloads.get(&(round, j, result.shard)).cloned() else {
+                continue;
+            };
+            let m = self.manifest_of(j, *root);
+            let Some(m) = m else { continue };
+            if !plan_has_me && !holders.is_empty() {
+                let from = holders[n % holders.len()];
+                done = done.max(self.net.send(now, round, from, i, payload.len() as u64 + 100, Msg::Bytes));
+            }
+            leaves.push(leaf);
+            inputs.push(m);
+        }
+        let (_, _, hash) = self.aggregate(round, result.shard, &inputs, &leaves)?;
+        let matches = hash == result.result_hash;
+        self.net.at(
+            done + 1,
+            i,
+            Msg::Event(Box::new(CommitteeEvent::Rechecked { result, included, matches })),
+        );
+        Ok(())
+    }
+
+    /// Rebuild the manifest node `j` signed this round with root `root`.
+    fn manifest_of(&self, j: usize, root: [u8; 32]) -> Option<ShardedManifest> {
+        self.machines
+            .iter()
+            .find_map(|m| m.manifest_of(&self.keys[j].public()).filter(|x| x.root == root).cloned())
+    }
+
+    fn apply(
+        &mut self,
+        i: usize,
+        now: u64,
+        round: u64,
+        base: StateId,
+        shards: &[Option<[u8; 32]>],
+        ledger: Ledger,
+    ) -> Result<()> {
+        let mut key = blake3::Hasher::new();
+        key.update(&base.0);
+        for s in shards {
+            key.update(&s.unwrap_or([0; 32]));
+        }
+        key.update(&ledger.encode());
+        let key = *key.finalize().as_bytes();
+        let new_state = match self.applied.get(&key) {
+            Some(id) => *id,
+            None => {
+                let Some((state, _)) = self.states.get(&base).cloned() else {
+                    bail!("node {i}: unknown base")
+                };
+                let plan = self.machines[i].plan().clone();
+                let mut delta = vec![0f32; self.cfg.params];
+                for (s, h) in shards.iter().enumerate() {
+                    if let Some(v) = h.and_then(|h| self.values.get(&h)) {
+                        let r = plan.layout().range(s as u32);
+                        if v.len() == r.len() {
+                            delta[r].copy_from_slice(v);
+                        }
+                    }
+                }
+                let mut next = (*state).clone();
+                outer_step(self.cfg.outer, &mut next, &delta)?;
+                let id =
+                    ledger.state_id(state_id(self.run, next.round, &next.params, next.momentum.as_deref()));
+                self.states.insert(id, (Arc::new(next), ledger));
+                self.applied.insert(key, id);
+                id
+            }
+        };
+        if let Some(p) = self.progress[i].get_mut(&round) {
+            p.1 = Some(now);
+            p.2 = Some(new_state);
+        }
+        self.progress[i].insert(round + 1, (now, None, None));
+        // The last node to apply a round clears its payloads.
+        if (0..self.keys.len()).all(|j| self.machines[j].round() > round || j == i) {
+            self.payloads.retain(|k, _| k.0 > round);
+        }
+        self.net.at(now, i, Msg::Event(Box::new(CommitteeEvent::Applied { round, new_state })));
+        // Nodes that sat this round out re-sync to the first state applied
+        // (downloading it whole) and train the next round.
+        let state_bytes = 4 * self.cfg.params as u64 * if self.cfg.outer.has_momentum() { 2 } else { 1 };
+        let ledger = self.states.get(&new_state).map(|s| s.1.clone()).unwrap_or_default();
+        for j in 0..self.keys.len() {
+            if self.offline[j] && self.machines[j].round() == round {
+                self.offline[j] = false;
+                let at = self.net.send(now, round, i, j, state_bytes, Msg::Bytes);
+                if let Some(p) = self.progress[j].get_mut(&round) {
+                    p.1 = Some(at);
+                    p.2 = Some(new_state);
+                }
+                self.progress[j].insert(round + 1, (at, None, None));
+                self.machines[j].jump(at, round + 1, new_state, ledger.clone());
+                self.drain(j, at)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn report(&self) -> NetsimReport {
+        let n = self.keys.len();
+        let plan = self.machines[0].plan();
+        let delta_bytes: u64 = (0..plan.shards())
+            .map(|s| {
+                murmur_protocol::Codec::payload_len(&self.cfg.codec, plan.layout().len(s) as u64).unwrap_or(0)
+            })
+            .sum();
+        let full_delta = self.cfg.codec.payload_len(self.cfg.params as u64).unwrap_or(0);
+        let honest: Vec<usize> = (0..n).filter(|&i| self.roles[i] == Role::Honest).collect();
+        let mut rounds = Vec::new();
+        for r in 0..self.cfg.rounds {
+            let traffic = self.net.traffic.get(r as usize);
+            let nodes: Vec<NodeRound> = (0..n)
+                .map(|i| {
+                    let t = traffic.map(|t| t[i]).unwrap_or_default();
+                    let p = self.progress[i].get(&r);
+                    NodeRound {
+                        node: i,
+                        up: t.up,
+                        down: t.down,
+                        round_ms: p.and_then(|p| p.1.map(|a| a - p.0)),
+                    }
+                })
+                .collect();
+            let mut states: BTreeMap<StateId, usize> = BTreeMap::new();
+            for &i in &honest {
+                if let Some(id) = self.progress[i].get(&r).and_then(|p| p.2) {
+                    *states.entry(id).or_default() += 1;
+                }
+            }
+            let top = states.iter().max_by_key(|e| e.1).map(|e| *e.0);
+            let (excluded, val_loss) = match top.and_then(|id| self.states.get(&id)) {
+                Some((s, l)) => (l.excluded.len(), self.task.as_ref().map(|t| t.val_loss(&s.params))),
+                None => (0, None),
+            };
+            let max_bytes = nodes.iter().map(|x| x.up + x.down).max().unwrap_or(0);
+            let mean_bytes = nodes.iter().map(|x| (x.up + x.down) as f64).sum::<f64>() / n as f64;
+            rounds.push(RoundReport {
+                round: r,
+                max_bytes,
+                mean_bytes,
+                v1_bytes: v1_bytes(n, full_delta, self.cfg.gossip_degree),
+                max_round_ms: honest.iter().filter_map(|&i| nodes[i].round_ms).max().unwrap_or(0),
+                honest_states: states.len(),
+                honest_applied: states.values().sum(),
+                excluded,
+                val_loss,
+                nodes,
+            });
+        }
+        let offenders = (0..n)
+            .filter(|&i| self.roles[i] != Role::Honest)
+            .map(|i| {
+                let key = self.keys[i].public();
+                let excluded_from = (0..=self.cfg.rounds).find(|&r| {
+                    honest.iter().any(|&h| {
+                        self.progress[h]
+                            .get(&r.saturating_sub(1))
+                            .and_then(|p| p.2)
+                            .and_then(|id| self.states.get(&id))
+                            .is_some_and(|(_, l)| r > 0 && l.is_excluded(&key))
+                    })
+                });
+                Offender {
+                    node: i,
+                    kind: self.roles[i].name(),
+                    first_offence: self.first_offence[i],
+                    excluded_from,
+                }
+            })
+            .collect();
+        NetsimReport {
+            nodes: n,
+            k: self.cfg.k,
+            shards: plan.shards(),
+            params: self.cfg.params,
+            delta_bytes,
+            rounds,
+            offenders,
+        }
+    }
+}
