@@ -3,7 +3,7 @@
 //! liars, never again counted). It is part of the StateId, so honest nodes
 //! agree on it exactly as they agree on the parameters.
 //!
-//! The rule (docs/protocol.md §8.5): closing round r, the roster becomes the
+//! The rule (docs/protocol.md §10.5): closing round r, the roster becomes the
 //! signers included in the applied result of shard 0, less every excluded
 //! key; a key is excluded at the close of round r when a fraud proof against
 //! it for an offence in a round before r was verified by then (a proof has

@@ -1,7 +1,7 @@
 //! The Merkle tree a sharded manifest signs: one leaf per shard of a delta
 //! (its index, payload hash, payload length and L2 norm), so a manifest is the
 //! same size whatever the shard count and each shard travels with a proof of
-//! at most ⌈log₂ S⌉ hashes (docs/protocol.md §8.2).
+//! at most ⌈log₂ S⌉ hashes (docs/protocol.md §10.2).
 
 use crate::hash::{domain_hash, PayloadHash};
 

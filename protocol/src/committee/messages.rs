@@ -1,4 +1,4 @@
-//! The protocol-v2 messages (docs/protocol.md §8): the sharded manifest a
+//! The protocol-v2 messages (docs/protocol.md §10): the sharded manifest a
 //! trainer signs, the shard of a delta sent to a committee member, the shard
 //! result a member signs, the included list a result commits to, and the
 //! fraud proof anyone can check. Every decoder bounds what it allocates.
@@ -313,7 +313,7 @@ impl IncludedList {
     }
 }
 
-/// Evidence against one key (docs/protocol.md §8.4). Unsigned: the evidence
+/// Evidence against one key (docs/protocol.md §10.4). Unsigned: the evidence
 /// carries its own signatures. The two equivocation kinds are checked by
 /// [`FraudProof::check`] alone; a wrong result needs the shard recomputed
 /// from the listed inputs.
