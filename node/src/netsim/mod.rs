@@ -132,3 +132,6 @@ pub fn v1_bytes(n: usize, delta_bytes: u64, gossip_degree: u32) -> u64 {
     let others = n64.saturating_sub(1);
     2 * others * delta_bytes + 2 * d * n64 * (239 + 206 + 32 * n64)
 }
+
+#[cfg(test)]
+mod tests;

@@ -18,3 +18,6 @@ pub use machine::{CommitteeAction, CommitteeConfig, CommitteeEvent, CommitteeMac
 pub use merkle::{merkle_proof, merkle_root, verify_proof, ShardLeaf};
 pub use messages::{FraudProof, IncludedList, ProofRefused, ShardDelta, ShardResult, ShardedManifest};
 pub use plan::{CommitteePlan, ShardLayout};
+
+#[cfg(test)]
+mod machine_tests;

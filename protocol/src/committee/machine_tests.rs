@@ -1,0 +1,434 @@
+//! Tests of the committee round machine with a fake clock: a small in-test
+//! network delivers every action at once, aggregates with the real
+//! per-shard function, and advances time only to the machines' own
+//! deadlines. Liars and withholders are played by the harness; the
+//! machines are all the same honest code.
+
+use super::machine::*;
+use super::*;
+use crate::codec::{decode_delta, encode_delta, Codec};
+use crate::hash::{payload_hash_of, RunId, StateId};
+use crate::identity::{NodeKey, PublicKey, Signature};
+use crate::spec::RobustMode;
+use std::collections::{BTreeSet, HashMap, VecDeque};
+
+const P: u64 = 3 * 1024;
+
+fn cfg(k: u32) -> CommitteeConfig {
+    CommitteeConfig {
+        run: RunId([7; 32]),
+        codec: Codec::Int8Block { block: 256 },
+        element_count: P,
+        k,
+        robust: RobustMode::NormFilter { multiple: 3.0 },
+        input_ms: 1_000,
+        result_ms: 500,
+        grace_ms: 300,
+        rechecks: 1,
+    }
+}
+
+struct Net {
+    keys: Vec<NodeKey>,
+    machines: Vec<CommitteeMachine>,
+    now: u64,
+    payloads: HashMap<(usize, u32), (Vec<u8>, ShardLeaf)>,
+    values: HashMap<[u8; 32], Vec<f32>>,
+    lists: HashMap<[u8; 32], IncludedList>,
+    liars: BTreeSet<usize>,
+    withholders: BTreeSet<usize>,
+    /// Per node, per round: (time applied, shards, ledger).
+    applied: Vec<Vec<(u64, Vec<Option<[u8; 32]>>, Ledger)>>,
+    inbox: VecDeque<(usize, CommitteeEvent)>,
+}
+
+impl Net {
+    fn new(n: u8, k: u32) -> Self {
+        let keys: Vec<NodeKey> = (0..n).map(|i| NodeKey::from_seed([i + 1; 32])).collect();
+        let ledger = Ledger::genesis(keys.iter().map(NodeKey::public).collect());
+        let machines = keys
+            .iter()
+            .map(|key| CommitteeMachine::new(cfg(k), key.clone(), 0, StateId([1; 32]), ledger.clone(), 0))
+            .collect();
+        Self {
+            keys,
+            machines,
+            now: 0,
+            payloads: HashMap::new(),
+            values: HashMap::new(),
+            lists: HashMap::new(),
+            liars: BTreeSet::new(),
+            withholders: BTreeSet::new(),
+            applied: vec![Vec::new(); n as usize],
+            inbox: VecDeque::new(),
+        }
+    }
+
+    fn index(&self, key: &PublicKey) -> usize {
+        self.keys.iter().position(|k| k.public() == *key).expect("a known key")
+    }
+
+    fn all(&mut self, from: usize, e: CommitteeEvent) {
+        for j in 0..self.keys.len() {
+            if j != from {
+                self.inbox.push_back((j, e.clone()));
+            }
+        }
+    }
+
+    fn act(&mut self, i: usize, a: CommitteeAction) {
+        match a {
+            CommitteeAction::Train { round, plan, .. } => {
+                let layout = plan.layout();
+                let delta: Vec<f32> = (0..P)
+                    .map(|j| ((j as f32 + i as f32 * 7.0 + round as f32) * 0.37).sin() * 0.01)
+                    .collect();
+                let mut leaves = Vec::new();
+                for s in 0..layout.shards() {
+                    let payload = encode_delta(cfg(1).codec, &delta[layout.range(s)]).unwrap();
+                    let values = decode_delta(&payload, cfg(1).codec, layout.len(s)).unwrap();
+                    let leaf = ShardLeaf {
+                        shard: s,
+                        payload_hash: payload_hash_of(&payload),
+                        payload_len: payload.len() as u64,
+                        norm: shard_norm(&values),
+                    };
+                    leaves.push(leaf);
+                    self.payloads.insert((i, s), (payload, leaf));
+                }
+                let norm = leaves.iter().map(|l| f64::from(l.norm).powi(2)).sum::<f64>().sqrt() as f32;
+                self.inbox.push_back((
+                    i,
+                    CommitteeEvent::LocalDeltaReady { tokens: 10, train_loss: 1.0, norm, leaves },
+                ));
+            }
+            CommitteeAction::PublishManifest(m) => self.all(i, CommitteeEvent::ManifestReceived(m)),
+            CommitteeAction::SendShard { to, shard, shards, proof } => {
+                let j = self.index(&to);
+                let leaf = self.payloads[&(i, shard)].1;
+                let signer = self.keys[i].public();
+                self.inbox.push_back((j, CommitteeEvent::ShardReceived { signer, shards, leaf, proof }));
+            }
+            CommitteeAction::AggregateShard { shard, inputs, leaves } => {
+                if self.withholders.contains(&i) {
+                    return;
+                }
+                let n = self.machines[i].plan().layout().len(shard);
+                let decoded: Vec<Vec<f32>> = inputs
+                    .iter()
+                    .map(|m| {
+                        let j = self.index(&m.signer);
+                        decode_delta(&self.payloads[&(j, shard)].0, cfg(1).codec, n).unwrap()
+                    })
+                    .collect();
+                let ins: Vec<ShardInput<'_>> = inputs
+                    .iter()
+                    .zip(&leaves)
+                    .zip(&decoded)
+                    .map(|((m, l), v)| ShardInput {
+                        signer: m.signer,
+                        root: m.root,
+                        tokens: m.tokens,
+                        whole_norm: m.norm,
+                        shard_norm: l.norm,
+                        values: v,
+                    })
+                    .collect();
+                let mut a = aggregate_shard(&ins, n, cfg(1).robust).unwrap();
+                if self.liars.contains(&i) {
+                    a.values.iter_mut().for_each(|v| *v += 1.0);
+                    a.result_hash = messages::shard_values_hash(&a.values);
+                }
+                self.values.insert(a.result_hash, a.values);
+                self.lists.insert(a.result_hash, a.included.clone());
+                self.inbox.push_back((
+                    i,
+                    CommitteeEvent::ShardAggregated {
+                        shard,
+                        included: a.included,
+                        total_tokens: a.total_tokens,
+                        result_hash: a.result_hash,
+                    },
+                ));
+            }
+            CommitteeAction::PublishResult(r) => self.all(i, CommitteeEvent::ResultReceived(r)),
+            CommitteeAction::FetchAggregate { shard, result_hash, .. } => {
+                let ok = self.values.contains_key(&result_hash);
+                let included = (shard == 0).then(|| self.lists.get(&result_hash).cloned()).flatten();
+                self.inbox
+                    .push_back((i, CommitteeEvent::AggregateFetched { shard, result_hash, ok, included }));
+            }
+            CommitteeAction::RequestIncluded { result } => {
+                let j = self.index(&result.signer);
+                if let Some(included) = self.machines[j].our_list(result.shard).cloned() {
+                    self.inbox.push_back((i, CommitteeEvent::IncludedReceived { result, included }));
+                }
+            }
+            CommitteeAction::Recheck { result, included, .. } => {
+                // The honest recomputation is the harness's honest result
+                // for the same included list.
+                let matches = !self.liars.contains(&self.index(&result.signer));
+                self.inbox.push_back((i, CommitteeEvent::Rechecked { result, included, matches }));
+            }
+            CommitteeAction::PublishProof(p) => self.all(i, CommitteeEvent::ProofReceived(p)),
+            CommitteeAction::Apply { round, base, shards, ledger } => {
+                let mut b = base.0.to_vec();
+                for s in &shards {
+                    b.extend_from_slice(&s.unwrap_or([0; 32]));
+                }
+                b.extend_from_slice(&ledger.encode());
+                let new_state = StateId(*blake3::hash(&b).as_bytes());
+                self.applied[i].push((self.now, shards, ledger));
+                self.inbox.push_back((i, CommitteeEvent::Applied { round, new_state }));
+            }
+        }
+    }
+
+    /// Run until every machine reached `round` (or time `limit`).
+    fn run_to(&mut self, round: u64, limit: u64) {
+        loop {
+            if self.machines.iter().all(|m| m.round() >= round) {
+                return;
+            }
+            let mut busy = false;
+            for i in 0..self.machines.len() {
+                while let Some(a) = self.machines[i].poll_action() {
+                    busy = true;
+                    self.act(i, a);
+                }
+            }
+            while let Some((i, e)) = self.inbox.pop_front() {
+                busy = true;
+                self.machines[i].handle(self.now, e);
+            }
+            if busy {
+                continue;
+            }
+            let next = self.machines.iter().filter_map(CommitteeMachine::next_timeout).min();
+            match next {
+                Some(t) if t <= limit => {
+                    self.now = t;
+                    for m in &mut self.machines {
+                        if m.next_timeout() == Some(t) {
+                            m.handle(t, CommitteeEvent::TimerFired);
+                        }
+                    }
+                }
+                _ => panic!(
+                    "stuck at {} (rounds {:?})",
+                    self.now,
+                    self.machines.iter().map(|m| m.round()).collect::<Vec<_>>()
+                ),
+            }
+        }
+    }
+}
+
+#[test]
+fn an_honest_round_applies_the_same_shards_everywhere_before_any_deadline() {
+    let mut net = Net::new(12, 4);
+    assert_eq!(net.machines[0].plan().shards(), 3);
+    net.run_to(1, 10_000);
+    let first = &net.applied[0][0];
+    for a in &net.applied {
+        assert_eq!(a[0].1, first.1, "every node applies the same shards");
+        assert!(a[0].1.iter().all(Option::is_some));
+        assert!(a[0].0 < 1_000, "every roster member's shard came, so nobody waited for the input deadline");
+    }
+    assert_eq!(first.2.roster.len(), 12, "everyone stays on the roster");
+    // The applied shard is the mean of the decoded shards (equal tokens).
+    let values = &net.values[&first.1[0].unwrap()];
+    let n = values.len();
+    let mean: f64 = (0..12)
+        .map(|i| f64::from(decode_delta(&net.payloads[&(i, 0)].0, cfg(1).codec, n).unwrap()[5]))
+        .sum::<f64>()
+        / 12.0;
+    assert!((f64::from(values[5]) - mean).abs() < 1e-6);
+}
+
+#[test]
+fn a_lying_member_is_proven_at_once_and_excluded_by_the_ledger_after_the_next_round() {
+    let mut net = Net::new(12, 4);
+    let liar = net.index(&net.machines[0].plan().committee(1)[0]);
+    net.liars.insert(liar);
+    let liar_key = net.keys[liar].public();
+    net.run_to(1, 10_000);
+    for (i, m) in net.machines.iter().enumerate() {
+        if i != liar {
+            assert_eq!(m.proven().get(&liar_key), Some(&0), "node {i} holds the proof");
+        }
+    }
+    let lie = net.applied[0][0].1[1];
+    assert!(net.applied.iter().enumerate().filter(|(i, _)| *i != liar).all(|(_, a)| a[0].1[1] == lie));
+    assert!(!net.values[&lie.unwrap()].iter().any(|v| *v > 0.5), "the honest claim won");
+    assert!(!net.applied[0][0].2.is_excluded(&liar_key), "a proof changes a state only a round later");
+    net.run_to(2, 20_000);
+    let ledger = &net.applied[0][1].2;
+    assert_eq!(ledger.excluded.get(&liar_key), Some(&0));
+    assert!(!ledger.roster.contains(&liar_key));
+    assert!(net.machines[0].plan().seat_of(&liar_key).is_none(), "round 2 seats no liar");
+}
+
+#[test]
+fn a_committee_that_withholds_is_replaced_by_its_fallback_committee() {
+    let mut net = Net::new(12, 4);
+    let quiet: Vec<usize> = net.machines[0].plan().committee(1).iter().map(|k| net.index(k)).collect();
+    net.withholders.extend(quiet.iter().copied());
+    net.run_to(1, 10_000);
+    let (cfg, first) = (cfg(4), &net.applied[0][0]);
+    assert!(first.1.iter().all(Option::is_some), "shard 1 was aggregated by the fallback committee");
+    let result_deadline = cfg.input_ms + cfg.result_ms;
+    assert!(
+        first.0 >= result_deadline && first.0 <= result_deadline + 2 * cfg.grace_ms,
+        "applied at {}",
+        first.0
+    );
+    for a in &net.applied {
+        assert_eq!(a[0].1, first.1);
+    }
+}
+
+#[test]
+fn with_no_result_and_no_fallback_the_shard_is_applied_as_zero_at_the_result_deadline() {
+    let mut net = Net::new(4, 8);
+    net.withholders.extend(0..4);
+    net.run_to(1, 10_000);
+    let c = cfg(8);
+    for a in &net.applied {
+        assert_eq!(a[0].1, vec![None]);
+        assert_eq!(a[0].0, c.input_ms + c.result_ms);
+    }
+}
+
+#[test]
+fn a_lone_machine_walks_its_deadlines_in_order() {
+    let key = NodeKey::from_seed([1; 32]);
+    let others: Vec<PublicKey> = (2..6).map(|i| NodeKey::from_seed([i; 32]).public()).collect();
+    let mut roster = others.clone();
+    roster.push(key.public());
+    let c = cfg(8);
+    let mut m = CommitteeMachine::new(c.clone(), key, 0, StateId([1; 32]), Ledger::genesis(roster), 0);
+    assert!(matches!(m.poll_action(), Some(CommitteeAction::Train { round: 0, .. })));
+    assert_eq!(m.next_timeout(), Some(c.input_ms));
+    m.handle(c.input_ms, CommitteeEvent::TimerFired);
+    assert_eq!(m.poll_action(), None, "nothing to aggregate");
+    assert_eq!(m.next_timeout(), Some(c.input_ms + c.result_ms));
+    m.handle(c.input_ms + c.result_ms, CommitteeEvent::TimerFired);
+    match m.poll_action() {
+        Some(CommitteeAction::Apply { round: 0, shards, .. }) => assert_eq!(shards, vec![None]),
+        a => panic!("expected the round applied as zero, got {a:?}"),
+    }
+    assert_eq!(m.next_timeout(), None, "no timer while the outer step runs");
+}
+
+fn manifest(key: &NodeKey, root: u8) -> ShardedManifest {
+    ShardedManifest {
+        run: RunId([7; 32]),
+        round: 0,
+        base: StateId([1; 32]),
+        signer: key.public(),
+        tokens: 10,
+        train_loss: 1.0,
+        codec: Codec::Int8Block { block: 256 },
+        element_count: P,
+        shards: 1,
+        norm: 1.0,
+        root: [root; 32],
+        signature: Signature([0; 64]),
+    }
+    .sign(key)
+}
+
+#[test]
+fn two_manifests_from_one_key_are_a_proof_and_a_proof_is_believed_once() {
+    let (me, other) = (NodeKey::from_seed([1; 32]), NodeKey::from_seed([2; 32]));
+    let ledger = Ledger::genesis(vec![me.public(), other.public()]);
+    let mut m = CommitteeMachine::new(cfg(8), me, 0, StateId([1; 32]), ledger, 0);
+    while m.poll_action().is_some() {}
+    m.handle(1, CommitteeEvent::ManifestReceived(manifest(&other, 1)));
+    m.handle(2, CommitteeEvent::ManifestReceived(manifest(&other, 2)));
+    match m.poll_action() {
+        Some(CommitteeAction::PublishProof(p)) => {
+            assert!(matches!(*p, FraudProof::TwoManifests { .. }));
+            assert_eq!(p.check(), Ok(()));
+        }
+        a => panic!("expected a proof, got {a:?}"),
+    }
+    assert_eq!(m.proven().get(&other.public()), Some(&0));
+    m.handle(3, CommitteeEvent::ManifestReceived(manifest(&other, 3)));
+    assert_eq!(m.poll_action(), None, "one proof per key");
+}
+
+#[test]
+fn results_from_outside_the_committee_and_bad_signatures_do_not_count() {
+    let mut net = Net::new(12, 4);
+    let plan = net.machines[0].plan().clone();
+    let outsider = net.index(&plan.committee(2)[0]);
+    let forged = ShardResult {
+        run: RunId([7; 32]),
+        round: 0,
+        base: StateId([1; 32]),
+        shard: 0,
+        included_count: 1,
+        included_root: [0; 32],
+        total_tokens: 10,
+        result_hash: [9; 32],
+        signer: net.keys[outsider].public(),
+        signature: Signature([0; 64]),
+    }
+    .sign(&net.keys[outsider]);
+    let mut bad_sig = forged.clone();
+    bad_sig.signer = plan.committee(0)[0];
+    for i in 0..12 {
+        net.inbox.push_back((i, CommitteeEvent::ResultReceived(forged.clone())));
+        net.inbox.push_back((i, CommitteeEvent::ResultReceived(bad_sig.clone())));
+    }
+    net.run_to(1, 10_000);
+    assert!(net.applied.iter().all(|a| a[0].1[0] != Some([9; 32])));
+}
+
+#[test]
+fn a_proof_against_an_honest_result_does_not_hold_and_excludes_nobody() {
+    let mut net = Net::new(12, 4);
+    net.run_to(0, 0);
+    // Let round 0's results come in, then accuse an honest member.
+    let mut steps = 0;
+    while net.machines[0].our_list(net.machines[0].plan().seat_of(&net.keys[0].public()).unwrap()).is_none() {
+        let a = net.machines[0].poll_action();
+        match a {
+            Some(a) => net.act(0, a),
+            None => {
+                let Some((i, e)) = net.inbox.pop_front() else { break };
+                net.machines[i].handle(0, e);
+                for j in 0..12 {
+                    while let Some(a) = net.machines[j].poll_action() {
+                        net.act(j, a);
+                    }
+                }
+            }
+        }
+        steps += 1;
+        assert!(steps < 100_000);
+    }
+    let s = net.machines[0].plan().seat_of(&net.keys[0].public()).unwrap();
+    let included = net.machines[0].our_list(s).cloned().unwrap();
+    let honest = ShardResult {
+        run: RunId([7; 32]),
+        round: 0,
+        base: StateId([1; 32]),
+        shard: s,
+        included_count: included.len() as u32,
+        included_root: included.root(),
+        total_tokens: 120,
+        result_hash: [3; 32],
+        signer: net.keys[0].public(),
+        signature: Signature([0; 64]),
+    }
+    .sign(&net.keys[0]);
+    let proof = FraudProof::WrongResult { result: honest, included };
+    for i in 1..12 {
+        net.inbox.push_back((i, CommitteeEvent::ProofReceived(Box::new(proof.clone()))));
+    }
+    net.run_to(1, 10_000);
+    assert!(net.machines.iter().all(|m| m.proven().is_empty()), "the recomputation matched: no exclusion");
+}
