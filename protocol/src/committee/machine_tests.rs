@@ -28,6 +28,9 @@ fn cfg(k: u32) -> CommitteeConfig {
     }
 }
 
+/// A round as one node applied it: time, shards, ledger.
+type Applied = (u64, Vec<Option<[u8; 32]>>, Ledger);
+
 struct Net {
     keys: Vec<NodeKey>,
     machines: Vec<CommitteeMachine>,
@@ -37,8 +40,8 @@ struct Net {
     lists: HashMap<[u8; 32], IncludedList>,
     liars: BTreeSet<usize>,
     withholders: BTreeSet<usize>,
-    /// Per node, per round: (time applied, shards, ledger).
-    applied: Vec<Vec<(u64, Vec<Option<[u8; 32]>>, Ledger)>>,
+    /// Per node, per round.
+    applied: Vec<Vec<Applied>>,
     inbox: VecDeque<(usize, CommitteeEvent)>,
 }
 
