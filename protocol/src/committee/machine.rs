@@ -621,18 +621,29 @@ impl CommitteeMachine {
 
     fn on_rechecked(&mut self, result: ShardResult, included: IncludedList, matches: bool) {
         self.verifying.remove(&result.signer);
-        let s = result.shard as usize;
-        if s < self.shards.len() && result.round == self.round && !matches {
-            self.shards[s].wrong.insert(result.result_hash);
+        if matches {
+            return;
         }
-        if !matches && !self.proven.contains_key(&result.signer) {
-            let round = result.round;
-            let accused = result.signer;
-            self.actions.push_back(CommitteeAction::PublishProof(Box::new(FraudProof::WrongResult {
-                result,
-                included,
-            })));
-            self.proven.insert(accused, round);
+        let s = result.shard as usize;
+        // Every signer of the same wrong claim is accused, each by its own
+        // signed result.
+        let mut accused = vec![result.clone()];
+        if s < self.shards.len() && result.round == self.round {
+            self.shards[s].wrong.insert(result.result_hash);
+            accused.extend(
+                self.shards[s]
+                    .results
+                    .values()
+                    .filter(|r| r.claim() == result.claim() && r.signer != result.signer)
+                    .cloned(),
+            );
+        }
+        for r in accused {
+            if r.signer != self.me && !self.proven.contains_key(&r.signer) {
+                self.proven.insert(r.signer, r.round);
+                let proof = FraudProof::WrongResult { result: r, included: included.clone() };
+                self.actions.push_back(CommitteeAction::PublishProof(Box::new(proof)));
+            }
         }
     }
 

@@ -435,3 +435,25 @@ fn a_proof_against_an_honest_result_does_not_hold_and_excludes_nobody() {
     net.run_to(1, 10_000);
     assert!(net.machines.iter().all(|m| m.proven().is_empty()), "the recomputation matched: no exclusion");
 }
+
+#[test]
+fn a_lying_majority_of_a_committee_loses_to_its_one_honest_member() {
+    let mut net = Net::new(12, 4);
+    let committee: Vec<usize> = net.machines[0].plan().committee(2).iter().map(|k| net.index(k)).collect();
+    assert_eq!(committee.len(), 4);
+    net.liars.extend(committee[..3].iter().copied());
+    net.run_to(1, 10_000);
+    for (i, a) in net.applied.iter().enumerate() {
+        let chosen = a[0].1[2].expect("shard 2 applied");
+        assert!(!net.values[&chosen].iter().any(|v| *v > 0.5), "node {i} applied the honest values");
+    }
+    let bystander = (0..12).find(|i| !committee.contains(i)).unwrap();
+    for &liar in &committee[..3] {
+        let key = net.keys[liar].public();
+        assert!(
+            net.machines[committee[3]].proven().contains_key(&key),
+            "every signer of the wrong claim is accused"
+        );
+        assert!(net.machines[bystander].proven().contains_key(&key));
+    }
+}
