@@ -138,6 +138,7 @@ pub fn print_table(r: &NetsimReport) {
         mb(r.delta_bytes as f64)
     );
     println!("round  max MB/node  mean MB/node  v1 MB/node  round s  states  applied  excluded  val loss");
+    let mut kinds = [0f64; 5];
     for x in &r.rounds {
         println!(
             "{:>5}  {:>11.2}  {:>12.2}  {:>10.2}  {:>7.1}  {:>6}  {:>7}  {:>8}  {}",
@@ -151,7 +152,18 @@ pub fn print_table(r: &NetsimReport) {
             x.excluded,
             x.val_loss.map_or("-".into(), |v| format!("{v:.5}"))
         );
+        for (k, b) in kinds.iter_mut().zip(x.mean_by_kind) {
+            *k += b / r.rounds.len() as f64;
+        }
     }
+    println!(
+        "mean MB/node/round by kind: shards {:.2}, aggregates {:.2}, gossip {:.2}, checks {:.2}, states {:.2}",
+        mb(kinds[0]),
+        mb(kinds[1]),
+        mb(kinds[2]),
+        mb(kinds[3]),
+        mb(kinds[4])
+    );
     for o in &r.offenders {
         println!(
             "offender {:>4} {:<12} first offence {:>5}  excluded from round {}",

@@ -20,7 +20,7 @@ use murmur_protocol::{initial_momentum, outer_step, state_id, TrainingState};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use super::transport::{Link, Network};
+use super::transport::{Kind, Link, Network};
 use super::workload::{drawn_delta, LinearTask};
 use super::{v1_bytes, NetsimConfig, NetsimReport, NodeRound, Offender, RoundReport, Workload};
 
@@ -278,7 +278,7 @@ impl Sim {
                 };
                 let bytes = 70 + 32 * proof.len() as u64 + payload.len() as u64;
                 let e = CommitteeEvent::ShardReceived { signer: self.keys[i].public(), shards, leaf, proof };
-                self.net.send(now, round, i, j, bytes, Msg::Event(Box::new(e)));
+                self.net.send(now, round, Kind::Shards, i, j, bytes, Msg::Event(Box::new(e)));
             }
             CommitteeAction::AggregateShard { shard, inputs, leaves } => {
                 if self.roles[i] == Role::Withholder || self.offline[i] {
@@ -463,7 +463,7 @@ impl Sim {
             Some(j) => {
                 let n = self.values.get(&hash).map_or(0, |v| v.len()) as u64;
                 let bytes = 4 * n + list.map_or(0, |l| l.encode().len() as u64) + 40;
-                self.net.send(now, round, j, i, bytes, Msg::Event(Box::new(e)));
+                self.net.send(now, round, Kind::Aggregates, j, i, bytes, Msg::Event(Box::new(e)));
             }
             // We hold it ourselves (we signed it).
             None if holders.contains(&self.keys[i].public()) => {
@@ -492,6 +492,7 @@ impl Sim {
         self.net.send(
             now,
             round,
+            Kind::Checks,
             j,
             i,
             bytes,
@@ -526,7 +527,15 @@ impl Sim {
             let Some(m) = m else { continue };
             if !plan_has_me && !holders.is_empty() {
                 let from = holders[n % holders.len()];
-                done = done.max(self.net.send(now, round, from, i, payload.len() as u64 + 100, Msg::Bytes));
+                done = done.max(self.net.send(
+                    now,
+                    round,
+                    Kind::Checks,
+                    from,
+                    i,
+                    payload.len() as u64 + 100,
+                    Msg::Bytes,
+                ));
             }
             leaves.push(leaf);
             inputs.push(m);
@@ -606,7 +615,7 @@ impl Sim {
         for j in 0..self.keys.len() {
             if self.offline[j] && self.machines[j].round() == round {
                 self.offline[j] = false;
-                let at = self.net.send(now, round, i, j, state_bytes, Msg::Bytes);
+                let at = self.net.send(now, round, Kind::States, i, j, state_bytes, Msg::Bytes);
                 if let Some(p) = self.progress[j].get_mut(&round) {
                     p.1 = Some(at);
                     p.2 = Some(new_state);
@@ -656,11 +665,20 @@ impl Sim {
                 None => (0, None),
             };
             let max_bytes = nodes.iter().map(|x| x.up + x.down).max().unwrap_or(0);
+            let mut mean_by_kind = [0f64; 5];
+            if let Some(t) = traffic {
+                for x in t {
+                    for (m, b) in mean_by_kind.iter_mut().zip(x.by_kind) {
+                        *m += b as f64 / n as f64;
+                    }
+                }
+            }
             let mean_bytes = nodes.iter().map(|x| (x.up + x.down) as f64).sum::<f64>() / n as f64;
             rounds.push(RoundReport {
                 round: r,
                 max_bytes,
                 mean_bytes,
+                mean_by_kind,
                 v1_bytes: v1_bytes(n, full_delta, self.cfg.gossip_degree),
                 max_round_ms: honest.iter().filter_map(|&i| nodes[i].round_ms).max().unwrap_or(0),
                 honest_states: states.len(),

@@ -89,6 +89,9 @@ pub struct RoundReport {
     /// Largest up + down of any node.
     pub max_bytes: u64,
     pub mean_bytes: f64,
+    /// Mean up + down per node by what it was for: shards, aggregates,
+    /// gossip, checks (re-checks and proof verification), states (re-syncs).
+    pub mean_by_kind: [f64; 5],
     /// Version 1's per-node up + down for the same N (formula in docs).
     pub v1_bytes: u64,
     /// Longest virtual round time of an honest node.

@@ -26,11 +26,28 @@ impl Link {
     }
 }
 
+/// What bytes were for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Delta shards to committees.
+    Shards = 0,
+    /// Aggregated shards (and shard 0's included list) to every node.
+    Aggregates = 1,
+    /// Manifests, results, proofs.
+    Gossip = 2,
+    /// Re-checks and proof verification: included lists, input shards.
+    Checks = 3,
+    /// Whole states fetched by nodes that re-sync.
+    States = 4,
+}
+
 /// Bytes one node moved in one round.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Traffic {
     pub up: u64,
     pub down: u64,
+    /// Up + down by `Kind`.
+    pub by_kind: [u64; 5],
 }
 
 /// The queue of deliveries (`T` is the message) and the links' state.
@@ -63,7 +80,7 @@ impl<T> Network<T> {
         }
     }
 
-    fn count(&mut self, round: u64, node: usize, up: u64, down: u64) {
+    fn count(&mut self, round: u64, node: usize, kind: Kind, up: u64, down: u64) {
         let r = round as usize;
         while self.traffic.len() <= r {
             self.traffic.push(vec![Traffic::default(); self.links.len()]);
@@ -71,6 +88,7 @@ impl<T> Network<T> {
         let t = &mut self.traffic[r][node];
         t.up += up;
         t.down += down;
+        t.by_kind[kind as usize] += up + down;
     }
 
     /// Deliver `msg` to `to` at `at` (no bytes moved: a local event).
@@ -90,7 +108,17 @@ impl<T> Network<T> {
     }
 
     /// Send `bytes` from `from` to `to` starting at `now`, counted in `round`.
-    pub fn send(&mut self, now: u64, round: u64, from: usize, to: usize, bytes: u64, msg: T) -> u64 {
+    #[allow(clippy::too_many_arguments)]
+    pub fn send(
+        &mut self,
+        now: u64,
+        round: u64,
+        kind: Kind,
+        from: usize,
+        to: usize,
+        bytes: u64,
+        msg: T,
+    ) -> u64 {
         let b = bytes as f64;
         let start = self.up_free[from].max(now as f64);
         let sent = start + b / self.links[from].up;
@@ -99,8 +127,8 @@ impl<T> Network<T> {
         let begin = self.down_free[to].max(arrive);
         let done = begin + b / self.links[to].down;
         self.down_free[to] = done;
-        self.count(round, from, bytes, 0);
-        self.count(round, to, 0, bytes);
+        self.count(round, from, kind, bytes, 0);
+        self.count(round, to, kind, 0, bytes);
         let at = done.ceil() as u64;
         self.at(at, to, msg);
         at
@@ -111,7 +139,7 @@ impl<T> Network<T> {
     pub fn gossip_cost(&mut self, now: u64, round: u64, online: &[usize], bytes: u64) -> u64 {
         let d = u64::from(self.gossip_degree);
         for &i in online {
-            self.count(round, i, d * bytes, d * bytes);
+            self.count(round, i, Kind::Gossip, d * bytes, d * bytes);
         }
         let n = online.len().max(2) as f64;
         let hops = (n.ln() / (self.gossip_degree.max(2) as f64).ln()).ceil().max(1.0) as u64;
@@ -143,12 +171,12 @@ mod tests {
     fn a_transfer_waits_for_both_links_and_counts_its_bytes() {
         // 8 Mbit/s = 1000 bytes/ms up, 16 Mbit/s down, 10 ms latency.
         let mut n: Network<u8> = Network::new(vec![Link::mbps(8.0, 16.0, 10); 2], 6);
-        let a = n.send(0, 0, 0, 1, 10_000, 1);
+        let a = n.send(0, 0, Kind::Shards, 0, 1, 10_000, 1);
         assert_eq!(a, 25, "10 ms up, 10 ms latency, 5 ms down");
-        let b = n.send(0, 0, 0, 1, 10_000, 2);
+        let b = n.send(0, 0, Kind::Shards, 0, 1, 10_000, 2);
         assert!(b >= a + 10, "the second waits for the uplink");
-        assert_eq!(n.traffic[0][0], Traffic { up: 20_000, down: 0 });
-        assert_eq!(n.traffic[0][1], Traffic { up: 0, down: 20_000 });
+        assert_eq!(n.traffic[0][0], Traffic { up: 20_000, down: 0, by_kind: [20_000, 0, 0, 0, 0] });
+        assert_eq!(n.traffic[0][1], Traffic { up: 0, down: 20_000, by_kind: [20_000, 0, 0, 0, 0] });
         assert_eq!(n.pop().map(|x| x.2), Some(1));
     }
 }
