@@ -5,7 +5,12 @@
 //! Regenerate (only when the wire format deliberately changes):
 //! `MURMUR_BLESS=1 cargo test -p murmur-protocol --test golden`
 
-use murmur_protocol::codec::{encode_delta, Codec};
+use murmur_protocol::codec::{decode_delta, encode_delta, Codec};
+use murmur_protocol::committee::messages::shard_values_hash;
+use murmur_protocol::committee::{
+    merkle_proof, merkle_root, shard_norm, verify_proof, FraudProof, IncludedList, Ledger, ShardDelta,
+    ShardLeaf, ShardResult, ShardedManifest,
+};
 use murmur_protocol::dataset::{DatasetManifest, DatasetTokenizer, ShardEntry};
 use murmur_protocol::hash::{dataset_id_of, shard_hash_of};
 use murmur_protocol::hash::{hex, payload_hash_of, unhex, PayloadHash, RunId, StateId};
@@ -16,6 +21,7 @@ use murmur_protocol::spec::{
 use murmur_protocol::{
     DeltaManifest, PeerLink, RejectionCount, RoundCommit, Telemetry, Ticket, TrainingState,
 };
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 fn key() -> NodeKey {
@@ -171,7 +177,133 @@ fn vectors() -> Vec<(&'static str, Vec<u8>)> {
     v.push(("dataset_id", dataset_id_of(&dataset.encode()).0.to_vec()));
     v.push(("ticket_run_spec", ticket_spec().encode()));
     v.push(("ticket", ticket().encode()));
+    v.extend(v2_vectors());
     v
+}
+
+/// Shards the golden delta is cut into for the protocol-v2 vectors. (The
+/// layout would give an 8-element vector one shard, MIN_SHARD_ELEMENTS being
+/// 1024; three is wire-valid and shows a Merkle tree with an odd node.)
+const V2_SHARDS: u32 = 3;
+
+/// Elements `[s·n/S, (s+1)·n/S)` of the golden delta (docs/protocol.md §10.1).
+fn v2_shard_values(s: u32) -> Vec<f32> {
+    let d = delta_values();
+    let at = |i: u32| i as usize * d.len() / V2_SHARDS as usize;
+    d[at(s)..at(s + 1)].to_vec()
+}
+
+/// Shard `s` of the golden delta encoded with the golden codec (Int8Block, block 4).
+fn v2_shard_payload(s: u32) -> Vec<u8> {
+    encode_delta(Codec::Int8Block { block: 4 }, &v2_shard_values(s)).unwrap_or_default()
+}
+
+/// Shard `s` as a receiver decodes it (the values norms and hashes are of).
+fn v2_shard_decoded(s: u32) -> Vec<f32> {
+    let n = v2_shard_values(s).len();
+    decode_delta(&v2_shard_payload(s), Codec::Int8Block { block: 4 }, n).unwrap_or_default()
+}
+
+fn v2_leaves() -> Vec<ShardLeaf> {
+    (0..V2_SHARDS)
+        .map(|s| {
+            let payload = v2_shard_payload(s);
+            ShardLeaf {
+                shard: s,
+                payload_hash: payload_hash_of(&payload),
+                payload_len: payload.len() as u64,
+                norm: shard_norm(&v2_shard_decoded(s)),
+            }
+        })
+        .collect()
+}
+
+/// The golden ledger: roster {golden key, 0x11…, 0x22…}, 0x33… excluded for
+/// an offence in round 0.
+fn v2_ledger() -> Ledger {
+    let mut l = Ledger::genesis(vec![key().public(), PublicKey([0x11; 32]), PublicKey([0x22; 32])]);
+    l.excluded = BTreeMap::from([(PublicKey([0x33; 32]), 0)]);
+    l
+}
+
+/// The v2 base: the golden state's StateId with the golden ledger.
+fn v2_base() -> StateId {
+    v2_ledger().state_id(state(spec().run_id()).id())
+}
+
+fn v2_manifest() -> ShardedManifest {
+    ShardedManifest {
+        run: spec().run_id(),
+        round: 1,
+        base: v2_base(),
+        signer: PublicKey::default(),
+        tokens: 65_536,
+        train_loss: 3.25,
+        codec: Codec::Int8Block { block: 4 },
+        element_count: delta_values().len() as u64,
+        shards: V2_SHARDS,
+        norm: shard_norm(&(0..V2_SHARDS).flat_map(v2_shard_decoded).collect::<Vec<f32>>()),
+        root: merkle_root(&v2_leaves()),
+        signature: Signature::default(),
+    }
+    .sign(&key())
+}
+
+/// Shard 1 of the golden manifest's delta, with its proof.
+fn v2_shard_delta() -> ShardDelta {
+    let leaves = v2_leaves();
+    ShardDelta {
+        run: spec().run_id(),
+        round: 1,
+        signer: key().public(),
+        shard: 1,
+        shards: V2_SHARDS,
+        norm: leaves[1].norm,
+        proof: merkle_proof(&leaves, 1),
+        payload: v2_shard_payload(1),
+    }
+}
+
+/// The golden key's manifest and one by 0x11… (its root all `aa`).
+fn v2_included() -> IncludedList {
+    IncludedList::new(vec![(PublicKey([0x11; 32]), [0xaa; 32]), (key().public(), v2_manifest().root)])
+}
+
+/// A result for shard 1 naming the two-entry included list but the hash of
+/// the golden key's shard alone: a wrong result (the fraud proof's evidence).
+fn v2_result() -> ShardResult {
+    let included = v2_included();
+    ShardResult {
+        run: spec().run_id(),
+        round: 1,
+        base: v2_base(),
+        shard: 1,
+        included_count: included.len() as u32,
+        included_root: included.root(),
+        total_tokens: 65_536 + 1_000,
+        result_hash: shard_values_hash(&v2_shard_decoded(1)),
+        signer: PublicKey::default(),
+        signature: Signature::default(),
+    }
+    .sign(&key())
+}
+
+/// The protocol-v2 (committee) vectors.
+fn v2_vectors() -> Vec<(&'static str, Vec<u8>)> {
+    vec![
+        ("v2_merkle_root", merkle_root(&v2_leaves()).to_vec()),
+        ("v2_state_id", v2_base().0.to_vec()),
+        ("sharded_manifest", v2_manifest().encode()),
+        ("shard_delta", v2_shard_delta().encode()),
+        ("included_list", v2_included().encode()),
+        ("included_root", v2_included().root().to_vec()),
+        ("shard_values_hash", shard_values_hash(&v2_shard_decoded(1)).to_vec()),
+        ("shard_result", v2_result().encode()),
+        (
+            "fraud_proof_wrong_result",
+            FraudProof::WrongResult { result: v2_result(), included: v2_included() }.encode(),
+        ),
+    ]
 }
 
 /// The golden spec run by tickets that the golden key signs.
@@ -237,6 +369,29 @@ fn golden_messages_decode_and_verify() {
     assert_eq!(t.check(&ts.run_id(), ts.admission.operators(), 1_893_455_999), Ok(()));
     let s = TrainingState::decode(&read("state_payload"), 3).expect("state");
     assert_eq!(s.id().0.to_vec(), read("state_id"));
+
+    // Protocol v2.
+    assert_eq!(v2_ledger().state_id(s.id()).0.to_vec(), read("v2_state_id"));
+    let m = ShardedManifest::decode(&read("sharded_manifest")).expect("sharded manifest");
+    assert_eq!(m.verify(), Ok(()));
+    assert_eq!(m.signer.0.to_vec(), read("signing_key_public"));
+    assert_eq!(m.root.to_vec(), read("v2_merkle_root"));
+    assert_eq!(m.base.0.to_vec(), read("v2_state_id"));
+    let d = ShardDelta::decode(&read("shard_delta")).expect("shard delta");
+    assert!(verify_proof(&m.root, m.shards, &d.leaf(), &d.proof), "the shard proves against the manifest");
+    let values = decode_delta(&d.payload, m.codec, 3).expect("shard payload");
+    assert_eq!(shard_values_hash(&values).to_vec(), read("shard_values_hash"));
+    assert_eq!(shard_norm(&values), d.norm);
+    let l = IncludedList::decode(&read("included_list")).expect("included list");
+    assert_eq!(l.root().to_vec(), read("included_root"));
+    assert!(l.entries.contains(&(m.signer, m.root)));
+    let r = ShardResult::decode(&read("shard_result")).expect("shard result");
+    assert_eq!(r.verify(), Ok(()));
+    assert_eq!((r.included_root, r.included_count as usize), (l.root(), l.len()));
+    assert_eq!(r.result_hash.to_vec(), read("shard_values_hash"));
+    let p = FraudProof::decode(&read("fraud_proof_wrong_result")).expect("fraud proof");
+    assert_eq!(p, FraudProof::WrongResult { result: r, included: l });
+    assert_eq!(p.check(), Ok(()));
 }
 
 #[test]
