@@ -304,8 +304,8 @@ impl Sim {
             CommitteeAction::PublishResult(r) => {
                 self.gossip(i, now, round, &r.encode(), CommitteeEvent::ResultReceived(r))
             }
-            CommitteeAction::FetchAggregate { shard, result_hash, holders } => {
-                self.fetch_aggregate(i, now, round, shard, result_hash, &holders)
+            CommitteeAction::FetchAggregate { shard, result_hash, from } => {
+                self.fetch_aggregate(i, now, round, shard, result_hash, from)
             }
             CommitteeAction::RequestIncluded { result } => self.request_included(i, now, round, result),
             CommitteeAction::Recheck { result, included, holders } => {
@@ -449,28 +449,21 @@ impl Sim {
         round: u64,
         shard: u32,
         hash: [u8; 32],
-        holders: &[PublicKey],
+        from: PublicKey,
     ) {
-        let start = i % holders.len().max(1);
-        let holder = (0..holders.len())
-            .map(|k| holders[(start + k) % holders.len()])
-            .filter_map(|h| self.index.get(&h).copied())
-            .find(|&j| self.serves(j) && j != i);
         let list = if shard == 0 { self.list_for(hash) } else { None };
         let ok = self.values.contains_key(&hash);
         let e = CommitteeEvent::AggregateFetched { shard, result_hash: hash, ok, included: list.clone() };
-        match holder {
-            Some(j) => {
+        match self.index.get(&from).copied() {
+            // We hold it ourselves (we signed it).
+            Some(j) if j == i => self.net.at(now + 1, i, Msg::Event(Box::new(e))),
+            Some(j) if self.serves(j) => {
                 let n = self.values.get(&hash).map_or(0, |v| v.len()) as u64;
                 let bytes = 4 * n + list.map_or(0, |l| l.encode().len() as u64) + 40;
                 self.net.send(now, round, Kind::Aggregates, j, i, bytes, Msg::Event(Box::new(e)));
             }
-            // We hold it ourselves (we signed it).
-            None if holders.contains(&self.keys[i].public()) => {
-                self.net.at(now + 1, i, Msg::Event(Box::new(e)))
-            }
-            // Nobody serves it: the request times out.
-            None => {
+            // Nobody answers: the request times out.
+            _ => {
                 let e =
                     CommitteeEvent::AggregateFetched { shard, result_hash: hash, ok: false, included: None };
                 self.net.at(now + FETCH_TIMEOUT_MS, i, Msg::Event(Box::new(e)));

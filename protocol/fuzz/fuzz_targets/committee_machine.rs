@@ -317,8 +317,8 @@ fn check_action(m: &CommitteeMachine, d: &mut Driver, action: CommitteeAction) {
             assert_eq!((l.root(), l.len()), (r.included_root, r.included_count as usize));
             push(&mut d.lists, (r, l));
         }
-        CommitteeAction::FetchAggregate { shard, result_hash, holders } => {
-            assert!(shard < m.plan().shards() && !holders.is_empty());
+        CommitteeAction::FetchAggregate { shard, result_hash, .. } => {
+            assert!(shard < m.plan().shards());
             push(&mut d.fetches, (shard, result_hash));
         }
         CommitteeAction::RequestIncluded { result } => push(&mut d.requests, result),

@@ -142,9 +142,10 @@ pub enum CommitteeAction {
     AggregateShard { shard: u32, inputs: Vec<ShardedManifest>, leaves: Vec<ShardLeaf> },
     /// Gossip this signed result to every node.
     PublishResult(ShardResult),
-    /// Fetch the aggregated values of `shard` from any of `holders` (for
-    /// shard 0 also the included list of one of their results).
-    FetchAggregate { shard: u32, result_hash: [u8; 32], holders: Vec<PublicKey> },
+    /// Fetch the aggregated values of `shard` from `from` (for shard 0 also
+    /// the included list of its result) and report `AggregateFetched`; one
+    /// attempt: the machine retries other holders after a back-off.
+    FetchAggregate { shard: u32, result_hash: [u8; 32], from: PublicKey },
     /// Ask `result.signer` for the included list of `result`.
     RequestIncluded { result: ShardResult },
     /// Recompute `result`'s shard from the deltas in `included` (fetching
@@ -172,6 +173,23 @@ struct ShardView {
     /// Whether the shard went to its fallback committee.
     fell_back: bool,
     zero: bool,
+    /// Signers of the chosen claim, in the order this node asks them.
+    holders: Vec<PublicKey>,
+    /// Holders asked so far.
+    tried: usize,
+    /// When to ask the next holder.
+    retry_at: Option<u64>,
+}
+
+/// First wait before asking the next holder of an aggregate.
+pub const FETCH_RETRY_FIRST_MS: u64 = 200;
+/// Longest wait between two asks.
+pub const FETCH_RETRY_MAX_MS: u64 = 5_000;
+
+/// The wait before the `tried`-th retry: doubling from the first, capped.
+pub fn fetch_backoff(tried: usize) -> u64 {
+    let doublings = tried.saturating_sub(1).min(16) as u32;
+    (FETCH_RETRY_FIRST_MS << doublings).min(FETCH_RETRY_MAX_MS)
 }
 
 /// One node's committee round machine.
@@ -340,9 +358,15 @@ impl CommitteeMachine {
         if self.applied {
             return None;
         }
-        [self.input_deadline(), self.result_deadline(), self.decide_deadline(), self.zero_deadline()]
-            .into_iter()
-            .find(|t| *t > self.now)
+        let deadline =
+            [self.input_deadline(), self.result_deadline(), self.decide_deadline(), self.zero_deadline()]
+                .into_iter()
+                .find(|t| *t > self.now);
+        let retry = self.shards.iter().filter_map(|v| v.retry_at).min();
+        match (deadline, retry) {
+            (Some(d), Some(r)) => Some(d.min(r)),
+            (d, r) => d.or(r),
+        }
     }
 
     fn open(&mut self, round: u64, base: StateId, ledger: Ledger) {
@@ -696,14 +720,27 @@ impl CommitteeMachine {
         if shard == 0 && ok {
             self.included0 = included;
         }
+        let now = self.now;
         let v = &mut self.shards[shard as usize];
         if ok {
             v.fetched = true;
+        } else if v.tried < v.holders.len() {
+            v.retry_at = Some(now + fetch_backoff(v.tried));
         } else {
-            // Nobody serves the claimed values: treat the claim as wrong.
+            // No holder serves the claimed values: the claim is taken as
+            // wrong and the next one wins.
             v.wrong.insert(result_hash);
             v.chosen = None;
         }
+    }
+
+    /// Ask the next holder of shard `s`'s chosen claim.
+    fn ask_next_holder(&mut self, s: usize) {
+        let v = &mut self.shards[s];
+        let (Some(hash), Some(&from)) = (v.chosen, v.holders.get(v.tried)) else { return };
+        v.tried += 1;
+        v.retry_at = None;
+        self.actions.push_back(CommitteeAction::FetchAggregate { shard: s as u32, result_hash: hash, from });
     }
 
     /// The winning claim of a shard among valid, unrefuted results.
@@ -764,6 +801,12 @@ impl CommitteeMachine {
                 self.aggregate(s);
             }
         }
+        // Retries of aggregate fetches that are due.
+        for s in 0..self.shards.len() {
+            if self.shards[s].retry_at.is_some_and(|t| t <= now) {
+                self.ask_next_holder(s);
+            }
+        }
         // Pick claims.
         for s in 0..self.shards.len() {
             if self.shards[s].chosen.is_some() || self.shards[s].zero {
@@ -778,13 +821,17 @@ impl CommitteeMachine {
                 self.all_members_in(s) || now >= self.result_deadline()
             };
             if ready {
-                if let Some((hash, signers)) = self.best_claim(s) {
-                    self.shards[s].chosen = Some(hash);
-                    self.actions.push_back(CommitteeAction::FetchAggregate {
-                        shard: s as u32,
-                        result_hash: hash,
-                        holders: signers,
-                    });
+                if let Some((hash, mut signers)) = self.best_claim(s) {
+                    // Nodes start at signers by their rank in the roster, so
+                    // each signer serves about N / (signers) of them.
+                    let rank = self.ledger.roster.binary_search(&self.me).unwrap_or_else(|i| i);
+                    let start = (rank + s) % signers.len().max(1);
+                    signers.rotate_left(start);
+                    let v = &mut self.shards[s];
+                    v.chosen = Some(hash);
+                    v.holders = signers;
+                    v.tried = 0;
+                    self.ask_next_holder(s);
                 }
             } else if !has && now >= self.result_deadline() && !self.shards[s].fell_back {
                 self.fall_back(s as u32);

@@ -40,6 +40,10 @@ struct Net {
     lists: HashMap<[u8; 32], IncludedList>,
     liars: BTreeSet<usize>,
     withholders: BTreeSet<usize>,
+    /// Nodes that publish results but serve no aggregate.
+    silent: BTreeSet<usize>,
+    /// Aggregate fetches asked: (time, asker, holder).
+    asks: Vec<(u64, usize, usize)>,
     /// Per node, per round.
     applied: Vec<Vec<Applied>>,
     inbox: VecDeque<(usize, CommitteeEvent)>,
@@ -62,6 +66,8 @@ impl Net {
             lists: HashMap::new(),
             liars: BTreeSet::new(),
             withholders: BTreeSet::new(),
+            silent: BTreeSet::new(),
+            asks: Vec::new(),
             applied: vec![Vec::new(); n as usize],
             inbox: VecDeque::new(),
         }
@@ -155,8 +161,10 @@ impl Net {
                 ));
             }
             CommitteeAction::PublishResult(r) => self.all(i, CommitteeEvent::ResultReceived(r)),
-            CommitteeAction::FetchAggregate { shard, result_hash, .. } => {
-                let ok = self.values.contains_key(&result_hash);
+            CommitteeAction::FetchAggregate { shard, result_hash, from } => {
+                let holder = self.index(&from);
+                self.asks.push((self.now, i, holder));
+                let ok = self.values.contains_key(&result_hash) && !self.silent.contains(&holder);
                 let included = (shard == 0).then(|| self.lists.get(&result_hash).cloned()).flatten();
                 self.inbox
                     .push_back((i, CommitteeEvent::AggregateFetched { shard, result_hash, ok, included }));
@@ -456,4 +464,30 @@ fn a_lying_majority_of_a_committee_loses_to_its_one_honest_member() {
         );
         assert!(net.machines[bystander].proven().contains_key(&key));
     }
+}
+
+#[test]
+fn an_aggregate_fetch_that_fails_is_retried_at_the_next_holder_after_a_back_off() {
+    let mut net = Net::new(12, 4);
+    let committee: Vec<usize> = net.machines[0].plan().committee(1).iter().map(|k| net.index(k)).collect();
+    net.silent.extend(committee[..3].iter().copied());
+    net.run_to(1, 10_000);
+    for a in &net.applied {
+        assert!(a[0].1[1].is_some(), "shard 1 fetched from its one serving member");
+    }
+    // A node that asked a silent holder first asked again later, at another.
+    let asks_of = |i: usize| net.asks.iter().filter(|a| a.1 == i && committee.contains(&a.2)).count();
+    let asker = (0..12).filter(|i| !committee.contains(i)).max_by_key(|&i| asks_of(i)).unwrap();
+    assert!(asks_of(asker) >= 2, "some node met a silent holder first");
+    let asks: Vec<(u64, usize)> =
+        net.asks.iter().filter(|a| a.1 == asker && committee.contains(&a.2)).map(|a| (a.0, a.2)).collect();
+    assert!(asks.len() <= 4, "each holder at most once: {asks:?}");
+    assert_eq!(asks.last().map(|a| a.1), Some(committee[3]), "it ends at the holder that serves");
+    for w in asks.windows(2) {
+        assert!(w[1].0 >= w[0].0 + FETCH_RETRY_FIRST_MS, "back-off between asks: {asks:?}");
+        assert_ne!(w[0].1, w[1].1);
+    }
+    assert_eq!(fetch_backoff(1), 200);
+    assert_eq!(fetch_backoff(3), 800);
+    assert_eq!(fetch_backoff(30), FETCH_RETRY_MAX_MS);
 }
