@@ -16,7 +16,7 @@
 //! shards; a recomputation that differs from a signed result is a fraud
 //! proof, gossiped and checked by every node.
 
-use super::ledger::Ledger;
+use super::ledger::{Ledger, MAX_LEDGER_KEYS};
 use super::merkle::{merkle_root, verify_proof, ShardLeaf};
 use super::messages::{FraudProof, IncludedList, ShardResult, ShardedManifest};
 use super::plan::CommitteePlan;
@@ -180,6 +180,9 @@ struct ShardView {
     /// When to ask the next holder.
     retry_at: Option<u64>,
 }
+
+/// Manifests taken per round from keys not on the roster.
+pub const MAX_NEWCOMERS: usize = 1024;
 
 /// First wait before asking the next holder of an aggregate.
 pub const FETCH_RETRY_FIRST_MS: u64 = 200;
@@ -501,6 +504,12 @@ impl CommitteeMachine {
             }
             return;
         }
+        // Newcomers (keys not on the roster) are taken up to a bound per
+        // round, so a flood of fresh keys cannot grow the machine.
+        let on_roster = self.ledger.roster.binary_search(&m.signer).is_ok();
+        if !on_roster && self.manifests.len() >= self.ledger.roster.len() + MAX_NEWCOMERS {
+            return;
+        }
         let signer = m.signer;
         let shards = m.shards;
         self.manifests.insert(signer, m);
@@ -663,7 +672,10 @@ impl CommitteeMachine {
             );
         }
         for r in accused {
-            if r.signer != self.me && !self.proven.contains_key(&r.signer) {
+            if r.signer != self.me
+                && !self.proven.contains_key(&r.signer)
+                && self.proven.len() < MAX_LEDGER_KEYS
+            {
                 self.proven.insert(r.signer, r.round);
                 let proof = FraudProof::WrongResult { result: r, included: included.clone() };
                 self.actions.push_back(CommitteeAction::PublishProof(Box::new(proof)));
@@ -674,6 +686,9 @@ impl CommitteeMachine {
     fn prove(&mut self, proof: FraudProof) {
         let proof = proof.canonical();
         let (who, round) = (proof.accused(), proof.round());
+        if self.proven.len() >= MAX_LEDGER_KEYS {
+            return;
+        }
         if self.proven.insert(who, round).is_none() {
             self.actions.push_back(CommitteeAction::PublishProof(Box::new(proof)));
         }

@@ -491,3 +491,24 @@ fn an_aggregate_fetch_that_fails_is_retried_at_the_next_holder_after_a_back_off(
     assert_eq!(fetch_backoff(3), 800);
     assert_eq!(fetch_backoff(30), FETCH_RETRY_MAX_MS);
 }
+
+#[test]
+fn a_flood_of_newcomer_manifests_is_bounded() {
+    let me = NodeKey::from_seed([1; 32]);
+    let ledger = Ledger::genesis(vec![me.public()]);
+    let mut m = CommitteeMachine::new(cfg(8), me, 0, StateId([1; 32]), ledger, 0);
+    while m.poll_action().is_some() {}
+    let mut seed = [0u8; 32];
+    for i in 0..(MAX_NEWCOMERS as u32 + 50) {
+        seed[..4].copy_from_slice(&i.to_le_bytes());
+        seed[4] = 0xee;
+        m.handle(1, CommitteeEvent::ManifestReceived(manifest(&NodeKey::from_seed(seed), 1)));
+    }
+    let held = (0..(MAX_NEWCOMERS as u32 + 50))
+        .filter(|i| {
+            seed[..4].copy_from_slice(&i.to_le_bytes());
+            m.manifest_of(&NodeKey::from_seed(seed).public()).is_some()
+        })
+        .count();
+    assert_eq!(held, MAX_NEWCOMERS + 1, "the roster's one slot plus the newcomer bound");
+}
