@@ -246,7 +246,14 @@ pub struct RunSpec {
     pub round_deadline_secs: u32,
     pub admission: AdmissionPolicy,
     pub seed: u64,
+    /// Committee size k of protocol v2 (docs/protocol.md §10); 0 runs
+    /// version 1's round (every node aggregates every delta). Written only
+    /// when non-zero, so version-1 specs keep their bytes and RunIds.
+    pub committee_size: u32,
 }
+
+/// Largest committee size a spec may name.
+pub const MAX_COMMITTEE_SIZE: u32 = 4096;
 
 fn invalid(field: &'static str, why: &'static str) -> WireError {
     WireError::Invalid { field, why }
@@ -313,6 +320,9 @@ impl RunSpec {
             }
         }
         w.u64(self.seed);
+        if self.committee_size != 0 {
+            w.u32(self.committee_size);
+        }
         w.finish()
     }
 
@@ -368,6 +378,15 @@ impl RunSpec {
             tag => return Err(WireError::BadTag { field: "admission", tag }),
         };
         let seed = r.u64()?;
+        let committee_size = if r.remaining() > 0 {
+            let k = r.u32()?;
+            if k == 0 {
+                return Err(invalid("committee_size", "a zero committee size is written by leaving it out"));
+            }
+            k
+        } else {
+            0
+        };
         r.finish()?;
         let spec = RunSpec {
             model,
@@ -381,6 +400,7 @@ impl RunSpec {
             round_deadline_secs,
             admission,
             seed,
+            committee_size,
         };
         spec.validate()?;
         Ok(spec)
@@ -441,6 +461,9 @@ impl RunSpec {
         if self.round_deadline_secs == 0 {
             return Err(invalid("round_deadline_secs", "must be at least 1"));
         }
+        if self.committee_size == 1 || self.committee_size > MAX_COMMITTEE_SIZE {
+            return Err(invalid("committee_size", "must be 0 (version 1) or in 2..=4096"));
+        }
         match &self.admission {
             AdmissionPolicy::Open => {}
             AdmissionPolicy::Allowlist(keys) => {
@@ -499,6 +522,7 @@ pub(crate) mod tests {
             round_deadline_secs: 60,
             admission: AdmissionPolicy::Open,
             seed: 42,
+            committee_size: 0,
         }
     }
 
@@ -511,6 +535,25 @@ pub(crate) mod tests {
         let mut other = sample_spec();
         other.seed = 43;
         assert_ne!(other.run_id(), spec.run_id());
+    }
+
+    #[test]
+    fn the_committee_size_is_written_only_when_set_and_checked() {
+        let v1 = sample_spec();
+        let mut v2 = sample_spec();
+        v2.committee_size = 8;
+        let bytes = v2.encode();
+        assert_eq!(bytes.len(), v1.encode().len() + 4);
+        assert_eq!(RunSpec::decode(&bytes), Ok(v2.clone()));
+        assert_ne!(v2.run_id(), v1.run_id());
+        // An explicit zero is not canonical; 1 and oversized sizes are refused.
+        let mut zero = v1.encode();
+        zero.extend_from_slice(&0u32.to_le_bytes());
+        assert!(RunSpec::decode(&zero).is_err());
+        for k in [1, MAX_COMMITTEE_SIZE + 1] {
+            v2.committee_size = k;
+            assert!(RunSpec::decode(&v2.encode()).is_err(), "k = {k}");
+        }
     }
 
     #[test]

@@ -58,6 +58,7 @@ fn spec() -> RunSpec {
         round_deadline_secs: 60,
         admission: AdmissionPolicy::Open,
         seed: 42,
+        committee_size: 0,
     }
 }
 

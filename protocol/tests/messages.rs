@@ -180,6 +180,7 @@ fn spec() -> impl Strategy<Value = RunSpec> {
                 quorum: q,
                 round_deadline_secs: dl,
                 admission,
+                committee_size: if seed % 3 == 0 { 0 } else { 2 + (seed % 64) as u32 },
                 seed,
             },
         )

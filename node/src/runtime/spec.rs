@@ -34,6 +34,8 @@ pub struct RunParams {
     pub robust: RobustMode,
     pub admission: AdmissionPolicy,
     pub seed: u64,
+    /// Protocol v2's committee size k (0: version 1's round).
+    pub committee_size: u32,
 }
 
 impl Default for RunParams {
@@ -52,6 +54,7 @@ impl Default for RunParams {
             robust: RobustMode::NormFilter { multiple: 3.0 },
             admission: AdmissionPolicy::Open,
             seed: 1,
+            committee_size: 0,
         }
     }
 }
@@ -139,6 +142,7 @@ pub fn run_spec(p: &RunParams) -> Result<RunSpec, SpecError> {
         round_deadline_secs: p.round_deadline_secs,
         admission: p.admission.clone(),
         seed: p.seed,
+        committee_size: p.committee_size,
     })
 }
 

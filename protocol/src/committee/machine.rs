@@ -394,6 +394,10 @@ impl CommitteeMachine {
         if let Some(s) = self.plan.seat_of(&self.me) {
             self.duties.insert(s, false);
         }
+        if self.open_round() {
+            // No roster yet: every node aggregates the one shard.
+            self.duties.insert(0, false);
+        }
         self.actions.push_back(CommitteeAction::Train { round, base, plan: self.plan.clone() });
     }
 
@@ -458,17 +462,17 @@ impl CommitteeMachine {
         }
         .sign(&self.key);
         self.actions.push_back(CommitteeAction::PublishManifest(m.clone()));
+        self.manifests.insert(self.me, m.clone());
         for s in 0..self.plan.shards() {
             self.send_shard(s, s, &leaves);
         }
-        self.manifests.insert(self.me, m.clone());
         self.mine = Some((m, leaves));
     }
 
     /// Send our shard `s` to the committee of shard `to_committee`.
     fn send_shard(&mut self, s: u32, to_committee: u32, leaves: &[ShardLeaf]) {
         let proof = super::merkle::merkle_proof(leaves, s as usize);
-        let members: Vec<PublicKey> = self.plan.committee(to_committee).to_vec();
+        let members = self.members(to_committee);
         for to in members {
             if to == self.me {
                 let leaf = leaves[s as usize];
@@ -482,6 +486,30 @@ impl CommitteeMachine {
                 });
             }
         }
+    }
+
+    /// Whether this round has no roster (a run's first round, or one whose
+    /// roster emptied): then there is one shard and its committee is every
+    /// counted node whose manifest this node holds — version 1's round.
+    fn open_round(&self) -> bool {
+        self.ledger.roster.is_empty()
+    }
+
+    /// The committee of shard `s` as this node knows it.
+    fn members(&self, s: u32) -> Vec<PublicKey> {
+        if self.open_round() {
+            return self.manifests.keys().filter(|k| self.counts(k)).copied().collect();
+        }
+        self.plan.committee(s).to_vec()
+    }
+
+    /// Nodes that hold the inputs of `shard` (its committee and fallback).
+    fn holders_of(&self, shard: u32) -> Vec<PublicKey> {
+        let mut holders = self.members(shard);
+        if let Some(f) = self.plan.fallback(shard) {
+            holders.extend_from_slice(self.plan.committee(f));
+        }
+        holders
     }
 
     fn on_manifest(&mut self, m: ShardedManifest) {
@@ -513,6 +541,18 @@ impl CommitteeMachine {
         let signer = m.signer;
         let shards = m.shards;
         self.manifests.insert(signer, m);
+        // In an open round every announcer aggregates: it gets our delta too.
+        if self.open_round() {
+            if let Some((_, leaves)) = &self.mine {
+                let proof = super::merkle::merkle_proof(leaves, 0);
+                self.actions.push_back(CommitteeAction::SendShard {
+                    to: signer,
+                    shard: 0,
+                    shards: self.plan.shards(),
+                    proof,
+                });
+            }
+        }
         // Shards that arrived before the manifest are checked now.
         for (leaf, proof) in self.early.remove(&signer).unwrap_or_default() {
             self.on_shard(signer, shards, leaf, &proof);
@@ -590,7 +630,8 @@ impl CommitteeMachine {
 
     /// Whether `key` may sign a result for `shard` now.
     fn may_aggregate(&self, shard: u32, key: &PublicKey) -> bool {
-        self.plan.is_member(shard, key)
+        (self.open_round() && self.manifests.contains_key(key))
+            || self.plan.is_member(shard, key)
             || (self.shards.get(shard as usize).is_some_and(|v| v.fell_back)
                 && self.plan.fallback(shard).is_some_and(|f| self.plan.is_member(f, key)))
     }
@@ -639,16 +680,14 @@ impl CommitteeMachine {
         (0..self.cfg.rechecks).any(|i| {
             hash_u64(&[&self.me.0, &self.round.to_le_bytes(), &i.to_le_bytes()]) % n == u64::from(shard)
         }) && self.plan.seat_of(&self.me) != Some(shard)
+            && !self.open_round()
     }
 
     fn on_included(&mut self, result: ShardResult, included: IncludedList) {
         if result.round != self.round || included.root() != result.included_root {
             return;
         }
-        let mut holders: Vec<PublicKey> = self.plan.committee(result.shard).to_vec();
-        if let Some(f) = self.plan.fallback(result.shard) {
-            holders.extend_from_slice(self.plan.committee(f));
-        }
+        let holders = self.holders_of(result.shard);
         self.actions.push_back(CommitteeAction::Recheck { result, included, holders });
     }
 
@@ -707,10 +746,7 @@ impl CommitteeMachine {
         }
         match p {
             FraudProof::WrongResult { result, included } => {
-                let mut holders: Vec<PublicKey> = self.plan.committee(result.shard).to_vec();
-                if let Some(f) = self.plan.fallback(result.shard) {
-                    holders.extend_from_slice(self.plan.committee(f));
-                }
+                let holders = self.holders_of(result.shard);
                 if result.round == self.round {
                     self.verifying.insert(accused);
                     self.actions.push_back(CommitteeAction::Recheck { result, included, holders });

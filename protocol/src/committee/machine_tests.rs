@@ -51,8 +51,14 @@ struct Net {
 
 impl Net {
     fn new(n: u8, k: u32) -> Self {
+        Self::starting(n, k, true)
+    }
+
+    /// `on_roster`: the genesis roster holds every node (else it is empty).
+    fn starting(n: u8, k: u32, on_roster: bool) -> Self {
         let keys: Vec<NodeKey> = (0..n).map(|i| NodeKey::from_seed([i + 1; 32])).collect();
-        let ledger = Ledger::genesis(keys.iter().map(NodeKey::public).collect());
+        let roster = if on_roster { keys.iter().map(NodeKey::public).collect() } else { Vec::new() };
+        let ledger = Ledger::genesis(roster);
         let machines = keys
             .iter()
             .map(|key| CommitteeMachine::new(cfg(k), key.clone(), 0, StateId([1; 32]), ledger.clone(), 0))
@@ -255,6 +261,36 @@ fn an_honest_round_applies_the_same_shards_everywhere_before_any_deadline() {
         .sum::<f64>()
         / 12.0;
     assert!((f64::from(values[5]) - mean).abs() < 1e-6);
+}
+
+#[test]
+fn a_round_with_no_roster_is_one_committee_of_every_announcer_and_seats_them_all() {
+    let mut net = Net::starting(9, 4, false);
+    assert_eq!(net.machines[0].plan().shards(), 1);
+    assert!(net.machines[0].plan().committee(0).is_empty());
+    net.run_to(1, 10_000);
+    let (c, first) = (cfg(4), net.applied[0][0].clone());
+    for a in &net.applied {
+        assert_eq!(a[0].1, first.1, "every node applies the same shard");
+        assert_eq!(a[0].2, first.2, "and the same ledger");
+    }
+    assert!(first.1[0].is_some());
+    // With no roster nobody knows who else will come: the round waits for
+    // the input and result deadlines.
+    assert!(first.0 >= c.input_ms + c.result_ms, "applied at {}", first.0);
+    let everyone: Vec<PublicKey> = {
+        let mut k: Vec<PublicKey> = net.keys.iter().map(NodeKey::public).collect();
+        k.sort();
+        k
+    };
+    assert_eq!(first.2.roster, everyone, "every announcer is seated for the next round");
+    assert_eq!(net.values[&first.1[0].unwrap()].len(), P as usize, "one shard is the whole vector");
+    // Round 1 runs on committees (9 nodes, k = 4: two shards) and needs no deadline.
+    net.run_to(2, 20_000);
+    assert_eq!(net.machines[0].plan().shards(), 2);
+    let second = &net.applied[0][1];
+    assert!(second.0 < first.0 + c.input_ms, "round 1 closed before its input deadline");
+    assert!(net.applied.iter().all(|a| a[1].1 == second.1));
 }
 
 #[test]
