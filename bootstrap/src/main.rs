@@ -72,6 +72,12 @@ struct Args {
     /// Seconds after which a round closes if the quorum is met.
     #[arg(long, default_value_t = 120)]
     deadline: u32,
+    /// Protocol v2: committees of this many nodes aggregate one shard each
+    /// (docs/protocol.md §10); 0 runs version 1's round, where every node
+    /// aggregates every delta. In a v2 run the deadline is when committee
+    /// members aggregate if some roster member's shard is still missing.
+    #[arg(long, default_value_t = 0)]
+    committee_size: u32,
     /// Delta codec: f32, f16, bf16, int8[-b<block>], int4[-b<block>], topk[-<n>ppm][-b<block>]
     /// or topkmask[-<n>ppm][-b<block>].
     #[arg(long, default_value = "int8-b256")]
@@ -135,6 +141,7 @@ fn run(a: Args) -> Result<()> {
         admission: parse_admission(&a.admission, &operators)
             .map_err(|e| anyhow::anyhow!("--admission: {e}"))?,
         seed: a.seed,
+        committee_size: a.committee_size,
     };
     let spec = run_spec(&params)?;
     spec.validate().context(

@@ -378,7 +378,7 @@ impl RunSpec {
             tag => return Err(WireError::BadTag { field: "admission", tag }),
         };
         let seed = r.u64()?;
-        let committee_size = if r.remaining() > 0 {
+        let committee_size = if r.remaining() >= 4 {
             let k = r.u32()?;
             if k == 0 {
                 return Err(invalid("committee_size", "a zero committee size is written by leaving it out"));

@@ -5,6 +5,8 @@
 //! payloads they announce travel over the transfer protocol.
 
 use libp2p::gossipsub::IdentTopic;
+use murmur_protocol::committee::messages::SHARD_RESULT_BYTES;
+use murmur_protocol::committee::{FraudProof, ShardResult, ShardedManifest};
 use murmur_protocol::ticket::TICKET_BYTES;
 use murmur_protocol::{DeltaManifest, RoundCommit, RunId, Telemetry, Ticket};
 
@@ -24,11 +26,25 @@ pub enum TopicKind {
     /// Admission tickets (runs that admit by ticket): each node publishes
     /// its own when it joins and every minute.
     Ticket,
+    /// Protocol v2: sharded manifests, shard results and fraud proofs.
+    ShardedManifest,
+    ShardResult,
+    FraudProof,
 }
 
+/// Largest sharded manifest (a constant-size message; margin for the tag).
+const MAX_SHARDED_MANIFEST_BYTES: usize = 512;
+
 impl TopicKind {
-    pub const ALL: [TopicKind; 4] =
-        [TopicKind::Manifest, TopicKind::Commit, TopicKind::Telemetry, TopicKind::Ticket];
+    pub const ALL: [TopicKind; 7] = [
+        TopicKind::Manifest,
+        TopicKind::Commit,
+        TopicKind::Telemetry,
+        TopicKind::Ticket,
+        TopicKind::ShardedManifest,
+        TopicKind::ShardResult,
+        TopicKind::FraudProof,
+    ];
 
     fn suffix(self) -> &'static str {
         match self {
@@ -36,6 +52,9 @@ impl TopicKind {
             TopicKind::Commit => "commit",
             TopicKind::Telemetry => "telemetry",
             TopicKind::Ticket => "ticket",
+            TopicKind::ShardedManifest => "v2-manifest",
+            TopicKind::ShardResult => "v2-result",
+            TopicKind::FraudProof => "v2-proof",
         }
     }
 
@@ -48,6 +67,10 @@ impl TopicKind {
             TopicKind::Telemetry => MAX_TELEMETRY_BYTES,
             TopicKind::Ticket => TICKET_BYTES,
             TopicKind::Commit => MAX_GOSSIP_BYTES,
+            TopicKind::ShardedManifest => MAX_SHARDED_MANIFEST_BYTES,
+            TopicKind::ShardResult => SHARD_RESULT_BYTES,
+            // A wrong-result proof carries the included list it names.
+            TopicKind::FraudProof => MAX_GOSSIP_BYTES,
         }
     }
 
@@ -63,6 +86,9 @@ pub enum GossipMessage {
     Commit(RoundCommit),
     Telemetry(Telemetry),
     Ticket(Ticket),
+    ShardedManifest(ShardedManifest),
+    ShardResult(ShardResult),
+    FraudProof(Box<FraudProof>),
 }
 
 impl GossipMessage {
@@ -72,6 +98,9 @@ impl GossipMessage {
             GossipMessage::Commit(_) => TopicKind::Commit,
             GossipMessage::Telemetry(_) => TopicKind::Telemetry,
             GossipMessage::Ticket(_) => TopicKind::Ticket,
+            GossipMessage::ShardedManifest(_) => TopicKind::ShardedManifest,
+            GossipMessage::ShardResult(_) => TopicKind::ShardResult,
+            GossipMessage::FraudProof(_) => TopicKind::FraudProof,
         }
     }
 
@@ -81,6 +110,9 @@ impl GossipMessage {
             GossipMessage::Commit(c) => c.encode(),
             GossipMessage::Telemetry(t) => t.encode(),
             GossipMessage::Ticket(t) => t.encode(),
+            GossipMessage::ShardedManifest(m) => m.encode(),
+            GossipMessage::ShardResult(r) => r.encode(),
+            GossipMessage::FraudProof(p) => p.encode(),
         }
     }
 }
@@ -109,6 +141,20 @@ pub fn validate(kind: TopicKind, run: &RunId, bytes: &[u8]) -> Result<GossipMess
             // is the runtime's check (the network does not know the spec).
             let t = Ticket::decode(bytes).map_err(|_| NetRejection::Malformed)?;
             (t.run, t.verify().is_ok(), GossipMessage::Ticket(t))
+        }
+        TopicKind::ShardedManifest => {
+            let m = ShardedManifest::decode(bytes).map_err(|_| NetRejection::Malformed)?;
+            (m.run, m.verify().is_ok(), GossipMessage::ShardedManifest(m))
+        }
+        TopicKind::ShardResult => {
+            let r = ShardResult::decode(bytes).map_err(|_| NetRejection::Malformed)?;
+            (r.run, r.verify().is_ok(), GossipMessage::ShardResult(r))
+        }
+        TopicKind::FraudProof => {
+            // The signatures and the form of the proof; whether a wrong
+            // result is wrong takes a recomputation (the runtime's job).
+            let p = FraudProof::decode(bytes).map_err(|_| NetRejection::Malformed)?;
+            (p.run(), p.check().is_ok(), GossipMessage::FraudProof(Box::new(p)))
         }
     };
     if !sig_ok {

@@ -9,6 +9,7 @@
 //! - `behaviour`: the composed libp2p behaviour and swarm construction.
 //! - `gossip`: topics and message validation.
 //! - `xfer`: the transfer protocol's frames and codec.
+//! - `offer`: protocol v2's shard offers and leaves on the transfer protocol.
 //! - `fetch`: chunked, multi-peer, verified blob download.
 //! - `peers`: identities, typed rejections, scoring and bans.
 //! - `swarm`: the event loop.
@@ -16,6 +17,7 @@
 pub mod behaviour;
 pub mod fetch;
 pub mod gossip;
+pub mod offer;
 pub mod peers;
 mod swarm;
 pub mod xfer;

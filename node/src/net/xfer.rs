@@ -15,14 +15,18 @@ use futures::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use libp2p::StreamProtocol;
 use std::io;
 
+use super::offer::ShardOffer;
 use crate::store::tree::{BlobKind, CHUNK_LEN, MAX_CHUNKS};
+use murmur_protocol::PublicKey;
 
 /// Protocol id of the transfer protocol.
 pub const XFER_PROTOCOL: StreamProtocol = StreamProtocol::new("/murmur/xfer/1.0.0");
 /// Wire version byte of every frame body.
 pub const XFER_VERSION: u8 = 1;
-/// Largest request frame body.
-pub const MAX_REQUEST_BYTES: usize = 128;
+/// Largest request frame body (a shard offer with its proof).
+pub const MAX_REQUEST_BYTES: usize = 1024;
+/// Largest included list served (entries of 64 bytes in one response frame).
+pub const MAX_SERVED_LIST_BYTES: usize = 1 << 20;
 /// Largest RunSpec carried in a status response.
 pub const MAX_SPEC_BYTES: usize = 256 * 1024;
 /// Largest ticket carried in a status response.
@@ -53,6 +57,15 @@ pub enum XferRequest {
     Table { kind: BlobKind, id: [u8; 32], len: u64 },
     /// Chunk `index` of blob `id` of `len` bytes.
     Chunk { kind: BlobKind, id: [u8; 32], len: u64, index: u64 },
+    /// Protocol v2: one shard of the sender's (or another signer's) delta
+    /// for the receiver's committee; the receiver pulls the payload.
+    Offer(ShardOffer),
+    /// Protocol v2: the included list behind the responder's result
+    /// `result_hash` for `shard` of `round`.
+    Included { round: u64, shard: u32, result_hash: [u8; 32] },
+    /// Protocol v2: the leaf and proof the responder holds of `signer`'s
+    /// shard `shard` in `round` (re-checks pull inputs this way).
+    Leaf { round: u64, shard: u32, signer: PublicKey },
 }
 
 /// A signed commit a peer offers as backing for its state, with the
@@ -97,6 +110,11 @@ pub enum XferResponse {
     Chunk(Bytes),
     NotFound,
     Busy,
+    /// A shard offer was taken (the payload will be pulled).
+    Accepted,
+    /// An included list (canonical IncludedList bytes, decoded by the asker).
+    Included(Vec<u8>),
+    Leaf(ShardOffer),
 }
 
 /// Why a frame was refused (carried inside the `io::Error` the codec returns,
@@ -114,6 +132,11 @@ impl FrameError {
     pub fn of(e: &io::Error) -> Option<FrameError> {
         e.get_ref().and_then(|inner| inner.downcast_ref::<FrameError>()).copied()
     }
+}
+
+/// Malformed frame.
+pub(crate) fn malformed(what: &'static str) -> io::Error {
+    bad(what)
 }
 
 /// Malformed frame.
@@ -195,6 +218,22 @@ impl XferRequest {
                 out.extend_from_slice(&len.to_le_bytes());
                 out.extend_from_slice(&index.to_le_bytes());
             }
+            XferRequest::Offer(o) => {
+                out.push(4);
+                o.write(&mut out);
+            }
+            XferRequest::Included { round, shard, result_hash } => {
+                out.push(5);
+                out.extend_from_slice(&round.to_le_bytes());
+                out.extend_from_slice(&shard.to_le_bytes());
+                out.extend_from_slice(result_hash);
+            }
+            XferRequest::Leaf { round, shard, signer } => {
+                out.push(6);
+                out.extend_from_slice(&round.to_le_bytes());
+                out.extend_from_slice(&shard.to_le_bytes());
+                out.extend_from_slice(&signer.0);
+            }
         }
         out
     }
@@ -205,6 +244,13 @@ impl XferRequest {
             1 => XferRequest::Status,
             2 => XferRequest::Table { kind: c.kind()?, id: c.id()?, len: c.u64()? },
             3 => XferRequest::Chunk { kind: c.kind()?, id: c.id()?, len: c.u64()?, index: c.u64()? },
+            4 => {
+                let (o, rest) = ShardOffer::read(c.0)?;
+                c = Cursor(rest);
+                XferRequest::Offer(o)
+            }
+            5 => XferRequest::Included { round: c.u64()?, shard: c.u32()?, result_hash: c.id()? },
+            6 => XferRequest::Leaf { round: c.u64()?, shard: c.u32()?, signer: PublicKey(c.id()?) },
             _ => return Err(bad("unknown request")),
         };
         c.finish()?;
@@ -251,6 +297,16 @@ impl XferResponse {
             }
             XferResponse::NotFound => out.push(4),
             XferResponse::Busy => out.push(5),
+            XferResponse::Accepted => out.push(6),
+            XferResponse::Included(b) => {
+                out.push(7);
+                out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+                out.extend_from_slice(b);
+            }
+            XferResponse::Leaf(o) => {
+                out.push(8);
+                o.write(&mut out);
+            }
         }
         out
     }
@@ -311,6 +367,19 @@ impl XferResponse {
             }
             4 => XferResponse::NotFound,
             5 => XferResponse::Busy,
+            6 => XferResponse::Accepted,
+            7 => {
+                let n = c.u32()? as usize;
+                if n > MAX_SERVED_LIST_BYTES {
+                    return Err(bad("included list too long"));
+                }
+                XferResponse::Included(c.take(n)?.to_vec())
+            }
+            8 => {
+                let (o, rest) = ShardOffer::read(c.0)?;
+                c = Cursor(rest);
+                XferResponse::Leaf(o)
+            }
             _ => return Err(bad("unknown response")),
         };
         c.finish()?;
@@ -451,12 +520,31 @@ impl libp2p::request_response::Codec for XferCodec {
 mod tests {
     use super::*;
 
+    fn offer() -> ShardOffer {
+        use murmur_protocol::committee::ShardLeaf;
+        ShardOffer {
+            round: 4,
+            signer: PublicKey([2; 32]),
+            shards: 1 << 16,
+            leaf: ShardLeaf {
+                shard: 65_535,
+                payload_hash: murmur_protocol::PayloadHash([5; 32]),
+                payload_len: 9,
+                norm: 0.5,
+            },
+            proof: vec![[7; 32]; 16],
+        }
+    }
+
     #[test]
     fn every_message_round_trips() {
         let reqs = [
             XferRequest::Status,
             XferRequest::Table { kind: BlobKind::State, id: [7; 32], len: 99 },
             XferRequest::Chunk { kind: BlobKind::Delta, id: [1; 32], len: 5 << 20, index: 3 },
+            XferRequest::Offer(offer()),
+            XferRequest::Included { round: 3, shard: 2, result_hash: [6; 32] },
+            XferRequest::Leaf { round: 3, shard: 2, signer: PublicKey([8; 32]) },
         ];
         for r in reqs {
             let b = r.encode();
@@ -480,6 +568,9 @@ mod tests {
             XferResponse::Chunk(Bytes::from(vec![5; 1000])),
             XferResponse::NotFound,
             XferResponse::Busy,
+            XferResponse::Accepted,
+            XferResponse::Included(vec![1; 200]),
+            XferResponse::Leaf(offer()),
         ];
         for r in resps {
             assert_eq!(XferResponse::decode(&r.encode()).expect("decodes"), r);
@@ -551,6 +642,9 @@ mod tests {
             }),
             XferResponse::NotFound,
             XferResponse::Busy,
+            XferResponse::Accepted,
+            XferResponse::Included(vec![1; 200]),
+            XferResponse::Leaf(offer()),
         ];
         for r in resps {
             let mut wire = futures::io::Cursor::new(Vec::new());

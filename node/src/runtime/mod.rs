@@ -15,11 +15,13 @@
 //! - `server`: what the node serves on the transfer protocol.
 //! - `aggregation`: a round's deltas combined and the outer step (blocking).
 //! - `fetching`: payload and state fetch tasks (verified, with back-off).
-//! - `node`: the event loop.
+//! - `node`: the event loop (version 1's round).
+//! - `committee`: protocol v2's event loop (runs with a committee size).
 //! - `report`: JSON / human output.
 
 pub mod aggregation;
 pub mod backing;
+pub mod committee;
 pub mod dataset;
 pub mod fetching;
 pub mod node;
@@ -159,6 +161,21 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
             "backend": trainer.backend,
         }),
     );
+    if spec.committee_size > 0 {
+        let start = committee::CommitteeStart {
+            spec,
+            key,
+            store,
+            net,
+            server,
+            trainer,
+            done_rx,
+            state,
+            out,
+            started,
+        };
+        return committee::run_committee_node(start, events, replay).await;
+    }
     let restored = restored.filter(|m| m.round == state.round && m.base == state.id());
     let start = node::NodeStart { trainer, done_rx, trainer_setup, state, restored, own_ticket, tickets };
     let mut node = node::Node::new(spec, key, store, net, server, start, out, started);

@@ -375,7 +375,10 @@ impl Node {
                         self.note_commit(commit);
                     }
                     GossipMessage::Ticket(ticket) => self.present_ticket(from_key, ticket),
-                    GossipMessage::Telemetry(_) => {}
+                    GossipMessage::Telemetry(_)
+                    | GossipMessage::ShardedManifest(_)
+                    | GossipMessage::ShardResult(_)
+                    | GossipMessage::FraudProof(_) => {}
                 }
             }
             NetEvent::PeerJoined { peer, role } => {

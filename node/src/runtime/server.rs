@@ -1,9 +1,10 @@
 //! What a node (or bootstrap server) answers on the transfer protocol: its
 //! status (with its ticket and the signed commits backing its state), and
 //! chunk tables and chunks of the blobs in its store (each chunk checked
-//! against the verified table before it is sent).
+//! against the verified table before it is sent), and in protocol-v2 runs
+//! what `committee::served` holds.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::net::{ContentServer, PeerStatus, StatusBacking, XferRequest, XferResponse};
 use crate::store::Store;
@@ -25,6 +26,8 @@ pub struct StoreServer {
     ticket: Option<Vec<u8>>,
     /// Signed commits backing where the node stands (bounded by the caller).
     backing: Mutex<Vec<StatusBacking>>,
+    /// Protocol v2's offers, leaves and included lists (v2 runs only).
+    committee: OnceLock<Arc<super::committee::served::CommitteeServed>>,
 }
 
 impl StoreServer {
@@ -36,7 +39,13 @@ impl StoreServer {
             status: Mutex::new(ServedStatus::default()),
             ticket: None,
             backing: Mutex::new(Vec::new()),
+            committee: OnceLock::new(),
         }
+    }
+
+    /// Answer protocol v2's requests from `served` (set once).
+    pub fn serve_committee(&self, served: Arc<super::committee::served::CommitteeServed>) {
+        let _ = self.committee.set(served);
     }
 
     /// Present `ticket` (canonical bytes) in every status answer.
@@ -94,6 +103,9 @@ impl ContentServer for StoreServer {
                     Ok(b) => XferResponse::Chunk(b),
                     Err(_) => XferResponse::NotFound,
                 }
+            }
+            XferRequest::Offer(_) | XferRequest::Included { .. } | XferRequest::Leaf { .. } => {
+                self.committee.get().and_then(|c| c.answer(request)).unwrap_or(XferResponse::NotFound)
             }
         }
     }

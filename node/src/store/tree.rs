@@ -30,12 +30,20 @@ pub enum BlobKind {
     DatasetShard,
     /// A dataset manifest; its id is the DatasetId.
     DatasetManifest,
+    /// Protocol v2: a committee's aggregated shard (f32 little-endian); its
+    /// id is the ShardResult's `result_hash`.
+    Aggregate,
 }
 
 impl BlobKind {
     /// Every kind (the store keeps one directory each).
-    pub const ALL: [BlobKind; 4] =
-        [BlobKind::Delta, BlobKind::State, BlobKind::DatasetShard, BlobKind::DatasetManifest];
+    pub const ALL: [BlobKind; 5] = [
+        BlobKind::Delta,
+        BlobKind::State,
+        BlobKind::DatasetShard,
+        BlobKind::DatasetManifest,
+        BlobKind::Aggregate,
+    ];
 
     /// The wire byte of this kind.
     pub fn to_u8(self) -> u8 {
@@ -44,6 +52,7 @@ impl BlobKind {
             BlobKind::State => 2,
             BlobKind::DatasetShard => 3,
             BlobKind::DatasetManifest => 4,
+            BlobKind::Aggregate => 5,
         }
     }
 
@@ -53,6 +62,7 @@ impl BlobKind {
             2 => Some(BlobKind::State),
             3 => Some(BlobKind::DatasetShard),
             4 => Some(BlobKind::DatasetManifest),
+            5 => Some(BlobKind::Aggregate),
             _ => None,
         }
     }
@@ -64,6 +74,7 @@ impl BlobKind {
             BlobKind::State => "state",
             BlobKind::DatasetShard => "dataset-shard",
             BlobKind::DatasetManifest => "dataset-manifest",
+            BlobKind::Aggregate => "aggregate",
         }
     }
 
@@ -74,6 +85,7 @@ impl BlobKind {
             BlobKind::State => DOMAIN_STATE_ID,
             BlobKind::DatasetShard => DOMAIN_DATASET_SHARD,
             BlobKind::DatasetManifest => DOMAIN_DATASET_ID,
+            BlobKind::Aggregate => murmur_protocol::committee::messages::DOMAIN_SHARD_VALUES,
         }
     }
 
@@ -182,6 +194,15 @@ mod tests {
                 assert_eq!(table_matches(other, &id, n as u64, &table), n <= c, "n = {n}");
             }
         }
+    }
+
+    #[test]
+    fn an_aggregate_blob_id_is_the_results_hash_of_its_values() {
+        let values: Vec<f32> = (0..300_000).map(|i| (i as f32 * 0.01).sin()).collect();
+        let b: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let id = murmur_protocol::committee::messages::shard_values_hash(&values);
+        assert_eq!(BlobKind::Aggregate.hash(&b), id);
+        assert!(table_matches(BlobKind::Aggregate, &id, b.len() as u64, &table_of(BlobKind::Aggregate, &b)));
     }
 
     #[test]

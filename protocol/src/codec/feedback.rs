@@ -50,4 +50,31 @@ impl ErrorFeedback {
         }
         Ok(payload)
     }
+
+    /// Encode `delta + residual` cut into `ranges` (each encoded on its own,
+    /// as protocol v2's shards are) and keep the new residual. On error the
+    /// residual is unchanged.
+    pub fn encode_ranges(
+        &mut self,
+        codec: Codec,
+        delta: &[f32],
+        ranges: &[std::ops::Range<usize>],
+    ) -> Result<Vec<Vec<u8>>, CodecError> {
+        let n = self.residual.len();
+        if delta.len() != n || ranges.iter().any(|r| r.end > n || r.start > r.end) {
+            return Err(CodecError::WrongLength { expected: n as u64, found: delta.len() as u64 });
+        }
+        let corrected: Vec<f32> = delta.iter().zip(&self.residual).map(|(d, r)| d + r).collect();
+        let mut decoded = corrected.clone();
+        let mut payloads = Vec::with_capacity(ranges.len());
+        for r in ranges {
+            let payload = encode_delta(codec, &corrected[r.clone()])?;
+            decode_delta_into(&payload, codec, &mut decoded[r.clone()])?;
+            payloads.push(payload);
+        }
+        for ((r, c), d) in self.residual.iter_mut().zip(&corrected).zip(&decoded) {
+            *r = c - d;
+        }
+        Ok(payloads)
+    }
 }

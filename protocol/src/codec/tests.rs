@@ -258,6 +258,24 @@ fn error_feedback_carries_what_was_dropped() {
 }
 
 #[test]
+fn error_feedback_over_ranges_keeps_what_each_range_dropped() {
+    let c = Codec::Int8Block { block: 4 };
+    let delta: Vec<f32> = (0..10).map(|i| (i as f32 * 0.7).sin()).collect();
+    let ranges = [0..4, 4..7, 7..10];
+    let mut ef = ErrorFeedback::new(10);
+    let payloads = ef.encode_ranges(c, &delta, &ranges).expect("encodes");
+    assert_eq!(payloads.len(), 3);
+    for (p, r) in payloads.iter().zip(&ranges) {
+        let d = decode_delta(p, c, r.len()).expect("decodes");
+        for ((v, x), res) in d.iter().zip(&delta[r.clone()]).zip(&ef.residual()[r.clone()]) {
+            assert!((v + res - x).abs() < 1e-6);
+        }
+    }
+    assert!(ef.encode_ranges(c, &delta, std::slice::from_ref(&(0..11))).is_err());
+    assert!(ef.encode_ranges(c, &delta[..9], &ranges).is_err());
+}
+
+#[test]
 fn relative_error_is_reported() {
     assert_eq!(relative_l2_error(&[1.0, 0.0], &[1.0, 0.0]), 0.0);
     assert!((relative_l2_error(&[3.0, 4.0], &[3.0, 4.5]) - 0.1).abs() < 1e-12);

@@ -348,6 +348,14 @@ impl FraudProof {
             Self::TwoResults { a, .. } => a.signer,
         }
     }
+    /// The run of the evidence (of its first message).
+    pub fn run(&self) -> crate::hash::RunId {
+        match self {
+            Self::WrongResult { result, .. } => result.run,
+            Self::TwoManifests { a, .. } => a.run,
+            Self::TwoResults { a, .. } => a.run,
+        }
+    }
     /// The round of the accused's offence.
     pub fn round(&self) -> u64 {
         match self {

@@ -1,0 +1,119 @@
+//! Protocol v2's frames on the transfer protocol (docs/protocol.md §10.7):
+//! a trainer *offers* one shard of its delta to a committee member (the
+//! shard's leaf and Merkle proof; the member then pulls the payload as a
+//! content-addressed Delta blob), and anyone may ask a node for the leaf it
+//! holds of a signer's shard (re-checks) or for the included list behind
+//! one of its shard results.
+
+use murmur_protocol::committee::merkle::MAX_PROOF_LEN;
+use murmur_protocol::committee::ShardLeaf;
+use murmur_protocol::{PayloadHash, PublicKey};
+use std::io;
+
+/// One shard of `signer`'s delta for `round`: its leaf and its proof
+/// against the manifest's root (a tree of `shards` leaves).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ShardOffer {
+    pub round: u64,
+    pub signer: PublicKey,
+    pub shards: u32,
+    pub leaf: ShardLeaf,
+    pub proof: Vec<[u8; 32]>,
+}
+
+// Norms are finite (checked on decode), so equality is total.
+impl Eq for ShardOffer {}
+
+/// Most bytes a ShardOffer takes.
+pub const MAX_OFFER_BYTES: usize = 8 + 32 + 4 + 4 + 32 + 8 + 4 + 1 + MAX_PROOF_LEN * 32;
+
+fn bad(what: &'static str) -> io::Error {
+    super::xfer::malformed(what)
+}
+
+impl ShardOffer {
+    pub fn write(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.round.to_le_bytes());
+        out.extend_from_slice(&self.signer.0);
+        out.extend_from_slice(&self.shards.to_le_bytes());
+        out.extend_from_slice(&self.leaf.shard.to_le_bytes());
+        out.extend_from_slice(&self.leaf.payload_hash.0);
+        out.extend_from_slice(&self.leaf.payload_len.to_le_bytes());
+        out.extend_from_slice(&self.leaf.norm.to_bits().to_le_bytes());
+        out.push(self.proof.len() as u8);
+        for h in &self.proof {
+            out.extend_from_slice(h);
+        }
+    }
+
+    /// Read an offer from the front of `b`, returning the rest.
+    pub fn read(b: &[u8]) -> io::Result<(Self, &[u8])> {
+        let mut c = b;
+        let mut take = |n: usize| -> io::Result<&[u8]> {
+            if c.len() < n {
+                return Err(bad("truncated shard offer"));
+            }
+            let (a, rest) = c.split_at(n);
+            c = rest;
+            Ok(a)
+        };
+        let u64_of = |s: &[u8]| u64::from_le_bytes(s.try_into().unwrap_or([0; 8]));
+        let u32_of = |s: &[u8]| u32::from_le_bytes(s.try_into().unwrap_or([0; 4]));
+        let id_of = |s: &[u8]| -> [u8; 32] { s.try_into().unwrap_or([0; 32]) };
+        let round = u64_of(take(8)?);
+        let signer = PublicKey(id_of(take(32)?));
+        let shards = u32_of(take(4)?);
+        let shard = u32_of(take(4)?);
+        let payload_hash = PayloadHash(id_of(take(32)?));
+        let payload_len = u64_of(take(8)?);
+        let norm = f32::from_bits(u32_of(take(4)?));
+        let n = usize::from(take(1)?[0]);
+        if n > MAX_PROOF_LEN {
+            return Err(bad("shard offer proof too long"));
+        }
+        let mut proof = Vec::with_capacity(n);
+        for _ in 0..n {
+            proof.push(id_of(take(32)?));
+        }
+        if shards == 0 || shard >= shards || !norm.is_finite() || norm < 0.0 || payload_len == 0 {
+            return Err(bad("shard offer out of range"));
+        }
+        let leaf = ShardLeaf { shard, payload_hash, payload_len, norm };
+        Ok((Self { round, signer, shards, leaf, proof }, c))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offers_round_trip_and_bad_ones_are_refused() {
+        let o = ShardOffer {
+            round: 7,
+            signer: PublicKey([3; 32]),
+            shards: 4,
+            leaf: ShardLeaf { shard: 2, payload_hash: PayloadHash([9; 32]), payload_len: 100, norm: 1.5 },
+            proof: vec![[1; 32], [2; 32]],
+        };
+        let mut b = Vec::new();
+        o.write(&mut b);
+        assert!(b.len() <= MAX_OFFER_BYTES);
+        let (back, rest) = ShardOffer::read(&b).expect("decodes");
+        assert_eq!(back, o);
+        assert!(rest.is_empty());
+        for cut in 0..b.len() {
+            assert!(ShardOffer::read(&b[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut bad_shard = o.clone();
+        bad_shard.leaf.shard = 4;
+        let mut b = Vec::new();
+        bad_shard.write(&mut b);
+        assert!(ShardOffer::read(&b).is_err());
+        let mut nan = o;
+        nan.leaf.norm = f32::NAN;
+        let mut b = Vec::new();
+        nan.write(&mut b);
+        assert!(ShardOffer::read(&b).is_err());
+    }
+}

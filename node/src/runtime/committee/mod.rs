@@ -1,0 +1,646 @@
+//! Protocol v2's node loop (docs/protocol.md §10): the committee round
+//! machine (`murmur_protocol::committee::CommitteeMachine`) driven by the
+//! trainer thread and the network. The machine decides everything and owns
+//! every timer (deadlines, fetch retries and back-off, fallbacks); this
+//! loop only moves bytes and runs compute, and turns what comes back into
+//! machine events.
+//!
+//! - `served`: what the node answers beyond blobs (offers, leaves, lists).
+//! - `transfer`: the tasks that move shards, aggregates and lists.
+//! - `work`: cutting, aggregating and applying on the blocking pool.
+//!
+//! A run with `committee_size` 0 runs version 1's loop (`runtime::node`).
+
+pub mod served;
+pub mod transfer;
+pub mod work;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use libp2p::PeerId;
+use murmur_protocol::committee::{
+    CommitteeAction, CommitteeConfig, CommitteeEvent, CommitteeMachine, IncludedList, Ledger, ShardLeaf,
+    ShardResult, ShardedManifest,
+};
+use murmur_protocol::{ErrorFeedback, PublicKey, RoundCommit, RunSpec, Signature, StateId, TrainingState};
+use serde_json::json;
+use tokio::sync::mpsc;
+
+use super::report::Reporter;
+use super::server::{ServedStatus, StoreServer};
+use super::trainer::{Job, JobDone, TrainerHandle};
+use super::RuntimeError;
+use crate::net::offer::ShardOffer;
+use crate::net::{GossipMessage, NetEvent, NetHandle, TopicKind};
+use crate::store::{BlobKind, Store};
+use served::CommitteeServed;
+
+/// Events of the next round buffered while this node finishes its own.
+const MAX_EARLY: usize = 4096;
+/// Offers being pulled at once.
+const MAX_PULLING: usize = 4096;
+
+/// The machine's timing from the spec: members aggregate at the round
+/// deadline (or once every roster member's shard is in); results are
+/// awaited half as long again; a conflict or a fallback gets a quarter.
+pub fn committee_config(spec: &RunSpec) -> CommitteeConfig {
+    let input_ms = u64::from(spec.round_deadline_secs) * 1000;
+    CommitteeConfig {
+        run: spec.run_id(),
+        codec: spec.codec,
+        element_count: spec.model.param_count,
+        k: spec.committee_size,
+        robust: spec.robust,
+        input_ms,
+        result_ms: (input_ms / 2).max(1000),
+        grace_ms: (input_ms / 4).max(1000),
+        rechecks: 1,
+    }
+}
+
+/// Results of work the loop started.
+enum Internal {
+    Cut { round: u64, tokens: u64, train_loss: f32, result: Result<(Vec<ShardLeaf>, f32), String> },
+    Pulled { offer: ShardOffer, ok: bool },
+    Aggregated { round: u64, shard: u32, result: Result<(IncludedList, u64, [u8; 32]), String> },
+    Fetched { round: u64, shard: u32, hash: [u8; 32], ok: bool, included: Option<IncludedList> },
+    Included { round: u64, result: ShardResult, list: IncludedList },
+    Rechecked { round: u64, result: ShardResult, included: IncludedList, matches: bool },
+    Applied { round: u64, ledger: Ledger, included: usize, result: Result<TrainingState, String> },
+}
+
+/// A message for a round this node has not opened yet.
+enum Early {
+    Gossip(Box<GossipMessage>),
+    Offer(ShardOffer),
+}
+
+/// What the v2 loop starts from.
+pub struct CommitteeStart {
+    pub spec: RunSpec,
+    pub key: murmur_protocol::NodeKey,
+    pub store: Arc<Store>,
+    pub net: NetHandle,
+    pub server: Arc<StoreServer>,
+    pub trainer: TrainerHandle,
+    pub done_rx: mpsc::UnboundedReceiver<JobDone>,
+    /// A state at round 0 (the genesis; see `run_committee_node`).
+    pub state: TrainingState,
+    pub out: Reporter,
+    pub started: Instant,
+}
+
+/// Everything the loop owns.
+struct CommitteeNode {
+    spec: RunSpec,
+    key: murmur_protocol::NodeKey,
+    me: PublicKey,
+    store: Arc<Store>,
+    net: NetHandle,
+    server: Arc<StoreServer>,
+    served: Arc<CommitteeServed>,
+    trainer: TrainerHandle,
+    done_rx: mpsc::UnboundedReceiver<JobDone>,
+    machine: CommitteeMachine,
+    state: Arc<TrainingState>,
+    ledger: Ledger,
+    feedback: Arc<Mutex<ErrorFeedback>>,
+    out: Reporter,
+    started: Instant,
+    /// Our leaves and their round (for offers to committees and fallbacks).
+    own: Option<(u64, Vec<ShardLeaf>)>,
+    pulling: HashSet<(u64, u32, PublicKey)>,
+    /// Blobs this node stored, by round (deleted two rounds on).
+    kept: BTreeMap<u64, Vec<(BlobKind, [u8; 32])>>,
+    early: Vec<(u64, Early)>,
+    trainers: HashSet<PeerId>,
+    pending_reports: HashMap<u64, serde_json::Value>,
+    last_sent: u64,
+    last_recv: u64,
+    round_opened: Instant,
+    fatal: Option<RuntimeError>,
+    tx: mpsc::UnboundedSender<Internal>,
+    rx: mpsc::UnboundedReceiver<Internal>,
+}
+
+/// Run a protocol-v2 node from `start` until the network stops.
+pub async fn run_committee_node(
+    start: CommitteeStart,
+    net_events: mpsc::Receiver<NetEvent>,
+    replay: Vec<NetEvent>,
+) -> Result<(), RuntimeError> {
+    let CommitteeStart { spec, key, store, net, server, trainer, done_rx, state, out, started } = start;
+    if state.round != 0 {
+        return Err(RuntimeError::Config(format!(
+            "this protocol-v2 run is at round {}: joining or restarting a committee run after its first \
+             round is not supported yet (the state's ledger is not fetched); start a new run",
+            state.round
+        )));
+    }
+    let (served, offers_rx) = CommitteeServed::new();
+    let served = Arc::new(served);
+    server.serve_committee(served.clone());
+    let ledger = Ledger::genesis(Vec::new());
+    let now = started.elapsed().as_millis() as u64;
+    let base = ledger.state_id(state.id());
+    let machine =
+        CommitteeMachine::new(committee_config(&spec), key.clone(), state.round, base, ledger.clone(), now);
+    let (tx, rx) = mpsc::unbounded_channel();
+    let n = spec.model.param_count as usize;
+    let node = CommitteeNode {
+        me: key.public(),
+        spec,
+        key,
+        store,
+        net: net.clone(),
+        server,
+        served,
+        trainer,
+        done_rx,
+        machine,
+        state: Arc::new(state),
+        ledger,
+        feedback: Arc::new(Mutex::new(ErrorFeedback::new(n))),
+        out,
+        started,
+        own: None,
+        pulling: HashSet::new(),
+        kept: BTreeMap::new(),
+        early: Vec::new(),
+        trainers: HashSet::new(),
+        pending_reports: HashMap::new(),
+        last_sent: net.stats.bytes_sent(),
+        last_recv: net.stats.bytes_received(),
+        round_opened: Instant::now(),
+        fatal: None,
+        tx,
+        rx,
+    };
+    node.run(net_events, offers_rx, replay).await
+}
+
+impl CommitteeNode {
+    fn now(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    fn state_id(&self) -> StateId {
+        self.ledger.state_id(self.state.id())
+    }
+
+    async fn run(
+        mut self,
+        mut net_events: mpsc::Receiver<NetEvent>,
+        mut offers: mpsc::Receiver<ShardOffer>,
+        replay: Vec<NetEvent>,
+    ) -> Result<(), RuntimeError> {
+        for ev in replay {
+            self.on_net(ev);
+        }
+        self.drain();
+        loop {
+            let wake = self
+                .machine
+                .next_timeout()
+                .map(|t| self.started + Duration::from_millis(t))
+                .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+            tokio::select! {
+                ev = net_events.recv() => match ev {
+                    Some(ev) => self.on_net(ev),
+                    None => break,
+                },
+                done = self.done_rx.recv() => match done {
+                    Some(done) => self.on_job(done),
+                    None => self.fatal = Some(RuntimeError::Trainer("the trainer thread stopped".into())),
+                },
+                Some(offer) = offers.recv() => self.on_offer(offer),
+                Some(internal) = self.rx.recv() => self.on_internal(internal),
+                _ = tokio::time::sleep_until(wake.into()) => self.feed(CommitteeEvent::TimerFired),
+            }
+            self.drain();
+            if let Some(e) = self.fatal.take() {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn feed(&mut self, ev: CommitteeEvent) {
+        let now = self.now();
+        self.machine.handle(now, ev);
+    }
+
+    fn on_net(&mut self, ev: NetEvent) {
+        match ev {
+            NetEvent::Listening(addr) => self.out.event("listening", json!({ "addr": addr.to_string() })),
+            NetEvent::Gossip { message, .. } => self.on_gossip(message),
+            NetEvent::PeerJoined { peer, role } if role.trains() => {
+                self.trainers.insert(peer);
+            }
+            NetEvent::PeerLeft { peer } => {
+                self.trainers.remove(&peer);
+            }
+            NetEvent::Rejected { peer, reason } => {
+                self.out.event("rejected", json!({ "peer": peer.to_string(), "reason": reason.name() }))
+            }
+            NetEvent::Banned { peer } => self.out.event("banned", json!({ "peer": peer.to_string() })),
+            NetEvent::PeerJoined { .. } => {}
+        }
+    }
+
+    /// Keep `e` for round `round` if that is the next one (bounded).
+    fn keep_early(&mut self, round: u64, e: Early) -> bool {
+        if round == self.machine.round() + 1 && self.early.len() < MAX_EARLY {
+            self.early.push((round, e));
+            return true;
+        }
+        false
+    }
+
+    fn on_gossip(&mut self, message: Box<GossipMessage>) {
+        let round = match &*message {
+            GossipMessage::ShardedManifest(m) => m.round,
+            GossipMessage::ShardResult(r) => r.round,
+            _ => self.machine.round(),
+        };
+        if round > self.machine.round() {
+            self.keep_early(round, Early::Gossip(message));
+            return;
+        }
+        match *message {
+            GossipMessage::ShardedManifest(m) => self.feed(CommitteeEvent::ManifestReceived(m)),
+            GossipMessage::ShardResult(r) => self.feed(CommitteeEvent::ResultReceived(r)),
+            GossipMessage::FraudProof(p) => {
+                self.out.event("proof", json!({ "accused": hex(&p.accused().0), "round": p.round() }));
+                self.feed(CommitteeEvent::ProofReceived(p))
+            }
+            GossipMessage::Manifest(_)
+            | GossipMessage::Commit(_)
+            | GossipMessage::Telemetry(_)
+            | GossipMessage::Ticket(_) => {}
+        }
+    }
+
+    /// A shard offered to us: pull its payload if it is for this round and
+    /// of the right length (the machine checks the proof once it holds the
+    /// signer's manifest).
+    fn on_offer(&mut self, offer: ShardOffer) {
+        if offer.round > self.machine.round() {
+            self.keep_early(offer.round, Early::Offer(offer));
+            return;
+        }
+        let plan = self.machine.plan();
+        let layout = plan.layout();
+        let expected = self.spec.codec.payload_len(layout.len(offer.leaf.shard) as u64);
+        if offer.round != self.machine.round()
+            || offer.shards != plan.shards()
+            || expected != Some(offer.leaf.payload_len)
+            || self.pulling.len() >= MAX_PULLING
+            || !self.pulling.insert((offer.round, offer.leaf.shard, offer.signer))
+        {
+            return;
+        }
+        let (net, store, tx) = (self.net.clone(), self.store.clone(), self.tx.clone());
+        let cap = offer.leaf.payload_len;
+        tokio::spawn(async move {
+            let ok = transfer::pull_payload(&net, &store, &offer, cap, &[]).await.is_ok();
+            let _ = tx.send(Internal::Pulled { offer, ok });
+        });
+    }
+
+    fn on_job(&mut self, done: JobDone) {
+        match done {
+            JobDone::Trained { round, delta, tokens, train_loss, .. } => {
+                if round != self.machine.round() {
+                    return;
+                }
+                let layout = self.machine.plan().layout();
+                let (store, codec, feedback, tx) =
+                    (self.store.clone(), self.spec.codec, self.feedback.clone(), self.tx.clone());
+                tokio::task::spawn_blocking(move || {
+                    let mut fb = feedback.lock().unwrap_or_else(|p| p.into_inner());
+                    let result = work::cut_delta(&store, codec, &mut fb, &delta, layout);
+                    let _ = tx.send(Internal::Cut { round, tokens, train_loss, result });
+                });
+            }
+            JobDone::Evaluated { round, val_loss } => self.report_round(round, Some(val_loss)),
+            JobDone::Cancelled { .. } => {}
+            JobDone::Failed(e) => tracing::error!("trainer: {e}"),
+            JobDone::Panicked(what) => {
+                self.fatal = Some(RuntimeError::Trainer(format!("the trainer panicked: {what}")));
+            }
+        }
+    }
+
+    fn on_internal(&mut self, msg: Internal) {
+        let round = self.machine.round();
+        match msg {
+            Internal::Cut { round: r, tokens, train_loss, result } => match result {
+                Ok((leaves, norm)) if r == round => {
+                    for l in &leaves {
+                        self.keep(r, BlobKind::Delta, l.payload_hash.0);
+                    }
+                    self.own = Some((r, leaves.clone()));
+                    for (s, leaf) in leaves.iter().enumerate() {
+                        let proof = murmur_protocol::committee::merkle_proof(&leaves, s);
+                        let shards = leaves.len() as u32;
+                        self.served.hold_leaf(ShardOffer {
+                            round: r,
+                            signer: self.me,
+                            shards,
+                            leaf: *leaf,
+                            proof,
+                        });
+                    }
+                    self.feed(CommitteeEvent::LocalDeltaReady { tokens, train_loss, norm, leaves });
+                }
+                Ok(_) => {}
+                Err(e) => tracing::error!("{e}"),
+            },
+            Internal::Pulled { offer, ok } => {
+                self.pulling.remove(&(offer.round, offer.leaf.shard, offer.signer));
+                if ok && offer.round == round {
+                    let ShardOffer { signer, shards, leaf, ref proof, .. } = offer;
+                    let proof = proof.clone();
+                    self.keep(offer.round, BlobKind::Delta, leaf.payload_hash.0);
+                    self.served.hold_leaf(offer);
+                    self.feed(CommitteeEvent::ShardReceived { signer, shards, leaf, proof });
+                }
+            }
+            Internal::Aggregated { round: r, shard, result } if r == round => match result {
+                Ok((included, total_tokens, result_hash)) => {
+                    self.keep(r, BlobKind::Aggregate, result_hash);
+                    self.served.hold_list(r, shard, result_hash, included.encode());
+                    self.feed(CommitteeEvent::ShardAggregated { shard, included, total_tokens, result_hash });
+                }
+                Err(e) => {
+                    tracing::warn!("aggregating shard {shard} of round {r}: {e}");
+                    self.feed(CommitteeEvent::ShardAggregationFailed { shard });
+                }
+            },
+            Internal::Fetched { round: r, shard, hash, ok, included } if r == round => {
+                if ok {
+                    self.keep(r, BlobKind::Aggregate, hash);
+                }
+                self.feed(CommitteeEvent::AggregateFetched { shard, result_hash: hash, ok, included })
+            }
+            Internal::Included { round: r, result, list } if r == round => {
+                self.feed(CommitteeEvent::IncludedReceived { result, included: list })
+            }
+            Internal::Rechecked { round: r, result, included, matches } if r == round => {
+                if !matches {
+                    self.out.event(
+                        "wrong_result",
+                        json!({ "round": r, "shard": result.shard, "signer": hex(&result.signer.0) }),
+                    );
+                }
+                self.feed(CommitteeEvent::Rechecked { result, included, matches })
+            }
+            Internal::Applied { round: r, ledger, included, result } if r == round => match result {
+                Ok(next) => self.applied(r, ledger, included, next),
+                Err(e) => {
+                    self.fatal = Some(RuntimeError::Config(format!("applying round {r} failed: {e}")));
+                }
+            },
+            // Results of a round this node has left.
+            _ => {}
+        }
+    }
+
+    fn applied(&mut self, round: u64, ledger: Ledger, included: usize, next: TrainingState) {
+        let base = self.state_id();
+        let previous = self.state.id();
+        self.state = Arc::new(next);
+        self.ledger = ledger;
+        let new_state = self.state_id();
+        let secs = self.round_opened.elapsed().as_secs_f64();
+        self.pending_reports.insert(
+            round,
+            json!({
+                "round": round,
+                "state_id": new_state.to_hex(),
+                "included": included,
+                "roster": self.ledger.roster.len(),
+                "excluded": self.ledger.excluded.len(),
+                "shards": self.machine.plan().shards(),
+                "round_secs": secs,
+            }),
+        );
+        let _ = self.trainer.submit(Job::Evaluate { round, state: self.state.clone() });
+        let commit = RoundCommit {
+            run: self.spec.run_id(),
+            round,
+            base,
+            included: Vec::new(),
+            new_state,
+            signer: PublicKey::default(),
+            signature: Signature::default(),
+        }
+        .sign(&self.key);
+        self.publish(TopicKind::Commit, commit.encode());
+        self.collect_garbage(round, previous);
+        self.feed(CommitteeEvent::Applied { round, new_state });
+        // The next round is open: what came early is fed now.
+        let next = self.machine.round();
+        self.served.open_round(next);
+        self.round_opened = Instant::now();
+        self.server.set_status(ServedStatus { round: next, state: Some(self.state.id().0) });
+        for (r, e) in std::mem::take(&mut self.early) {
+            if r != next {
+                continue;
+            }
+            match e {
+                Early::Gossip(m) => self.on_gossip(m),
+                Early::Offer(o) => self.on_offer(o),
+            }
+        }
+    }
+
+    fn keep(&mut self, round: u64, kind: BlobKind, id: [u8; 32]) {
+        let v = self.kept.entry(round).or_default();
+        if v.len() < 1 << 16 {
+            v.push((kind, id));
+        }
+    }
+
+    /// Round `round` was applied: the shards and aggregates of rounds
+    /// before it are deleted (slower nodes may still fetch round `round`'s),
+    /// and every state but the current one and the one before.
+    fn collect_garbage(&mut self, round: u64, previous: StateId) {
+        let old: Vec<u64> = self.kept.range(..round).map(|(r, _)| *r).collect();
+        let doomed: Vec<(BlobKind, [u8; 32])> =
+            old.iter().flat_map(|r| self.kept.remove(r).unwrap_or_default()).collect();
+        let (store, current) = (self.store.clone(), self.state.id());
+        tokio::task::spawn_blocking(move || {
+            for (kind, id) in doomed {
+                let _ = store.blobs.remove(kind, &id);
+            }
+            let _ = store.blobs.retain(BlobKind::State, &[current.0, previous.0]);
+        });
+    }
+
+    fn report_round(&mut self, round: u64, val_loss: Option<f32>) {
+        let Some(mut v) = self.pending_reports.remove(&round) else { return };
+        let (sent, recv) = (self.net.stats.bytes_sent(), self.net.stats.bytes_received());
+        v["val_loss"] = json!(val_loss);
+        v["bytes_sent"] = json!(sent.saturating_sub(self.last_sent));
+        v["bytes_recv"] = json!(recv.saturating_sub(self.last_recv));
+        v["secs"] = json!(self.started.elapsed().as_secs_f64());
+        v["peers"] = json!(self.trainers.len());
+        (self.last_sent, self.last_recv) = (sent, recv);
+        if let Some(state_id) = v["state_id"].as_str() {
+            let rec = crate::store::RoundRecord {
+                round,
+                state_id: state_id.to_string(),
+                included: v["included"].as_u64().unwrap_or(0) as usize,
+                val_loss,
+            };
+            let _ = self.store.meta.record_round(&self.spec.run_id(), &rec);
+        }
+        self.out.event("round", v);
+    }
+
+    fn publish(&self, kind: TopicKind, bytes: Vec<u8>) {
+        let net = self.net.clone();
+        tokio::spawn(async move {
+            for i in 0..20 {
+                match net.publish(kind, bytes.clone()).await {
+                    Ok(()) => return,
+                    Err(e) if i == 19 => tracing::debug!("publishing {kind:?}: {e}"),
+                    Err(_) => tokio::time::sleep(Duration::from_millis(300)).await,
+                }
+            }
+        });
+    }
+
+    fn drain(&mut self) {
+        while let Some(action) = self.machine.poll_action() {
+            self.act(action);
+        }
+    }
+
+    fn act(&mut self, action: CommitteeAction) {
+        let round = self.machine.round();
+        match action {
+            CommitteeAction::Train { round, base, .. } => {
+                if base != self.state_id() {
+                    return;
+                }
+                self.server.set_status(ServedStatus { round, state: Some(self.state.id().0) });
+                let epoch = self.trainer.cancel();
+                let job = Job::Train { epoch, round, base, state: self.state.clone(), reset_moments: false };
+                if !self.trainer.submit(job) {
+                    self.fatal = Some(RuntimeError::Trainer("the trainer thread is gone".into()));
+                }
+            }
+            CommitteeAction::PublishManifest(m) => {
+                self.out.event("announced", json!({ "round": m.round, "shards": m.shards }));
+                self.publish(TopicKind::ShardedManifest, m.encode());
+            }
+            CommitteeAction::SendShard { to, shard, shards, proof } => {
+                let Some((r, leaves)) = &self.own else { return };
+                let Some(leaf) = leaves.get(shard as usize).copied() else { return };
+                let offer = ShardOffer { round: *r, signer: self.me, shards, leaf, proof };
+                tokio::spawn(transfer::send_offer(self.net.clone(), to, offer));
+            }
+            CommitteeAction::AggregateShard { shard, inputs, leaves } => {
+                let (store, spec, tx) = (self.store.clone(), self.spec.clone(), self.tx.clone());
+                let layout = self.machine.plan().layout();
+                tokio::task::spawn_blocking(move || {
+                    let result = work::aggregate_stored(&store, &spec, layout, shard, &inputs, &leaves)
+                        .map(|a| (a.included, a.total_tokens, a.result_hash));
+                    let _ = tx.send(Internal::Aggregated { round, shard, result });
+                });
+            }
+            CommitteeAction::PublishResult(r) => self.publish(TopicKind::ShardResult, r.encode()),
+            CommitteeAction::FetchAggregate { shard, result_hash, from } => {
+                let len = 4 * self.machine.plan().layout().len(shard) as u64;
+                let (net, store, tx) = (self.net.clone(), self.store.clone(), self.tx.clone());
+                if from == self.me {
+                    let included = (shard == 0)
+                        .then(|| self.served.list(round, shard, result_hash))
+                        .flatten()
+                        .and_then(|b| IncludedList::decode(&b).ok());
+                    let ok = store.blobs.len_of(BlobKind::Aggregate, &result_hash) == Some(len);
+                    let _ = tx.send(Internal::Fetched { round, shard, hash: result_hash, ok, included });
+                    return;
+                }
+                tokio::spawn(async move {
+                    let (ok, included) =
+                        transfer::fetch_aggregate(net, store, round, shard, result_hash, len, from).await;
+                    let _ = tx.send(Internal::Fetched { round, shard, hash: result_hash, ok, included });
+                });
+            }
+            CommitteeAction::RequestIncluded { result } => {
+                let (net, tx) = (self.net.clone(), self.tx.clone());
+                tokio::spawn(async move {
+                    if let Some(list) = transfer::request_included(net, &result).await {
+                        let _ = tx.send(Internal::Included { round, result, list });
+                    }
+                });
+            }
+            CommitteeAction::Recheck { result, included, holders } => self.recheck(result, included, holders),
+            CommitteeAction::PublishProof(p) => {
+                self.out.event(
+                    "proof",
+                    json!({ "accused": hex(&p.accused().0), "round": p.round(), "ours": true }),
+                );
+                self.publish(TopicKind::FraudProof, p.encode());
+            }
+            CommitteeAction::Apply { round, base, shards, ledger } => {
+                if base != self.state_id() {
+                    return;
+                }
+                let (store, spec, state, tx) =
+                    (self.store.clone(), self.spec.clone(), self.state.clone(), self.tx.clone());
+                let layout = self.machine.plan().layout();
+                tokio::task::spawn_blocking(move || {
+                    let result = work::apply_round(&store, &spec, &state, layout, &shards);
+                    let included = ledger.roster.len();
+                    let _ = tx.send(Internal::Applied { round, ledger, included, result });
+                });
+            }
+        }
+    }
+
+    /// Recompute `result`'s shard from its included inputs (gathered from
+    /// `holders` where this node lacks them) and report whether it matches.
+    fn recheck(&mut self, result: ShardResult, included: IncludedList, holders: Vec<PublicKey>) {
+        let round = self.machine.round();
+        let mut inputs: Vec<ShardedManifest> = Vec::with_capacity(included.len());
+        for (signer, root) in &included.entries {
+            match self.machine.manifest_of(signer).filter(|m| m.root == *root) {
+                Some(m) => inputs.push(m.clone()),
+                // A manifest this node never saw: it cannot re-check.
+                None => return,
+            }
+        }
+        let held: Vec<Option<ShardOffer>> =
+            inputs.iter().map(|m| self.served.leaf(round, result.shard, m.signer)).collect();
+        let layout = self.machine.plan().layout();
+        let Some(cap) = self.spec.codec.payload_len(layout.len(result.shard) as u64) else { return };
+        let (net, store, spec, tx) =
+            (self.net.clone(), self.store.clone(), self.spec.clone(), self.tx.clone());
+        let shard = result.shard;
+        let want = transfer::RecheckInputs { round, shard, inputs, held, holders, cap };
+        tokio::spawn(async move {
+            let Some(offers) = transfer::gather_inputs(&net, &store, &want).await else { return };
+            let inputs = want.inputs;
+            let leaves: Vec<ShardLeaf> = offers.iter().map(|o| o.leaf).collect();
+            let recomputed = tokio::task::spawn_blocking(move || {
+                work::aggregate_stored(&store, &spec, layout, shard, &inputs, &leaves).map(|a| a.result_hash)
+            })
+            .await;
+            if let Ok(Ok(hash)) = recomputed {
+                let matches = hash == result.result_hash;
+                let _ = tx.send(Internal::Rechecked { round, result, included, matches });
+            }
+        });
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}

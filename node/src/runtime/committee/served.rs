@@ -1,0 +1,142 @@
+//! What a protocol-v2 node answers on the transfer protocol beyond blobs:
+//! shard offers (handed to the loop through a bounded queue), the leaves it
+//! holds of this and the last round's shards (for re-checkers), and the
+//! included lists behind its own shard results.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use murmur_protocol::PublicKey;
+use tokio::sync::mpsc;
+
+use crate::net::offer::ShardOffer;
+use crate::net::xfer::MAX_SERVED_LIST_BYTES;
+use crate::net::{XferRequest, XferResponse};
+
+/// Offers queued for the loop before new ones are answered `Busy`.
+pub const OFFER_QUEUE: usize = 4096;
+/// Most leaves held (this and the last round).
+pub const MAX_HELD_LEAVES: usize = 1 << 17;
+/// Most included lists held.
+const MAX_HELD_LISTS: usize = 4096;
+
+type LeafKey = (u64, u32, PublicKey);
+type ListKey = (u64, u32, [u8; 32]);
+
+#[derive(Default)]
+struct Held {
+    leaves: HashMap<LeafKey, ShardOffer>,
+    lists: HashMap<ListKey, Vec<u8>>,
+}
+
+/// Shared between the loop (which fills it) and the network's blocking
+/// serving tasks (which read it).
+pub struct CommitteeServed {
+    offers: mpsc::Sender<ShardOffer>,
+    held: Mutex<Held>,
+}
+
+impl CommitteeServed {
+    pub fn new() -> (Self, mpsc::Receiver<ShardOffer>) {
+        let (tx, rx) = mpsc::channel(OFFER_QUEUE);
+        (Self { offers: tx, held: Mutex::new(Held::default()) }, rx)
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Round `round` opened: what is older than the last round is dropped.
+    pub fn open_round(&self, round: u64) {
+        let keep = round.saturating_sub(1);
+        let mut h = self.held();
+        h.leaves.retain(|k, _| k.0 >= keep);
+        h.lists.retain(|k, _| k.0 >= keep);
+    }
+
+    /// Serve this verified leaf (with its proof) to re-checkers.
+    pub fn hold_leaf(&self, offer: ShardOffer) {
+        let mut h = self.held();
+        if h.leaves.len() < MAX_HELD_LEAVES {
+            h.leaves.insert((offer.round, offer.leaf.shard, offer.signer), offer);
+        }
+    }
+
+    /// The leaf held of `signer`'s shard, if any.
+    pub fn leaf(&self, round: u64, shard: u32, signer: PublicKey) -> Option<ShardOffer> {
+        self.held().leaves.get(&(round, shard, signer)).cloned()
+    }
+
+    /// Serve the included list (canonical bytes) of our result.
+    pub fn hold_list(&self, round: u64, shard: u32, result_hash: [u8; 32], list: Vec<u8>) {
+        let mut h = self.held();
+        if h.lists.len() < MAX_HELD_LISTS && list.len() <= MAX_SERVED_LIST_BYTES {
+            h.lists.insert((round, shard, result_hash), list);
+        }
+    }
+
+    pub fn list(&self, round: u64, shard: u32, result_hash: [u8; 32]) -> Option<Vec<u8>> {
+        self.held().lists.get(&(round, shard, result_hash)).cloned()
+    }
+
+    /// The answer to a v2 request (`None`: not a v2 request).
+    pub fn answer(&self, request: &XferRequest) -> Option<XferResponse> {
+        Some(match request {
+            XferRequest::Offer(o) => match self.offers.try_send(o.clone()) {
+                Ok(()) => XferResponse::Accepted,
+                Err(_) => XferResponse::Busy,
+            },
+            XferRequest::Included { round, shard, result_hash } => {
+                self.list(*round, *shard, *result_hash).map_or(XferResponse::NotFound, XferResponse::Included)
+            }
+            XferRequest::Leaf { round, shard, signer } => {
+                self.leaf(*round, *shard, *signer).map_or(XferResponse::NotFound, XferResponse::Leaf)
+            }
+            _ => return None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use murmur_protocol::committee::ShardLeaf;
+    use murmur_protocol::PayloadHash;
+
+    fn offer(round: u64, signer: u8) -> ShardOffer {
+        ShardOffer {
+            round,
+            signer: PublicKey([signer; 32]),
+            shards: 2,
+            leaf: ShardLeaf { shard: 1, payload_hash: PayloadHash([1; 32]), payload_len: 10, norm: 1.0 },
+            proof: vec![[2; 32]],
+        }
+    }
+
+    #[test]
+    fn offers_are_queued_leaves_and_lists_served_and_old_rounds_dropped() {
+        let (served, mut rx) = CommitteeServed::new();
+        assert_eq!(served.answer(&XferRequest::Offer(offer(3, 1))), Some(XferResponse::Accepted));
+        assert_eq!(rx.try_recv().ok(), Some(offer(3, 1)));
+        served.hold_leaf(offer(3, 1));
+        served.hold_list(3, 1, [5; 32], vec![9; 8]);
+        let ask = XferRequest::Leaf { round: 3, shard: 1, signer: PublicKey([1; 32]) };
+        assert_eq!(served.answer(&ask), Some(XferResponse::Leaf(offer(3, 1))));
+        let list = XferRequest::Included { round: 3, shard: 1, result_hash: [5; 32] };
+        assert_eq!(served.answer(&list), Some(XferResponse::Included(vec![9; 8])));
+        assert_eq!(
+            served.answer(&XferRequest::Included { round: 3, shard: 0, result_hash: [5; 32] }),
+            Some(XferResponse::NotFound)
+        );
+        served.open_round(4);
+        assert!(served.leaf(3, 1, PublicKey([1; 32])).is_some(), "the last round is kept");
+        served.open_round(5);
+        assert_eq!(served.answer(&ask), Some(XferResponse::NotFound));
+        assert_eq!(served.answer(&XferRequest::Status), None);
+        // A full queue answers Busy rather than growing.
+        for i in 0..OFFER_QUEUE {
+            let _ = served.answer(&XferRequest::Offer(offer(i as u64, 2)));
+        }
+        assert_eq!(served.answer(&XferRequest::Offer(offer(9, 9))), Some(XferResponse::Busy));
+    }
+}

@@ -1,0 +1,154 @@
+//! Protocol v2's transfers, each one task: offering a shard to a committee
+//! member, pulling an offered shard's payload, fetching an aggregated shard
+//! (with shard 0's included list), asking for a result's included list,
+//! and gathering a re-check's inputs. Every byte is checked against a hash
+//! the caller already trusts (a leaf under a signed root, a signed result)
+//! before it is stored or used; nothing here decides anything.
+
+use std::time::Duration;
+
+use libp2p::PeerId;
+use murmur_protocol::committee::{verify_proof, IncludedList, ShardResult, ShardedManifest};
+use murmur_protocol::PublicKey;
+
+use crate::net::offer::ShardOffer;
+use crate::net::{fetch_blob, peer_id_of, NetHandle, XferRequest, XferResponse};
+use crate::store::{BlobKind, Store};
+
+/// How long one request may take.
+const ASK_TIMEOUT: Duration = Duration::from_secs(10);
+/// Attempts to deliver one offer.
+const OFFER_ATTEMPTS: u32 = 4;
+
+async fn ask(net: &NetHandle, peer: PeerId, req: XferRequest) -> Option<XferResponse> {
+    tokio::time::timeout(ASK_TIMEOUT, net.request(peer, req)).await.ok()?.ok()
+}
+
+/// Offer `offer` to `to`, retrying while it is busy or unreachable.
+pub async fn send_offer(net: NetHandle, to: PublicKey, offer: ShardOffer) -> bool {
+    let Some(peer) = peer_id_of(&to) else { return false };
+    for i in 0..OFFER_ATTEMPTS {
+        if let Some(XferResponse::Accepted) = ask(&net, peer, XferRequest::Offer(offer.clone())).await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(250 << i)).await;
+    }
+    false
+}
+
+/// Pull the payload an offer names (from its signer, then `more`) and
+/// store it; `cap` is the codec's length for the shard.
+pub async fn pull_payload(
+    net: &NetHandle,
+    store: &Store,
+    offer: &ShardOffer,
+    cap: u64,
+    more: &[PeerId],
+) -> Result<(), String> {
+    let id = offer.leaf.payload_hash.0;
+    if store.blobs.len_of(BlobKind::Delta, &id) == Some(offer.leaf.payload_len) {
+        return Ok(());
+    }
+    let mut peers: Vec<PeerId> = peer_id_of(&offer.signer).into_iter().collect();
+    for p in more {
+        if !peers.contains(p) {
+            peers.push(*p);
+        }
+    }
+    let got = fetch_blob(net, BlobKind::Delta, id, offer.leaf.payload_len, cap, &peers)
+        .await
+        .map_err(|e| e.to_string())?;
+    store.blobs.put(BlobKind::Delta, &got.bytes).map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// Fetch the aggregated values `hash` (`len` bytes) from `from` and store
+/// them; for shard 0 also the included list behind that result.
+pub async fn fetch_aggregate(
+    net: NetHandle,
+    store: std::sync::Arc<Store>,
+    round: u64,
+    shard: u32,
+    hash: [u8; 32],
+    len: u64,
+    from: PublicKey,
+) -> (bool, Option<IncludedList>) {
+    let Some(peer) = peer_id_of(&from) else { return (false, None) };
+    if store.blobs.len_of(BlobKind::Aggregate, &hash) != Some(len) {
+        let got = match fetch_blob(&net, BlobKind::Aggregate, hash, len, len, &[peer]).await {
+            Ok(g) => g,
+            Err(_) => return (false, None),
+        };
+        if store.blobs.put(BlobKind::Aggregate, &got.bytes).is_err() {
+            return (false, None);
+        }
+    }
+    if shard != 0 {
+        return (true, None);
+    }
+    let list = included(&net, peer, round, shard, hash).await;
+    (list.is_some(), list)
+}
+
+async fn included(
+    net: &NetHandle,
+    peer: PeerId,
+    round: u64,
+    shard: u32,
+    hash: [u8; 32],
+) -> Option<IncludedList> {
+    match ask(net, peer, XferRequest::Included { round, shard, result_hash: hash }).await {
+        Some(XferResponse::Included(b)) => IncludedList::decode(&b).ok(),
+        _ => None,
+    }
+}
+
+/// Ask `result`'s signer for the included list behind it.
+pub async fn request_included(net: NetHandle, result: &ShardResult) -> Option<IncludedList> {
+    let peer = peer_id_of(&result.signer)?;
+    included(&net, peer, result.round, result.shard, result.result_hash).await
+}
+
+/// What a re-check needs gathered: the inputs' manifests, the leaves this
+/// node already holds of them, who else holds them, and the payload cap.
+pub struct RecheckInputs {
+    pub round: u64,
+    pub shard: u32,
+    pub inputs: Vec<ShardedManifest>,
+    pub held: Vec<Option<ShardOffer>>,
+    pub holders: Vec<PublicKey>,
+    pub cap: u64,
+}
+
+/// The leaves of a re-check's inputs, each proven against its signer's
+/// manifest, with the payloads in the store: asked of the holders (and the
+/// signer) unless held already. None when any input cannot be had (a
+/// re-check that cannot be completed proves nothing either way).
+pub async fn gather_inputs(net: &NetHandle, store: &Store, want: &RecheckInputs) -> Option<Vec<ShardOffer>> {
+    let (round, shard) = (want.round, want.shard);
+    let holder_peers: Vec<PeerId> = want.holders.iter().filter_map(peer_id_of).collect();
+    let mut out = Vec::with_capacity(want.inputs.len());
+    for (m, have) in want.inputs.iter().zip(&want.held) {
+        let mut offer = have.clone().filter(|o| verify_proof(&m.root, m.shards, &o.leaf, &o.proof));
+        let mut asked: Vec<PeerId> = peer_id_of(&m.signer).into_iter().collect();
+        asked.extend(holder_peers.iter().copied());
+        for peer in &asked {
+            if offer.is_some() {
+                break;
+            }
+            let req = XferRequest::Leaf { round, shard, signer: m.signer };
+            if let Some(XferResponse::Leaf(o)) = ask(net, *peer, req).await {
+                if o.signer == m.signer
+                    && o.leaf.shard == shard
+                    && verify_proof(&m.root, m.shards, &o.leaf, &o.proof)
+                {
+                    offer = Some(o);
+                }
+            }
+        }
+        let offer = offer?;
+        pull_payload(net, store, &offer, want.cap, &asked).await.ok()?;
+        out.push(offer);
+    }
+    Some(out)
+}

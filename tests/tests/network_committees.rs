@@ -1,0 +1,87 @@
+//! Protocol v2 over real processes (issue 14, done-when 3): a bootstrap
+//! server and `MURMUR_COMMITTEE_NODES` (default 16) node processes on
+//! 127.0.0.1 train the tiny preset with committees of k = 4 for 5 rounds.
+//! Every node reports the same StateId for every round; round 0 (no roster
+//! yet) is one committee of everyone and seats every node; from round 1 on
+//! the vector is cut into ⌊N/k⌋ shards; and every node's bytes per
+//! committee round (sent + received) stay below what version 1 moves per
+//! node at the same N: at least (N − 1) whole deltas received and as many
+//! sent on average, so 2 (N − 1) × the delta's payload length is a floor
+//! under version 1's figure (docs/benchmarks.md has it measured).
+
+use std::time::Duration;
+
+use murmur_tests::{
+    start_bootstrap_with, start_node_with_env, states_by_round, wait_until, Proc, RunSettings,
+};
+
+const K: usize = 4;
+const ROUNDS: u64 = 5;
+
+fn context(procs: &[Proc]) -> String {
+    procs.iter().map(|p| p.tail()).collect::<Vec<_>>().join("\n")
+}
+
+#[test]
+fn sixteen_nodes_agree_on_every_committee_round_and_move_less_than_version_one() {
+    let n: usize = std::env::var("MURMUR_COMMITTEE_NODES").ok().and_then(|v| v.parse().ok()).unwrap_or(16);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let settings = RunSettings { inner_steps: 4, batch: 2, quorum: 1, deadline: 60, seed: 14 };
+    let k = K.to_string();
+    let (_boot, addr) = start_bootstrap_with(d, &settings, &["--committee-size", &k]);
+    // One compute thread per node: 16 trainers share the machine's cores.
+    let env = [("RAYON_NUM_THREADS", "1")];
+    let nodes: Vec<Proc> = (0..n)
+        .map(|i| start_node_with_env(d, &format!("n{i:02}"), &addr, &["--discovery-wait", "8"], &env))
+        .collect();
+    let long = Duration::from_secs(900);
+    wait_until(
+        &format!("every node to close round {}", ROUNDS - 1),
+        long,
+        || nodes.iter().all(|p| p.last_round().is_some_and(|r| r >= ROUNDS - 1)),
+        || context(&nodes),
+    );
+    let first = states_by_round(&nodes[0]);
+    for (i, p) in nodes.iter().enumerate() {
+        let s = states_by_round(p);
+        for r in 0..ROUNDS {
+            assert_eq!(s.get(&r), first.get(&r), "node {i} disagrees on round {r}\n{}", context(&nodes));
+        }
+    }
+    // Round 0 seats everyone; later rounds run ⌊N/k⌋ committees.
+    let rounds = nodes[0].events_of("round");
+    let at = |r: u64| rounds.iter().find(|v| v["round"] == r).cloned().unwrap_or_default();
+    assert_eq!(at(0)["shards"], 1, "round 0 is one committee of everyone");
+    assert_eq!(at(0)["roster"].as_u64(), Some(n as u64), "round 0 seats every node: {}", at(0));
+    for r in 1..ROUNDS {
+        assert_eq!(at(r)["shards"].as_u64(), Some((n / K) as u64), "round {r}: {}", at(r));
+    }
+    // Bytes: the delta is int8 (at least one byte per element).
+    let params = nodes[0].wait_event("started", Duration::from_secs(5), |v| v["event"] == "started")
+        ["params"]
+        .as_u64()
+        .expect("params");
+    let v1_floor = 2 * (n as u64 - 1) * params;
+    let mut worst = 0u64;
+    for p in &nodes {
+        for v in p.events_of("round") {
+            let r = v["round"].as_u64().unwrap_or(0);
+            if (1..ROUNDS).contains(&r) {
+                let bytes = v["bytes_sent"].as_u64().unwrap_or(0) + v["bytes_recv"].as_u64().unwrap_or(0);
+                worst = worst.max(bytes);
+            }
+        }
+    }
+    eprintln!(
+        "{n} nodes, k = {K}: largest per-node bytes (sent + received) in a committee round {worst} \
+         ({:.2} MB); version 1's floor {v1_floor} ({:.2} MB)",
+        worst as f64 / 1e6,
+        v1_floor as f64 / 1e6
+    );
+    assert!(worst > 0, "bytes were counted");
+    assert!(
+        worst < v1_floor,
+        "committee rounds moved {worst} bytes on some node, version 1 at least {v1_floor}"
+    );
+}
