@@ -7,7 +7,11 @@
 //! committee round (sent + received) stay below what version 1 moves per
 //! node at the same N: at least (N − 1) whole deltas received and as many
 //! sent on average, so 2 (N − 1) × the delta's payload length is a floor
-//! under version 1's figure (docs/benchmarks.md has it measured).
+//! under version 1's figure (docs/benchmarks.md has it measured). One
+//! node is killed after round 1 and started again once the others are two
+//! rounds on: it catches up from the state a majority of committers signed
+//! (parameters and ledger fetched, checked against the v2 StateId) and then
+//! closes rounds on the same StateId as everyone.
 
 use std::time::Duration;
 
@@ -32,16 +36,36 @@ fn sixteen_nodes_agree_on_every_committee_round_and_move_less_than_version_one()
     let (_boot, addr) = start_bootstrap_with(d, &settings, &["--committee-size", &k]);
     // One compute thread per node: 16 trainers share the machine's cores.
     let env = [("RAYON_NUM_THREADS", "1")];
-    let nodes: Vec<Proc> = (0..n)
-        .map(|i| start_node_with_env(d, &format!("n{i:02}"), &addr, &["--discovery-wait", "8"], &env))
-        .collect();
+    let start = |i: usize| start_node_with_env(d, &format!("n{i:02}"), &addr, &["--discovery-wait", "8"], &env);
+    let mut nodes: Vec<Proc> = (0..n).map(start).collect();
     let long = Duration::from_secs(900);
     wait_until(
-        &format!("every node to close round {}", ROUNDS - 1),
+        "every node to close round 1",
         long,
-        || nodes.iter().all(|p| p.last_round().is_some_and(|r| r >= ROUNDS - 1)),
+        || nodes.iter().all(|p| p.last_round().is_some_and(|r| r >= 1)),
         || context(&nodes),
     );
+    let mut victim = nodes.pop().expect("a node");
+    let before = states_by_round(&victim);
+    victim.kill();
+    wait_until(
+        "the others to close two more rounds",
+        long,
+        || nodes[0].last_round().is_some_and(|r| r >= 3),
+        || context(&nodes),
+    );
+    let back = start(n - 1);
+    wait_until(
+        &format!("every node to close round {} and the restarted one to agree on a round", ROUNDS - 1),
+        long,
+        || {
+            let (s0, sb) = (states_by_round(&nodes[0]), states_by_round(&back));
+            nodes.iter().all(|p| p.last_round().is_some_and(|r| r >= ROUNDS - 1))
+                && sb.iter().any(|(r, s)| *r >= 3 && s0.get(r) == Some(s))
+        },
+        || format!("{}\n{}", context(&nodes), back.tail()),
+    );
+    assert!(!back.events_of("resynced").is_empty(), "the restarted node caught up by fetching a state");
     let first = states_by_round(&nodes[0]);
     for (i, p) in nodes.iter().enumerate() {
         let s = states_by_round(p);
@@ -49,13 +73,22 @@ fn sixteen_nodes_agree_on_every_committee_round_and_move_less_than_version_one()
             assert_eq!(s.get(&r), first.get(&r), "node {i} disagrees on round {r}\n{}", context(&nodes));
         }
     }
+    for (r, s) in before.iter().chain(states_by_round(&back).iter()) {
+        if let Some(f) = first.get(r) {
+            assert_eq!(s, f, "the killed node disagreed on round {r}");
+        }
+    }
     // Round 0 seats everyone; later rounds run ⌊N/k⌋ committees.
     let rounds = nodes[0].events_of("round");
     let at = |r: u64| rounds.iter().find(|v| v["round"] == r).cloned().unwrap_or_default();
     assert_eq!(at(0)["shards"], 1, "round 0 is one committee of everyone");
     assert_eq!(at(0)["roster"].as_u64(), Some(n as u64), "round 0 seats every node: {}", at(0));
+    // A round's plan is cut from the roster the round before left: ⌊N/k⌋
+    // shards (15 nodes once the killed one dropped off it).
+    assert_eq!(at(1)["shards"].as_u64(), Some((n / K) as u64), "round 1: {}", at(1));
     for r in 1..ROUNDS {
-        assert_eq!(at(r)["shards"].as_u64(), Some((n / K) as u64), "round {r}: {}", at(r));
+        let roster = at(r - 1)["roster"].as_u64().unwrap_or(0);
+        assert_eq!(at(r)["shards"].as_u64(), Some((roster / K as u64).max(1)), "round {r}: {}", at(r));
     }
     // Bytes: the delta is int8 (at least one byte per element).
     let params = nodes[0].wait_event("started", Duration::from_secs(5), |v| v["event"] == "started")

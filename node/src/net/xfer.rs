@@ -66,6 +66,9 @@ pub enum XferRequest {
     /// Protocol v2: the leaf and proof the responder holds of `signer`'s
     /// shard `shard` in `round` (re-checks pull inputs this way).
     Leaf { round: u64, shard: u32, signer: PublicKey },
+    /// Protocol v2: the parts of v2 state `state` the responder holds (its
+    /// parameters' StateId and its ledger's hash and length).
+    StateParts { state: [u8; 32] },
 }
 
 /// A signed commit a peer offers as backing for its state, with the
@@ -115,6 +118,7 @@ pub enum XferResponse {
     /// An included list (canonical IncludedList bytes, decoded by the asker).
     Included(Vec<u8>),
     Leaf(ShardOffer),
+    StateParts { params: [u8; 32], ledger: [u8; 32], ledger_len: u64 },
 }
 
 /// Why a frame was refused (carried inside the `io::Error` the codec returns,
@@ -234,6 +238,10 @@ impl XferRequest {
                 out.extend_from_slice(&shard.to_le_bytes());
                 out.extend_from_slice(&signer.0);
             }
+            XferRequest::StateParts { state } => {
+                out.push(7);
+                out.extend_from_slice(state);
+            }
         }
         out
     }
@@ -251,6 +259,7 @@ impl XferRequest {
             }
             5 => XferRequest::Included { round: c.u64()?, shard: c.u32()?, result_hash: c.id()? },
             6 => XferRequest::Leaf { round: c.u64()?, shard: c.u32()?, signer: PublicKey(c.id()?) },
+            7 => XferRequest::StateParts { state: c.id()? },
             _ => return Err(bad("unknown request")),
         };
         c.finish()?;
@@ -306,6 +315,12 @@ impl XferResponse {
             XferResponse::Leaf(o) => {
                 out.push(8);
                 o.write(&mut out);
+            }
+            XferResponse::StateParts { params, ledger, ledger_len } => {
+                out.push(9);
+                out.extend_from_slice(params);
+                out.extend_from_slice(ledger);
+                out.extend_from_slice(&ledger_len.to_le_bytes());
             }
         }
         out
@@ -380,6 +395,7 @@ impl XferResponse {
                 c = Cursor(rest);
                 XferResponse::Leaf(o)
             }
+            9 => XferResponse::StateParts { params: c.id()?, ledger: c.id()?, ledger_len: c.u64()? },
             _ => return Err(bad("unknown response")),
         };
         c.finish()?;
@@ -545,6 +561,7 @@ mod tests {
             XferRequest::Offer(offer()),
             XferRequest::Included { round: 3, shard: 2, result_hash: [6; 32] },
             XferRequest::Leaf { round: 3, shard: 2, signer: PublicKey([8; 32]) },
+            XferRequest::StateParts { state: [4; 32] },
         ];
         for r in reqs {
             let b = r.encode();
@@ -571,6 +588,7 @@ mod tests {
             XferResponse::Accepted,
             XferResponse::Included(vec![1; 200]),
             XferResponse::Leaf(offer()),
+            XferResponse::StateParts { params: [1; 32], ledger: [2; 32], ledger_len: 72 },
         ];
         for r in resps {
             assert_eq!(XferResponse::decode(&r.encode()).expect("decodes"), r);
@@ -645,6 +663,7 @@ mod tests {
             XferResponse::Accepted,
             XferResponse::Included(vec![1; 200]),
             XferResponse::Leaf(offer()),
+            XferResponse::StateParts { params: [1; 32], ledger: [2; 32], ledger_len: 72 },
         ];
         for r in resps {
             let mut wire = futures::io::Cursor::new(Vec::new());

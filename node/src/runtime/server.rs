@@ -104,7 +104,10 @@ impl ContentServer for StoreServer {
                     Err(_) => XferResponse::NotFound,
                 }
             }
-            XferRequest::Offer(_) | XferRequest::Included { .. } | XferRequest::Leaf { .. } => {
+            XferRequest::Offer(_)
+            | XferRequest::Included { .. }
+            | XferRequest::Leaf { .. }
+            | XferRequest::StateParts { .. } => {
                 self.committee.get().and_then(|c| c.answer(request)).unwrap_or(XferResponse::NotFound)
             }
         }

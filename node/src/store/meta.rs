@@ -35,6 +35,9 @@ pub struct MetaStore {
     positions: sled::Tree,
     history: sled::Tree,
     signed: sled::Tree,
+    /// Protocol v2: per run, the current state's parameters' StateId and
+    /// its ledger's hash (the ledger itself is a Ledger blob).
+    ledgers: sled::Tree,
 }
 
 /// Round records kept per run (older ones are dropped as new ones come).
@@ -47,6 +50,7 @@ impl MetaStore {
             positions: db.open_tree("positions")?,
             history: db.open_tree("history")?,
             signed: db.open_tree("signed")?,
+            ledgers: db.open_tree("ledgers")?,
             db,
         })
     }
@@ -123,6 +127,26 @@ impl MetaStore {
     /// node announces it again instead of signing a second delta.
     pub fn set_signed_manifest(&self, run: &RunId, bytes: &[u8]) -> Result<(), StoreError> {
         self.signed.insert(run.0, bytes)?;
+        self.db.flush()?;
+        Ok(())
+    }
+
+    /// The ledger hash recorded for `params` in `run` (protocol v2).
+    pub fn ledger_of(&self, run: &RunId, params: &StateId) -> Result<Option<[u8; 32]>, StoreError> {
+        let Some(v) = self.ledgers.get(run.0)? else { return Ok(None) };
+        if v.len() != 64 || v[..32] != params.0 {
+            return Ok(None);
+        }
+        let mut h = [0u8; 32];
+        h.copy_from_slice(&v[32..]);
+        Ok(Some(h))
+    }
+
+    /// Record that the current state `params` of `run` has ledger `ledger`.
+    pub fn set_ledger_of(&self, run: &RunId, params: &StateId, ledger: &[u8; 32]) -> Result<(), StoreError> {
+        let mut v = params.0.to_vec();
+        v.extend_from_slice(ledger);
+        self.ledgers.insert(run.0, v)?;
         self.db.flush()?;
         Ok(())
     }

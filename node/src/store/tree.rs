@@ -33,16 +33,20 @@ pub enum BlobKind {
     /// Protocol v2: a committee's aggregated shard (f32 little-endian); its
     /// id is the ShardResult's `result_hash`.
     Aggregate,
+    /// Protocol v2: a state's ledger (roster and excluded keys); its id is
+    /// `Ledger::hash`.
+    Ledger,
 }
 
 impl BlobKind {
     /// Every kind (the store keeps one directory each).
-    pub const ALL: [BlobKind; 5] = [
+    pub const ALL: [BlobKind; 6] = [
         BlobKind::Delta,
         BlobKind::State,
         BlobKind::DatasetShard,
         BlobKind::DatasetManifest,
         BlobKind::Aggregate,
+        BlobKind::Ledger,
     ];
 
     /// The wire byte of this kind.
@@ -53,6 +57,7 @@ impl BlobKind {
             BlobKind::DatasetShard => 3,
             BlobKind::DatasetManifest => 4,
             BlobKind::Aggregate => 5,
+            BlobKind::Ledger => 6,
         }
     }
 
@@ -63,6 +68,7 @@ impl BlobKind {
             3 => Some(BlobKind::DatasetShard),
             4 => Some(BlobKind::DatasetManifest),
             5 => Some(BlobKind::Aggregate),
+            6 => Some(BlobKind::Ledger),
             _ => None,
         }
     }
@@ -75,6 +81,7 @@ impl BlobKind {
             BlobKind::DatasetShard => "dataset-shard",
             BlobKind::DatasetManifest => "dataset-manifest",
             BlobKind::Aggregate => "aggregate",
+            BlobKind::Ledger => "ledger",
         }
     }
 
@@ -86,6 +93,7 @@ impl BlobKind {
             BlobKind::DatasetShard => DOMAIN_DATASET_SHARD,
             BlobKind::DatasetManifest => DOMAIN_DATASET_ID,
             BlobKind::Aggregate => murmur_protocol::committee::messages::DOMAIN_SHARD_VALUES,
+            BlobKind::Ledger => murmur_protocol::committee::ledger::DOMAIN_STATE_V2,
         }
     }
 

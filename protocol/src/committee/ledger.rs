@@ -96,12 +96,25 @@ impl Ledger {
         Ok(Self { roster, excluded })
     }
 
+    /// The hash of this ledger's encoding (a Ledger blob's id).
+    pub fn hash(&self) -> [u8; 32] {
+        domain_hash(DOMAIN_STATE_V2, &self.encode())
+    }
+
     /// The v2 StateId of parameters with StateId `params` and this ledger.
     pub fn state_id(&self, params: StateId) -> StateId {
-        let mut b = params.0.to_vec();
-        b.extend_from_slice(&domain_hash(DOMAIN_STATE_V2, &self.encode()));
-        StateId(domain_hash(DOMAIN_STATE_V2, &b))
+        state_id_of_parts(params, self.hash())
     }
+}
+
+/// The v2 StateId of parameters `params` and a ledger hashing to `ledger`.
+pub fn state_id_of_parts(params: StateId, ledger: [u8; 32]) -> StateId {
+    let mut b = params.0.to_vec();
+    b.extend_from_slice(&ledger);
+    StateId(domain_hash(DOMAIN_STATE_V2, &b))
+}
+
+impl Ledger {
 }
 
 #[cfg(test)]

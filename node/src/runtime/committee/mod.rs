@@ -6,12 +6,14 @@
 //! machine events.
 //!
 //! - `served`: what the node answers beyond blobs (offers, leaves, lists).
+//! - `sync`: the commit tally, and fetching the state a majority signed.
 //! - `transfer`: the tasks that move shards, aggregates and lists.
 //! - `work`: cutting, aggregating and applying on the blocking pool.
 //!
 //! A run with `committee_size` 0 runs version 1's loop (`runtime::node`).
 
 pub mod served;
+pub mod sync;
 pub mod transfer;
 pub mod work;
 
@@ -69,6 +71,7 @@ enum Internal {
     Included { round: u64, result: ShardResult, list: IncludedList },
     Rechecked { round: u64, result: ShardResult, included: IncludedList, matches: bool },
     Applied { round: u64, ledger: Ledger, included: usize, result: Result<TrainingState, String> },
+    Synced { target: StateId, result: Result<(TrainingState, Ledger), String> },
 }
 
 /// A message for a round this node has not opened yet.
@@ -86,7 +89,8 @@ pub struct CommitteeStart {
     pub server: Arc<StoreServer>,
     pub trainer: TrainerHandle,
     pub done_rx: mpsc::UnboundedReceiver<JobDone>,
-    /// A state at round 0 (the genesis; see `run_committee_node`).
+    /// The state to start from (its ledger is looked up in the store; a
+    /// node without it waits to catch up with the run).
     pub state: TrainingState,
     pub out: Reporter,
     pub started: Instant,
@@ -120,6 +124,12 @@ struct CommitteeNode {
     last_sent: u64,
     last_recv: u64,
     round_opened: Instant,
+    tally: sync::CommitTally,
+    /// The state being fetched to catch up, if any.
+    syncing: Option<StateId>,
+    /// Whether this node has no ledger for its state and must catch up
+    /// before it trains.
+    waiting: bool,
     fatal: Option<RuntimeError>,
     tx: mpsc::UnboundedSender<Internal>,
     rx: mpsc::UnboundedReceiver<Internal>,
@@ -132,17 +142,17 @@ pub async fn run_committee_node(
     replay: Vec<NetEvent>,
 ) -> Result<(), RuntimeError> {
     let CommitteeStart { spec, key, store, net, server, trainer, done_rx, state, out, started } = start;
-    if state.round != 0 {
-        return Err(RuntimeError::Config(format!(
-            "this protocol-v2 run is at round {}: joining or restarting a committee run after its first \
-             round is not supported yet (the state's ledger is not fetched); start a new run",
-            state.round
-        )));
-    }
     let (served, offers_rx) = CommitteeServed::new();
     let served = Arc::new(served);
     server.serve_committee(served.clone());
-    let ledger = Ledger::genesis(Vec::new());
+    // A run's genesis has an empty roster; a later state's ledger was
+    // stored when the state was (else the node catches up first).
+    let stored = sync::stored_ledger(&store, &spec, state.id());
+    let waiting = state.round > 0 && stored.is_none();
+    let ledger = stored.unwrap_or_default();
+    if waiting {
+        out.event("waiting", json!({ "round": state.round, "why": "no ledger for the stored state" }));
+    }
     let now = started.elapsed().as_millis() as u64;
     let base = ledger.state_id(state.id());
     let machine =
@@ -174,10 +184,14 @@ pub async fn run_committee_node(
         last_sent: net.stats.bytes_sent(),
         last_recv: net.stats.bytes_received(),
         round_opened: Instant::now(),
+        tally: sync::CommitTally::default(),
+        syncing: None,
+        waiting,
         fatal: None,
         tx,
         rx,
     };
+    node.record_state();
     node.run(net_events, offers_rx, replay).await
 }
 
@@ -188,6 +202,64 @@ impl CommitteeNode {
 
     fn state_id(&self) -> StateId {
         self.ledger.state_id(self.state.id())
+    }
+
+    /// Store the current state's ledger, record it as the state's, and
+    /// serve the state's parts.
+    fn record_state(&self) {
+        let (bytes, hash, params) = (self.ledger.encode(), self.ledger.hash(), self.state.id());
+        let run = self.spec.run_id();
+        if self.store.blobs.put(BlobKind::Ledger, &bytes).is_ok() {
+            let _ = self.store.meta.set_ledger_of(&run, &params, &hash);
+        }
+        self.served.hold_state(self.state_id().0, (params.0, hash, bytes.len() as u64));
+    }
+
+    /// Catch up when a strict majority of a round's committers (and more
+    /// than half the roster this node knows) signed a state this node is a
+    /// whole round short of, or a different state for a round it closed.
+    fn consider_sync(&mut self) {
+        if self.syncing.is_some() {
+            return;
+        }
+        let Some((round, target, backers)) = self.tally.decided() else { return };
+        if 2 * backers.len() <= self.ledger.roster.len() {
+            return;
+        }
+        let mine = self.machine.round();
+        let behind = mine < round
+            || (mine == round + 1 && self.machine.base() != target)
+            || (self.waiting && mine <= round + 1 && self.machine.base() != target);
+        let holders: Vec<PublicKey> = backers.into_iter().filter(|k| *k != self.me).collect();
+        if !behind || holders.is_empty() {
+            return;
+        }
+        self.syncing = Some(target);
+        self.out.event("resync", json!({ "round": round, "state_id": target.to_hex(), "peers": holders.len() }));
+        let (net, store, spec, tx) = (self.net.clone(), self.store.clone(), self.spec.clone(), self.tx.clone());
+        tokio::spawn(async move {
+            let result = sync::fetch_state(&net, &store, &spec, target, &holders).await;
+            let _ = tx.send(Internal::Synced { target, result });
+        });
+    }
+
+    /// Continue from `state` (with `ledger`), fetched to catch up.
+    fn synced(&mut self, target: StateId, state: TrainingState, ledger: Ledger) {
+        let round = state.round;
+        self.trainer.cancel();
+        self.state = Arc::new(state);
+        self.ledger = ledger;
+        self.waiting = false;
+        self.own = None;
+        let feedback = self.feedback.clone();
+        tokio::task::spawn_blocking(move || feedback.lock().unwrap_or_else(|p| p.into_inner()).reset());
+        self.record_state();
+        self.served.open_round(round);
+        self.round_opened = Instant::now();
+        self.server.set_status(ServedStatus { round, state: Some(self.state.id().0) });
+        self.out.event("resynced", json!({ "round": round, "state_id": target.to_hex() }));
+        let now = self.now();
+        self.machine.jump(now, round, target, self.ledger.clone());
     }
 
     async fn run(
@@ -276,8 +348,11 @@ impl CommitteeNode {
                 self.out.event("proof", json!({ "accused": hex(&p.accused().0), "round": p.round() }));
                 self.feed(CommitteeEvent::ProofReceived(p))
             }
+            GossipMessage::Commit(c) => {
+                self.tally.note(&c);
+                self.consider_sync();
+            }
             GossipMessage::Manifest(_)
-            | GossipMessage::Commit(_)
             | GossipMessage::Telemetry(_)
             | GossipMessage::Ticket(_) => {}
         }
@@ -404,6 +479,19 @@ impl CommitteeNode {
                     self.fatal = Some(RuntimeError::Config(format!("applying round {r} failed: {e}")));
                 }
             },
+            Internal::Synced { target, result } => {
+                self.syncing = None;
+                match result {
+                    Ok((state, ledger)) if state.round > self.machine.round() || self.machine.base() != target => {
+                        self.synced(target, state, ledger)
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!("catching up: {e}");
+                        self.consider_sync();
+                    }
+                }
+            }
             // Results of a round this node has left.
             _ => {}
         }
@@ -411,7 +499,7 @@ impl CommitteeNode {
 
     fn applied(&mut self, round: u64, ledger: Ledger, included: usize, next: TrainingState) {
         let base = self.state_id();
-        let previous = self.state.id();
+        let previous = (self.state.id(), self.ledger.hash());
         self.state = Arc::new(next);
         self.ledger = ledger;
         let new_state = self.state_id();
@@ -440,6 +528,8 @@ impl CommitteeNode {
         }
         .sign(&self.key);
         self.publish(TopicKind::Commit, commit.encode());
+        self.tally.note(&commit);
+        self.record_state();
         self.collect_garbage(round, previous);
         self.feed(CommitteeEvent::Applied { round, new_state });
         // The next round is open: what came early is fed now.
@@ -468,16 +558,17 @@ impl CommitteeNode {
     /// Round `round` was applied: the shards and aggregates of rounds
     /// before it are deleted (slower nodes may still fetch round `round`'s),
     /// and every state but the current one and the one before.
-    fn collect_garbage(&mut self, round: u64, previous: StateId) {
+    fn collect_garbage(&mut self, round: u64, previous: (StateId, [u8; 32])) {
         let old: Vec<u64> = self.kept.range(..round).map(|(r, _)| *r).collect();
         let doomed: Vec<(BlobKind, [u8; 32])> =
             old.iter().flat_map(|r| self.kept.remove(r).unwrap_or_default()).collect();
-        let (store, current) = (self.store.clone(), self.state.id());
+        let (store, current, ledger) = (self.store.clone(), self.state.id(), self.ledger.hash());
         tokio::task::spawn_blocking(move || {
             for (kind, id) in doomed {
                 let _ = store.blobs.remove(kind, &id);
             }
-            let _ = store.blobs.retain(BlobKind::State, &[current.0, previous.0]);
+            let _ = store.blobs.retain(BlobKind::State, &[current.0, previous.0 .0]);
+            let _ = store.blobs.retain(BlobKind::Ledger, &[ledger, previous.1]);
         });
     }
 
@@ -525,7 +616,7 @@ impl CommitteeNode {
         let round = self.machine.round();
         match action {
             CommitteeAction::Train { round, base, .. } => {
-                if base != self.state_id() {
+                if base != self.state_id() || self.waiting {
                     return;
                 }
                 self.server.set_status(ServedStatus { round, state: Some(self.state.id().0) });

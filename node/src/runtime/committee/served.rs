@@ -23,10 +23,15 @@ const MAX_HELD_LISTS: usize = 4096;
 type LeafKey = (u64, u32, PublicKey);
 type ListKey = (u64, u32, [u8; 32]);
 
+/// A v2 state's parts: the parameters' StateId, the ledger's hash and length.
+pub type StateParts = ([u8; 32], [u8; 32], u64);
+
 #[derive(Default)]
 struct Held {
     leaves: HashMap<LeafKey, ShardOffer>,
     lists: HashMap<ListKey, Vec<u8>>,
+    /// The current and the previous state, by v2 StateId.
+    states: Vec<([u8; 32], StateParts)>,
 }
 
 /// Shared between the loop (which fills it) and the network's blocking
@@ -52,6 +57,17 @@ impl CommitteeServed {
         let mut h = self.held();
         h.leaves.retain(|k, _| k.0 >= keep);
         h.lists.retain(|k, _| k.0 >= keep);
+    }
+
+    /// Serve the parts of v2 state `state` (its blobs are in the store);
+    /// the one before stays served too.
+    pub fn hold_state(&self, state: [u8; 32], parts: StateParts) {
+        let mut h = self.held();
+        h.states.retain(|(s, _)| *s != state);
+        h.states.push((state, parts));
+        while h.states.len() > 2 {
+            h.states.remove(0);
+        }
     }
 
     /// Serve this verified leaf (with its proof) to re-checkers.
@@ -91,6 +107,15 @@ impl CommitteeServed {
             }
             XferRequest::Leaf { round, shard, signer } => {
                 self.leaf(*round, *shard, *signer).map_or(XferResponse::NotFound, XferResponse::Leaf)
+            }
+            XferRequest::StateParts { state } => {
+                let held = self.held();
+                match held.states.iter().find(|(s, _)| s == state) {
+                    Some((_, (params, ledger, ledger_len))) => {
+                        XferResponse::StateParts { params: *params, ledger: *ledger, ledger_len: *ledger_len }
+                    }
+                    None => XferResponse::NotFound,
+                }
             }
             _ => return None,
         })
