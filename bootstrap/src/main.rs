@@ -144,6 +144,8 @@ fn run(a: Args) -> Result<()> {
         committee_size: a.committee_size,
     };
     let spec = run_spec(&params)?;
+    murmur_node::runtime::committee::check_spec(&spec)
+        .map_err(|e| anyhow::anyhow!("--committee-size: {e}"))?;
     spec.validate().context(
         "the run spec is invalid (to train on local files, make a dataset with `murmur data add` and host it with --dataset DIR)",
     )?;

@@ -36,7 +36,8 @@ fn sixteen_nodes_agree_on_every_committee_round_and_move_less_than_version_one()
     let (_boot, addr) = start_bootstrap_with(d, &settings, &["--committee-size", &k]);
     // One compute thread per node: 16 trainers share the machine's cores.
     let env = [("RAYON_NUM_THREADS", "1")];
-    let start = |i: usize| start_node_with_env(d, &format!("n{i:02}"), &addr, &["--discovery-wait", "8"], &env);
+    let start =
+        |i: usize| start_node_with_env(d, &format!("n{i:02}"), &addr, &["--discovery-wait", "8"], &env);
     let mut nodes: Vec<Proc> = (0..n).map(start).collect();
     let long = Duration::from_secs(900);
     wait_until(

@@ -63,6 +63,10 @@ pub struct TestnetArgs {
     /// (known entropy floor).
     #[arg(long, default_value = "shakespeare")]
     pub data: String,
+    /// Protocol v2: committees of this many nodes aggregate one shard each
+    /// (docs/protocol.md §10); 0 runs version 1's round.
+    #[arg(long, default_value_t = 0)]
+    pub committee_size: u32,
 }
 
 pub fn run(a: TestnetArgs) -> Result<()> {
@@ -73,6 +77,7 @@ pub fn run(a: TestnetArgs) -> Result<()> {
         inner_steps: a.inner_steps,
         batch: a.batch,
         deadline: a.deadline,
+        committee_size: a.committee_size,
         chaos: a.chaos,
         chaos_every: a.chaos_every.max(1),
         chaos_fraction: if a.chaos_fraction.is_finite() { a.chaos_fraction.clamp(0.0, 1.0) } else { 0.0 },

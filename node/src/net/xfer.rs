@@ -118,7 +118,11 @@ pub enum XferResponse {
     /// An included list (canonical IncludedList bytes, decoded by the asker).
     Included(Vec<u8>),
     Leaf(ShardOffer),
-    StateParts { params: [u8; 32], ledger: [u8; 32], ledger_len: u64 },
+    StateParts {
+        params: [u8; 32],
+        ledger: [u8; 32],
+        ledger_len: u64,
+    },
 }
 
 /// Why a frame was refused (carried inside the `io::Error` the codec returns,

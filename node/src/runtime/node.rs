@@ -139,6 +139,7 @@ pub struct Node {
     first_train: Option<Instant>,
     contributed: bool,
     last_bytes_sent: u64,
+    last_bytes_recv: u64,
     last_train_loss: f32,
     /// Tokens trained since start (for tokens/s).
     train_tokens: u64,
@@ -229,6 +230,7 @@ impl Node {
             first_train: None,
             contributed: false,
             last_bytes_sent: 0,
+            last_bytes_recv: 0,
             last_train_loss: f32::NAN,
             train_tokens: 0,
             last_telemetry: None,
@@ -443,13 +445,16 @@ impl Node {
     fn report_round(&mut self, round: u64, val_loss: Option<f32>) {
         let Some(mut v) = self.pending_reports.remove(&round) else { return };
         let sent = self.net.stats.bytes_sent();
+        let recv = self.net.stats.bytes_received();
         let wall = self.first_train.map_or(0.0, |t| t.elapsed().as_secs_f64());
         v["val_loss"] = json!(val_loss);
         v["bytes_sent"] = json!(sent.saturating_sub(self.last_bytes_sent));
+        v["bytes_recv"] = json!(recv.saturating_sub(self.last_bytes_recv));
         v["train_frac"] = json!(if wall > 0.0 { (self.train_secs / wall).min(1.0) } else { 0.0 });
         v["secs"] = json!(self.started.elapsed().as_secs_f64());
         v["peers"] = json!(self.trainers.len());
         self.last_bytes_sent = sent;
+        self.last_bytes_recv = recv;
         if let Some(state_id) = v["state_id"].as_str() {
             let rec = crate::store::RoundRecord {
                 round,

@@ -52,6 +52,8 @@ pub struct TestnetOptions {
     pub seed: u64,
     /// The run's data as the bootstrap server's `--data` takes it (`shakespeare`, `synthetic…`).
     pub data: String,
+    /// Protocol v2's committee size (0: version 1's round).
+    pub committee_size: u32,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -248,6 +250,8 @@ fn drive(net: &mut Testnet) -> Result<bool> {
         &o.seed.to_string(),
         "--data",
         &o.data,
+        "--committee-size",
+        &o.committee_size.to_string(),
     ]
     .iter()
     .map(|s| s.to_string())

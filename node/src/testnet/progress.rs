@@ -20,18 +20,22 @@ pub struct RoundLine {
     /// Median val loss of the reports.
     pub val_loss: Option<f64>,
     pub included: u64,
+    /// The most bytes (sent + received) one node moved in the round, when
+    /// the nodes report them.
+    pub max_bytes: u64,
 }
 
 impl RoundLine {
     pub fn human(&self) -> String {
         format!(
-            "round {:>3}  state {}  val_loss {}  deltas {}  nodes agree {}/{}",
+            "round {:>3}  state {}  val_loss {}  deltas {}  nodes agree {}/{}  max MB/node {:.2}",
             self.round,
             &self.state[..self.state.len().min(12)],
             self.val_loss.map(|v| format!("{v:.4}")).unwrap_or_else(|| "-".into()),
             self.included,
             self.agree,
             self.reported,
+            self.max_bytes as f64 / 1e6,
         )
     }
 }
@@ -41,6 +45,7 @@ struct Report {
     state: String,
     val_loss: Option<f64>,
     included: u64,
+    bytes: u64,
 }
 
 /// Round reports by node.
@@ -63,6 +68,7 @@ impl Progress {
                 state: state.to_string(),
                 val_loss: v["val_loss"].as_f64(),
                 included: v["included"].as_u64().unwrap_or(0),
+                bytes: v["bytes_sent"].as_u64().unwrap_or(0) + v["bytes_recv"].as_u64().unwrap_or(0),
             },
         );
     }
@@ -79,7 +85,8 @@ impl Progress {
         losses.sort_by(f64::total_cmp);
         let val_loss = losses.get(losses.len() / 2).copied();
         let included = reps.values().filter(|r| r.state == state).map(|r| r.included).max().unwrap_or(0);
-        Some(RoundLine { round, state, agree, reported: reps.len(), val_loss, included })
+        let max_bytes = reps.values().map(|r| r.bytes).max().unwrap_or(0);
+        Some(RoundLine { round, state, agree, reported: reps.len(), val_loss, included, max_bytes })
     }
 
     /// Rounds that are ready to announce, in order: every node in `live`

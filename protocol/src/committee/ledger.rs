@@ -114,8 +114,7 @@ pub fn state_id_of_parts(params: StateId, ledger: [u8; 32]) -> StateId {
     StateId(domain_hash(DOMAIN_STATE_V2, &b))
 }
 
-impl Ledger {
-}
+impl Ledger {}
 
 #[cfg(test)]
 mod tests {

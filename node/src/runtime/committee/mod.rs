@@ -62,6 +62,17 @@ pub fn committee_config(spec: &RunSpec) -> CommitteeConfig {
     }
 }
 
+/// Whether this build's v2 loop can run `spec`: v2 runs are open runs for
+/// now (the v2 loop does not check tickets or an allowlist).
+pub fn check_spec(spec: &RunSpec) -> Result<(), String> {
+    if spec.committee_size > 0 && spec.admission != murmur_protocol::AdmissionPolicy::Open {
+        return Err("a committee run (--committee-size) must use open admission for now: this build's \
+                    protocol-v2 loop does not check tickets or an allowlist"
+            .into());
+    }
+    Ok(())
+}
+
 /// Results of work the loop started.
 enum Internal {
     Cut { round: u64, tokens: u64, train_loss: f32, result: Result<(Vec<ShardLeaf>, f32), String> },
@@ -142,6 +153,7 @@ pub async fn run_committee_node(
     replay: Vec<NetEvent>,
 ) -> Result<(), RuntimeError> {
     let CommitteeStart { spec, key, store, net, server, trainer, done_rx, state, out, started } = start;
+    check_spec(&spec).map_err(RuntimeError::Config)?;
     let (served, offers_rx) = CommitteeServed::new();
     let served = Arc::new(served);
     server.serve_committee(served.clone());
@@ -235,8 +247,10 @@ impl CommitteeNode {
             return;
         }
         self.syncing = Some(target);
-        self.out.event("resync", json!({ "round": round, "state_id": target.to_hex(), "peers": holders.len() }));
-        let (net, store, spec, tx) = (self.net.clone(), self.store.clone(), self.spec.clone(), self.tx.clone());
+        self.out
+            .event("resync", json!({ "round": round, "state_id": target.to_hex(), "peers": holders.len() }));
+        let (net, store, spec, tx) =
+            (self.net.clone(), self.store.clone(), self.spec.clone(), self.tx.clone());
         tokio::spawn(async move {
             let result = sync::fetch_state(&net, &store, &spec, target, &holders).await;
             let _ = tx.send(Internal::Synced { target, result });
@@ -352,9 +366,7 @@ impl CommitteeNode {
                 self.tally.note(&c);
                 self.consider_sync();
             }
-            GossipMessage::Manifest(_)
-            | GossipMessage::Telemetry(_)
-            | GossipMessage::Ticket(_) => {}
+            GossipMessage::Manifest(_) | GossipMessage::Telemetry(_) | GossipMessage::Ticket(_) => {}
         }
     }
 
@@ -482,7 +494,9 @@ impl CommitteeNode {
             Internal::Synced { target, result } => {
                 self.syncing = None;
                 match result {
-                    Ok((state, ledger)) if state.round > self.machine.round() || self.machine.base() != target => {
+                    Ok((state, ledger))
+                        if state.round > self.machine.round() || self.machine.base() != target =>
+                    {
                         self.synced(target, state, ledger)
                     }
                     Ok(_) => {}

@@ -76,9 +76,13 @@ pub async fn fetch_state(
 ) -> Result<(TrainingState, Ledger), String> {
     let peers: Vec<PeerId> = holders.iter().filter_map(peer_id_of).collect();
     let n = spec.model.param_count;
-    let state_len =
-        StateHeader { run: spec.run_id(), round: 0, element_count: n, has_momentum: spec.outer.has_momentum() }
-            .payload_len();
+    let state_len = StateHeader {
+        run: spec.run_id(),
+        round: 0,
+        element_count: n,
+        has_momentum: spec.outer.has_momentum(),
+    }
+    .payload_len();
     for peer in &peers {
         let ask = net.request(*peer, XferRequest::StateParts { state: target.0 });
         let Ok(Ok(XferResponse::StateParts { params, ledger, ledger_len })) =
@@ -89,7 +93,8 @@ pub async fn fetch_state(
         if state_id_of_parts(StateId(params), ledger) != target || ledger_len > MAX_LEDGER_BYTES {
             continue;
         }
-        let Ok(l) = fetch_blob(net, BlobKind::Ledger, ledger, ledger_len, MAX_LEDGER_BYTES, &peers).await else {
+        let Ok(l) = fetch_blob(net, BlobKind::Ledger, ledger, ledger_len, MAX_LEDGER_BYTES, &peers).await
+        else {
             continue;
         };
         let Ok(ledger_value) = Ledger::decode(&l.bytes) else { continue };
