@@ -11,7 +11,9 @@
 //! node is killed after round 1 and started again once the others are two
 //! rounds on: it catches up from the state a majority of committers signed
 //! (parameters and ledger fetched, checked against the v2 StateId) and then
-//! closes rounds on the same StateId as everyone.
+//! closes rounds on the same StateId as everyone. Another node's trainer
+//! panics in round 2 (`MURMUR_TEST_TRAINER_PANICS`); it is started again and
+//! the node stays in step.
 
 use std::time::Duration;
 
@@ -36,8 +38,11 @@ fn sixteen_nodes_agree_on_every_committee_round_and_move_less_than_version_one()
     let (_boot, addr) = start_bootstrap_with(d, &settings, &["--committee-size", &k]);
     // One compute thread per node: 16 trainers share the machine's cores.
     let env = [("RAYON_NUM_THREADS", "1")];
-    let start =
-        |i: usize| start_node_with_env(d, &format!("n{i:02}"), &addr, &["--discovery-wait", "8"], &env);
+    let panicky = [("RAYON_NUM_THREADS", "1"), ("MURMUR_TEST_TRAINER_PANICS", "2:1")];
+    let start = |i: usize| {
+        let env: &[(&str, &str)] = if i == 3 { &panicky } else { &env };
+        start_node_with_env(d, &format!("n{i:02}"), &addr, &["--discovery-wait", "8"], env)
+    };
     let mut nodes: Vec<Proc> = (0..n).map(start).collect();
     let long = Duration::from_secs(900);
     wait_until(
@@ -67,6 +72,7 @@ fn sixteen_nodes_agree_on_every_committee_round_and_move_less_than_version_one()
         || format!("{}\n{}", context(&nodes), back.tail()),
     );
     assert!(!back.events_of("resynced").is_empty(), "the restarted node caught up by fetching a state");
+    assert_eq!(nodes[3].events_of("trainer_restarted").len(), 1, "{}", nodes[3].tail());
     let first = states_by_round(&nodes[0]);
     for (i, p) in nodes.iter().enumerate() {
         let s = states_by_round(p);

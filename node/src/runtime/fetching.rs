@@ -3,15 +3,14 @@
 //! against their hashes. Decoding, hashing and writing run on the blocking
 //! pool; results go back to the event loop as `Internal` messages.
 //!
-//! A state fetch retries with exponential back-off (`STATE_RETRY_FIRST`
-//! doubling to `STATE_RETRY_MAX`) for as long as the round machine still
-//! wants that state, and stops when it wants another. When every committer
+//! Each task makes one attempt (asking every peer it was given at once, as
+//! `fetch_blob` does) and reports what came of it; asking again, and when,
+//! is the round machine's decision (`Event::PayloadUnavailable`,
+//! `Event::StateUnavailable`, docs/protocol.md §7). When every committer
 //! backing the state is banned by this node, their bans are lifted (and the
 //! node says so): a state is content-addressed and checked chunk by chunk,
 //! so fetching it from a peer we distrust risks only bandwidth, while not
 //! fetching it would leave the node waiting forever.
-
-use std::time::{Duration, Instant};
 
 use libp2p::PeerId;
 use murmur_protocol::{decode_delta, PayloadFault, PayloadHash, PublicKey, RunSpec, StateId, TrainingState};
@@ -25,11 +24,6 @@ use crate::net::{fetch_blob, NetHandle};
 use crate::store::{BlobKind, Position, Store};
 use std::sync::Arc;
 
-/// First wait before retrying a failed state fetch.
-pub const STATE_RETRY_FIRST: Duration = Duration::from_millis(200);
-/// Longest wait between two state fetch attempts.
-pub const STATE_RETRY_MAX: Duration = Duration::from_secs(10);
-
 /// One payload to fetch for the current round.
 pub struct PayloadFetch {
     /// The round it was asked for in (the store forgets it with that round).
@@ -40,7 +34,6 @@ pub struct PayloadFetch {
     pub from: PublicKey,
     /// Peers to ask, best first.
     pub peers: Vec<PeerId>,
-    pub give_up: Instant,
 }
 
 /// Fetch a delta payload, check its hash and that it decodes, store it.
@@ -52,39 +45,32 @@ pub(crate) fn spawn_payload_fetch(
     tx: mpsc::UnboundedSender<Internal>,
 ) {
     tokio::spawn(async move {
-        let PayloadFetch { round, hash, len, from, peers, give_up } = f;
-        let mut fault = Some(None);
-        let mut attempt = 0u64;
-        while Instant::now() < give_up {
-            attempt += 1;
-            let (s, h) = (store.clone(), hash);
-            let held = tokio::task::spawn_blocking(move || s.blobs.contains(BlobKind::Delta, &h.0)).await;
-            if held.unwrap_or(false) {
-                fault = None;
-                break;
-            }
+        let PayloadFetch { round, hash, len, from, peers } = f;
+        let (s, h) = (store.clone(), hash);
+        let held = tokio::task::spawn_blocking(move || s.blobs.contains(BlobKind::Delta, &h.0)).await;
+        let fault = if held.unwrap_or(false) {
+            None
+        } else {
             match fetch_blob(&net, BlobKind::Delta, hash.0, len, len, &peers).await {
                 Ok(f) => {
                     let n = spec.model.param_count as usize;
                     let codec = spec.codec;
-                    let store2 = store.clone();
                     let checked = tokio::task::spawn_blocking(move || {
-                        decode_delta(&f.bytes, codec, n).map(|_| store2.blobs.put(BlobKind::Delta, &f.bytes))
+                        decode_delta(&f.bytes, codec, n).map(|_| store.blobs.put(BlobKind::Delta, &f.bytes))
                     })
                     .await;
-                    fault = match checked {
+                    match checked {
                         Ok(Ok(Ok(_))) => None,
                         Ok(Ok(Err(_))) | Err(_) => Some(None),
                         Ok(Err(_)) => Some(Some(PayloadFault::Undecodable)),
-                    };
-                    break;
+                    }
                 }
                 Err(e) => {
-                    tracing::debug!("fetching payload {hash:?} (attempt {attempt}): {e}");
-                    tokio::time::sleep(Duration::from_millis((200 * attempt).min(2000))).await;
+                    tracing::debug!("fetching payload {hash:?}: {e}");
+                    Some(None)
                 }
             }
-        }
+        };
         let _ = tx.send(Internal::Payload { round, hash, from, fault });
     });
 }
@@ -101,8 +87,9 @@ pub struct StateFetch {
     pub wanted: watch::Receiver<Option<StateId>>,
 }
 
-/// Read the state from the store or fetch it, retrying with back-off while
-/// it is wanted; sends `Internal::State` or `Internal::StateAbandoned`.
+/// Read the state from the store or fetch it (one attempt, while it is
+/// wanted); sends `Internal::State`, `Internal::StateAbandoned` (no longer
+/// wanted) or `Internal::StateUnavailable` (the attempt failed).
 pub(crate) fn spawn_state_fetch(
     net: NetHandle,
     store: Arc<Store>,
@@ -126,40 +113,32 @@ pub(crate) fn spawn_state_fetch(
             let _ = tx.send(Internal::State { round, id, state });
             return;
         }
-        let mut wait = STATE_RETRY_FIRST;
-        let mut attempt = 0u32;
-        loop {
-            tokio::time::sleep(wait).await;
-            if !still_wanted(&wanted) {
-                let _ = tx.send(Internal::StateAbandoned { id });
-                return;
+        if !still_wanted(&wanted) {
+            let _ = tx.send(Internal::StateAbandoned { id });
+            return;
+        }
+        let banned = net.banned().await;
+        if !voters.is_empty() && voters.iter().all(|p| banned.contains(p)) {
+            for p in &voters {
+                net.unban(*p);
+                out.event(
+                    "unbanned",
+                    json!({
+                        "peer": p.to_string(),
+                        "why": format!("it holds state {id}, backed by the round's commits, and no other peer does"),
+                    }),
+                );
             }
-            attempt += 1;
-            let banned = net.banned().await;
-            if !voters.is_empty() && voters.iter().all(|p| banned.contains(p)) {
-                for p in &voters {
-                    net.unban(*p);
-                    out.event(
-                        "unbanned",
-                        json!({
-                            "peer": p.to_string(),
-                            "why": format!("it holds state {id}, backed by the round's commits, and no other peer does"),
-                        }),
-                    );
-                }
+        }
+        match fetch_state(&net, &store, &spec, id, round, &peers).await {
+            Ok(state) => {
+                let _ = tx.send(Internal::State { round, id, state });
             }
-            match fetch_state(&net, &store, &spec, id, round, &peers).await {
-                Ok(state) => {
-                    let _ = tx.send(Internal::State { round, id, state });
-                    return;
-                }
-                Err(e) => {
-                    wait = (wait * 2).min(STATE_RETRY_MAX);
-                    tracing::warn!(
-                        "fetching state {id} of round {round} (attempt {attempt}) failed: {e}; retrying in {:.1} s",
-                        wait.as_secs_f64()
-                    );
-                }
+            Err(e) => {
+                tracing::warn!(
+                    "fetching state {id} of round {round} failed: {e}; the round machine asks again"
+                );
+                let _ = tx.send(Internal::StateUnavailable { id });
             }
         }
     });

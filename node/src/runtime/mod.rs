@@ -18,6 +18,7 @@
 //! - `node`: the event loop (version 1's round).
 //! - `committee`: protocol v2's event loop (runs with a committee size).
 //! - `report`: JSON / human output.
+//! - `telemetry`: the signed progress reports both loops gossip.
 
 pub mod aggregation;
 pub mod backing;
@@ -29,6 +30,7 @@ pub mod report;
 pub mod server;
 pub mod spec;
 pub mod startup;
+pub mod telemetry;
 pub mod tickets;
 pub mod trainer;
 
@@ -170,6 +172,7 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
             server,
             trainer,
             done_rx,
+            trainer_setup,
             state,
             out,
             started,

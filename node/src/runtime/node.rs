@@ -19,8 +19,8 @@ use libp2p::PeerId;
 use murmur_protocol::hash::payload_hash_of;
 use murmur_protocol::telemetry;
 use murmur_protocol::{
-    Action, DeltaManifest, ErrorFeedback, Event, PayloadFault, PayloadHash, PeerLink, Phase, PublicKey,
-    RejectionCount, RoundMachine, RunSpec, Signature, StateId, Telemetry, TrainingState,
+    Action, DeltaManifest, ErrorFeedback, Event, PayloadFault, PayloadHash, Phase, PublicKey, RoundMachine,
+    RunSpec, Signature, StateId, Telemetry, TrainingState,
 };
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
@@ -40,21 +40,8 @@ use crate::store::{BlobKind, Store};
 const TELEMETRY_EVERY: Duration = Duration::from_secs(5);
 /// The shortest gap between two reports (the bounded rate).
 const TELEMETRY_MIN_GAP: Duration = Duration::from_secs(2);
-/// Trainer restarts allowed within `TRAINER_RESTART_WINDOW` before the node
-/// gives up and stops with an error.
-pub const MAX_TRAINER_RESTARTS: usize = 3;
-pub const TRAINER_RESTART_WINDOW: Duration = Duration::from_secs(600);
 /// States kept in the store besides the current one (newest first).
 pub const KEPT_STATES: usize = 3;
-
-/// `s` cut to at most `max` bytes on a character boundary.
-fn truncate_utf8(s: &str, max: usize) -> String {
-    let mut end = s.len().min(max);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s[..end].to_string()
-}
 
 /// Results of work the loop started.
 pub(crate) enum Internal {
@@ -72,6 +59,10 @@ pub(crate) enum Internal {
     },
     /// A state fetch ended without the state: the node no longer wants it.
     StateAbandoned {
+        id: StateId,
+    },
+    /// An attempt at fetching a re-sync's state failed.
+    StateUnavailable {
         id: StateId,
     },
     Aggregated {
@@ -117,9 +108,7 @@ pub struct Node {
     pub reset_moments: bool,
     /// How to start the trainer again, and when it last had to be.
     trainer_setup: TrainerSetup,
-    trainer_restarts: VecDeque<Instant>,
-    /// Trainer restarts since the node started (telemetry, metrics).
-    trainer_restarts_total: u32,
+    trainer_restarts: trainer::RestartBudget,
     trainer_alive: bool,
     done_rx: mpsc::UnboundedReceiver<JobDone>,
     /// Set when the node must stop (the trainer keeps dying).
@@ -135,6 +124,7 @@ pub struct Node {
     holders: HashMap<PayloadHash, Vec<PeerId>>,
     pending_reports: HashMap<u64, serde_json::Value>,
     fetching_state: Option<StateId>,
+    last_resync: Option<(u64, StateId)>,
     train_secs: f64,
     first_train: Option<Instant>,
     contributed: bool,
@@ -214,8 +204,7 @@ impl Node {
             key,
             reset_moments: false,
             trainer_setup,
-            trainer_restarts: VecDeque::new(),
-            trainer_restarts_total: 0,
+            trainer_restarts: trainer::RestartBudget::default(),
             trainer_alive: true,
             done_rx,
             fatal: None,
@@ -226,6 +215,7 @@ impl Node {
             holders: HashMap::new(),
             pending_reports: HashMap::new(),
             fetching_state: None,
+            last_resync: None,
             train_secs: 0.0,
             first_train: None,
             contributed: false,
@@ -322,31 +312,13 @@ impl Node {
             return;
         }
         self.trainer_alive = false;
-        let now = Instant::now();
-        while self.trainer_restarts.front().is_some_and(|t| now.duration_since(*t) > TRAINER_RESTART_WINDOW) {
-            self.trainer_restarts.pop_front();
-        }
-        if self.trainer_restarts.len() >= MAX_TRAINER_RESTARTS {
-            self.out
-                .event("trainer_failed", json!({ "reason": why, "restarts": self.trainer_restarts.len() }));
-            self.fatal = Some(RuntimeError::Trainer(format!(
-                "the trainer died {} times within {} s (last: {why}); stopping. Check the device \
-                 (try --device cpu) and the log above",
-                self.trainer_restarts.len() + 1,
-                TRAINER_RESTART_WINDOW.as_secs()
-            )));
+        if let Err(e) = self.trainer_restarts.take(Instant::now(), &why, self.out) {
+            self.fatal = Some(e);
             return;
         }
-        self.trainer_restarts.push_back(now);
-        self.trainer_restarts_total = self.trainer_restarts_total.saturating_add(1);
         self.metrics.trainer_restarted();
-        tracing::error!("trainer died: {why}; starting it again");
-        self.out
-            .event("trainer_restarted", json!({ "reason": why, "restarts": self.trainer_restarts.len() }));
-        let (setup, tx) = (self.trainer_setup.clone(), self.tx.clone());
-        tokio::task::spawn_blocking(move || {
-            let (done_tx, done_rx) = mpsc::unbounded_channel();
-            let started = trainer::spawn(&setup, done_tx).map(|h| (h, done_rx));
+        let tx = self.tx.clone();
+        trainer::respawn(self.trainer_setup.clone(), move |started| {
             let _ = tx.send(Internal::TrainerStarted(started));
         });
     }
@@ -489,7 +461,7 @@ impl Node {
             train_loss: if self.last_train_loss.is_finite() { self.last_train_loss } else { 0.0 },
             val_loss: self.last_val_loss.filter(|v| v.is_finite()),
             tokens_per_sec: if tokens_per_sec.is_finite() { tokens_per_sec } else { 0.0 },
-            device: truncate_utf8(&self.trainer.device, telemetry::MAX_DEVICE_BYTES),
+            device: super::telemetry::truncate_utf8(&self.trainer.device, telemetry::MAX_DEVICE_BYTES),
             bytes_sent: self.net.stats.bytes_sent(),
             bytes_recv: self.net.stats.bytes_received(),
             peer_count: self.trainers.len() as u32,
@@ -497,36 +469,11 @@ impl Node {
             backend: self.trainer.backend.to_string(),
             links: Vec::new(),
             rejections: Vec::new(),
-            trainer_restarts: self.trainer_restarts_total,
+            trainer_restarts: self.trainer_restarts.total,
             signer: PublicKey::default(),
             signature: Signature::default(),
         };
-        let (net, key) = (self.net.clone(), self.key.clone());
-        tokio::spawn(async move {
-            let mut t = t;
-            t.links = net
-                .peers()
-                .await
-                .into_iter()
-                .filter(|p| p.role.is_some())
-                .filter_map(|p| public_key_of(&p.peer).map(|k| PeerLink { peer: k, relayed: p.relayed }))
-                .take(telemetry::MAX_LINKS)
-                .collect();
-            t.rejections = net
-                .rejections()
-                .await
-                .into_iter()
-                .take(telemetry::MAX_REJECTION_KINDS)
-                .map(|(reason, count)| RejectionCount {
-                    reason: truncate_utf8(&reason, telemetry::MAX_REASON_BYTES),
-                    count,
-                })
-                .collect();
-            let bytes = t.sign(&key).encode();
-            if let Err(e) = net.publish(TopicKind::Telemetry, bytes).await {
-                tracing::debug!("publishing telemetry: {e}");
-            }
-        });
+        super::telemetry::publish(self.net.clone(), self.key.clone(), t);
     }
 
     fn on_internal(&mut self, msg: Internal) {
@@ -540,14 +487,8 @@ impl Node {
                     self.feed(Event::PayloadVerified { payload_hash: hash })
                 }
                 Some(Some(fault)) => self.feed(Event::PayloadInvalid { payload_hash: hash, from, fault }),
-                Some(None) => {
-                    // Still needed for this round: ask again (a round waiting on
-                    // its quorum must not wait for a fetch nobody retries).
-                    if let Some((len, signer, announcer)) = self.machine.pending_payload(&hash) {
-                        tracing::info!("payload {hash:?} could not be fetched yet; asking again");
-                        self.fetch_payload(hash, len, signer, announcer);
-                    }
-                }
+                // No peer served it: the machine asks again after a back-off.
+                Some(None) => self.feed(Event::PayloadUnavailable { payload_hash: hash }),
             },
             Internal::Aggregated { round, result } => {
                 if self.machine.phase() != Phase::Aggregating || self.machine.round() != round {
@@ -573,6 +514,12 @@ impl Node {
                 if self.fetching_state == Some(id) {
                     self.fetching_state = None;
                 }
+            }
+            Internal::StateUnavailable { id } => {
+                if self.fetching_state == Some(id) {
+                    self.fetching_state = None;
+                }
+                self.feed(Event::StateUnavailable { state: id });
             }
             Internal::State { round, id, state } => {
                 if self.fetching_state == Some(id) {
@@ -734,15 +681,8 @@ impl Node {
         peers.extend(self.trainers.iter().copied());
         let mut seen = HashSet::new();
         peers.retain(|p| seen.insert(*p));
-        let deadline = Duration::from_secs(u64::from(self.spec.round_deadline_secs).max(5));
-        let fetch = PayloadFetch {
-            round: self.machine.round(),
-            hash: payload_hash,
-            len: payload_len,
-            from,
-            peers,
-            give_up: Instant::now() + deadline,
-        };
+        let fetch =
+            PayloadFetch { round: self.machine.round(), hash: payload_hash, len: payload_len, from, peers };
         spawn_payload_fetch(self.net.clone(), self.store.clone(), self.spec.clone(), fetch, self.tx.clone())
     }
 
@@ -848,10 +788,15 @@ impl Node {
             Action::Resync { round, state, peers } => {
                 self.trainer.cancel();
                 let peers: Vec<PeerId> = peers.iter().filter_map(peer_id_of).collect();
-                self.out.event(
-                    "resync",
-                    json!({ "round": round, "state_id": state.to_hex(), "peers": peers.len() }),
-                );
+                // A retry (the machine asks again after a failed attempt) is
+                // not a new re-sync.
+                if self.last_resync != Some((round, state)) {
+                    self.last_resync = Some((round, state));
+                    self.out.event(
+                        "resync",
+                        json!({ "round": round, "state_id": state.to_hex(), "peers": peers.len() }),
+                    );
+                }
                 if state == self.state_id() {
                     return;
                 }

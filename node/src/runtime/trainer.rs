@@ -384,3 +384,57 @@ fn injected_delay() {
         std::thread::sleep(std::time::Duration::from_millis(ms.min(60_000)));
     }
 }
+
+/// Trainer restarts allowed within `TRAINER_RESTART_WINDOW` before the node
+/// gives up and stops with an error.
+pub const MAX_TRAINER_RESTARTS: usize = 3;
+pub const TRAINER_RESTART_WINDOW: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// The restarts a node's trainer has had (both round loops keep one).
+#[derive(Debug, Default)]
+pub struct RestartBudget {
+    recent: std::collections::VecDeque<std::time::Instant>,
+    /// Restarts since the node started (telemetry, metrics).
+    pub total: u32,
+}
+
+impl RestartBudget {
+    /// The trainer died (`why`): record a restart at `now` and report it, or
+    /// the error to stop with when `MAX_TRAINER_RESTARTS` were used within
+    /// `TRAINER_RESTART_WINDOW`.
+    pub fn take(
+        &mut self,
+        now: std::time::Instant,
+        why: &str,
+        out: super::report::Reporter,
+    ) -> Result<(), super::RuntimeError> {
+        while self.recent.front().is_some_and(|t| now.duration_since(*t) > TRAINER_RESTART_WINDOW) {
+            self.recent.pop_front();
+        }
+        if self.recent.len() >= MAX_TRAINER_RESTARTS {
+            out.event("trainer_failed", serde_json::json!({ "reason": why, "restarts": self.recent.len() }));
+            return Err(super::RuntimeError::Trainer(format!(
+                "the trainer died {} times within {} s (last: {why}); stopping. Check the device \
+                 (try --device cpu) and the log above",
+                self.recent.len() + 1,
+                TRAINER_RESTART_WINDOW.as_secs()
+            )));
+        }
+        self.recent.push_back(now);
+        self.total = self.total.saturating_add(1);
+        tracing::error!("trainer died: {why}; starting it again");
+        out.event("trainer_restarted", serde_json::json!({ "reason": why, "restarts": self.recent.len() }));
+        Ok(())
+    }
+}
+
+/// A started trainer with the receiver of its results (or why it failed).
+pub type Started = Result<(TrainerHandle, tokio::sync::mpsc::UnboundedReceiver<JobDone>), String>;
+
+/// Start a trainer from `setup` on the blocking pool and hand it to `done`.
+pub fn respawn(setup: TrainerSetup, done: impl FnOnce(Started) + Send + 'static) {
+    tokio::task::spawn_blocking(move || {
+        let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
+        done(spawn(&setup, done_tx).map(|h| (h, done_rx)));
+    });
+}

@@ -46,7 +46,7 @@ fuzz_target!(|data: &[u8]| {
         let signer = &keys[usize::from(a % 5)];
         let from: PublicKey = keys[usize::from(b % 5)].public();
         let round = m.round().saturating_add(u64::from(b % 4)).saturating_sub(2);
-        let ev = match kind % 11 {
+        let ev = match kind % 13 {
             0 => {
                 let man = DeltaManifest {
                     run,
@@ -112,6 +112,8 @@ fuzz_target!(|data: &[u8]| {
                 let ticket = Ticket::issue(issuer, run, signer.public(), 1_000 + u64::from(c & 0x7f));
                 Event::TicketPresented { from, ticket, unix_secs: 1_000 + now / 1000 }
             }
+            10 => Event::PayloadUnavailable { payload_hash: hash(c) },
+            11 => Event::StateUnavailable { state: state(c) },
             _ => Event::AggregationFailed { round: m.round() },
         };
         let before = m.round();

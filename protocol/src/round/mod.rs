@@ -28,6 +28,29 @@ pub(crate) use votes::{Vote, Votes};
 
 /// Most live members tracked.
 pub const MAX_MEMBERS: usize = 65_536;
+/// First wait before asking again for a payload no peer served.
+pub const PAYLOAD_RETRY_FIRST_MS: u64 = 200;
+/// Longest wait between two asks for a payload.
+pub const PAYLOAD_RETRY_MAX_MS: u64 = 2_000;
+/// First wait before fetching a re-sync's state again.
+pub const STATE_RETRY_FIRST_MS: u64 = 200;
+/// Longest wait between two attempts at a re-sync's state.
+pub const STATE_RETRY_MAX_MS: u64 = 10_000;
+
+/// `first` doubled `tries − 1` times, at most `max`.
+fn backoff(first: u64, max: u64, tries: u32) -> u64 {
+    first.saturating_mul(1 << tries.saturating_sub(1).min(20)).min(max)
+}
+
+/// The state a re-sync wants, and when to try fetching it again.
+#[derive(Debug, Clone)]
+struct StateRetry {
+    round: u64,
+    state: StateId,
+    peers: Vec<PublicKey>,
+    tries: u32,
+    at: Option<u64>,
+}
 
 /// What the machine needs from the RunSpec.
 #[derive(Debug, Clone, PartialEq)]
@@ -80,6 +103,16 @@ pub enum Event {
         payload_hash: PayloadHash,
         from: PublicKey,
         fault: PayloadFault,
+    },
+    /// One attempt at fetching the payload got it from no peer; the machine
+    /// asks again after a back-off while the round still wants it.
+    PayloadUnavailable {
+        payload_hash: PayloadHash,
+    },
+    /// One attempt at fetching a re-sync's state failed; the machine asks
+    /// again (`Resync` once more) after a back-off while it still wants it.
+    StateUnavailable {
+        state: StateId,
     },
     /// A training member connected (not observers such as dashboards).
     PeerJoined {
@@ -157,7 +190,8 @@ pub enum Action {
     /// Gossip this (signed) commit.
     PublishCommit(RoundCommit),
     /// At least half of the committers hold another state: fetch `state` and continue from
-    /// it as the base of `round` (a `RoundOpened` follows).
+    /// it as the base of `round` (a `RoundOpened` follows). One attempt: a
+    /// failed one is reported as `StateUnavailable` and asked for again.
     Resync { round: u64, state: StateId, peers: Vec<PublicKey> },
     /// Charge `peer` for `reason` (only reasons with a non-zero penalty).
     Reject { peer: PublicKey, reason: Rejection },
@@ -200,6 +234,9 @@ pub struct RoundMachine {
     offered: Vec<AcceptedDelta>,
     votes: Votes,
     scores: Scoreboard,
+    /// Payloads of this round to ask for again: hash → (asks failed, when).
+    payload_retry: BTreeMap<PayloadHash, (u32, Option<u64>)>,
+    state_retry: Option<StateRetry>,
     actions: VecDeque<Action>,
 }
 
@@ -225,6 +262,8 @@ impl RoundMachine {
             offered: Vec::new(),
             votes: Votes::default(),
             scores: Scoreboard::default(),
+            payload_retry: BTreeMap::new(),
+            state_retry: None,
             actions: VecDeque::new(),
         };
         m.open(round, base);
@@ -260,11 +299,15 @@ impl RoundMachine {
         self.entries.values().filter(|e| e.verified).count()
     }
 
-    /// When the node should send `TimerFired`: the current round's deadline,
-    /// while it lies in the future and the round is collecting.
+    /// When the node should send `TimerFired`: the current round's deadline
+    /// (while it lies in the future and the round is collecting), or the
+    /// next fetch retry the machine owns, whichever comes first.
     pub fn next_timeout(&self) -> Option<u64> {
         let deadline = self.opened_at.saturating_add(self.cfg.deadline_ms);
-        (self.phase == Phase::Collecting && deadline > self.now).then_some(deadline)
+        let deadline = (self.phase == Phase::Collecting && deadline > self.now).then_some(deadline);
+        let payload = self.payload_retry.values().filter_map(|(_, at)| *at).min();
+        let state = self.state_retry.as_ref().and_then(|r| r.at);
+        [deadline, payload, state].into_iter().flatten().min()
     }
 
     /// The next action to carry out, in order.
@@ -290,7 +333,16 @@ impl RoundMachine {
                 self.joined.remove(&peer);
             }
             Event::TicketPresented { from, ticket, unix_secs } => self.on_ticket(from, &ticket, unix_secs),
-            Event::TimerFired => {}
+            Event::PayloadUnavailable { payload_hash } => self.on_unavailable(payload_hash),
+            Event::StateUnavailable { state } => {
+                let now = self.now;
+                if let Some(r) = self.state_retry.as_mut().filter(|r| r.state == state && self.base == state)
+                {
+                    r.tries += 1;
+                    r.at = Some(now + backoff(STATE_RETRY_FIRST_MS, STATE_RETRY_MAX_MS, r.tries));
+                }
+            }
+            Event::TimerFired => self.retry_due(),
             Event::CommitReceived { from, commit } => self.on_commit(from, commit),
             Event::LocalDeltaReady { round, base, payload_hash, tokens, train_loss } => {
                 self.on_local(round, base, payload_hash, tokens, train_loss)
@@ -314,6 +366,10 @@ impl RoundMachine {
     fn open(&mut self, round: u64, base: StateId) {
         self.round = round;
         self.base = base;
+        self.payload_retry.clear();
+        if self.state_retry.as_ref().is_some_and(|r| r.state != base) {
+            self.state_retry = None;
+        }
         self.phase = Phase::Collecting;
         self.opened_at = self.now;
         self.entries.clear();
@@ -419,6 +475,53 @@ impl RoundMachine {
         });
         self.by_hash.insert(m.payload_hash, signer);
         self.entries.insert(signer, Entry { manifest: m, announced_by: from, verified: false });
+    }
+
+    /// No peer served payload `hash`: ask again after a back-off, while it
+    /// is still this round's and unverified.
+    fn on_unavailable(&mut self, hash: PayloadHash) {
+        if self.pending_payload(&hash).is_none() {
+            return;
+        }
+        let now = self.now;
+        let e = self.payload_retry.entry(hash).or_insert((0, None));
+        e.0 += 1;
+        e.1 = Some(now + backoff(PAYLOAD_RETRY_FIRST_MS, PAYLOAD_RETRY_MAX_MS, e.0));
+    }
+
+    /// Ask again for what is due: payloads still wanted, and a re-sync's
+    /// state still wanted.
+    fn retry_due(&mut self) {
+        let now = self.now;
+        let due: Vec<PayloadHash> = self
+            .payload_retry
+            .iter()
+            .filter(|(_, (_, at))| at.is_some_and(|t| t <= now))
+            .map(|(h, _)| *h)
+            .collect();
+        for hash in due {
+            // The failure count stays; the time is set again by the next failure.
+            if let Some(e) = self.payload_retry.get_mut(&hash) {
+                e.1 = None;
+            }
+            if let Some((payload_len, signer, from)) = self.pending_payload(&hash) {
+                self.actions.push_back(Action::FetchPayload {
+                    payload_hash: hash,
+                    payload_len,
+                    signer,
+                    from,
+                });
+            } else {
+                self.payload_retry.remove(&hash);
+            }
+        }
+        if let Some(r) = self.state_retry.as_mut().filter(|r| r.at.is_some_and(|t| t <= now)) {
+            r.at = None;
+            if r.state == self.base {
+                let (round, state, peers) = (r.round, r.state, r.peers.clone());
+                self.actions.push_back(Action::Resync { round, state, peers });
+            }
+        }
     }
 
     fn on_verified(&mut self, hash: PayloadHash) {
@@ -676,6 +779,13 @@ impl RoundMachine {
         if next < self.round {
             return;
         }
+        self.state_retry = Some(StateRetry {
+            round: next,
+            state: leader.state,
+            peers: leader.voters.clone(),
+            tries: 0,
+            at: None,
+        });
         self.actions.push_back(Action::Resync { round: next, state: leader.state, peers: leader.voters });
         self.open(next, leader.state);
     }

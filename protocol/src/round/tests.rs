@@ -671,3 +671,80 @@ fn an_unverified_payload_stays_pending_until_verified_or_the_round_closes() {
     m.handle(3, Event::PayloadVerified { payload_hash: hash(7) });
     assert_eq!(m.pending_payload(&hash(7)), None);
 }
+
+#[test]
+fn a_payload_no_peer_served_is_asked_for_again_after_a_doubling_back_off() {
+    let mut m = machine();
+    m.handle(1, Event::PeerJoined { peer: key(2).public() });
+    let k = key(2);
+    m.handle(2, Event::ManifestReceived { from: k.public(), manifest: manifest(&k, 0, genesis(), 7) });
+    drain(&mut m);
+    let fetch = Action::FetchPayload {
+        payload_hash: hash(7),
+        payload_len: Codec::F32.payload_len(N).unwrap_or(0),
+        signer: k.public(),
+        from: k.public(),
+    };
+    let mut at = 10;
+    for wait in [PAYLOAD_RETRY_FIRST_MS, 400, 800, 1600, PAYLOAD_RETRY_MAX_MS, PAYLOAD_RETRY_MAX_MS] {
+        m.handle(at, Event::PayloadUnavailable { payload_hash: hash(7) });
+        assert!(drain(&mut m).is_empty(), "nothing is asked before the back-off");
+        let want = [Some(at + wait), (DEADLINE > at).then_some(DEADLINE)].into_iter().flatten().min();
+        assert_eq!(m.next_timeout(), want, "the retry (or the round deadline) is the next timer");
+        m.handle(at + wait - 1, Event::TimerFired);
+        assert!(drain(&mut m).is_empty(), "not yet at {}", at + wait - 1);
+        m.handle(at + wait, Event::TimerFired);
+        let asked = drain(&mut m);
+        assert!(asked.contains(&fetch), "asked again after {wait} ms: {asked:?}");
+        at += wait;
+    }
+    // Once verified (or the round moved on) nothing is asked again.
+    m.handle(at, Event::PayloadVerified { payload_hash: hash(7) });
+    m.handle(at + 1, Event::PayloadUnavailable { payload_hash: hash(7) });
+    m.handle(at + 10_000, Event::TimerFired);
+    assert!(!drain(&mut m).contains(&fetch));
+}
+
+#[test]
+fn a_resync_state_no_peer_served_is_fetched_again_while_it_is_wanted() {
+    let mut m = machine();
+    let theirs = StateId([0x33; 32]);
+    for i in [2u8, 3] {
+        let c = commit(&key(i), 0, genesis(), vec![hash(20)], theirs);
+        m.handle(5, Event::CommitReceived { from: key(i).public(), commit: c });
+    }
+    let resync = Action::Resync { round: 1, state: theirs, peers: vec![key(2).public(), key(3).public()] };
+    assert!(drain(&mut m).contains(&resync));
+    m.handle(100, Event::StateUnavailable { state: theirs });
+    assert_eq!(m.next_timeout(), Some(100 + STATE_RETRY_FIRST_MS));
+    m.handle(100 + STATE_RETRY_FIRST_MS, Event::TimerFired);
+    assert_eq!(drain(&mut m), vec![resync.clone()], "fetched again, nothing else");
+    m.handle(400, Event::StateUnavailable { state: theirs });
+    assert_eq!(m.next_timeout(), Some(400 + 2 * STATE_RETRY_FIRST_MS));
+    // An unavailable report for a state not wanted changes nothing.
+    m.handle(401, Event::StateUnavailable { state: StateId([9; 32]) });
+    assert_eq!(m.next_timeout(), Some(400 + 2 * STATE_RETRY_FIRST_MS));
+    let mut at = 400;
+    for _ in 0..20 {
+        let failed_at = at;
+        m.handle(at, Event::StateUnavailable { state: theirs });
+        // The next timer may be the round's deadline; the retry comes
+        // within the longest back-off all the same.
+        let mut asked = false;
+        for _ in 0..3 {
+            let t = m.next_timeout().expect("a retry is due");
+            m.handle(t, Event::TimerFired);
+            at = t;
+            if drain(&mut m).contains(&resync) {
+                asked = true;
+                break;
+            }
+        }
+        assert!(
+            asked && at - failed_at <= STATE_RETRY_MAX_MS,
+            "asked again {} ms after failing",
+            at - failed_at
+        );
+    }
+    assert_eq!(m.base(), theirs, "still waiting for the state the commits back");
+}

@@ -32,7 +32,7 @@ use tokio::sync::mpsc;
 
 use super::report::Reporter;
 use super::server::{ServedStatus, StoreServer};
-use super::trainer::{Job, JobDone, TrainerHandle};
+use super::trainer::{self, Job, JobDone, TrainerHandle, TrainerSetup};
 use super::RuntimeError;
 use crate::net::offer::ShardOffer;
 use crate::net::{GossipMessage, NetEvent, NetHandle, TopicKind};
@@ -43,6 +43,8 @@ use served::CommitteeServed;
 const MAX_EARLY: usize = 4096;
 /// Offers being pulled at once.
 const MAX_PULLING: usize = 4096;
+/// How often a node gossips its progress report.
+const TELEMETRY_EVERY: Duration = Duration::from_secs(5);
 
 /// The machine's timing from the spec: members aggregate at the round
 /// deadline (or once every roster member's shard is in); results are
@@ -75,14 +77,51 @@ pub fn check_spec(spec: &RunSpec) -> Result<(), String> {
 
 /// Results of work the loop started.
 enum Internal {
-    Cut { round: u64, tokens: u64, train_loss: f32, result: Result<(Vec<ShardLeaf>, f32), String> },
-    Pulled { offer: ShardOffer, ok: bool },
-    Aggregated { round: u64, shard: u32, result: Result<(IncludedList, u64, [u8; 32]), String> },
-    Fetched { round: u64, shard: u32, hash: [u8; 32], ok: bool, included: Option<IncludedList> },
-    Included { round: u64, result: ShardResult, list: IncludedList },
-    Rechecked { round: u64, result: ShardResult, included: IncludedList, matches: bool },
-    Applied { round: u64, ledger: Ledger, included: usize, result: Result<TrainingState, String> },
-    Synced { target: StateId, result: Result<(TrainingState, Ledger), String> },
+    Cut {
+        round: u64,
+        tokens: u64,
+        train_loss: f32,
+        result: Result<(Vec<ShardLeaf>, f32), String>,
+    },
+    Pulled {
+        offer: ShardOffer,
+        ok: bool,
+    },
+    Aggregated {
+        round: u64,
+        shard: u32,
+        result: Result<(IncludedList, u64, [u8; 32]), String>,
+    },
+    Fetched {
+        round: u64,
+        shard: u32,
+        hash: [u8; 32],
+        ok: bool,
+        included: Option<IncludedList>,
+    },
+    Included {
+        round: u64,
+        result: ShardResult,
+        list: IncludedList,
+    },
+    Rechecked {
+        round: u64,
+        result: ShardResult,
+        included: IncludedList,
+        matches: bool,
+    },
+    Applied {
+        round: u64,
+        ledger: Ledger,
+        included: usize,
+        result: Result<TrainingState, String>,
+    },
+    Synced {
+        target: StateId,
+        result: Result<(TrainingState, Ledger), String>,
+    },
+    /// A trainer thread started again after the last one died.
+    TrainerStarted(trainer::Started),
 }
 
 /// A message for a round this node has not opened yet.
@@ -100,6 +139,8 @@ pub struct CommitteeStart {
     pub server: Arc<StoreServer>,
     pub trainer: TrainerHandle,
     pub done_rx: mpsc::UnboundedReceiver<JobDone>,
+    /// How to start the trainer again when it dies.
+    pub trainer_setup: TrainerSetup,
     /// The state to start from (its ledger is looked up in the store; a
     /// node without it waits to catch up with the run).
     pub state: TrainingState,
@@ -118,6 +159,14 @@ struct CommitteeNode {
     served: Arc<CommitteeServed>,
     trainer: TrainerHandle,
     done_rx: mpsc::UnboundedReceiver<JobDone>,
+    trainer_setup: TrainerSetup,
+    trainer_alive: bool,
+    restarts: trainer::RestartBudget,
+    /// Training so far, for telemetry: tokens, since when, the last losses.
+    train_tokens: u64,
+    first_train: Option<Instant>,
+    last_train_loss: f32,
+    last_val_loss: Option<f32>,
     machine: CommitteeMachine,
     state: Arc<TrainingState>,
     ledger: Ledger,
@@ -152,7 +201,19 @@ pub async fn run_committee_node(
     net_events: mpsc::Receiver<NetEvent>,
     replay: Vec<NetEvent>,
 ) -> Result<(), RuntimeError> {
-    let CommitteeStart { spec, key, store, net, server, trainer, done_rx, state, out, started } = start;
+    let CommitteeStart {
+        spec,
+        key,
+        store,
+        net,
+        server,
+        trainer,
+        done_rx,
+        trainer_setup,
+        state,
+        out,
+        started,
+    } = start;
     check_spec(&spec).map_err(RuntimeError::Config)?;
     let (served, offers_rx) = CommitteeServed::new();
     let served = Arc::new(served);
@@ -181,6 +242,13 @@ pub async fn run_committee_node(
         served,
         trainer,
         done_rx,
+        trainer_setup,
+        trainer_alive: true,
+        restarts: trainer::RestartBudget::default(),
+        train_tokens: 0,
+        first_train: None,
+        last_train_loss: f32::NAN,
+        last_val_loss: None,
         machine,
         state: Arc::new(state),
         ledger,
@@ -286,6 +354,7 @@ impl CommitteeNode {
             self.on_net(ev);
         }
         self.drain();
+        let mut heartbeat = tokio::time::interval(TELEMETRY_EVERY);
         loop {
             let wake = self
                 .machine
@@ -297,10 +366,11 @@ impl CommitteeNode {
                     Some(ev) => self.on_net(ev),
                     None => break,
                 },
-                done = self.done_rx.recv() => match done {
+                done = self.done_rx.recv(), if self.trainer_alive => match done {
                     Some(done) => self.on_job(done),
-                    None => self.fatal = Some(RuntimeError::Trainer("the trainer thread stopped".into())),
+                    None => self.trainer_died("the trainer thread stopped".into()),
                 },
+                _ = heartbeat.tick() => self.publish_telemetry(),
                 Some(offer) = offers.recv() => self.on_offer(offer),
                 Some(internal) = self.rx.recv() => self.on_internal(internal),
                 _ = tokio::time::sleep_until(wake.into()) => self.feed(CommitteeEvent::TimerFired),
@@ -400,6 +470,8 @@ impl CommitteeNode {
     fn on_job(&mut self, done: JobDone) {
         match done {
             JobDone::Trained { round, delta, tokens, train_loss, .. } => {
+                self.train_tokens += tokens;
+                self.last_train_loss = train_loss;
                 if round != self.machine.round() {
                     return;
                 }
@@ -412,12 +484,14 @@ impl CommitteeNode {
                     let _ = tx.send(Internal::Cut { round, tokens, train_loss, result });
                 });
             }
-            JobDone::Evaluated { round, val_loss } => self.report_round(round, Some(val_loss)),
+            JobDone::Evaluated { round, val_loss } => {
+                self.last_val_loss = Some(val_loss);
+                self.report_round(round, Some(val_loss));
+                self.publish_telemetry();
+            }
             JobDone::Cancelled { .. } => {}
             JobDone::Failed(e) => tracing::error!("trainer: {e}"),
-            JobDone::Panicked(what) => {
-                self.fatal = Some(RuntimeError::Trainer(format!("the trainer panicked: {what}")));
-            }
+            JobDone::Panicked(what) => self.trainer_died(format!("the trainer panicked: {what}")),
         }
     }
 
@@ -506,6 +580,25 @@ impl CommitteeNode {
                     }
                 }
             }
+            Internal::TrainerStarted(Ok((handle, done_rx))) => {
+                self.out.event("trainer_started", json!({ "device": handle.device }));
+                self.trainer = handle;
+                self.done_rx = done_rx;
+                self.trainer_alive = true;
+                // Evaluations queued on the dead thread are lost: their
+                // rounds are reported without a validation loss.
+                let lost: Vec<u64> = self.pending_reports.keys().copied().collect();
+                for r in lost {
+                    self.report_round(r, None);
+                }
+                // A delta not yet trained for this round is trained now.
+                if self.own.as_ref().is_none_or(|(r, _)| *r != self.machine.round()) {
+                    self.train(self.machine.round(), self.machine.base());
+                }
+            }
+            Internal::TrainerStarted(Err(e)) => {
+                self.fatal = Some(RuntimeError::Trainer(format!("starting the trainer again failed: {e}")));
+            }
             // Results of a round this node has left.
             _ => {}
         }
@@ -530,7 +623,9 @@ impl CommitteeNode {
                 "round_secs": secs,
             }),
         );
-        let _ = self.trainer.submit(Job::Evaluate { round, state: self.state.clone() });
+        if self.trainer_alive && !self.trainer.submit(Job::Evaluate { round, state: self.state.clone() }) {
+            self.trainer_died("the trainer thread is gone".into());
+        }
         let commit = RoundCommit {
             run: self.spec.run_id(),
             round,
@@ -629,17 +724,7 @@ impl CommitteeNode {
     fn act(&mut self, action: CommitteeAction) {
         let round = self.machine.round();
         match action {
-            CommitteeAction::Train { round, base, .. } => {
-                if base != self.state_id() || self.waiting {
-                    return;
-                }
-                self.server.set_status(ServedStatus { round, state: Some(self.state.id().0) });
-                let epoch = self.trainer.cancel();
-                let job = Job::Train { epoch, round, base, state: self.state.clone(), reset_moments: false };
-                if !self.trainer.submit(job) {
-                    self.fatal = Some(RuntimeError::Trainer("the trainer thread is gone".into()));
-                }
-            }
+            CommitteeAction::Train { round, base, .. } => self.train(round, base),
             CommitteeAction::PublishManifest(m) => {
                 self.out.event("announced", json!({ "round": m.round, "shards": m.shards }));
                 self.publish(TopicKind::ShardedManifest, m.encode());
@@ -708,6 +793,71 @@ impl CommitteeNode {
                 });
             }
         }
+    }
+
+    /// Train round `round` from `base` (the current state), unless the node
+    /// is waiting to catch up.
+    fn train(&mut self, round: u64, base: StateId) {
+        if base != self.state_id() || self.waiting {
+            return;
+        }
+        self.server.set_status(ServedStatus { round, state: Some(self.state.id().0) });
+        if !self.trainer_alive {
+            return;
+        }
+        self.first_train.get_or_insert_with(Instant::now);
+        let epoch = self.trainer.cancel();
+        let job = Job::Train { epoch, round, base, state: self.state.clone(), reset_moments: false };
+        if !self.trainer.submit(job) {
+            self.trainer_died("the trainer thread is gone".into());
+        }
+    }
+
+    /// The trainer thread is gone: start a new one, or stop the node when
+    /// it died too often.
+    fn trainer_died(&mut self, why: String) {
+        if !self.trainer_alive {
+            return;
+        }
+        self.trainer_alive = false;
+        if let Err(e) = self.restarts.take(Instant::now(), &why, self.out) {
+            self.fatal = Some(e);
+            return;
+        }
+        let tx = self.tx.clone();
+        trainer::respawn(self.trainer_setup.clone(), move |started| {
+            let _ = tx.send(Internal::TrainerStarted(started));
+        });
+    }
+
+    /// Gossip a signed progress report (every `TELEMETRY_EVERY`, once the
+    /// node has trained).
+    fn publish_telemetry(&self) {
+        let Some(first) = self.first_train else { return };
+        let wall = first.elapsed().as_secs_f64().max(1e-3);
+        let tokens_per_sec = (self.train_tokens as f64 / wall) as f32;
+        let t = murmur_protocol::Telemetry {
+            run: self.spec.run_id(),
+            round: self.machine.round(),
+            train_loss: if self.last_train_loss.is_finite() { self.last_train_loss } else { 0.0 },
+            val_loss: self.last_val_loss.filter(|v| v.is_finite()),
+            tokens_per_sec: if tokens_per_sec.is_finite() { tokens_per_sec } else { 0.0 },
+            device: super::telemetry::truncate_utf8(
+                &self.trainer.device,
+                murmur_protocol::telemetry::MAX_DEVICE_BYTES,
+            ),
+            bytes_sent: self.net.stats.bytes_sent(),
+            bytes_recv: self.net.stats.bytes_received(),
+            peer_count: self.trainers.len() as u32,
+            state: self.state_id(),
+            backend: self.trainer.backend.to_string(),
+            links: Vec::new(),
+            rejections: Vec::new(),
+            trainer_restarts: self.restarts.total,
+            signer: PublicKey::default(),
+            signature: Signature::default(),
+        };
+        super::telemetry::publish(self.net.clone(), self.key.clone(), t);
     }
 
     /// Recompute `result`'s shard from its included inputs (gathered from
