@@ -414,19 +414,8 @@ impl Sim {
             let bytes = self.payloads.get(&(round, j, shard)).map(|p| p.0.clone()).unwrap_or_default();
             decoded.push(decode_delta(&bytes, self.cfg.codec, n).unwrap_or_default());
         }
-        let shard_inputs: Vec<ShardInput<'_>> = inputs
-            .iter()
-            .zip(leaves)
-            .zip(&decoded)
-            .map(|((m, l), v)| ShardInput {
-                signer: m.signer,
-                root: m.root,
-                tokens: m.tokens,
-                whole_norm: m.norm,
-                shard_norm: l.norm,
-                values: v,
-            })
-            .collect();
+        let shard_inputs: Vec<ShardInput<'_>> =
+            inputs.iter().zip(leaves).zip(&decoded).map(|((m, l), v)| ShardInput::of(m, l, v)).collect();
         let out = match aggregate_shard(&shard_inputs, n, self.cfg.robust) {
             Ok(a) => {
                 self.values.insert(a.result_hash, Arc::new(a.values));

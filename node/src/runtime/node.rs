@@ -17,10 +17,9 @@ use std::time::{Duration, Instant};
 
 use libp2p::PeerId;
 use murmur_protocol::hash::payload_hash_of;
-use murmur_protocol::telemetry;
 use murmur_protocol::{
     Action, DeltaManifest, ErrorFeedback, Event, PayloadFault, PayloadHash, Phase, PublicKey, RoundMachine,
-    RunSpec, Signature, StateId, Telemetry, TrainingState,
+    RunSpec, StateId, TrainingState,
 };
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
@@ -128,8 +127,7 @@ pub struct Node {
     train_secs: f64,
     first_train: Option<Instant>,
     contributed: bool,
-    last_bytes_sent: u64,
-    last_bytes_recv: u64,
+    bytes: super::report::RoundBytes,
     last_train_loss: f32,
     /// Tokens trained since start (for tokens/s).
     train_tokens: u64,
@@ -219,8 +217,7 @@ impl Node {
             train_secs: 0.0,
             first_train: None,
             contributed: false,
-            last_bytes_sent: 0,
-            last_bytes_recv: 0,
+            bytes: super::report::RoundBytes::default(),
             last_train_loss: f32::NAN,
             train_tokens: 0,
             last_telemetry: None,
@@ -416,26 +413,13 @@ impl Node {
 
     fn report_round(&mut self, round: u64, val_loss: Option<f32>) {
         let Some(mut v) = self.pending_reports.remove(&round) else { return };
-        let sent = self.net.stats.bytes_sent();
-        let recv = self.net.stats.bytes_received();
         let wall = self.first_train.map_or(0.0, |t| t.elapsed().as_secs_f64());
         v["val_loss"] = json!(val_loss);
-        v["bytes_sent"] = json!(sent.saturating_sub(self.last_bytes_sent));
-        v["bytes_recv"] = json!(recv.saturating_sub(self.last_bytes_recv));
+        self.bytes.fill(&mut v, &self.net.stats);
         v["train_frac"] = json!(if wall > 0.0 { (self.train_secs / wall).min(1.0) } else { 0.0 });
         v["secs"] = json!(self.started.elapsed().as_secs_f64());
         v["peers"] = json!(self.trainers.len());
-        self.last_bytes_sent = sent;
-        self.last_bytes_recv = recv;
-        if let Some(state_id) = v["state_id"].as_str() {
-            let rec = crate::store::RoundRecord {
-                round,
-                state_id: state_id.to_string(),
-                included: v["included"].as_u64().unwrap_or(0) as usize,
-                val_loss,
-            };
-            let _ = self.store.meta.record_round(&self.spec.run_id(), &rec);
-        }
+        super::report::record_round(&self.store, &self.spec.run_id(), round, &v, val_loss);
         self.out.event("round", v);
         self.last_telemetry = None;
         self.publish_telemetry(round, val_loss);
@@ -453,26 +437,20 @@ impl Node {
         if val_loss.is_some() {
             self.last_val_loss = val_loss;
         }
-        let wall = self.first_train.map_or(1.0, |t| t.elapsed().as_secs_f64().max(1e-3));
-        let tokens_per_sec = (self.train_tokens as f64 / wall) as f32;
-        let t = Telemetry {
-            run: self.spec.run_id(),
+        let t = super::telemetry::Progress {
+            spec: &self.spec,
             round,
-            train_loss: if self.last_train_loss.is_finite() { self.last_train_loss } else { 0.0 },
-            val_loss: self.last_val_loss.filter(|v| v.is_finite()),
-            tokens_per_sec: if tokens_per_sec.is_finite() { tokens_per_sec } else { 0.0 },
-            device: super::telemetry::truncate_utf8(&self.trainer.device, telemetry::MAX_DEVICE_BYTES),
-            bytes_sent: self.net.stats.bytes_sent(),
-            bytes_recv: self.net.stats.bytes_received(),
-            peer_count: self.trainers.len() as u32,
             state: self.state_id(),
-            backend: self.trainer.backend.to_string(),
-            links: Vec::new(),
-            rejections: Vec::new(),
-            trainer_restarts: self.trainer_restarts.total,
-            signer: PublicKey::default(),
-            signature: Signature::default(),
-        };
+            train_loss: self.last_train_loss,
+            val_loss: self.last_val_loss,
+            tokens: self.train_tokens,
+            first_train: self.first_train,
+            trainer: &self.trainer,
+            net: &self.net,
+            peers: self.trainers.len(),
+            restarts: self.trainer_restarts.total,
+        }
+        .telemetry();
         super::telemetry::publish(self.net.clone(), self.key.clone(), t);
     }
 
@@ -814,7 +792,7 @@ impl Node {
 }
 
 /// Gossip `bytes`, retrying a few times while the mesh forms.
-async fn publish_with_retries(net: NetHandle, kind: TopicKind, bytes: Vec<u8>, attempts: u32) {
+pub(crate) async fn publish_with_retries(net: NetHandle, kind: TopicKind, bytes: Vec<u8>, attempts: u32) {
     for i in 0..attempts {
         match net.publish(kind, bytes.clone()).await {
             Ok(()) => return,

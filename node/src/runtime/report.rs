@@ -28,6 +28,42 @@ impl Reporter {
     }
 }
 
+/// Bytes the node's transports counted, reported per closed round.
+#[derive(Debug, Default)]
+pub struct RoundBytes {
+    sent: u64,
+    recv: u64,
+}
+
+impl RoundBytes {
+    /// Put the bytes sent and received since the last call into `v`.
+    pub fn fill(&mut self, v: &mut Value, stats: &crate::net::NetStats) {
+        let (sent, recv) = (stats.bytes_sent(), stats.bytes_received());
+        v["bytes_sent"] = json!(sent.saturating_sub(self.sent));
+        v["bytes_recv"] = json!(recv.saturating_sub(self.recv));
+        (self.sent, self.recv) = (sent, recv);
+    }
+}
+
+/// Keep a round report (`state_id`, `included`) in the store's history.
+pub fn record_round(
+    store: &crate::store::Store,
+    run: &murmur_protocol::RunId,
+    round: u64,
+    v: &Value,
+    val_loss: Option<f32>,
+) {
+    if let Some(state_id) = v["state_id"].as_str() {
+        let rec = crate::store::RoundRecord {
+            round,
+            state_id: state_id.to_string(),
+            included: v["included"].as_u64().unwrap_or(0) as usize,
+            val_loss,
+        };
+        let _ = store.meta.record_round(run, &rec);
+    }
+}
+
 fn human(v: &Value) -> String {
     let event = v.get("event").and_then(Value::as_str).unwrap_or("?");
     match event {

@@ -26,6 +26,24 @@ pub struct ShardInput<'a> {
     pub values: &'a [f32],
 }
 
+impl<'a> ShardInput<'a> {
+    /// `values`, the decoded shard `leaf` of the delta `m` signs.
+    pub fn of(
+        m: &super::messages::ShardedManifest,
+        leaf: &super::merkle::ShardLeaf,
+        values: &'a [f32],
+    ) -> Self {
+        Self {
+            signer: m.signer,
+            root: m.root,
+            tokens: m.tokens,
+            whole_norm: m.norm,
+            shard_norm: leaf.norm,
+            values,
+        }
+    }
+}
+
 /// An aggregated shard and what went into it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShardAggregate {

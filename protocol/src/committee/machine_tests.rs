@@ -140,14 +140,7 @@ impl Net {
                     .iter()
                     .zip(&leaves)
                     .zip(&decoded)
-                    .map(|((m, l), v)| ShardInput {
-                        signer: m.signer,
-                        root: m.root,
-                        tokens: m.tokens,
-                        whole_norm: m.norm,
-                        shard_norm: l.norm,
-                        values: v,
-                    })
+                    .map(|((m, l), v)| ShardInput::of(m, l, v))
                     .collect();
                 let mut a = aggregate_shard(&ins, n, cfg(1).robust).unwrap();
                 if self.liars.contains(&i) {

@@ -181,8 +181,7 @@ struct CommitteeNode {
     early: Vec<(u64, Early)>,
     trainers: HashSet<PeerId>,
     pending_reports: HashMap<u64, serde_json::Value>,
-    last_sent: u64,
-    last_recv: u64,
+    bytes: super::report::RoundBytes,
     round_opened: Instant,
     tally: sync::CommitTally,
     /// The state being fetched to catch up, if any.
@@ -261,8 +260,7 @@ pub async fn run_committee_node(
         early: Vec::new(),
         trainers: HashSet::new(),
         pending_reports: HashMap::new(),
-        last_sent: net.stats.bytes_sent(),
-        last_recv: net.stats.bytes_received(),
+        bytes: super::report::RoundBytes::default(),
         round_opened: Instant::now(),
         tally: sync::CommitTally::default(),
         syncing: None,
@@ -683,36 +681,16 @@ impl CommitteeNode {
 
     fn report_round(&mut self, round: u64, val_loss: Option<f32>) {
         let Some(mut v) = self.pending_reports.remove(&round) else { return };
-        let (sent, recv) = (self.net.stats.bytes_sent(), self.net.stats.bytes_received());
         v["val_loss"] = json!(val_loss);
-        v["bytes_sent"] = json!(sent.saturating_sub(self.last_sent));
-        v["bytes_recv"] = json!(recv.saturating_sub(self.last_recv));
+        self.bytes.fill(&mut v, &self.net.stats);
         v["secs"] = json!(self.started.elapsed().as_secs_f64());
         v["peers"] = json!(self.trainers.len());
-        (self.last_sent, self.last_recv) = (sent, recv);
-        if let Some(state_id) = v["state_id"].as_str() {
-            let rec = crate::store::RoundRecord {
-                round,
-                state_id: state_id.to_string(),
-                included: v["included"].as_u64().unwrap_or(0) as usize,
-                val_loss,
-            };
-            let _ = self.store.meta.record_round(&self.spec.run_id(), &rec);
-        }
+        super::report::record_round(&self.store, &self.spec.run_id(), round, &v, val_loss);
         self.out.event("round", v);
     }
 
     fn publish(&self, kind: TopicKind, bytes: Vec<u8>) {
-        let net = self.net.clone();
-        tokio::spawn(async move {
-            for i in 0..20 {
-                match net.publish(kind, bytes.clone()).await {
-                    Ok(()) => return,
-                    Err(e) if i == 19 => tracing::debug!("publishing {kind:?}: {e}"),
-                    Err(_) => tokio::time::sleep(Duration::from_millis(300)).await,
-                }
-            }
-        });
+        tokio::spawn(super::node::publish_with_retries(self.net.clone(), kind, bytes, 20));
     }
 
     fn drain(&mut self) {
@@ -833,30 +811,23 @@ impl CommitteeNode {
     /// Gossip a signed progress report (every `TELEMETRY_EVERY`, once the
     /// node has trained).
     fn publish_telemetry(&self) {
-        let Some(first) = self.first_train else { return };
-        let wall = first.elapsed().as_secs_f64().max(1e-3);
-        let tokens_per_sec = (self.train_tokens as f64 / wall) as f32;
-        let t = murmur_protocol::Telemetry {
-            run: self.spec.run_id(),
+        if self.first_train.is_none() {
+            return;
+        }
+        let t = super::telemetry::Progress {
+            spec: &self.spec,
             round: self.machine.round(),
-            train_loss: if self.last_train_loss.is_finite() { self.last_train_loss } else { 0.0 },
-            val_loss: self.last_val_loss.filter(|v| v.is_finite()),
-            tokens_per_sec: if tokens_per_sec.is_finite() { tokens_per_sec } else { 0.0 },
-            device: super::telemetry::truncate_utf8(
-                &self.trainer.device,
-                murmur_protocol::telemetry::MAX_DEVICE_BYTES,
-            ),
-            bytes_sent: self.net.stats.bytes_sent(),
-            bytes_recv: self.net.stats.bytes_received(),
-            peer_count: self.trainers.len() as u32,
             state: self.state_id(),
-            backend: self.trainer.backend.to_string(),
-            links: Vec::new(),
-            rejections: Vec::new(),
-            trainer_restarts: self.restarts.total,
-            signer: PublicKey::default(),
-            signature: Signature::default(),
-        };
+            train_loss: self.last_train_loss,
+            val_loss: self.last_val_loss,
+            tokens: self.train_tokens,
+            first_train: self.first_train,
+            trainer: &self.trainer,
+            net: &self.net,
+            peers: self.trainers.len(),
+            restarts: self.restarts.total,
+        }
+        .telemetry();
         super::telemetry::publish(self.net.clone(), self.key.clone(), t);
     }
 

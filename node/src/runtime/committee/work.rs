@@ -65,17 +65,7 @@ pub fn aggregate_stored(
             Err(e) => tracing::warn!("shard {shard} of {:?} left out: {e}", m.signer),
         }
     }
-    let shard_inputs: Vec<ShardInput<'_>> = decoded
-        .iter()
-        .map(|(m, l, v)| ShardInput {
-            signer: m.signer,
-            root: m.root,
-            tokens: m.tokens,
-            whole_norm: m.norm,
-            shard_norm: l.norm,
-            values: v,
-        })
-        .collect();
+    let shard_inputs: Vec<ShardInput<'_>> = decoded.iter().map(|(m, l, v)| ShardInput::of(m, l, v)).collect();
     let agg = aggregate_shard(&shard_inputs, n, spec.robust).map_err(|e| e.to_string())?;
     store.blobs.put(BlobKind::Aggregate, &values_bytes(&agg.values)).map_err(|e| e.to_string())?;
     Ok(agg)
