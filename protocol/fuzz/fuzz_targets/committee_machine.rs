@@ -166,7 +166,7 @@ fn event(
     let shards = if c & 0x40 == 0 { s_now } else { u32::from(c % 5) + 1 };
     let v = b >> 6;
     *now = now.saturating_add(u64::from(a & 15));
-    Some(match kind % 17 {
+    Some(match kind % 18 {
         0 => CommitteeEvent::ManifestReceived(ShardedManifest::decode(inp.bytes()).ok()?),
         1 => {
             let mut x = manifest(i, v, round, base, shards);
@@ -281,6 +281,7 @@ fn event(
             round: if b & 1 == 0 { pick(&d.applies, c).unwrap_or(m.round()) } else { round },
             new_state: StateId([c % 8; 32]),
         },
+        16 => CommitteeEvent::ShardUndelivered { to: keys()[i].public(), shard: u32::from(c) % (s_now + 1) },
         _ => {
             // A re-sync to a fetched state with its ledger.
             let roster: Vec<PublicKey> =

@@ -120,6 +120,12 @@ pub enum CommitteeEvent {
         matches: bool,
     },
     ProofReceived(Box<FraudProof>),
+    /// A `SendShard` to `to` could not be delivered; the machine sends it
+    /// again after a back-off (at most `MAX_SEND_TRIES` times a round).
+    ShardUndelivered {
+        to: PublicKey,
+        shard: u32,
+    },
     /// The outer step of the round was applied.
     Applied {
         round: u64,
@@ -135,7 +141,8 @@ pub enum CommitteeAction {
     Train { round: u64, base: StateId, plan: CommitteePlan },
     /// Gossip this signed manifest to every node.
     PublishManifest(ShardedManifest),
-    /// Send shard `shard` of our delta, with its proof, to `to`.
+    /// Send shard `shard` of our delta, with its proof, to `to` (one
+    /// attempt; report `ShardUndelivered` when it fails).
     SendShard { to: PublicKey, shard: u32, shards: u32, proof: Vec<[u8; 32]> },
     /// Aggregate `shard` from exactly these inputs (their payloads were
     /// received) and report `ShardAggregated` or `ShardAggregationFailed`.
@@ -189,6 +196,9 @@ pub const FETCH_RETRY_FIRST_MS: u64 = 200;
 /// Longest wait between two asks.
 pub const FETCH_RETRY_MAX_MS: u64 = 5_000;
 
+/// Most attempts at sending one shard to one member in a round.
+pub const MAX_SEND_TRIES: u32 = 5;
+
 /// The wait before the `tried`-th retry: doubling from the first, capped.
 pub fn fetch_backoff(tried: usize) -> u64 {
     let doublings = tried.saturating_sub(1).min(16) as u32;
@@ -232,6 +242,8 @@ pub struct CommitteeMachine {
     /// The ledger the pending Apply carries.
     applying: Option<Ledger>,
     applied: bool,
+    /// Shards to send again: (member, shard) → (attempts failed, when).
+    resend: BTreeMap<(PublicKey, u32), (u32, Option<u64>)>,
     seen: Option<SeenSignatures>,
     actions: VecDeque<CommitteeAction>,
 }
@@ -278,6 +290,7 @@ impl CommitteeMachine {
             early: BTreeMap::new(),
             applying: None,
             applied: false,
+            resend: BTreeMap::new(),
             seen: None,
             actions: VecDeque::new(),
         };
@@ -366,10 +379,8 @@ impl CommitteeMachine {
                 .into_iter()
                 .find(|t| *t > self.now);
         let retry = self.shards.iter().filter_map(|v| v.retry_at).min();
-        match (deadline, retry) {
-            (Some(d), Some(r)) => Some(d.min(r)),
-            (d, r) => d.or(r),
-        }
+        let resend = self.resend.values().filter_map(|(_, at)| *at).min();
+        [deadline, retry, resend].into_iter().flatten().min()
     }
 
     fn open(&mut self, round: u64, base: StateId, ledger: Ledger) {
@@ -391,6 +402,7 @@ impl CommitteeMachine {
         self.early.clear();
         self.applying = None;
         self.applied = false;
+        self.resend.clear();
         if let Some(s) = self.plan.seat_of(&self.me) {
             self.duties.insert(s, false);
         }
@@ -427,6 +439,14 @@ impl CommitteeMachine {
                 self.on_rechecked(result, included, matches)
             }
             CommitteeEvent::ProofReceived(p) => self.on_proof(*p),
+            CommitteeEvent::ShardUndelivered { to, shard } => {
+                let now = self.now;
+                if self.mine.is_some() {
+                    let e = self.resend.entry((to, shard)).or_insert((0, None));
+                    e.0 += 1;
+                    e.1 = (e.0 < MAX_SEND_TRIES).then(|| now + fetch_backoff(e.0 as usize));
+                }
+            }
             CommitteeEvent::Applied { round, new_state } => {
                 if round == self.round && self.applied {
                     let ledger = self.applying.take().unwrap_or_else(|| self.next_ledger());
@@ -850,6 +870,19 @@ impl CommitteeMachine {
                 });
             if due || all_in {
                 self.aggregate(s);
+            }
+        }
+        // Shards to send again that are due.
+        let due: Vec<(PublicKey, u32)> =
+            self.resend.iter().filter(|(_, (_, at))| at.is_some_and(|t| t <= now)).map(|(k, _)| *k).collect();
+        for (to, shard) in due {
+            if let Some(e) = self.resend.get_mut(&(to, shard)) {
+                e.1 = None;
+            }
+            if let Some((_, leaves)) = &self.mine {
+                let proof = super::merkle::merkle_proof(leaves, shard as usize);
+                let shards = self.plan.shards();
+                self.actions.push_back(CommitteeAction::SendShard { to, shard, shards, proof });
             }
         }
         // Retries of aggregate fetches that are due.

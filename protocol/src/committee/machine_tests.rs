@@ -541,3 +541,45 @@ fn a_flood_of_newcomer_manifests_is_bounded() {
         .count();
     assert_eq!(held, MAX_NEWCOMERS + 1, "the roster's one slot plus the newcomer bound");
 }
+
+#[test]
+fn a_shard_that_could_not_be_delivered_is_sent_again_after_a_back_off_a_bounded_number_of_times() {
+    let keys: Vec<NodeKey> = (1..=2).map(|i| NodeKey::from_seed([i; 32])).collect();
+    let ledger = Ledger::genesis(keys.iter().map(NodeKey::public).collect());
+    let mut m = CommitteeMachine::new(cfg(2), keys[0].clone(), 0, StateId([1; 32]), ledger, 0);
+    while m.poll_action().is_some() {}
+    let values = vec![0.01f32; P as usize];
+    let payload = encode_delta(cfg(1).codec, &values).unwrap();
+    let leaf = ShardLeaf {
+        shard: 0,
+        payload_hash: payload_hash_of(&payload),
+        payload_len: payload.len() as u64,
+        norm: shard_norm(&decode_delta(&payload, cfg(1).codec, P as usize).unwrap()),
+    };
+    m.handle(
+        10,
+        CommitteeEvent::LocalDeltaReady { tokens: 5, train_loss: 1.0, norm: leaf.norm, leaves: vec![leaf] },
+    );
+    let other = keys[1].public();
+    let sends = |m: &mut CommitteeMachine| {
+        std::iter::from_fn(|| m.poll_action())
+            .filter(|a| matches!(a, CommitteeAction::SendShard { to, shard: 0, .. } if *to == other))
+            .count()
+    };
+    assert_eq!(sends(&mut m), 1);
+    let mut now = 10;
+    for tries in 1..MAX_SEND_TRIES {
+        m.handle(now, CommitteeEvent::ShardUndelivered { to: other, shard: 0 });
+        assert_eq!(sends(&mut m), 0, "not at once");
+        let at = now + fetch_backoff(tries as usize);
+        assert!(m.next_timeout().is_some_and(|t| t <= at), "a timer by the retry (or a deadline before it)");
+        m.handle(at, CommitteeEvent::TimerFired);
+        assert_eq!(sends(&mut m), 1, "sent again after {} ms", at - now);
+        now = at;
+    }
+    // The last failure is the last attempt.
+    m.handle(now, CommitteeEvent::ShardUndelivered { to: other, shard: 0 });
+    assert_ne!(m.next_timeout(), Some(now + fetch_backoff(MAX_SEND_TRIES as usize)));
+    m.handle(now + 10_000, CommitteeEvent::TimerFired);
+    assert_eq!(sends(&mut m), 0);
+}

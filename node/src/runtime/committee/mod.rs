@@ -122,6 +122,12 @@ enum Internal {
     },
     /// A trainer thread started again after the last one died.
     TrainerStarted(trainer::Started),
+    /// An offer of our shard was not taken.
+    Undelivered {
+        round: u64,
+        to: PublicKey,
+        shard: u32,
+    },
 }
 
 /// A message for a round this node has not opened yet.
@@ -594,6 +600,9 @@ impl CommitteeNode {
                     self.train(self.machine.round(), self.machine.base());
                 }
             }
+            Internal::Undelivered { round: r, to, shard } if r == round => {
+                self.feed(CommitteeEvent::ShardUndelivered { to, shard })
+            }
             Internal::TrainerStarted(Err(e)) => {
                 self.fatal = Some(RuntimeError::Trainer(format!("starting the trainer again failed: {e}")));
             }
@@ -711,7 +720,12 @@ impl CommitteeNode {
                 let Some((r, leaves)) = &self.own else { return };
                 let Some(leaf) = leaves.get(shard as usize).copied() else { return };
                 let offer = ShardOffer { round: *r, signer: self.me, shards, leaf, proof };
-                tokio::spawn(transfer::send_offer(self.net.clone(), to, offer));
+                let (net, tx) = (self.net.clone(), self.tx.clone());
+                tokio::spawn(async move {
+                    if !transfer::send_offer(net, to, offer).await {
+                        let _ = tx.send(Internal::Undelivered { round, to, shard });
+                    }
+                });
             }
             CommitteeAction::AggregateShard { shard, inputs, leaves } => {
                 let (store, spec, tx) = (self.store.clone(), self.spec.clone(), self.tx.clone());

@@ -17,23 +17,16 @@ use crate::store::{BlobKind, Store};
 
 /// How long one request may take.
 const ASK_TIMEOUT: Duration = Duration::from_secs(10);
-/// Attempts to deliver one offer.
-const OFFER_ATTEMPTS: u32 = 4;
 
 async fn ask(net: &NetHandle, peer: PeerId, req: XferRequest) -> Option<XferResponse> {
     tokio::time::timeout(ASK_TIMEOUT, net.request(peer, req)).await.ok()?.ok()
 }
 
-/// Offer `offer` to `to`, retrying while it is busy or unreachable.
+/// Offer `offer` to `to` (one attempt: whether it was taken; the machine
+/// decides whether and when to offer it again).
 pub async fn send_offer(net: NetHandle, to: PublicKey, offer: ShardOffer) -> bool {
     let Some(peer) = peer_id_of(&to) else { return false };
-    for i in 0..OFFER_ATTEMPTS {
-        if let Some(XferResponse::Accepted) = ask(&net, peer, XferRequest::Offer(offer.clone())).await {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(250 << i)).await;
-    }
-    false
+    matches!(ask(&net, peer, XferRequest::Offer(offer)).await, Some(XferResponse::Accepted))
 }
 
 /// Pull the payload an offer names (from its signer, then `more`) and
