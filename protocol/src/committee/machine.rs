@@ -441,7 +441,7 @@ impl CommitteeMachine {
             CommitteeEvent::ProofReceived(p) => self.on_proof(*p),
             CommitteeEvent::ShardUndelivered { to, shard } => {
                 let now = self.now;
-                if self.mine.is_some() {
+                if self.mine.is_some() && self.sends_to(shard, &to) {
                     let e = self.resend.entry((to, shard)).or_insert((0, None));
                     e.0 += 1;
                     e.1 = (e.0 < MAX_SEND_TRIES).then(|| now + fetch_backoff(e.0 as usize));
@@ -530,6 +530,21 @@ impl CommitteeMachine {
             holders.extend_from_slice(self.plan.committee(f));
         }
         holders
+    }
+
+    /// Whether this node sends its shard `shard` to `to` this round: a
+    /// member of the shard's committee (or of its fallback's, once it fell
+    /// back), or in an open round an announcer.
+    fn sends_to(&self, shard: u32, to: &PublicKey) -> bool {
+        if shard >= self.plan.shards() || *to == self.me {
+            return false;
+        }
+        if self.open_round() {
+            return self.manifests.contains_key(to);
+        }
+        self.plan.is_member(shard, to)
+            || (self.shards.get(shard as usize).is_some_and(|v| v.fell_back)
+                && self.plan.fallback(shard).is_some_and(|f| self.plan.is_member(f, to)))
     }
 
     fn on_manifest(&mut self, m: ShardedManifest) {
