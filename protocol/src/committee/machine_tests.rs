@@ -567,6 +567,12 @@ fn a_shard_that_could_not_be_delivered_is_sent_again_after_a_back_off_a_bounded_
             .count()
     };
     assert_eq!(sends(&mut m), 1);
+    // A report for a key that is no target, or a shard that does not
+    // exist, schedules nothing.
+    let stranger = NodeKey::from_seed([9; 32]).public();
+    m.handle(10, CommitteeEvent::ShardUndelivered { to: stranger, shard: 0 });
+    m.handle(10, CommitteeEvent::ShardUndelivered { to: other, shard: 7 });
+    assert_eq!(m.next_timeout(), Some(cfg(2).input_ms), "only the input deadline is pending");
     let mut now = 10;
     for tries in 1..MAX_SEND_TRIES {
         m.handle(now, CommitteeEvent::ShardUndelivered { to: other, shard: 0 });
