@@ -130,11 +130,30 @@ pub(crate) fn spawn_state_fetch(
                 );
             }
         }
-        match fetch_state(&net, &store, &spec, id, round, &peers).await {
-            Ok(state) => {
+        // The attempt stops as soon as the machine wants another state, so
+        // a superseded re-sync does not download (and store) its state.
+        let keep = wanted.clone();
+        let fetch = fetch_state(&net, &store, &spec, id, round, &peers, move || *keep.borrow() == Some(id));
+        tokio::pin!(fetch);
+        let mut watching = wanted.clone();
+        let result = loop {
+            tokio::select! {
+                r = &mut fetch => break Some(r),
+                changed = watching.changed() => {
+                    if changed.is_err() || !still_wanted(&watching) {
+                        break None;
+                    }
+                }
+            }
+        };
+        match result {
+            None => {
+                let _ = tx.send(Internal::StateAbandoned { id });
+            }
+            Some(Ok(state)) => {
                 let _ = tx.send(Internal::State { round, id, state });
             }
-            Err(e) => {
+            Some(Err(e)) => {
                 tracing::warn!(
                     "fetching state {id} of round {round} failed: {e}; the round machine asks again"
                 );
@@ -146,7 +165,8 @@ pub(crate) fn spawn_state_fetch(
 
 /// Fetch state `id` (expected at `round`) from `peers` at once, verify,
 /// store and record it as the node's position (decoding and writing on the
-/// blocking pool).
+/// blocking pool) — unless `still_wanted` says no by then, so a state the
+/// node moved past is not written.
 pub async fn fetch_state(
     net: &NetHandle,
     store: &Arc<Store>,
@@ -154,6 +174,7 @@ pub async fn fetch_state(
     id: StateId,
     round: u64,
     peers: &[PeerId],
+    still_wanted: impl Fn() -> bool + Send + 'static,
 ) -> Result<TrainingState, String> {
     let len = state_len(spec);
     let fetched = fetch_blob(net, BlobKind::State, id.0, len, len, peers).await.map_err(|e| e.to_string())?;
@@ -165,6 +186,9 @@ pub async fn fetch_state(
                 "state {id} is for round {} of another or the same run, not round {round}",
                 state.round
             ));
+        }
+        if !still_wanted() {
+            return Err(format!("state {id} is no longer wanted"));
         }
         store.blobs.put(BlobKind::State, &fetched.bytes).map_err(|e| e.to_string())?;
         store.meta.set_position(&run, Position { round, state: id }).map_err(|e| e.to_string())?;

@@ -206,7 +206,7 @@ pub async fn cold_start(
         }
     }
     let fetch_t0 = Instant::now();
-    match fetch_state(net, store, spec, b.state, b.round, &peers).await {
+    match fetch_state(net, store, spec, b.state, b.round, &peers, || true).await {
         Ok(s) => {
             out.event(
                 "synced",
