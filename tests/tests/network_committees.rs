@@ -97,22 +97,28 @@ fn sixteen_nodes_agree_on_every_committee_round_and_move_less_than_version_one()
         let roster = at(r - 1)["roster"].as_u64().unwrap_or(0);
         assert_eq!(at(r)["shards"].as_u64(), Some((roster / K as u64).max(1)), "round {r}: {}", at(r));
     }
-    // Bytes: the delta is int8 (at least one byte per element).
+    // Bytes: version 1 moves every other node's int8 delta in and, on
+    // average, as many out; its payload length is the codec's.
     let params = nodes[0].wait_event("started", Duration::from_secs(5), |v| v["event"] == "started")
         ["params"]
         .as_u64()
         .expect("params");
-    let v1_floor = 2 * (n as u64 - 1) * params;
+    let payload = murmur_protocol::Codec::Int8Block { block: 256 }.payload_len(params).expect("payload length");
+    let v1_floor = 2 * (n as u64 - 1) * payload;
     let mut worst = 0u64;
+    let mut by_round = std::collections::BTreeMap::<u64, u64>::new();
     for p in &nodes {
         for v in p.events_of("round") {
             let r = v["round"].as_u64().unwrap_or(0);
             if (1..ROUNDS).contains(&r) {
                 let bytes = v["bytes_sent"].as_u64().unwrap_or(0) + v["bytes_recv"].as_u64().unwrap_or(0);
                 worst = worst.max(bytes);
+                let m = by_round.entry(r).or_default();
+                *m = (*m).max(bytes);
             }
         }
     }
+    eprintln!("busiest node's bytes per committee round: {by_round:?}");
     eprintln!(
         "{n} nodes, k = {K}: largest per-node bytes (sent + received) in a committee round {worst} \
          ({:.2} MB); version 1's floor {v1_floor} ({:.2} MB)",
