@@ -103,7 +103,8 @@ fn sixteen_nodes_agree_on_every_committee_round_and_move_less_than_version_one()
         ["params"]
         .as_u64()
         .expect("params");
-    let payload = murmur_protocol::Codec::Int8Block { block: 256 }.payload_len(params).expect("payload length");
+    let payload =
+        murmur_protocol::Codec::Int8Block { block: 256 }.payload_len(params).expect("payload length");
     let v1_floor = 2 * (n as u64 - 1) * payload;
     let mut worst = 0u64;
     let mut by_round = std::collections::BTreeMap::<u64, u64>::new();
