@@ -130,30 +130,18 @@ pub(crate) fn spawn_state_fetch(
                 );
             }
         }
-        // The attempt stops as soon as the machine wants another state, so
-        // a superseded re-sync does not download (and store) its state.
+        // A state the machine no longer wants by the time it arrives is not
+        // written (`fetch_state` asks `keep` just before writing); every
+        // attempt ends in `State` or `StateUnavailable`, so whatever was
+        // written is tracked (and collected) by the loop.
         let keep = wanted.clone();
-        let fetch = fetch_state(&net, &store, &spec, id, round, &peers, move || *keep.borrow() == Some(id));
-        tokio::pin!(fetch);
-        let mut watching = wanted.clone();
-        let result = loop {
-            tokio::select! {
-                r = &mut fetch => break Some(r),
-                changed = watching.changed() => {
-                    if changed.is_err() || !still_wanted(&watching) {
-                        break None;
-                    }
-                }
-            }
-        };
-        match result {
-            None => {
-                let _ = tx.send(Internal::StateAbandoned { id });
-            }
-            Some(Ok(state)) => {
+        let fetched =
+            fetch_state(&net, &store, &spec, id, round, &peers, move || *keep.borrow() == Some(id)).await;
+        match fetched {
+            Ok(state) => {
                 let _ = tx.send(Internal::State { round, id, state });
             }
-            Some(Err(e)) => {
+            Err(e) => {
                 tracing::warn!(
                     "fetching state {id} of round {round} failed: {e}; the round machine asks again"
                 );
