@@ -16,13 +16,8 @@
 # On a busy machine OpenMP's spin-waiting makes PyTorch several times slower
 # (its default OMP_WAIT_POLICY is active); take figures on a quiet machine.
 set -euo pipefail
-venv="${MURMUR_TORCH_VENV:-$HOME/.cache/murmur-bench-torch}"
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import torch' >/dev/null 2>&1; then
-    echo "installing PyTorch (CPU wheels from PyPI) into $venv ..." >&2
-    python3 -m venv "$venv"
-    nice -n 10 "$venv/bin/pip" install --quiet --upgrade pip
-    nice -n 10 "$venv/bin/pip" install --quiet torch numpy
-fi
+# shellcheck source=scripts/torch-venv.sh
+. "$(dirname "$0")/torch-venv.sh"
 exec "$venv/bin/python" - "$@" <<'PY'
 import argparse, math, time
 import torch
