@@ -26,6 +26,7 @@ use murmur_protocol::committee::{
     CommitteeAction, CommitteeConfig, CommitteeEvent, CommitteeMachine, IncludedList, Ledger, ShardLeaf,
     ShardResult, ShardedManifest,
 };
+use murmur_protocol::hash::hex;
 use murmur_protocol::{ErrorFeedback, PublicKey, RoundCommit, RunSpec, Signature, StateId, TrainingState};
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -113,7 +114,6 @@ enum Internal {
     Applied {
         round: u64,
         ledger: Ledger,
-        included: usize,
         result: Result<TrainingState, String>,
     },
     Synced {
@@ -563,8 +563,8 @@ impl CommitteeNode {
                 }
                 self.feed(CommitteeEvent::Rechecked { result, included, matches })
             }
-            Internal::Applied { round: r, ledger, included, result } if r == round => match result {
-                Ok(next) => self.applied(r, ledger, included, next),
+            Internal::Applied { round: r, ledger, result } if r == round => match result {
+                Ok(next) => self.applied(r, ledger, next),
                 Err(e) => {
                     self.fatal = Some(RuntimeError::Config(format!("applying round {r} failed: {e}")));
                 }
@@ -611,7 +611,9 @@ impl CommitteeNode {
         }
     }
 
-    fn applied(&mut self, round: u64, ledger: Ledger, included: usize, next: TrainingState) {
+    fn applied(&mut self, round: u64, ledger: Ledger, next: TrainingState) {
+        // The next roster is the signers shard 0's applied result included.
+        let included = ledger.roster.len();
         let base = self.state_id();
         let previous = (self.state.id(), self.ledger.hash());
         self.state = Arc::new(next);
@@ -780,8 +782,7 @@ impl CommitteeNode {
                 let layout = self.machine.plan().layout();
                 tokio::task::spawn_blocking(move || {
                     let result = work::apply_round(&store, &spec, &state, layout, &shards);
-                    let included = ledger.roster.len();
-                    let _ = tx.send(Internal::Applied { round, ledger, included, result });
+                    let _ = tx.send(Internal::Applied { round, ledger, result });
                 });
             }
         }
@@ -879,8 +880,4 @@ impl CommitteeNode {
             }
         });
     }
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
