@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use murmur_node::net::peers::GOSSIP_BURST;
 use murmur_node::net::{self, NetConfig, Role, TopicKind};
 use murmur_node::runtime::startup::Nothing;
 use murmur_protocol::{Codec, DeltaManifest, NodeKey, PayloadHash, RunId, Signature, StateId};
@@ -83,9 +84,12 @@ fn a_node_flooded_with_valid_looking_gossip_trains_on_and_bans_the_flooder() {
         (sent, handle.local.to_string(), last_error)
     });
     let (sent, flooder_id, last_error) = (sent.0, sent.1, sent.2);
+    // The victim's token bucket admits GOSSIP_BURST messages at once; a ban
+    // by the rate cap needs more than that to have left the flooder (how many
+    // more depends on how fast the victim drops the connection).
     assert!(
-        sent >= 2_500,
-        "the flooder got only {sent} messages out (last refusal: {last_error})\n{}",
+        sent > GOSSIP_BURST as u64,
+        "the flooder got only {sent} messages out, not more than the burst of {GOSSIP_BURST} (last refusal: {last_error})\n{}",
         victim.tail()
     );
     wait_until(
