@@ -78,6 +78,17 @@ struct Args {
     /// members aggregate if some roster member's shard is still missing.
     #[arg(long, default_value_t = 0)]
     committee_size: u32,
+    /// Overlapped rounds: each node trains round r + 1 while round r is
+    /// exchanged, from its own eager estimate of the next state
+    /// (docs/protocol.md §6.3). Version 1 rounds only for now.
+    #[arg(long)]
+    overlap: bool,
+    /// Time-budgeted rounds: each node trains for this many seconds a round
+    /// (at most --inner-steps steps) and deltas are normalised by their
+    /// steps (docs/protocol.md §6.4); must be shorter than --deadline.
+    /// 0: every node trains exactly --inner-steps steps.
+    #[arg(long, default_value_t = 0.0)]
+    inner_budget: f64,
     /// Delta codec: f32, f16, bf16, int8[-b<block>], int4[-b<block>], topk[-<n>ppm][-b<block>]
     /// or topkmask[-<n>ppm][-b<block>].
     #[arg(long, default_value = "int8-b256")]
@@ -100,6 +111,14 @@ struct Args {
     /// and re-syncing nodes take.
     #[arg(long)]
     operator: Vec<String>,
+}
+
+/// `--inner-budget` seconds as the spec's milliseconds.
+fn budget_ms(secs: f64) -> Result<u32> {
+    if !(0.0..=86_400.0).contains(&secs) {
+        anyhow::bail!("--inner-budget takes seconds from 0 to 86400 (got {secs})");
+    }
+    Ok((secs * 1000.0).round() as u32)
 }
 
 fn main() {
@@ -142,10 +161,14 @@ fn run(a: Args) -> Result<()> {
             .map_err(|e| anyhow::anyhow!("--admission: {e}"))?,
         seed: a.seed,
         committee_size: a.committee_size,
+        pacing: murmur_protocol::Pacing {
+            overlapped: a.overlap,
+            inner_budget_ms: budget_ms(a.inner_budget)?,
+        },
     };
     let spec = run_spec(&params)?;
     murmur_node::runtime::committee::check_spec(&spec)
-        .map_err(|e| anyhow::anyhow!("--committee-size: {e}"))?;
+        .map_err(|e| anyhow::anyhow!("--committee-size, --overlap, --inner-budget: {e}"))?;
     spec.validate().context(
         "the run spec is invalid (to train on local files, make a dataset with `murmur data add` and host it with --dataset DIR)",
     )?;

@@ -26,7 +26,9 @@ pub mod trust;
 pub mod wire;
 
 pub use admission::{Admission, TicketRefused};
-pub use aggregate::{aggregate, Aggregate, AggregateError, AggregateRejection, DeltaInput};
+pub use aggregate::{
+    aggregate, aggregate_weighted, Aggregate, AggregateError, AggregateRejection, DeltaInput, Weighting,
+};
 pub use codec::{
     decode_delta, decode_delta_into, encode_delta, Codec, CodecError, DeltaPayloadHeader, ErrorFeedback,
 };
@@ -37,7 +39,9 @@ pub use identity::{NodeKey, PublicKey, Signature, SignatureError};
 pub use manifest::DeltaManifest;
 pub use outer::{initial_momentum, outer_step, OuterError};
 pub use round::{AcceptedDelta, Action, Event, PayloadFault, Phase, Rejection, RoundConfig, RoundMachine};
-pub use spec::{AdmissionPolicy, DataRef, InnerOptimizer, ModelShape, OuterOptimizer, RobustMode, RunSpec};
+pub use spec::{
+    AdmissionPolicy, DataRef, InnerOptimizer, ModelShape, OuterOptimizer, Pacing, RobustMode, RunSpec,
+};
 pub use state::{state_id, StateHeader, TrainingState};
 pub use telemetry::{PeerLink, RejectionCount, Telemetry};
 pub use ticket::{Ticket, TicketError};

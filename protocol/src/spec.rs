@@ -250,7 +250,35 @@ pub struct RunSpec {
     /// version 1's round (every node aggregates every delta). Written only
     /// when non-zero, so version-1 specs keep their bytes and RunIds.
     pub committee_size: u32,
+    /// Blocking or overlapped rounds, fixed steps or a time budget
+    /// (docs/protocol.md §4.2). Written only when not the default.
+    pub pacing: Pacing,
 }
+
+/// How a run paces its rounds (docs/protocol.md §4.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Pacing {
+    /// Round r's exchange runs while round r + 1 trains: each node starts
+    /// round r + 1 from the canonical state of round r − 1 stepped with its
+    /// own round-r delta (the eager, one-round-delayed outer step). `false`
+    /// is version 1's blocking round.
+    pub overlapped: bool,
+    /// Milliseconds of inner training per round; 0 trains exactly
+    /// `inner_steps`. With a budget each node trains until the budget is
+    /// spent, at most `inner_steps` steps, and deltas are normalised by
+    /// their claimed steps before they are combined.
+    pub inner_budget_ms: u32,
+}
+
+impl Pacing {
+    /// Whether deltas carry step counts that differ between nodes.
+    pub fn is_budgeted(&self) -> bool {
+        self.inner_budget_ms != 0
+    }
+}
+
+/// Largest inner-phase budget a spec may name (one day).
+pub const MAX_INNER_BUDGET_MS: u32 = 86_400_000;
 
 /// Largest committee size a spec may name.
 pub const MAX_COMMITTEE_SIZE: u32 = 4096;
@@ -320,8 +348,14 @@ impl RunSpec {
             }
         }
         w.u64(self.seed);
-        if self.committee_size != 0 {
+        // The optional tail, written only as far as it differs from version 1.
+        let paced = self.pacing != Pacing::default();
+        if self.committee_size != 0 || paced {
             w.u32(self.committee_size);
+        }
+        if paced {
+            w.u8(u8::from(self.pacing.overlapped));
+            w.u32(self.pacing.inner_budget_ms);
         }
         w.finish()
     }
@@ -378,15 +412,25 @@ impl RunSpec {
             tag => return Err(WireError::BadTag { field: "admission", tag }),
         };
         let seed = r.u64()?;
-        let committee_size = if r.remaining() >= 4 {
-            let k = r.u32()?;
-            if k == 0 {
-                return Err(invalid("committee_size", "a zero committee size is written by leaving it out"));
+        let has_tail = r.remaining() >= 4;
+        let committee_size = if has_tail { r.u32()? } else { 0 };
+        let pacing = if r.remaining() >= 5 {
+            let overlapped = match r.u8()? {
+                0 => false,
+                1 => true,
+                tag => return Err(WireError::BadTag { field: "pacing.overlapped", tag }),
+            };
+            let pacing = Pacing { overlapped, inner_budget_ms: r.u32()? };
+            if pacing == Pacing::default() {
+                return Err(invalid("pacing", "default pacing is written by leaving it out"));
             }
-            k
+            pacing
         } else {
-            0
+            Pacing::default()
         };
+        if has_tail && committee_size == 0 && pacing == Pacing::default() {
+            return Err(invalid("committee_size", "a zero committee size is written by leaving it out"));
+        }
         r.finish()?;
         let spec = RunSpec {
             model,
@@ -401,6 +445,7 @@ impl RunSpec {
             admission,
             seed,
             committee_size,
+            pacing,
         };
         spec.validate()?;
         Ok(spec)
@@ -464,6 +509,13 @@ impl RunSpec {
         if self.committee_size == 1 || self.committee_size > MAX_COMMITTEE_SIZE {
             return Err(invalid("committee_size", "must be 0 (version 1) or in 2..=4096"));
         }
+        let budget = self.pacing.inner_budget_ms;
+        if budget > MAX_INNER_BUDGET_MS || u64::from(budget) >= u64::from(self.round_deadline_secs) * 1000 {
+            return Err(invalid(
+                "pacing.inner_budget_ms",
+                "must be at most one day and shorter than the round deadline",
+            ));
+        }
         match &self.admission {
             AdmissionPolicy::Open => {}
             AdmissionPolicy::Allowlist(keys) => {
@@ -523,6 +575,7 @@ pub(crate) mod tests {
             admission: AdmissionPolicy::Open,
             seed: 42,
             committee_size: 0,
+            pacing: Pacing::default(),
         }
     }
 
@@ -553,6 +606,42 @@ pub(crate) mod tests {
         for k in [1, MAX_COMMITTEE_SIZE + 1] {
             v2.committee_size = k;
             assert!(RunSpec::decode(&v2.encode()).is_err(), "k = {k}");
+        }
+    }
+
+    #[test]
+    fn pacing_is_written_only_when_set_and_checked() {
+        let v1 = sample_spec();
+        let mut paced = sample_spec();
+        paced.pacing = Pacing { overlapped: true, inner_budget_ms: 0 };
+        let bytes = paced.encode();
+        // A zero committee size, then the overlapped flag and the budget.
+        assert_eq!(bytes.len(), v1.encode().len() + 4 + 1 + 4);
+        assert_eq!(RunSpec::decode(&bytes), Ok(paced.clone()));
+        assert_ne!(paced.run_id(), v1.run_id());
+        paced.committee_size = 8;
+        paced.pacing = Pacing { overlapped: false, inner_budget_ms: 30_000 };
+        assert!(paced.pacing.is_budgeted());
+        assert_eq!(RunSpec::decode(&paced.encode()), Ok(paced.clone()));
+        // The default written out is not canonical; an unknown flag, a budget
+        // of a day and more or one the round deadline cannot hold are refused.
+        let mut explicit = v1.encode();
+        explicit.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert!(matches!(RunSpec::decode(&explicit), Err(WireError::Invalid { field: "pacing", .. })));
+        let mut flag = v1.encode();
+        flag.extend_from_slice(&[0, 0, 0, 0, 2, 0, 0, 0, 0]);
+        assert_eq!(RunSpec::decode(&flag), Err(WireError::BadTag { field: "pacing.overlapped", tag: 2 }));
+        for budget in [60_000, MAX_INNER_BUDGET_MS + 1] {
+            let mut bad = sample_spec();
+            bad.round_deadline_secs = if budget == 60_000 { 60 } else { u32::MAX };
+            bad.pacing.inner_budget_ms = budget;
+            assert!(
+                matches!(
+                    RunSpec::decode(&bad.encode()),
+                    Err(WireError::Invalid { field: "pacing.inner_budget_ms", .. })
+                ),
+                "budget {budget}"
+            );
         }
     }
 

@@ -16,7 +16,7 @@ use murmur_protocol::hash::{dataset_id_of, shard_hash_of};
 use murmur_protocol::hash::{hex, payload_hash_of, unhex, PayloadHash, RunId, StateId};
 use murmur_protocol::identity::{verify, NodeKey, PublicKey, Signature, SIGN_DELTA_MANIFEST};
 use murmur_protocol::spec::{
-    AdmissionPolicy, InnerOptimizer, ModelShape, OuterOptimizer, RobustMode, RunSpec,
+    AdmissionPolicy, InnerOptimizer, ModelShape, OuterOptimizer, Pacing, RobustMode, RunSpec,
 };
 use murmur_protocol::{
     DeltaManifest, PeerLink, RejectionCount, RoundCommit, Telemetry, Ticket, TrainingState,
@@ -59,7 +59,13 @@ fn spec() -> RunSpec {
         admission: AdmissionPolicy::Open,
         seed: 42,
         committee_size: 0,
+        pacing: Pacing::default(),
     }
+}
+
+/// The golden spec with overlapped, time-budgeted rounds and committees of 8.
+fn paced_spec() -> RunSpec {
+    RunSpec { committee_size: 8, pacing: Pacing { overlapped: true, inner_budget_ms: 45_000 }, ..spec() }
 }
 
 fn state(run: RunId) -> TrainingState {
@@ -177,6 +183,7 @@ fn vectors() -> Vec<(&'static str, Vec<u8>)> {
     v.push(("dataset_manifest", dataset.encode()));
     v.push(("dataset_id", dataset_id_of(&dataset.encode()).0.to_vec()));
     v.push(("ticket_run_spec", ticket_spec().encode()));
+    v.push(("paced_run_spec", paced_spec().encode()));
     v.push(("ticket", ticket().encode()));
     v.extend(v2_vectors());
     v
@@ -363,6 +370,7 @@ fn golden_messages_decode_and_verify() {
     let d = DatasetManifest::decode(&read("dataset_manifest")).expect("dataset manifest");
     assert_eq!(d, dataset_manifest());
     assert_eq!(d.id().0.to_vec(), read("dataset_id"));
+    assert_eq!(RunSpec::decode(&read("paced_run_spec")), Ok(paced_spec()));
     let ts = RunSpec::decode(&read("ticket_run_spec")).expect("ticket run spec");
     assert_eq!(ts.admission.operators(), &[key().public()]);
     let t = Ticket::decode(&read("ticket")).expect("ticket");

@@ -6,7 +6,7 @@ use murmur_protocol::codec::Codec;
 use murmur_protocol::hash::{PayloadHash, RunId, StateId};
 use murmur_protocol::identity::{NodeKey, PublicKey, Signature};
 use murmur_protocol::spec::{
-    AdmissionPolicy, InnerOptimizer, ModelShape, OuterOptimizer, RobustMode, RunSpec,
+    AdmissionPolicy, InnerOptimizer, ModelShape, OuterOptimizer, Pacing, RobustMode, RunSpec,
 };
 use murmur_protocol::{
     DeltaManifest, PeerLink, RejectionCount, RoundCommit, StateHeader, Telemetry, Ticket, TrainingState,
@@ -181,6 +181,14 @@ fn spec() -> impl Strategy<Value = RunSpec> {
                 round_deadline_secs: dl,
                 admission,
                 committee_size: if seed % 3 == 0 { 0 } else { 2 + (seed % 64) as u32 },
+                pacing: Pacing {
+                    overlapped: seed % 5 == 1,
+                    inner_budget_ms: if seed % 7 == 2 {
+                        dl.saturating_sub(1).min(86_400) * 1000 / 2
+                    } else {
+                        0
+                    },
+                },
                 seed,
             },
         )

@@ -169,6 +169,7 @@ fn a_run_spec_naming_a_local_path_is_refused_without_opening_it() {
             metrics: None,
             dataset: DatasetOptions::default(),
             ticket: None,
+            eval_every: 1,
         };
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {

@@ -63,6 +63,11 @@ pub struct NodeArgs {
     /// without one (operators need none).
     #[arg(long, env = "MURMUR_TICKET")]
     pub ticket: Option<PathBuf>,
+    /// Evaluate the validation loss after every N-th round (0: never). An
+    /// evaluation runs on the trainer between rounds, so it is time not
+    /// spent in inner steps.
+    #[arg(long, default_value_t = 1, env = "MURMUR_EVAL_EVERY")]
+    pub eval_every: u64,
     /// Print one JSON object per line.
     #[arg(long)]
     pub json: bool,
@@ -119,6 +124,7 @@ pub fn run(a: NodeArgs) -> Result<()> {
         metrics: a.metrics,
         dataset: DatasetOptions { local: a.dataset, cache_bytes: a.data_cache },
         ticket: a.ticket,
+        eval_every: a.eval_every,
     };
     super::run_until_ctrl_c(run_node(opts))
 }

@@ -9,7 +9,7 @@ use murmur_protocol::{Codec, OuterOptimizer, RobustMode};
 use super::device::{with_backend, DeviceArg};
 use crate::data::{Corpus, DataSpec};
 use crate::model::ModelConfig;
-use crate::sim::{simulate, Attack, InnerMoments, SimConfig, SimEvent, SimMode};
+use crate::sim::{simulate, Attack, InnerMoments, SimConfig, SimEvent, SimMode, SimPacing};
 use crate::train::OptimizerConfig;
 
 /// `--mode`.
@@ -121,6 +121,19 @@ pub struct SimArgs {
     /// Held-out batches of 16 sequences per evaluation.
     #[arg(long, default_value_t = 16)]
     pub val_batches: usize,
+    /// Overlapped rounds: each worker starts a round from the last canonical
+    /// state stepped with its own previous delta (the eager, one-round-delayed
+    /// outer step) while the round before it is exchanged.
+    #[arg(long)]
+    pub overlap: bool,
+    /// Time-budgeted rounds: the inner phase lasts H full-speed steps of time,
+    /// so a worker at speed v trains ⌊v·H⌋ steps, and deltas are normalised
+    /// by their steps before they are combined.
+    #[arg(long)]
+    pub budget: bool,
+    /// `K:V`: the last K honest workers run at speed V (0 < V ≤ 1), e.g. `2:0.25`.
+    #[arg(long, value_name = "K:V")]
+    pub slow: Option<String>,
     #[arg(long, value_enum, default_value = "auto")]
     pub device: DeviceArg,
     /// One JSON object per line; the last line is the report.
@@ -165,6 +178,18 @@ pub fn resolve(a: &SimArgs) -> Result<(SimConfig, DataSpec)> {
         grad_clip: a.grad_clip,
         ..OptimizerConfig::default()
     };
+    let (slow_workers, slow_speed) = match &a.slow {
+        None => (0, 1.0),
+        Some(text) => {
+            let parsed = text
+                .split_once(':')
+                .and_then(|(k, v)| Some((k.parse::<usize>().ok()?, v.parse::<f64>().ok()?)));
+            match parsed {
+                Some((k, v)) if v > 0.0 && v <= 1.0 => (k, v),
+                _ => bail!("--slow takes K:V, K workers at speed V in (0, 1], e.g. 2:0.25 (got {text:?})"),
+            }
+        }
+    };
     let config = SimConfig {
         seq: a.seq.unwrap_or(model.max_seq_len),
         model,
@@ -188,6 +213,7 @@ pub fn resolve(a: &SimArgs) -> Result<(SimConfig, DataSpec)> {
         attack: a.attack,
         seed: a.seed,
         val_batches: a.val_batches,
+        pacing: SimPacing { overlapped: a.overlap, budgeted: a.budget, slow_workers, slow_speed },
     };
     config.plan()?;
     Ok((config, DataSpec::parse(&a.data)?))

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use clap::Args;
 
+use crate::testnet::links::HomeLinks;
 use crate::testnet::{run_testnet, TestnetOptions};
 
 /// Settings of `murmur testnet`.
@@ -67,6 +68,37 @@ pub struct TestnetArgs {
     /// (docs/protocol.md §10); 0 runs version 1's round.
     #[arg(long, default_value_t = 0)]
     pub committee_size: u32,
+    /// Overlapped rounds: nodes train round r + 1 while round r is exchanged
+    /// (docs/protocol.md §6.3).
+    #[arg(long)]
+    pub overlap: bool,
+    /// Seconds of inner training per round, at most H steps (0: exactly H
+    /// steps; docs/protocol.md §6.4).
+    #[arg(long, default_value_t = 0.0)]
+    pub inner_budget: f64,
+    /// Nodes evaluate the validation loss after every N-th round (0: never;
+    /// an evaluation is trainer time not spent in inner steps).
+    #[arg(long, default_value_t = 1)]
+    pub eval_every: u64,
+    /// `K:V`: the last K nodes compute at speed V (0 < V < 1), e.g. `1:0.25`.
+    #[arg(long, value_name = "K:V", value_parser = parse_slow)]
+    pub slow: Option<(usize, f64)>,
+    /// `UP:DOWN:RTT`: run every process in its own network namespace, each
+    /// node behind a link of UP Mbit/s up, DOWN Mbit/s down and RTT ms round
+    /// trip (e.g. 20:50:40). Needs root; no dashboard.
+    #[arg(long, value_name = "UP:DOWN:RTT")]
+    pub home_links: Option<HomeLinks>,
+}
+
+/// `--slow K:V`.
+fn parse_slow(s: &str) -> Result<(usize, f64), String> {
+    let bad = || format!("`{s}` is not K:V (K nodes at speed V, 0 < V < 1), e.g. 1:0.25");
+    let (k, v) = s.split_once(':').ok_or_else(bad)?;
+    let (k, v) = (k.parse::<usize>().map_err(|_| bad())?, v.parse::<f64>().map_err(|_| bad())?);
+    if !(v > 0.0 && v < 1.0) {
+        return Err(bad());
+    }
+    Ok((k, v))
 }
 
 pub fn run(a: TestnetArgs) -> Result<()> {
@@ -89,7 +121,17 @@ pub fn run(a: TestnetArgs) -> Result<()> {
         threads_per_node: a.threads_per_node.unwrap_or((cores / a.nodes.max(1)).max(1)),
         seed: a.seed,
         data: a.data,
+        overlap: a.overlap,
+        inner_budget: a.inner_budget,
+        eval_every: a.eval_every,
+        slow: a.slow,
+        links: a.home_links,
     };
+    if let Some((k, _)) = opts.slow {
+        if k > opts.nodes {
+            anyhow::bail!("--slow names {k} nodes of {}", opts.nodes);
+        }
+    }
     if run_testnet(opts)? {
         Ok(())
     } else {

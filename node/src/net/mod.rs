@@ -15,6 +15,7 @@
 //! - `swarm`: the event loop.
 
 pub mod behaviour;
+pub mod delay;
 pub mod fetch;
 pub mod gossip;
 pub mod offer;

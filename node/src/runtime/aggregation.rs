@@ -1,11 +1,12 @@
 //! A round's aggregation, run on the blocking pool: decode the offered
 //! deltas from the store, combine them deterministically under the run's
-//! robust mode, apply the outer step, and store the new state (blob first,
+//! robust mode (normalised by claimed tokens in time-budgeted runs,
+//! docs/protocol.md §6.4), apply the outer step, and store the new state (blob first,
 //! then the position record), before the node publishes its commit.
 
 use murmur_protocol::{
-    aggregate, decode_delta, outer_step, AcceptedDelta, DeltaInput, PayloadHash, RunSpec, StateId,
-    TrainingState,
+    aggregate_weighted, decode_delta, outer_step, AcceptedDelta, DeltaInput, PayloadHash, RunSpec, StateId,
+    TrainingState, Weighting,
 };
 
 use crate::store::{BlobKind, Position, Store};
@@ -40,7 +41,8 @@ pub fn aggregate_round(
             values: v,
         })
         .collect();
-    let agg = aggregate(&inputs, n, spec.robust).map_err(|e| e.to_string())?;
+    let weighting = Weighting::for_pacing(spec.pacing);
+    let agg = aggregate_weighted(&inputs, n, spec.robust, weighting).map_err(|e| e.to_string())?;
     let mut next = base.clone();
     outer_step(spec.outer, &mut next, &agg.delta).map_err(|e| e.to_string())?;
     let bytes = next.encode();

@@ -85,6 +85,8 @@ pub struct NodeOptions {
     pub dataset: dataset::DatasetOptions,
     /// `--ticket`: this node's admission ticket (runs that admit by ticket).
     pub ticket: Option<PathBuf>,
+    /// Evaluate after every N-th round (0: never).
+    pub eval_every: u64,
 }
 
 /// Run a training node until the process is stopped.
@@ -182,6 +184,7 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
     let restored = restored.filter(|m| m.round == state.round && m.base == state.id());
     let start = node::NodeStart { trainer, done_rx, trainer_setup, state, restored, own_ticket, tickets };
     let mut node = node::Node::new(spec, key, store, net, server, start, out, started);
+    node.eval_every = opts.eval_every;
     node.metrics = metrics;
     node.run(events, replay).await
 }

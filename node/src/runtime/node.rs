@@ -5,6 +5,12 @@
 //! The loop itself never blocks: encoding, hashing and fsyncing the node's
 //! own delta, reading states and aggregating run on the blocking pool and
 //! come back as `Internal` messages; fetches run on tasks (`fetching`).
+//! In an overlapped run (RunSpec pacing, docs/protocol.md §6.3) the node
+//! starts training round r + 1 as soon as its round-r delta is stored, from
+//! the eager local state (θ_r stepped with its own round-r delta), while
+//! round r is exchanged and aggregated; the result waits for round r + 1 to
+//! open and is announced against its canonical base.
+//!
 //! A trainer thread that dies is started again, at most
 //! `MAX_TRAINER_RESTARTS` times in `TRAINER_RESTART_WINDOW`; past that the
 //! node stops with an error.
@@ -68,13 +74,15 @@ pub(crate) enum Internal {
         round: u64,
         result: Result<(Vec<PayloadHash>, TrainingState), String>,
     },
-    /// Our delta, encoded, hashed and stored (or why not).
+    /// Our delta, encoded, hashed and stored (or why not); in an
+    /// overlapped run also the eager local state the next round trains from.
     Encoded {
         round: u64,
         base: StateId,
         tokens: u64,
         train_loss: f32,
         result: Result<PayloadHash, String>,
+        eager: Option<TrainingState>,
     },
     /// Our manifest could not be recorded before publishing: not published.
     ManifestNotRecorded {
@@ -88,6 +96,21 @@ pub(crate) enum Internal {
     },
     /// A trainer thread started again after the last one died.
     TrainerStarted(Result<(TrainerHandle, mpsc::UnboundedReceiver<JobDone>), String>),
+}
+
+/// A finished training job's pseudo-gradient and what it claims.
+struct Trained {
+    delta: Vec<f32>,
+    tokens: u64,
+    train_loss: f32,
+}
+
+/// An overlapped run's training of round `round`, started from the eager
+/// local state before that round opened.
+struct Ahead {
+    round: u64,
+    /// Its result, once the trainer finished it before the round opened.
+    done: Option<Trained>,
 }
 
 /// Everything the loop owns.
@@ -105,6 +128,11 @@ pub struct Node {
     pub feedback: Arc<Mutex<ErrorFeedback>>,
     pub key: murmur_protocol::NodeKey,
     pub reset_moments: bool,
+    /// Evaluate the validation loss after every this many rounds (0: never;
+    /// rounds are then reported without one).
+    pub eval_every: u64,
+    /// Overlapped runs: the next round, training ahead.
+    ahead: Option<Ahead>,
     /// How to start the trainer again, and when it last had to be.
     trainer_setup: TrainerSetup,
     trainer_restarts: trainer::RestartBudget,
@@ -201,6 +229,8 @@ impl Node {
             feedback: Arc::new(Mutex::new(ErrorFeedback::new(n))),
             key,
             reset_moments: false,
+            eval_every: 1,
+            ahead: None,
             trainer_setup,
             trainer_restarts: trainer::RestartBudget::default(),
             trainer_alive: true,
@@ -377,38 +407,90 @@ impl Node {
 
     fn on_job(&mut self, done: JobDone) {
         match done {
-            JobDone::Trained { round, base, delta, tokens, train_loss, secs } => {
+            JobDone::Trained { round, base, delta, tokens, train_loss, secs, ahead, .. } => {
                 self.train_secs += secs;
                 self.metrics.trained(tokens, secs);
                 self.train_tokens += tokens;
                 self.last_train_loss = train_loss;
+                let trained = Trained { delta, tokens, train_loss };
+                if ahead {
+                    match &mut self.ahead {
+                        Some(a) if a.round == round && self.machine.round() < round => a.done = Some(trained),
+                        Some(a) if a.round == round => {
+                            self.ahead = None;
+                            self.announce_own(round, self.machine.base(), trained);
+                        }
+                        _ => {}
+                    }
+                    return;
+                }
                 if round != self.machine.round() || base != self.machine.base() {
                     return;
                 }
-                let (feedback, store, codec, tx) =
-                    (self.feedback.clone(), self.store.clone(), self.spec.codec, self.tx.clone());
-                tokio::task::spawn_blocking(move || {
-                    let encoded = feedback
-                        .lock()
-                        .unwrap_or_else(|poisoned| poisoned.into_inner())
-                        .encode(codec, &delta)
-                        .map_err(|e| format!("encoding our delta failed: {e}"));
-                    let result = encoded.and_then(|payload| {
-                        let hash = payload_hash_of(&payload);
-                        store
-                            .blobs
-                            .put(BlobKind::Delta, &payload)
-                            .map(|_| hash)
-                            .map_err(|e| format!("storing our delta failed: {e}"))
-                    });
-                    let _ = tx.send(Internal::Encoded { round, base, tokens, train_loss, result });
-                });
+                self.announce_own(round, base, trained);
             }
-            JobDone::Cancelled { .. } => {}
+            JobDone::Cancelled { round } => {
+                // Training ahead was cancelled: train the round when it opens.
+                if self.ahead.as_ref().is_some_and(|a| a.round == round && a.done.is_none()) {
+                    self.ahead = None;
+                    if self.machine.round() == round && self.machine.phase() == Phase::Collecting {
+                        self.start_training(round, self.machine.base());
+                    }
+                }
+            }
             JobDone::Evaluated { round, val_loss } => self.report_round(round, Some(val_loss)),
             JobDone::Failed(e) => tracing::error!("trainer: {e}"),
             JobDone::Panicked(what) => self.trainer_died(format!("the trainer panicked: {what}")),
         }
+    }
+
+    /// Encode, hash and store our delta of `round` on the blocking pool (then
+    /// `Internal::Encoded` feeds it to the machine). In an overlapped run the
+    /// task also computes the eager local state: the held state θ_round
+    /// stepped by the outer optimizer with the delta as encoded (what the
+    /// peers will decode), on a copy of the momentum.
+    fn announce_own(&mut self, round: u64, base: StateId, t: Trained) {
+        if self.machine.round() != round
+            || self.machine.base() != base
+            || self.machine.phase() != Phase::Collecting
+            || self.machine.has_local_delta()
+            || base != self.state_id()
+        {
+            return;
+        }
+        let Trained { delta, tokens, train_loss } = t;
+        let (feedback, store, spec, tx) =
+            (self.feedback.clone(), self.store.clone(), self.spec.clone(), self.tx.clone());
+        let state = self.state.clone();
+        tokio::task::spawn_blocking(move || {
+            let n = spec.model.param_count as usize;
+            let encoded = feedback
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .encode(spec.codec, &delta)
+                .map_err(|e| format!("encoding our delta failed: {e}"));
+            let mut eager = None;
+            let result = encoded.and_then(|payload| {
+                if spec.pacing.overlapped {
+                    eager = murmur_protocol::decode_delta(&payload, spec.codec, n).ok().and_then(|sent| {
+                        let mut local = TrainingState::clone(&state);
+                        murmur_protocol::outer_step(spec.outer, &mut local, &sent).ok().map(|()| local)
+                    });
+                }
+                let hash = payload_hash_of(&payload);
+                store
+                    .blobs
+                    .put(BlobKind::Delta, &payload)
+                    .map(|_| hash)
+                    .map_err(|e| format!("storing our delta failed: {e}"))
+            });
+            let _ = tx.send(Internal::Encoded { round, base, tokens, train_loss, result, eager });
+        });
+    }
+
+    /// Whether the round just closed is evaluated (`eval_every`).
+    fn evaluates(&self, round: u64) -> bool {
+        self.eval_every > 0 && round % self.eval_every == 0
     }
 
     fn report_round(&mut self, round: u64, val_loss: Option<f32>) {
@@ -416,7 +498,13 @@ impl Node {
         let wall = self.first_train.map_or(0.0, |t| t.elapsed().as_secs_f64());
         v["val_loss"] = json!(val_loss);
         self.bytes.fill(&mut v, &self.net.stats);
-        v["train_frac"] = json!(if wall > 0.0 { (self.train_secs / wall).min(1.0) } else { 0.0 });
+        // Time in inner steps: finished jobs plus the one running now (in an
+        // overlapped run the next round trains while this one is reported).
+        let trained = self.train_secs + self.trainer.busy.running_secs();
+        v["train_frac"] = json!(if wall > 0.0 { (trained / wall).min(1.0) } else { 0.0 });
+        v["train_secs"] = json!(trained);
+        v["wall_secs"] = json!(wall);
+        v["tokens"] = json!(self.train_tokens);
         v["secs"] = json!(self.started.elapsed().as_secs_f64());
         v["peers"] = json!(self.trainers.len());
         super::report::record_round(&self.store, &self.spec.run_id(), round, &v, val_loss);
@@ -520,14 +608,38 @@ impl Node {
                         round - 1,
                         json!({ "round": round - 1, "state_id": id.to_hex(), "included": 0, "resynced": true }),
                     );
-                    self.submit(Job::Evaluate { round: round - 1, state: self.state.clone() });
+                    if self.evaluates(round - 1) {
+                        self.submit(Job::Evaluate { round: round - 1, state: self.state.clone() });
+                    } else {
+                        self.report_round(round - 1, None);
+                    }
                 }
                 self.start_training(self.machine.round(), id);
             }
-            Internal::Encoded { round, base, tokens, train_loss, result } => match result {
+            Internal::Encoded { round, base, tokens, train_loss, result, eager } => match result {
                 Ok(payload_hash) => {
                     self.deltas_by_round.entry(round).or_default().push(payload_hash);
                     self.feed(Event::LocalDeltaReady { round, base, payload_hash, tokens, train_loss });
+                    // Overlapped: train the next round now, from the eager state.
+                    let next = round + 1;
+                    if let Some(eager) = eager {
+                        if self.machine.round() == round
+                            && self.machine.has_local_delta()
+                            && self.ahead.is_none()
+                        {
+                            self.ahead = Some(Ahead { round: next, done: None });
+                            let epoch = self.trainer.epoch();
+                            let state = Arc::new(eager);
+                            self.submit(Job::Train {
+                                epoch,
+                                round: next,
+                                base,
+                                state,
+                                reset_moments: false,
+                                ahead: true,
+                            });
+                        }
+                    }
                 }
                 Err(e) => tracing::error!("{e}"),
             },
@@ -542,6 +654,7 @@ impl Node {
                 self.trainer = handle;
                 self.done_rx = done_rx;
                 self.trainer_alive = true;
+                self.ahead = None;
                 // Evaluations queued on the dead thread are lost; their rounds
                 // are reported without a validation loss.
                 let lost: Vec<u64> = self.pending_reports.keys().copied().collect();
@@ -567,10 +680,20 @@ impl Node {
             // Signed before a restart and announced again: never a second one.
             return;
         }
+        match self.ahead.take() {
+            // Trained ahead and finished: announce it against this base.
+            Some(Ahead { round: r, done: Some(t) }) if r == round => {
+                return self.announce_own(round, base, t)
+            }
+            // Still training ahead: it is announced when it finishes.
+            Some(a) if a.round == round => return self.ahead = Some(a),
+            _ => {}
+        }
         let epoch = self.trainer.cancel();
         self.first_train.get_or_insert_with(Instant::now);
         let reset = std::mem::take(&mut self.reset_moments);
-        self.submit(Job::Train { epoch, round, base, state: self.state.clone(), reset_moments: reset });
+        let state = self.state.clone();
+        self.submit(Job::Train { epoch, round, base, state, reset_moments: reset, ahead: false });
     }
 
     fn publish(&self, kind: TopicKind, bytes: Vec<u8>, attempts: u32) {
@@ -758,13 +881,18 @@ impl Node {
                         "contributors": contributors,
                     }),
                 );
-                self.submit(Job::Evaluate { round: c.round, state: self.state.clone() });
+                if self.evaluates(c.round) {
+                    self.submit(Job::Evaluate { round: c.round, state: self.state.clone() });
+                } else {
+                    self.report_round(c.round, None);
+                }
                 self.publish(TopicKind::Commit, c.encode(), 20);
                 self.note_commit(c.clone());
                 self.collect_garbage(c.round, c.new_state);
             }
             Action::Resync { round, state, peers } => {
                 self.trainer.cancel();
+                self.ahead = None;
                 let peers: Vec<PeerId> = peers.iter().filter_map(peer_id_of).collect();
                 // A retry (the machine asks again after a failed attempt) is
                 // not a new re-sync.

@@ -36,6 +36,8 @@ pub struct RunParams {
     pub seed: u64,
     /// Protocol v2's committee size k (0: version 1's round).
     pub committee_size: u32,
+    /// Overlapped or blocking rounds, fixed H or a time budget.
+    pub pacing: murmur_protocol::Pacing,
 }
 
 impl Default for RunParams {
@@ -55,6 +57,7 @@ impl Default for RunParams {
             admission: AdmissionPolicy::Open,
             seed: 1,
             committee_size: 0,
+            pacing: murmur_protocol::Pacing::default(),
         }
     }
 }
@@ -143,6 +146,7 @@ pub fn run_spec(p: &RunParams) -> Result<RunSpec, SpecError> {
         admission: p.admission.clone(),
         seed: p.seed,
         committee_size: p.committee_size,
+        pacing: p.pacing,
     })
 }
 

@@ -32,8 +32,20 @@ pub const VAL_BATCHES: usize = 8;
 /// Work for the trainer thread.
 #[derive(Debug)]
 pub enum Job {
-    Train { epoch: u64, round: u64, base: StateId, state: Arc<TrainingState>, reset_moments: bool },
-    Evaluate { round: u64, state: Arc<TrainingState> },
+    /// Train `round` from `state`. `ahead`: an overlapped run's next round,
+    /// started from the eager local state before `round` has opened.
+    Train {
+        epoch: u64,
+        round: u64,
+        base: StateId,
+        state: Arc<TrainingState>,
+        reset_moments: bool,
+        ahead: bool,
+    },
+    Evaluate {
+        round: u64,
+        state: Arc<TrainingState>,
+    },
 }
 
 /// What a job produced.
@@ -42,12 +54,16 @@ pub enum JobDone {
     Trained {
         round: u64,
         base: StateId,
-        /// Pseudo-gradient θ_r − θ_local.
+        /// Pseudo-gradient: the parameters trained from minus θ_local.
         delta: Vec<f32>,
+        /// Inner steps taken (fewer than H when a time budget ran out).
+        steps: u32,
         tokens: u64,
         train_loss: f32,
         /// Seconds spent in inner steps.
         secs: f64,
+        /// The job was an overlapped run's training ahead (`Job::Train::ahead`).
+        ahead: bool,
     },
     Cancelled {
         round: u64,
@@ -61,10 +77,50 @@ pub enum JobDone {
     Panicked(String),
 }
 
+/// When the trainer thread's current training job started (for the time
+/// in inner steps reported while a job is still running).
+#[derive(Debug)]
+pub struct BusyClock {
+    origin: Instant,
+    /// Microseconds after `origin` + 1 when the running job started; 0 idle.
+    since_us: AtomicU64,
+}
+
+impl BusyClock {
+    fn new() -> Self {
+        Self { origin: Instant::now(), since_us: AtomicU64::new(0) }
+    }
+    /// Seconds the running training job has been going (0 when idle).
+    pub fn running_secs(&self) -> f64 {
+        match self.since_us.load(Ordering::SeqCst) {
+            0 => 0.0,
+            t => (self.origin.elapsed().as_micros() as f64 - (t - 1) as f64).max(0.0) / 1e6,
+        }
+    }
+}
+
+/// Marks the trainer busy from its creation until it is dropped.
+struct Busy<'a>(&'a BusyClock);
+
+impl<'a> Busy<'a> {
+    fn start(clock: &'a BusyClock) -> Self {
+        clock.since_us.store(clock.origin.elapsed().as_micros() as u64 + 1, Ordering::SeqCst);
+        Self(clock)
+    }
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.since_us.store(0, Ordering::SeqCst);
+    }
+}
+
 /// Handle to the trainer thread.
 pub struct TrainerHandle {
     jobs: std_mpsc::Sender<Job>,
     epoch: Arc<AtomicU64>,
+    /// Whether (and since when) a training job is running.
+    pub busy: Arc<BusyClock>,
     /// The device in words, e.g. "cpu (2 threads, avx2+fma)".
     pub device: String,
     /// The backend's short name: "cpu", "gpu" or "cuda".
@@ -140,7 +196,8 @@ pub fn spawn(setup: &TrainerSetup, done: mpsc::UnboundedSender<JobDone>) -> Resu
     };
     let (tx, rx) = std_mpsc::channel();
     let epoch = Arc::new(AtomicU64::new(0));
-    let worker = Worker { spec: spec.clone(), cfg, data, epoch: epoch.clone(), step: 0 };
+    let busy = Arc::new(BusyClock::new());
+    let worker = Worker { spec: spec.clone(), cfg, data, epoch: epoch.clone(), step: 0, busy: busy.clone() };
     let (opened_tx, opened_rx) = std_mpsc::channel::<Result<String, String>>();
     std::thread::Builder::new()
         .name("murmur-trainer".into())
@@ -160,7 +217,7 @@ pub fn spawn(setup: &TrainerSetup, done: mpsc::UnboundedSender<JobDone>) -> Resu
     let described =
         opened_rx.recv().map_err(|_| "the trainer thread stopped while starting".to_string())??;
     let backend = device.name();
-    Ok(TrainerHandle { jobs: tx, epoch, device: described, backend })
+    Ok(TrainerHandle { jobs: tx, epoch, busy, device: described, backend })
 }
 
 struct Worker {
@@ -170,6 +227,7 @@ struct Worker {
     epoch: Arc<AtomicU64>,
     /// Inner steps taken by this node (AdamW's step count and warmup).
     step: u32,
+    busy: Arc<BusyClock>,
 }
 
 /// Mean loss of `model` over `batches` (no parameter update).
@@ -208,11 +266,12 @@ impl Worker {
         let mut model: Option<Gpt<B>> = None;
         while let Ok(job) = jobs.recv() {
             let ran = catch_unwind(AssertUnwindSafe(|| match job {
-                Job::Train { epoch, round, base, state, reset_moments } => {
+                Job::Train { epoch, round, base, state, reset_moments, ahead } => {
                     if epoch != self.epoch.load(Ordering::SeqCst) {
                         JobDone::Cancelled { round }
                     } else {
-                        self.train(&backend, &mut model, epoch, round, base, &state.params, reset_moments)
+                        let job = TrainJob { epoch, round, base, reset_moments, ahead };
+                        self.train(&backend, &mut model, job, &state.params)
                     }
                 }
                 Job::Evaluate { round, state } => self.evaluate(&backend, &mut model, round, &state.params),
@@ -277,19 +336,23 @@ impl Worker {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Up to H inner steps from `params`; with a time budget (RunSpec
+    /// pacing) the steps stop once the budget is spent (at least one runs).
     fn train<B: Backend>(
         &mut self,
         backend: &B,
         model: &mut Option<Gpt<B>>,
-        epoch: u64,
-        round: u64,
-        base: StateId,
+        job: TrainJob,
         params: &[f32],
-        reset_moments: bool,
     ) -> JobDone {
+        let TrainJob { epoch, round, base, reset_moments, ahead } = job;
         let inner = self.spec.inner;
         let h = self.spec.inner_steps;
+        let budget = self
+            .spec
+            .pacing
+            .is_budgeted()
+            .then(|| std::time::Duration::from_millis(u64::from(self.spec.pacing.inner_budget_ms)));
         let mut round_batches = match &self.data {
             TrainData::Dataset(feed) => {
                 let batch = inner.batch_size.max(1) as usize;
@@ -304,13 +367,20 @@ impl Worker {
         if reset_moments {
             m.reset_moments(backend);
         }
+        let busy = self.busy.clone();
+        let _busy = Busy::start(&busy);
         let t0 = Instant::now();
         let mut loss_sum = 0f64;
         let mut tokens = 0u64;
+        let mut steps = 0u32;
         for _ in 0..h {
             if self.epoch.load(Ordering::SeqCst) != epoch {
                 return JobDone::Cancelled { round };
             }
+            if budget.is_some_and(|b| steps > 0 && t0.elapsed() >= b) {
+                break;
+            }
+            let step_started = Instant::now();
             injected_panic(round);
             injected_delay();
             let next = match (&mut round_batches, &mut self.data) {
@@ -343,6 +413,8 @@ impl Worker {
             }
             loss_sum += f64::from(loss);
             tokens += (b.batch * b.seq) as u64;
+            steps += 1;
+            throttle(step_started.elapsed());
         }
         let secs = t0.elapsed().as_secs_f64();
         let local: Vec<f32> = m.download_params(backend).into_iter().flatten().collect();
@@ -351,10 +423,41 @@ impl Worker {
             round,
             base,
             delta,
+            steps,
             tokens,
-            train_loss: (loss_sum / f64::from(h.max(1))) as f32,
+            train_loss: (loss_sum / f64::from(steps.max(1))) as f32,
             secs,
+            ahead,
         }
+    }
+}
+
+/// What a training job is, besides the parameters it starts from.
+#[derive(Debug, Clone, Copy)]
+struct TrainJob {
+    epoch: u64,
+    round: u64,
+    base: StateId,
+    reset_moments: bool,
+    ahead: bool,
+}
+
+/// The compute speed a node emulates: `MURMUR_COMPUTE_SPEED=V` (0 < V < 1)
+/// makes every inner step take 1/V times as long as it did, by sleeping
+/// (1/V − 1)× its time after it. Used to make a testnet's nodes unequal
+/// (`murmur testnet --slow`); a sleep counts as time in inner steps, as a
+/// slower device's would.
+fn throttle(step: std::time::Duration) {
+    static SPEED: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    let v = *SPEED.get_or_init(|| {
+        std::env::var("MURMUR_COMPUTE_SPEED")
+            .ok()
+            .and_then(|v| v.parse::<f64>().ok())
+            .filter(|v| *v > 0.0 && *v < 1.0)
+            .unwrap_or(1.0)
+    });
+    if v < 1.0 {
+        std::thread::sleep(step.mul_f64(1.0 / v - 1.0).min(std::time::Duration::from_secs(600)));
     }
 }
 

@@ -91,6 +91,7 @@ pub(super) fn run<B: Backend>(
         diverged,
         bytes_per_worker: bytes,
         rejected: 0,
+        pacing: config.pacing,
         seconds: started.elapsed().as_secs_f64(),
     })
 }

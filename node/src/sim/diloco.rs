@@ -1,15 +1,21 @@
 //! The DiLoCo round loop: every honest worker trains H inner AdamW steps from
 //! θ_r on its own shard, sends Δ_i = θ_r − θ_i through the run's codec with its
 //! error-feedback residual; adversaries send poisoned payloads; the deltas are
-//! decoded, aggregated by the protocol's robust `aggregate`, and the protocol's
-//! outer optimizer produces θ_{r+1}.
+//! decoded, aggregated by the protocol's robust `aggregate_weighted`, and the
+//! protocol's outer optimizer produces θ_{r+1}.
+//!
+//! Overlapped rounds (docs/protocol.md §6.3) change only where each worker
+//! starts: round r + 1 from θ_r stepped with its own round-r delta, since
+//! θ_{r+1} is still being exchanged; θ_{r+1} itself is computed as in
+//! blocking rounds. Time-budgeted rounds (§6.4) give each worker its own
+//! step count and normalise the deltas by it.
 
 use std::time::Instant;
 
 use murmur_protocol::hash::{domain_hash, payload_hash_of, PayloadHash};
 use murmur_protocol::{
-    aggregate, decode_delta, initial_momentum, outer_step, CodecError, DeltaInput, ErrorFeedback, NodeKey,
-    PublicKey, RunId, TrainingState,
+    aggregate_weighted, decode_delta, initial_momentum, outer_step, CodecError, DeltaInput, ErrorFeedback,
+    NodeKey, PublicKey, RunId, TrainingState, Weighting,
 };
 
 use super::adversary::poisoned_payload;
@@ -36,6 +42,9 @@ struct Worker {
     /// AdamW bias-correction step of the last inner step.
     adam_step: u32,
     bytes_sent: u64,
+    /// Overlapped rounds: where this worker starts its next round (θ_r
+    /// stepped with its own round-r delta); `None` starts from θ_r.
+    start: Option<Vec<f32>>,
 }
 
 /// A worker's signing identity, derived from the run seed and its index.
@@ -45,8 +54,10 @@ fn worker_key(seed: u64, index: usize) -> PublicKey {
     NodeKey::from_seed(domain_hash("murmur/sim/worker-key", &material)).public()
 }
 
-/// One honest worker's round: H inner steps from θ_r. Returns θ_i and the
-/// last step's loss.
+/// One honest worker's round: `steps` inner steps from `theta`. Its step j
+/// takes the schedule's learning rate at `first_step + ⌊j·stride⌋` (a slow
+/// worker's fewer steps span the same stretch of the schedule). Returns θ_i
+/// and the last step's loss.
 #[allow(clippy::too_many_arguments)]
 fn train_round<B: Backend>(
     backend: &B,
@@ -57,6 +68,7 @@ fn train_round<B: Backend>(
     theta: &[Vec<f32>],
     first_step: usize,
     steps: usize,
+    stride: f64,
     schedule: &crate::train::schedule::LrSchedule,
 ) -> Result<(Vec<f32>, f32), SimError> {
     model.upload_params(backend, theta);
@@ -72,7 +84,8 @@ fn train_round<B: Backend>(
         model.zero_grad(backend);
         accumulate_batch(backend, model, loader, 1)?;
         worker.adam_step = worker.adam_step.saturating_add(1);
-        let hp = config.adamw(schedule.lr(first_step + s), worker.adam_step);
+        let at = first_step + (s as f64 * stride).floor() as usize;
+        let hp = config.adamw(schedule.lr(at), worker.adam_step);
         model.optimizer_step(backend, hp, config.optimizer.grad_clip);
         loss = model.read_stats(backend).mean_loss();
         if !loss.is_finite() {
@@ -120,6 +133,7 @@ pub(super) fn run<B: Backend>(
                 moments: None,
                 adam_step: 0,
                 bytes_sent: 0,
+                start: None,
             })
         })
         .collect::<Result<Vec<_>, SimError>>()?;
@@ -144,36 +158,58 @@ pub(super) fn run<B: Backend>(
     });
     let mut attack_rng = Rng::new(config.seed ^ 0xA77A_C4ED);
     let (mut rejected_total, mut val_loss, mut diverged, mut steps_done) = (0usize, None, false, 0usize);
+    let (budgeted, overlapped) = (config.pacing.budgeted, config.pacing.overlapped);
+    let weighting = if budgeted { Weighting::PerToken } else { Weighting::AsTrained };
+    let round_steps = config.round_steps();
+    let mut tokens_done = 0u64;
     for round in 0..plan.rounds {
+        // Full-speed steps this round (the last fixed-H round may be short).
         let steps = config.inner_steps.min(plan.steps_per_worker - steps_done);
+        let steps_of = |i: usize| if budgeted { round_steps[i] } else { steps };
         let theta = split(&state.params, &specs);
         let mut payloads: Vec<(PublicKey, Vec<u8>)> = Vec::with_capacity(config.workers);
+        // The tokens each payload claims, in payload order.
+        let mut claims: Vec<u64> = Vec::with_capacity(config.workers);
+        // Overlapped rounds: each honest worker's own decoded delta.
+        let mut own: Vec<(usize, Vec<f32>)> = Vec::new();
         let mut train_loss = 0f64;
         for (i, worker) in workers.iter_mut().enumerate().take(honest) {
             let Some(mut loader) = worker.loader.take() else { continue };
+            let start = worker.start.take();
+            let own_theta = start.as_ref().map(|p| split(p, &specs));
             let trained = train_round(
                 backend,
                 config,
                 &mut model,
                 worker,
                 &mut loader,
-                &theta,
+                own_theta.as_deref().unwrap_or(&theta),
                 steps_done + 1,
-                steps,
+                steps_of(i),
+                steps as f64 / steps_of(i) as f64,
                 &schedule,
             );
             worker.loader = Some(loader);
             let (local, loss) = trained?;
             train_loss += f64::from(loss) / honest as f64;
-            let delta = pseudo_gradient(&state.params, &local);
+            let delta = pseudo_gradient(start.as_deref().unwrap_or(&state.params), &local);
             match worker.feedback.encode(config.codec, &delta) {
-                Ok(p) => payloads.push((worker.key, p)),
+                Ok(p) => {
+                    if overlapped {
+                        let sent = decode_delta(&p, config.codec, n)
+                            .map_err(|e| SimError::Encode { worker: i, source: e })?;
+                        own.push((i, sent));
+                    }
+                    claims.push(tokens_per_worker_step * steps_of(i) as u64);
+                    payloads.push((worker.key, p));
+                }
                 // A non-finite or out-of-range local model: training blew up.
                 Err(CodecError::NonFinite { .. } | CodecError::OutOfRange { .. }) => diverged = true,
                 Err(e) => return Err(SimError::Encode { worker: i, source: e }),
             }
         }
         steps_done += steps;
+        tokens_done += (0..config.workers).map(|i| steps_of(i) as u64).sum::<u64>() * tokens_per_worker_step;
         if diverged {
             break;
         }
@@ -186,6 +222,7 @@ pub(super) fn run<B: Backend>(
                 let target = honest_deltas.get(j % honest_deltas.len().max(1)).unwrap_or(&zeros);
                 let p = poisoned_payload(config.attack, config.codec, target, &mut attack_rng)
                     .map_err(|e| SimError::Encode { worker: honest + j, source: e })?;
+                claims.push(tokens_per_worker_step * steps as u64);
                 payloads.push((worker.key, p));
             }
         }
@@ -199,25 +236,34 @@ pub(super) fn run<B: Backend>(
             .collect();
         let inputs: Vec<DeltaInput<'_>> = decoded
             .iter()
-            .filter_map(|(hash, key, values)| {
+            .zip(&claims)
+            .filter_map(|((hash, key, values), &tokens)| {
                 values.as_deref().map(|values| DeltaInput {
                     payload_hash: *hash,
                     signer: *key,
-                    tokens: tokens_per_worker_step * steps as u64,
+                    tokens,
                     values,
                 })
             })
             .collect();
         let undecodable = decoded.len() - inputs.len();
-        let agg = aggregate(&inputs, n, config.robust)?;
+        let agg = aggregate_weighted(&inputs, n, config.robust, weighting)?;
         let rejected = undecodable + agg.rejected.len();
         rejected_total += rejected;
+        // The eager local start of the next round: θ_r (not yet θ_{r+1},
+        // which the network is still exchanging) stepped with the worker's
+        // own delta in place of the aggregate, on a copy of the momentum.
+        for (i, delta) in own {
+            let mut local = state.clone();
+            outer_step(config.outer, &mut local, &delta)?;
+            workers[i].start = Some(local.params);
+        }
         outer_step(config.outer, &mut state, &agg.delta)?;
         let loss = evaluator.loss(backend, &state.params)?;
         val_loss = Some(loss);
         sink(&SimEvent::Round {
             round: round + 1,
-            tokens: steps_done as u64 * tokens_per_worker_step * config.workers as u64,
+            tokens: tokens_done,
             val_loss: loss,
             train_loss: train_loss as f32,
             bytes_per_worker: workers[0].bytes_sent,
@@ -244,6 +290,7 @@ pub(super) fn run<B: Backend>(
         diverged,
         bytes_per_worker: workers[0].bytes_sent,
         rejected: rejected_total,
+        pacing: config.pacing,
         seconds: started.elapsed().as_secs_f64(),
     })
 }

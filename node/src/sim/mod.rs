@@ -4,6 +4,11 @@
 //! or with synchronous data parallelism (gradients averaged every step), at
 //! equal total tokens, so the two can be compared on loss and on bytes sent.
 //!
+//! DiLoCo rounds are paced as a RunSpec paces them (docs/protocol.md §6.3,
+//! §6.4): blocking or overlapped (the eager, one-round-delayed outer step),
+//! and a fixed H or a time budget, in which a worker at speed v trains
+//! ⌊v·H⌋ steps a round and deltas are normalised by their steps.
+//!
 //! Workers share one model object on the backend: each round a worker's
 //! parameters (and, if kept, its AdamW moments) are uploaded, it trains, and
 //! its result is downloaded. Memory stays at one model plus host copies.
@@ -73,6 +78,31 @@ pub struct SimConfig {
     pub seed: u64,
     /// Held-out batches (of `VAL_BATCH` sequences) per evaluation.
     pub val_batches: usize,
+    /// How DiLoCo rounds are paced.
+    pub pacing: SimPacing,
+}
+
+/// Overlapped or blocking rounds; fixed H or a time budget with workers of
+/// unequal speed (DiLoCo only).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct SimPacing {
+    /// Each worker starts round r + 1 from the canonical state of round r
+    /// stepped by the outer optimizer with its own round-r delta, while the
+    /// canonical state takes every delta one round later.
+    pub overlapped: bool,
+    /// The inner phase is a time budget of H full-speed steps: a worker of
+    /// speed v trains max(1, ⌊v·H⌋) steps and aggregation normalises by steps
+    /// (`Weighting::PerToken`). Otherwise every worker trains H steps.
+    pub budgeted: bool,
+    /// The last `slow_workers` honest workers run at `slow_speed` (0 < v ≤ 1).
+    pub slow_workers: usize,
+    pub slow_speed: f64,
+}
+
+impl Default for SimPacing {
+    fn default() -> Self {
+        Self { overlapped: false, budgeted: false, slow_workers: 0, slow_speed: 1.0 }
+    }
 }
 
 /// Sequences per validation batch.
@@ -144,6 +174,7 @@ pub struct SimReport {
     pub bytes_per_worker: u64,
     /// Deltas rejected over the whole run.
     pub rejected: usize,
+    pub pacing: SimPacing,
     pub seconds: f64,
 }
 
@@ -176,6 +207,31 @@ impl SimConfig {
         if !self.codec.is_valid() {
             return bad(format!("codec {:?} has out-of-range parameters", self.codec));
         }
+        let p = &self.pacing;
+        if p.slow_workers > self.workers - self.adversaries || !(p.slow_speed > 0.0 && p.slow_speed <= 1.0) {
+            return bad(format!(
+                "{} slow workers at speed {}: need at most the {} honest workers and a speed in (0, 1]",
+                p.slow_workers,
+                p.slow_speed,
+                self.workers - self.adversaries
+            ));
+        }
+        if (p.overlapped || p.budgeted || p.slow_workers > 0) && self.mode == SimMode::Ddp {
+            return bad("overlapped, time-budgeted and slow workers are simulated in DiLoCo mode only".into());
+        }
+        if p.budgeted {
+            // Rounds of the workers' unequal steps; the schedule spans the
+            // full-speed worker's steps.
+            let per_round = (self.round_steps().iter().sum::<usize>() * self.batch * self.seq) as u64;
+            let rounds = usize::try_from(self.total_tokens / per_round).unwrap_or(usize::MAX);
+            if rounds == 0 {
+                return bad(format!(
+                    "{} tokens is less than one round of {per_round} tokens",
+                    self.total_tokens
+                ));
+            }
+            return Ok(Plan { steps_per_worker: rounds * self.inner_steps, rounds });
+        }
         let per_step = (self.workers * self.batch * self.seq) as u64;
         let steps = usize::try_from(self.total_tokens / per_step).unwrap_or(usize::MAX);
         if steps == 0 {
@@ -189,7 +245,34 @@ impl SimConfig {
 
     /// Tokens the plan actually trains (all workers).
     pub fn trained_tokens(&self, plan: Plan) -> u64 {
+        if self.pacing.budgeted {
+            return (plan.rounds * self.round_steps().iter().sum::<usize>() * self.batch * self.seq) as u64;
+        }
         (plan.steps_per_worker * self.workers * self.batch * self.seq) as u64
+    }
+
+    /// Each worker's speed (1 but for the last `slow_workers` honest ones).
+    fn speed(&self, worker: usize) -> f64 {
+        let honest = self.workers - self.adversaries;
+        if worker < honest && worker >= honest - self.pacing.slow_workers.min(honest) {
+            self.pacing.slow_speed
+        } else {
+            1.0
+        }
+    }
+
+    /// Inner steps each worker trains in a full round: H, or under a time
+    /// budget max(1, ⌊speed·H⌋).
+    pub fn round_steps(&self) -> Vec<usize> {
+        (0..self.workers)
+            .map(|i| {
+                if self.pacing.budgeted {
+                    ((self.speed(i) * self.inner_steps as f64).floor() as usize).max(1)
+                } else {
+                    self.inner_steps
+                }
+            })
+            .collect()
     }
 
     fn schedule(&self, plan: Plan) -> LrSchedule {

@@ -25,23 +25,27 @@ pub struct Child {
 }
 
 impl Child {
-    /// Start `bin_dir/bin` with `args`; lines go to `lines` and the log.
+    /// Start the binary at `path` with `args` (in the network namespace
+    /// whose file is `netns`, if given); lines go to `lines` and the log.
     pub fn spawn(
-        bin_dir: &Path,
-        bin: &str,
+        path: &Path,
         args: &[String],
         envs: &[(&str, String)],
+        netns: Option<&Path>,
         name: &str,
         log_dir: &Path,
         lines: mpsc::Sender<Line>,
     ) -> Result<Child> {
-        let path = bin_dir.join(bin);
+        let ns_file = match netns {
+            Some(p) => Some(File::open(p).with_context(|| format!("opening the namespace {}", p.display()))?),
+            None => None,
+        };
         let err = File::options()
             .create(true)
             .append(true)
             .open(log_dir.join(format!("{name}.err")))
             .with_context(|| format!("opening the log of {name}"))?;
-        let mut cmd = Command::new(&path);
+        let mut cmd = Command::new(path);
         cmd.args(args)
             .envs(envs.iter().map(|(k, v)| (*k, v.as_str())))
             .stdin(Stdio::null())
@@ -49,20 +53,34 @@ impl Child {
             .stderr(Stdio::from(err));
         #[cfg(target_os = "linux")]
         {
+            use std::os::fd::AsRawFd;
             use std::os::unix::process::CommandExt;
-            // SAFETY: prctl is async-signal-safe and touches only this process.
+            let ns_fd = ns_file.as_ref().map(|f| f.as_raw_fd());
+            // SAFETY: prctl and setns are async-signal-safe system calls that
+            // touch only this (forked) process; the namespace file stays open
+            // in the parent until spawn returns.
             unsafe {
-                cmd.pre_exec(|| {
+                cmd.pre_exec(move || {
                     if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
                         return Err(std::io::Error::last_os_error());
+                    }
+                    if let Some(fd) = ns_fd {
+                        if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
                     }
                     Ok(())
                 });
             }
         }
+        #[cfg(not(target_os = "linux"))]
+        if ns_file.is_some() {
+            anyhow::bail!("network namespaces need Linux");
+        }
         let mut process = cmd.spawn().with_context(|| {
             format!("starting {} (build it with `cargo build --release --workspace --bins`)", path.display())
         })?;
+        drop(ns_file);
         let stdout = process.stdout.take().context("child stdout")?;
         let mut log = File::options()
             .create(true)

@@ -3,14 +3,21 @@
 //! dashboard on 127.0.0.1, one log per process, one progress line per
 //! round; optionally nodes that join late, chaos (SIGKILL and restart a
 //! random node every few rounds), and a stop after R rounds with a check
-//! that every surviving node ended on the common StateId. Ctrl-C (or
-//! SIGTERM) stops every process it started.
+//! that every surviving node ended on the common StateId. With
+//! `--home-links` every process runs in its own network namespace behind an
+//! emulated home link (no dashboard then), nodes may be slowed, and the
+//! end reports each node's usage. Ctrl-C (or SIGTERM) stops every process
+//! it started.
 //!
 //! - `child`: one process, its logs and its stdout lines.
 //! - `progress`: round reports by node, announcements, agreement.
+//! - `links`: the namespaces, bandwidth caps and latency of `--home-links`.
+//! - `usage`: per node: time in inner steps, tokens, bytes, round times.
 
 pub mod child;
+pub mod links;
 pub mod progress;
+pub mod usage;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -23,7 +30,9 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
 use child::{Child, Line};
+use links::{HomeLinks, Namespaces};
 use progress::Progress;
+use usage::Usage;
 
 /// How a testnet runs.
 #[derive(Debug, Clone)]
@@ -54,6 +63,16 @@ pub struct TestnetOptions {
     pub data: String,
     /// Protocol v2's committee size (0: version 1's round).
     pub committee_size: u32,
+    /// Overlapped rounds (the run's pacing, docs/protocol.md §6.3).
+    pub overlap: bool,
+    /// Seconds of inner training per round (0: exactly H steps; §6.4).
+    pub inner_budget: f64,
+    /// Nodes evaluate the validation loss after every N-th round (0: never).
+    pub eval_every: u64,
+    /// The last K nodes compute at speed V (0 < V < 1): `(K, V)`.
+    pub slow: Option<(usize, f64)>,
+    /// Every process in its own namespace behind an emulated home link.
+    pub links: Option<HomeLinks>,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -86,10 +105,23 @@ struct Testnet {
     /// Nodes that printed `joined` since they were last started.
     joined: Vec<String>,
     progress: Progress,
+    usage: Usage,
+    /// The namespaces of `--home-links` (deleted when the testnet ends).
+    namespaces: Option<Namespaces>,
     t0: Instant,
 }
 
 impl Testnet {
+    /// The address `name` listens on: 127.0.0.1, or its namespace's.
+    fn host(&self, name: &str) -> String {
+        self.namespaces.as_ref().and_then(|n| n.addr(name)).unwrap_or("127.0.0.1").to_string()
+    }
+
+    /// Variables every process gets: the emulated link's delay.
+    fn link_env(&self) -> Vec<(&'static str, String)> {
+        self.opts.links.map(|l| vec![("MURMUR_NET_DELAY_MS", l.delay_ms().to_string())]).unwrap_or_default()
+    }
+
     fn node_args(&self, name: &str) -> Vec<String> {
         let data = self.opts.dir.join("data").join(name);
         vec![
@@ -99,18 +131,30 @@ impl Testnet {
             "--data-dir".into(),
             data.display().to_string(),
             "--listen".into(),
-            "/ip4/127.0.0.1/tcp/0".into(),
+            format!("/ip4/{}/tcp/0", self.host(name)),
             "--no-mdns".into(),
             "--device".into(),
             "cpu".into(),
+            "--eval-every".into(),
+            self.opts.eval_every.to_string(),
             "--json".into(),
         ]
     }
 
     fn start_node(&mut self, name: &str) -> Result<()> {
         let args = self.node_args(name);
-        let envs = [("RAYON_NUM_THREADS", self.opts.threads_per_node.to_string())];
-        let c = Child::spawn(&self.bin_dir, "murmur", &args, &envs, name, &self.log_dir, self.tx.clone())?;
+        let mut envs = self.link_env();
+        envs.push(("RAYON_NUM_THREADS", self.opts.threads_per_node.to_string()));
+        // The last K nodes (node-N, node-N-1, …) are the slow ones.
+        if let Some((k, v)) = self.opts.slow {
+            let index: usize = name.trim_start_matches("node-").parse().unwrap_or(0);
+            if index + k > self.opts.nodes {
+                envs.push(("MURMUR_COMPUTE_SPEED", v.to_string()));
+            }
+        }
+        let netns = self.namespaces.as_ref().and_then(|n| n.path(name));
+        let bin = self.bin_dir.join("murmur");
+        let c = Child::spawn(&bin, &args, &envs, netns.as_deref(), name, &self.log_dir, self.tx.clone())?;
         println!("started {name} (pid {})", c.pid());
         self.joined.retain(|n| n != name);
         self.children.insert(name.to_string(), c);
@@ -152,8 +196,10 @@ impl Testnet {
         let Ok(v) = serde_json::from_str::<serde_json::Value>(&line.text) else { return };
         match v["event"].as_str() {
             Some("round") if line.name.starts_with("node-") => {
-                self.progress.on_round(&line.name, &v, ms(self.t0))
+                self.progress.on_round(&line.name, &v, ms(self.t0));
+                self.usage.on_round(&line.name, &v);
             }
+            Some("started") if line.name.starts_with("node-") => self.usage.on_started(&line.name, &v),
             Some("joined") => {
                 if !self.joined.contains(&line.name) {
                     self.joined.push(line.name.clone());
@@ -212,6 +258,14 @@ pub fn run_testnet(opts: TestnetOptions) -> Result<bool> {
         std::fs::remove_dir_all(&log_dir).with_context(|| format!("clearing {}", log_dir.display()))?;
     }
     std::fs::create_dir_all(&log_dir).with_context(|| format!("creating {}", log_dir.display()))?;
+    let names: Vec<String> = (1..=opts.nodes).map(|i| format!("node-{i}")).collect();
+    let namespaces = match opts.links {
+        Some(l) => {
+            links::available()?;
+            Some(Namespaces::create(&["bootstrap".to_string()], &names, l)?)
+        }
+        None => None,
+    };
     let (tx, rx) = mpsc::channel();
     let mut net = Testnet {
         bin_dir: child::bin_dir()?,
@@ -222,6 +276,8 @@ pub fn run_testnet(opts: TestnetOptions) -> Result<bool> {
         children: HashMap::new(),
         joined: Vec::new(),
         progress: Progress::default(),
+        usage: Usage::default(),
+        namespaces,
         t0: Instant::now(),
         opts,
     };
@@ -232,9 +288,11 @@ pub fn run_testnet(opts: TestnetOptions) -> Result<bool> {
 
 fn drive(net: &mut Testnet) -> Result<bool> {
     let o = net.opts.clone();
-    let boot_args: Vec<String> = [
+    let boot_listen = format!("/ip4/{}/tcp/0", net.host("bootstrap"));
+    let inner_budget = o.inner_budget.to_string();
+    let mut boot_args: Vec<String> = [
         "--listen",
-        "/ip4/127.0.0.1/tcp/0",
+        &boot_listen,
         "--data-dir",
         &o.dir.join("data").join("bootstrap").display().to_string(),
         "--no-mdns",
@@ -252,15 +310,21 @@ fn drive(net: &mut Testnet) -> Result<bool> {
         &o.data,
         "--committee-size",
         &o.committee_size.to_string(),
+        "--inner-budget",
+        &inner_budget,
     ]
     .iter()
     .map(|s| s.to_string())
     .collect();
+    if o.overlap {
+        boot_args.push("--overlap".into());
+    }
+    let netns = net.namespaces.as_ref().and_then(|n| n.path("bootstrap"));
     let c = Child::spawn(
-        &net.bin_dir,
-        "murmur-bootstrap",
+        &net.bin_dir.join("murmur-bootstrap"),
         &boot_args,
-        &[],
+        &net.link_env(),
+        netns.as_deref(),
         "bootstrap",
         &net.log_dir,
         net.tx.clone(),
@@ -276,21 +340,31 @@ fn drive(net: &mut Testnet) -> Result<bool> {
     for n in now {
         net.start_node(n)?;
     }
-    let dash_args: Vec<String> =
-        ["dashboard", "--bootstrap", &net.bootstrap_addr, "--http", &o.http, "--no-mdns", "--json"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
-    let c = Child::spawn(&net.bin_dir, "murmur", &dash_args, &[], "dashboard", &net.log_dir, net.tx.clone())?;
-    println!("started dashboard (pid {})", c.pid());
-    net.children.insert("dashboard".into(), c);
-    let url = net.wait_for("dashboard", "its URL", Duration::from_secs(60), |l| {
-        serde_json::from_str::<serde_json::Value>(l).ok().and_then(|v| v["url"].as_str().map(String::from))
-    })?;
-    println!("dashboard: {url}");
+    if let Some(l) = o.links {
+        println!(
+            "home links: every process in its own network namespace; nodes capped at {} Mbit/s up, {} Mbit/s down, {} ms round trip (no dashboard)",
+            l.up_mbit, l.down_mbit, l.rtt_ms
+        );
+    } else {
+        let dash_args: Vec<String> =
+            ["dashboard", "--bootstrap", &net.bootstrap_addr, "--http", &o.http, "--no-mdns", "--json"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+        let bin = net.bin_dir.join("murmur");
+        let c = Child::spawn(&bin, &dash_args, &[], None, "dashboard", &net.log_dir, net.tx.clone())?;
+        println!("started dashboard (pid {})", c.pid());
+        net.children.insert("dashboard".into(), c);
+        let url = net.wait_for("dashboard", "its URL", Duration::from_secs(60), |l| {
+            serde_json::from_str::<serde_json::Value>(l)
+                .ok()
+                .and_then(|v| v["url"].as_str().map(String::from))
+        })?;
+        println!("dashboard: {url}");
+    }
     println!("logs: {}   (Ctrl-C stops every process)", net.log_dir.display());
     println!(
-        "{} nodes{}, preset {}, data {}, H={} inner steps per round{}",
+        "{} nodes{}, preset {}, data {}, H={} inner steps per round{}{}",
         o.nodes,
         if o.join_late > 0 {
             format!(" ({} join after round {})", o.join_late, o.join_at)
@@ -305,6 +379,7 @@ fn drive(net: &mut Testnet) -> Result<bool> {
         } else {
             String::new()
         },
+        pacing_words(&o),
     );
 
     let mut late: Vec<String> = late.to_vec();
@@ -390,8 +465,27 @@ fn drive(net: &mut Testnet) -> Result<bool> {
     }
 }
 
-/// Check that every surviving node reached the same StateId.
+/// How the run's rounds are paced, for the start-up line.
+fn pacing_words(o: &TestnetOptions) -> String {
+    let mut s = String::new();
+    if o.overlap {
+        s.push_str(", overlapped rounds");
+    }
+    if o.inner_budget > 0.0 {
+        s.push_str(&format!(", inner phase of {} s (at most H steps)", o.inner_budget));
+    }
+    if let Some((k, v)) = o.slow {
+        s.push_str(&format!(", the last {k} node(s) at {v}× speed"));
+    }
+    s
+}
+
+/// Check that every surviving node reached the same StateId, and print
+/// what each node did.
 fn verdict(net: &Testnet, target: u64) -> bool {
+    for s in net.usage.summaries() {
+        println!("{}", s.human());
+    }
     let live = net.live_nodes();
     match net.progress.common_round(&live, target) {
         Some((round, states)) => {

@@ -1,7 +1,9 @@
 //! Deterministic aggregation of a round's pseudo-gradients.
 //!
 //! Inputs are validated (shape, finite values within ±2⁶⁴, non-zero tokens, one payload
-//! per hash), sorted by payload hash, and combined by the run's RobustMode.
+//! per hash), sorted by payload hash, in time-budgeted runs normalised by
+//! their claimed tokens (`Weighting::PerToken`), and combined by the run's
+//! RobustMode.
 //! Every sum runs in f64 in that fixed order, with no fused multiply-add, so
 //! honest nodes given the same set of deltas produce bit-identical results
 //! on any hardware, whatever order the deltas arrived in.
@@ -11,7 +13,7 @@ pub(crate) mod robust;
 use crate::codec::MAX_ABS_VALUE;
 use crate::hash::PayloadHash;
 use crate::identity::PublicKey;
-use crate::spec::RobustMode;
+use crate::spec::{Pacing, RobustMode};
 use thiserror::Error;
 
 /// One decoded delta offered for aggregation.
@@ -42,7 +44,41 @@ pub enum AggregateRejection {
     NormOutlier,
     #[error("the shard's L2 norm is not the one its signed manifest commits to")]
     NormMismatch,
+    #[error("its claimed tokens are far from the median claim (above 4× or below 1/16 of it)")]
+    ClaimOutlier,
 }
+
+/// How claimed tokens enter the combination (RunSpec pacing, docs/protocol.md §6.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Weighting {
+    /// Fixed-H rounds: every delta is combined as it was trained.
+    #[default]
+    AsTrained,
+    /// Time-budgeted rounds: a delta of t tokens is first rescaled by
+    /// t_med / t (normalised by its steps, rescaled by the median claim), so
+    /// that with token weights a node's influence grows linearly with its
+    /// steps, not with their square; claims above `CLAIM_ABOVE_MEDIAN` × or
+    /// below 1 / `CLAIM_BELOW_MEDIAN` of the median are refused.
+    PerToken,
+}
+
+impl Weighting {
+    /// The weighting a run's pacing asks for: per token when the inner phase
+    /// is time-budgeted (nodes train different step counts), else as trained.
+    pub fn for_pacing(pacing: Pacing) -> Self {
+        if pacing.is_budgeted() {
+            Self::PerToken
+        } else {
+            Self::AsTrained
+        }
+    }
+}
+
+/// A claim above this multiple of the median claim is refused (`PerToken`).
+pub const CLAIM_ABOVE_MEDIAN: u64 = 4;
+/// A claim below the median claim divided by this is refused (`PerToken`):
+/// rescaling it would amplify its delta more than that.
+pub const CLAIM_BELOW_MEDIAN: u64 = 16;
 
 /// A rejected input.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,11 +131,21 @@ fn validate(d: &DeltaInput<'_>, expected_len: usize) -> Option<AggregateRejectio
 }
 
 /// Aggregate `inputs` (in any order) into one pseudo-gradient of
-/// `expected_len` elements using `mode`.
+/// `expected_len` elements using `mode` (fixed-H rounds).
 pub fn aggregate(
     inputs: &[DeltaInput<'_>],
     expected_len: usize,
     mode: RobustMode,
+) -> Result<Aggregate, AggregateError> {
+    aggregate_weighted(inputs, expected_len, mode, Weighting::AsTrained)
+}
+
+/// `aggregate` under the run's `weighting`.
+pub fn aggregate_weighted(
+    inputs: &[DeltaInput<'_>],
+    expected_len: usize,
+    mode: RobustMode,
+    weighting: Weighting,
 ) -> Result<Aggregate, AggregateError> {
     let mut sorted: Vec<&DeltaInput<'_>> = inputs.iter().collect();
     sorted.sort_by(|a, b| a.payload_hash.cmp(&b.payload_hash).then(a.signer.cmp(&b.signer)));
@@ -131,6 +177,43 @@ pub fn aggregate(
     if accepted.is_empty() {
         return Err(AggregateError::NoValidDeltas { rejected });
     }
+    if weighting == Weighting::AsTrained {
+        return Ok(combine(accepted, rejected, expected_len, mode));
+    }
+    let median = robust::median_f64(accepted.iter().map(|d| d.tokens as f64).collect());
+    let mut near = Vec::with_capacity(accepted.len());
+    for d in accepted {
+        let t = d.tokens as f64;
+        if t > CLAIM_ABOVE_MEDIAN as f64 * median || t * (CLAIM_BELOW_MEDIAN as f64) < median {
+            rejected.push(Rejected {
+                payload_hash: d.payload_hash,
+                signer: d.signer,
+                reason: AggregateRejection::ClaimOutlier,
+            });
+        } else {
+            near.push(d);
+        }
+    }
+    rejected.sort_by(|a, b| a.payload_hash.cmp(&b.payload_hash).then(a.signer.cmp(&b.signer)));
+    let scaled: Vec<Vec<f32>> = near
+        .iter()
+        .map(|d| {
+            let factor = median / d.tokens as f64;
+            d.values.iter().map(|&v| (f64::from(v) * factor) as f32).collect()
+        })
+        .collect();
+    let normalised: Vec<DeltaInput<'_>> =
+        near.iter().zip(&scaled).map(|(d, values)| DeltaInput { values, ..**d }).collect();
+    Ok(combine(normalised.iter().collect(), rejected, expected_len, mode))
+}
+
+/// The robust combination of validated, sorted inputs (at least one).
+fn combine(
+    mut accepted: Vec<&DeltaInput<'_>>,
+    mut rejected: Vec<Rejected>,
+    expected_len: usize,
+    mode: RobustMode,
+) -> Aggregate {
     if let RobustMode::NormFilter { multiple } = mode {
         let norms: Vec<f64> = accepted.iter().map(|d| robust::l2_norm(d.values)).collect();
         let keep = robust::within_norm(&norms, multiple);
@@ -160,12 +243,12 @@ pub fn aggregate(
         RobustMode::Median => robust::median(&values, expected_len),
         RobustMode::NormFilter { .. } => robust::capped_weight_mean(&values, &tokens, expected_len),
     };
-    Ok(Aggregate {
+    Aggregate {
         delta,
         included: accepted.iter().map(|d| d.payload_hash).collect(),
         rejected,
         total_tokens: tokens.iter().fold(0u64, |a, t| a.saturating_add(*t)),
-    })
+    }
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! coordinate, in sorted-value order), never with fused multiply-add.
 
 /// Median of finite values in f64 (mean of the middle two when even).
-fn median_f64(mut v: Vec<f64>) -> f64 {
+pub(crate) fn median_f64(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     let n = v.len();
     match n {

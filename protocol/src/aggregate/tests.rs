@@ -231,3 +231,77 @@ proptest! {
         check_all_orders(&ds, &orders)?;
     }
 }
+
+#[test]
+fn per_token_weighting_normalises_by_steps_and_rescales_by_the_median() {
+    // Three nodes trained the same per-step direction for 4, 4 and 1 steps
+    // (tokens 400, 400, 100): their deltas are 4·g, 4·g and 1·g.
+    let (a, b, c) = ([4.0f32, -8.0], [4.0f32, -8.0], [1.0f32, -2.0]);
+    let inputs = [input(1, 400, &a), input(2, 400, &b), input(3, 100, &c)];
+    let agg = aggregate_weighted(&inputs, 2, RobustMode::Mean, Weighting::PerToken).expect("aggregate");
+    // Each is rescaled to the median claim (400 tokens): all become 4·g, so
+    // the mean is 4·g whatever the weights.
+    assert_eq!(agg.delta, vec![4.0, -8.0]);
+    assert_eq!(agg.total_tokens, 900);
+    // As trained, the slow node's short delta pulls the token-weighted mean down.
+    let plain = aggregate(&inputs, 2, RobustMode::Mean).expect("aggregate");
+    assert!(plain.delta[0] < 4.0);
+}
+
+#[test]
+fn per_token_influence_grows_linearly_with_steps_not_with_their_square() {
+    // Node 1 trained twice as many steps as node 2 in another direction.
+    let (a, b) = ([2.0f32, 0.0], [0.0f32, 1.0]);
+    let inputs = [input(1, 200, &a), input(2, 100, &b)];
+    let agg = aggregate_weighted(&inputs, 2, RobustMode::Mean, Weighting::PerToken).expect("aggregate");
+    // Median claim 150: a → (1.5, 0), b → (0, 1.5); weights 200 : 100.
+    assert_eq!(agg.delta, vec![1.0, 0.5]);
+    // As trained the ratio of influence is 2² = 4 (2·200/300 against 1·100/300).
+    let plain = aggregate(&inputs, 2, RobustMode::Mean).expect("aggregate");
+    assert!((f64::from(plain.delta[0]) / f64::from(plain.delta[1]) - 4.0).abs() < 1e-6);
+    assert!((f64::from(agg.delta[0]) / f64::from(agg.delta[1]) - 2.0).abs() < 1e-6);
+}
+
+#[test]
+fn claims_far_from_the_median_are_refused_with_a_typed_reason() {
+    // Deltas proportional to their steps, so that normalised they are equal
+    // and no robust mode leaves one out for its norm.
+    let v = [1.0f32, 1.0];
+    let (big, small, kept) = ([4.01f32, 4.01], [0.06f32, 0.06], [0.07f32, 0.07]);
+    let inputs = [
+        input(1, 100, &v),
+        input(2, 100, &v),
+        input(3, 100, &v),
+        input(4, 401, &big), // above 4× the median
+        input(5, 6, &small), // below 1/16 of it
+        input(6, 7, &kept),  // 7·16 ≥ 100: kept
+    ];
+    for mode in MODES {
+        let agg = aggregate_weighted(&inputs, 2, mode, Weighting::PerToken).expect("aggregate");
+        let refused: Vec<(u8, AggregateRejection)> =
+            agg.rejected.iter().map(|r| (r.signer.0[0], r.reason)).collect();
+        assert_eq!(
+            refused,
+            vec![(4, AggregateRejection::ClaimOutlier), (5, AggregateRejection::ClaimOutlier)],
+            "{mode:?}"
+        );
+        assert_eq!(agg.included, vec![h(1), h(2), h(3), h(6)], "{mode:?}");
+    }
+}
+
+#[test]
+fn per_token_weighting_is_bit_identical_under_every_permutation() {
+    let vals: Vec<Vec<f32>> =
+        (0..5).map(|i| (0..7).map(|j| ((i * 7 + j) as f32).sin() * 0.3).collect()).collect();
+    let tokens = [64u64, 128, 256, 192, 32];
+    let inputs: Vec<DeltaInput<'_>> =
+        vals.iter().enumerate().map(|(i, v)| input(i as u8 + 1, tokens[i], v)).collect();
+    for mode in MODES {
+        let first = aggregate_weighted(&inputs, 7, mode, Weighting::PerToken).expect("aggregate");
+        for p in permutations(inputs.len()) {
+            let shuffled: Vec<DeltaInput<'_>> = p.iter().map(|&i| inputs[i]).collect();
+            let again = aggregate_weighted(&shuffled, 7, mode, Weighting::PerToken).expect("aggregate");
+            assert_eq!(bits(&again.delta), bits(&first.delta), "{mode:?} {p:?}");
+        }
+    }
+}

@@ -65,9 +65,16 @@ pub fn committee_config(spec: &RunSpec) -> CommitteeConfig {
     }
 }
 
-/// Whether this build's v2 loop can run `spec`: v2 runs are open runs for
-/// now (the v2 loop does not check tickets or an allowlist).
+/// Whether this build's node loops can run `spec`: v2 runs are open runs
+/// with blocking rounds of a fixed H for now (the v2 loop checks no tickets
+/// or allowlist, and overlapped and time-budgeted rounds run in version 1's
+/// loop and `murmur sim` only).
 pub fn check_spec(spec: &RunSpec) -> Result<(), String> {
+    if spec.committee_size > 0 && spec.pacing != murmur_protocol::Pacing::default() {
+        return Err("a committee run (--committee-size) must use blocking rounds of a fixed H for now: \
+                    this build runs overlapped and time-budgeted rounds in version 1's round only"
+            .into());
+    }
     if spec.committee_size > 0 && spec.admission != murmur_protocol::AdmissionPolicy::Open {
         return Err("a committee run (--committee-size) must use open admission for now: this build's \
                     protocol-v2 loop does not check tickets or an allowlist"
@@ -800,7 +807,8 @@ impl CommitteeNode {
         }
         self.first_train.get_or_insert_with(Instant::now);
         let epoch = self.trainer.cancel();
-        let job = Job::Train { epoch, round, base, state: self.state.clone(), reset_moments: false };
+        let job =
+            Job::Train { epoch, round, base, state: self.state.clone(), reset_moments: false, ahead: false };
         if !self.trainer.submit(job) {
             self.trainer_died("the trainer thread is gone".into());
         }
