@@ -528,8 +528,10 @@ impl RoundMachine {
         let signer = self.by_hash.get(&hash).copied();
         match signer.and_then(|s| self.entries.get_mut(&s)) {
             Some(e) if self.phase == Phase::Collecting => e.verified = true,
-            _ => self.scores.charge(self.me, Rejection::UnknownPayload),
+            _ => return self.scores.charge(self.me, Rejection::UnknownPayload),
         }
+        // A majority's commit may have been waiting for this delta.
+        self.check_votes(self.round);
     }
 
     fn on_invalid(&mut self, hash: PayloadHash, from: PublicKey, fault: PayloadFault) {
@@ -560,6 +562,8 @@ impl RoundMachine {
                 self.by_hash.remove(&hash);
                 self.excluded.insert(signer, Rejection::InvalidPayload);
                 self.reject(signer, Rejection::InvalidPayload);
+                // A majority that included it cannot be recomputed here now.
+                self.check_votes(self.round);
             }
         }
     }
@@ -774,6 +778,19 @@ impl RoundMachine {
             if have_all && !leader.included.is_empty() {
                 // Recompute the majority's result from the same deltas.
                 return self.close(leader.included);
+            }
+            let fetching = !leader.included.is_empty()
+                && leader
+                    .included
+                    .iter()
+                    .all(|h| self.by_hash.get(h).is_some_and(|s| !self.excluded.contains_key(s)));
+            if fetching {
+                // Every delta it included is announced and on its way here:
+                // wait for them (each arrival re-checks the votes) rather
+                // than fetch the whole state, which is several times larger
+                // than the deltas on a slow link. The deadline still closes
+                // the round, and a result that differs then re-syncs.
+                return;
             }
         }
         if next < self.round {

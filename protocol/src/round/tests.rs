@@ -544,6 +544,71 @@ fn a_majority_commit_closes_the_round_by_recomputing_when_we_hold_its_deltas() {
 }
 
 #[test]
+fn a_majority_commit_waits_for_announced_deltas_still_on_their_way_instead_of_resyncing() {
+    let mut m = machine();
+    for i in [2, 3, 4] {
+        m.handle(0, Event::PeerJoined { peer: key(i).public() });
+    }
+    peer_delta(&mut m, 1, 2, 20);
+    // Peer 3's delta is announced but still being fetched.
+    let k3 = key(3);
+    m.handle(1, Event::ManifestReceived { from: k3.public(), manifest: manifest(&k3, 0, genesis(), 40) });
+    drain(&mut m);
+    let s = StateId([0x55; 32]);
+    let inc = vec![hash(20), hash(40)];
+    for i in [2, 3] {
+        let c = commit(&key(i), 0, genesis(), inc.clone(), s);
+        m.handle(2, Event::CommitReceived { from: key(i).public(), commit: c });
+    }
+    // No re-sync (a state is several times a delta on a slow link): wait.
+    let actions = drain(&mut m);
+    assert!(!actions.iter().any(|a| matches!(a, Action::Resync { .. })), "{actions:?}");
+    assert_eq!(aggregate_of(&actions), None);
+    assert_eq!((m.round(), m.phase()), (0, Phase::Collecting));
+    // It arrives: the round closes on the majority's set.
+    m.handle(3, Event::PayloadVerified { payload_hash: hash(40) });
+    assert_eq!(aggregate_of(&drain(&mut m)), Some(inc));
+}
+
+#[test]
+fn a_majority_commit_of_an_unknown_or_undecodable_delta_resyncs_at_once() {
+    let s = StateId([0x55; 32]);
+    // A delta this node never saw announced: nothing to wait for.
+    let mut m = machine();
+    peer_delta(&mut m, 1, 2, 20);
+    drain(&mut m);
+    let inc = vec![hash(20), hash(60)];
+    for i in [2, 3] {
+        let c = commit(&key(i), 0, genesis(), inc.clone(), s);
+        m.handle(2, Event::CommitReceived { from: key(i).public(), commit: c });
+    }
+    let actions = drain(&mut m);
+    assert!(
+        matches!(actions.first(), Some(Action::Resync { round: 1, state, .. }) if *state == s),
+        "{actions:?}"
+    );
+    // A delta it was waiting for turns out undecodable here: re-sync then.
+    let mut m = machine();
+    peer_delta(&mut m, 1, 2, 20);
+    let k3 = key(3);
+    m.handle(1, Event::ManifestReceived { from: k3.public(), manifest: manifest(&k3, 0, genesis(), 40) });
+    drain(&mut m);
+    let inc = vec![hash(20), hash(40)];
+    for i in [2, 3] {
+        let c = commit(&key(i), 0, genesis(), inc.clone(), s);
+        m.handle(2, Event::CommitReceived { from: key(i).public(), commit: c });
+    }
+    assert!(!drain(&mut m).iter().any(|a| matches!(a, Action::Resync { .. })));
+    let fault = PayloadFault::Undecodable;
+    m.handle(3, Event::PayloadInvalid { payload_hash: hash(40), from: k3.public(), fault });
+    let actions = drain(&mut m);
+    assert!(
+        actions.iter().any(|a| matches!(a, Action::Resync { round: 1, state, .. } if *state == s)),
+        "{actions:?}"
+    );
+}
+
+#[test]
 fn commit_equivocation_and_replays_are_rejected() {
     let mut m = RoundMachine::new(cfg(), key(1), 5, genesis(), 0);
     drain(&mut m);
