@@ -251,11 +251,11 @@ pub struct RunSpec {
     /// when non-zero, so version-1 specs keep their bytes and RunIds.
     pub committee_size: u32,
     /// Blocking or overlapped rounds, fixed steps or a time budget
-    /// (docs/protocol.md §4.2). Written only when not the default.
+    /// (docs/protocol.md §4.1, §6.3, §6.4). Written only when not the default.
     pub pacing: Pacing,
 }
 
-/// How a run paces its rounds (docs/protocol.md §4.2).
+/// How a run paces its rounds (docs/protocol.md §6.3, §6.4).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Pacing {
     /// Round r's exchange runs while round r + 1 trains: each node starts

@@ -490,7 +490,7 @@ impl Node {
 
     /// Whether the round just closed is evaluated (`eval_every`).
     fn evaluates(&self, round: u64) -> bool {
-        self.eval_every > 0 && round % self.eval_every == 0
+        self.eval_every > 0 && round.is_multiple_of(self.eval_every)
     }
 
     fn report_round(&mut self, round: u64, val_loss: Option<f32>) {
