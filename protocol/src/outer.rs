@@ -54,6 +54,21 @@ pub fn outer_step(opt: OuterOptimizer, state: &mut TrainingState, delta: &[f32])
     Ok(())
 }
 
+/// The eager local state of an overlapped run (docs/protocol.md §6.3): the
+/// canonical S_r stepped, on a copy of its momentum, with the node's own
+/// fresh round-r delta standing in for round r's aggregate (which the
+/// network is still exchanging). Every node's delta of round r reaches the
+/// canonical state, and so every node, through S_{r+1}.
+pub fn eager_state(
+    opt: OuterOptimizer,
+    state: &TrainingState,
+    own: &[f32],
+) -> Result<TrainingState, OuterError> {
+    let mut local = state.clone();
+    outer_step(opt, &mut local, own)?;
+    Ok(local)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -96,5 +111,18 @@ mod tests {
         s.momentum = Some(vec![0.0]);
         assert_eq!(outer_step(opt, &mut s, &[0.0, 0.0]), Err(OuterError::Momentum));
         assert_eq!(s.round, 0);
+    }
+
+    #[test]
+    fn the_eager_state_steps_a_copy_with_the_own_delta() {
+        let opt = OuterOptimizer::DILOCO;
+        let s = state(opt, vec![1.0, 1.0]);
+        let e = eager_state(opt, &s, &[0.5, -0.5]).expect("fits");
+        let mut stepped = s.clone();
+        outer_step(opt, &mut stepped, &[0.5, -0.5]).expect("fits");
+        assert_eq!((e.params.clone(), e.momentum.clone(), e.round), (stepped.params, stepped.momentum, 1));
+        // The state itself is not touched; shapes must agree.
+        assert_eq!((s.params.clone(), s.round), (vec![1.0, 1.0], 0));
+        assert!(matches!(eager_state(opt, &s, &[0.4]), Err(OuterError::WrongShape { .. })));
     }
 }

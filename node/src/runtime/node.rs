@@ -472,10 +472,9 @@ impl Node {
             let mut eager = None;
             let result = encoded.and_then(|payload| {
                 if spec.pacing.overlapped {
-                    eager = murmur_protocol::decode_delta(&payload, spec.codec, n).ok().and_then(|sent| {
-                        let mut local = TrainingState::clone(&state);
-                        murmur_protocol::outer_step(spec.outer, &mut local, &sent).ok().map(|()| local)
-                    });
+                    eager = murmur_protocol::decode_delta(&payload, spec.codec, n)
+                        .ok()
+                        .and_then(|sent| murmur_protocol::eager_state(spec.outer, &state, &sent).ok());
                 }
                 let hash = payload_hash_of(&payload);
                 store

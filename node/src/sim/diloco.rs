@@ -14,8 +14,8 @@ use std::time::Instant;
 
 use murmur_protocol::hash::{domain_hash, payload_hash_of, PayloadHash};
 use murmur_protocol::{
-    aggregate_weighted, decode_delta, initial_momentum, outer_step, CodecError, DeltaInput, ErrorFeedback,
-    NodeKey, PublicKey, RunId, TrainingState, Weighting,
+    aggregate_weighted, decode_delta, eager_state, initial_momentum, outer_step, CodecError, DeltaInput,
+    ErrorFeedback, NodeKey, PublicKey, RunId, TrainingState, Weighting,
 };
 
 use super::adversary::poisoned_payload;
@@ -252,11 +252,9 @@ pub(super) fn run<B: Backend>(
         rejected_total += rejected;
         // The eager local start of the next round: θ_r (not yet θ_{r+1},
         // which the network is still exchanging) stepped with the worker's
-        // own delta in place of the aggregate, on a copy of the momentum.
+        // own delta in place of the aggregate (the protocol's one rule).
         for (i, delta) in own {
-            let mut local = state.clone();
-            outer_step(config.outer, &mut local, &delta)?;
-            workers[i].start = Some(local.params);
+            workers[i].start = Some(eager_state(config.outer, &state, &delta)?.params);
         }
         outer_step(config.outer, &mut state, &agg.delta)?;
         let loss = evaluator.loss(backend, &state.params)?;
