@@ -107,21 +107,28 @@ pub fn build_swarm(cfg: &NetConfig) -> Result<Swarm<MurmurBehaviour>, NetError> 
     let setup = |e: &dyn std::fmt::Display| NetError::Setup(e.to_string());
     let delay = super::delay::delay_from_env().map_err(NetError::Setup)?;
     let idle = |c: libp2p::swarm::Config| c.with_idle_connection_timeout(Duration::from_secs(120));
+    // The phases after the transports are the same for both; their types
+    // differ, so a macro writes them once.
+    macro_rules! finish {
+        ($builder:expr) => {
+            $builder
+                .with_dns()
+                .map_err(|e| setup(&e))?
+                .with_relay_client(noise::Config::new, yamux::Config::default)
+                .map_err(|e| setup(&e))?
+                .with_behaviour(|key, relay_client| behaviour(key, relay_client, &agent, params))
+                .map_err(|e| setup(&e))?
+                .with_swarm_config(idle)
+                .build()
+        };
+    }
     let swarm = match delay {
-        None => libp2p::SwarmBuilder::with_existing_identity(keypair)
+        None => finish!(libp2p::SwarmBuilder::with_existing_identity(keypair)
             .with_tokio()
             .with_tcp(tcp::Config::default().nodelay(true), noise::Config::new, yamux::Config::default)
             .map_err(|e| setup(&e))?
-            .with_quic()
-            .with_dns()
-            .map_err(|e| setup(&e))?
-            .with_relay_client(noise::Config::new, yamux::Config::default)
-            .map_err(|e| setup(&e))?
-            .with_behaviour(|key, relay_client| behaviour(key, relay_client, &agent, params))
-            .map_err(|e| setup(&e))?
-            .with_swarm_config(idle)
-            .build(),
-        Some(delay) => libp2p::SwarmBuilder::with_existing_identity(keypair)
+            .with_quic()),
+        Some(delay) => finish!(libp2p::SwarmBuilder::with_existing_identity(keypair)
             .with_tokio()
             .with_other_transport(|key| -> Result<_, BuildError> {
                 use libp2p::core::upgrade::Version;
@@ -132,15 +139,7 @@ pub fn build_swarm(cfg: &NetConfig) -> Result<Swarm<MurmurBehaviour>, NetError> 
                     .authenticate(noise::Config::new(key)?)
                     .multiplex(yamux::Config::default()))
             })
-            .map_err(|e| setup(&e))?
-            .with_dns()
-            .map_err(|e| setup(&e))?
-            .with_relay_client(noise::Config::new, yamux::Config::default)
-            .map_err(|e| setup(&e))?
-            .with_behaviour(|key, relay_client| behaviour(key, relay_client, &agent, params))
-            .map_err(|e| setup(&e))?
-            .with_swarm_config(idle)
-            .build(),
+            .map_err(|e| setup(&e))?),
     };
     Ok(swarm)
 }
