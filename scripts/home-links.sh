@@ -28,7 +28,8 @@ fi
 runs="${MURMUR_HOME_LINKS_RUNS:-blocking overlapped${SLOW:+ slow}}"
 # The round deadline: the budget plus room for the slowest exchange.
 DEADLINE=$(python3 -c "import math; print(max(30, math.ceil(3 * float('$BUDGET')) + 30))")
-D=$(mktemp -d); trap 'rm -rf "$D"' EXIT
+D=$(mktemp -d); trap 'rm -rf "$D"' EXIT   # MURMUR_HOME_LINKS_KEEP=1 keeps it
+[ "${MURMUR_HOME_LINKS_KEEP:-0}" = "1" ] && trap - EXIT && echo "home-links: logs in $D" >&2
 run() { # name, extra testnet arguments…
   local name="$1"; shift
   local t0=$SECONDS
@@ -58,7 +59,6 @@ out = {"figure": "home-links", "nodes": nodes, "rounds": rounds, "preset": prese
 usage = re.compile(r"^usage (\S+): in inner steps ([0-9.]+)% \(rounds (\d+)\.\.=(\d+)\), tokens (\d+), "
                    r"contributed (\d+)/(\d+) rounds, MB up ([0-9.]+) down ([0-9.]+), "
                    r"round time (?:mean ([0-9.]+) s max ([0-9.]+) s|-)$", re.M)
-line = re.compile(r"^round +(\d+) +state \S+ .* nodes agree (\d+)/(\d+) ", re.M)
 for name in runs:
     text = open(os.path.join(d, name + ".out")).read()
     if not re.search(r"^done: all \d+ surviving nodes are on state", text, re.M):
@@ -74,12 +74,24 @@ for name in runs:
         }
     if len(per) != nodes:
         sys.exit(f"home-links: the {name} run reported usage for {len(per)} of {nodes} nodes:\n{text[-3000:]}")
-    agree = [(int(r), int(a), int(n)) for r, a, n in line.findall(text)]
+    # Each node's StateId per round, from its own log (the supervisor's
+    # round lines may be printed before slow nodes report).
+    states = {}
+    for n in range(1, nodes + 1):
+        for l in open(os.path.join(d, name, "logs", f"node-{n}.log")):
+            try:
+                v = json.loads(l)
+            except ValueError:
+                continue
+            if v.get("event") == "round" and "state_id" in v:
+                states.setdefault(v["round"], {})[n] = v["state_id"]
+    full = [r for r in sorted(states) if len(states[r]) == nodes]
     out["runs"][name] = {
         "secs": int(secs[name]),
         "nodes": per,
-        "one_state_every_round": bool(agree) and all(a == n == nodes for _, a, n in agree),
-        "rounds_reported": len(agree),
+        "one_state_every_round": bool(full) and all(len(set(states[r].values())) == 1 for r in full)
+        and full == list(range(len(full))) and len(full) > rounds,
+        "rounds_reported": len(full),
         "min_train_frac": min(v["train_frac"] for v in per.values()),
         "max_train_frac": max(v["train_frac"] for v in per.values()),
     }
