@@ -28,6 +28,8 @@ pub(crate) use votes::{Vote, Votes};
 
 /// Most live members tracked.
 pub const MAX_MEMBERS: usize = 65_536;
+/// Most manifests of the next round kept until it opens (one per signer).
+pub const MAX_EARLY_MANIFESTS: usize = 1_024;
 /// First wait before asking again for a payload no peer served.
 pub const PAYLOAD_RETRY_FIRST_MS: u64 = 200;
 /// Longest wait between two asks for a payload.
@@ -238,6 +240,10 @@ pub struct RoundMachine {
     payload_retry: BTreeMap<PayloadHash, (u32, Option<u64>)>,
     state_retry: Option<StateRetry>,
     actions: VecDeque<Action>,
+    /// Signed manifests of round + 1 that arrived before it opened (a peer
+    /// that closed the round sooner, or trains ahead in an overlapped run),
+    /// with who delivered them; checked again when that round opens.
+    early: Vec<(PublicKey, DeltaManifest)>,
 }
 
 impl RoundMachine {
@@ -265,6 +271,7 @@ impl RoundMachine {
             payload_retry: BTreeMap::new(),
             state_retry: None,
             actions: VecDeque::new(),
+            early: Vec::new(),
         };
         m.open(round, base);
         m
@@ -378,6 +385,12 @@ impl RoundMachine {
         self.offered.clear();
         self.votes.prune_below(round.saturating_sub(1));
         self.actions.push_back(Action::RoundOpened { round, base });
+        // Manifests of this round that came early are checked now.
+        for (from, m) in std::mem::take(&mut self.early) {
+            if m.round == round {
+                self.on_manifest(from, m);
+            }
+        }
     }
 
     /// Forget ticket holders whose tickets expired (they are no longer
@@ -426,6 +439,16 @@ impl RoundMachine {
             return;
         }
         let signer = m.signer;
+        if m.round == self.round.saturating_add(1) {
+            // The next round's: kept (once per signer, bounded) until it opens.
+            let known = self.early.iter().any(|(_, e)| e.signer == signer);
+            if !known && self.early.len() < MAX_EARLY_MANIFESTS {
+                self.early.push((from, m));
+            } else {
+                self.scores.charge(signer, Rejection::FutureRound);
+            }
+            return;
+        }
         let reason = if m.round > self.round {
             Some(Rejection::FutureRound)
         } else if m.round + 1 < self.round {

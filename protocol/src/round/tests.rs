@@ -248,7 +248,9 @@ fn replays_late_and_future_deltas_are_dropped_and_counted() {
     let b = key(2);
     m.handle(1, Event::ManifestReceived { from: b.public(), manifest: manifest(&b, 3, genesis(), 1) });
     m.handle(1, Event::ManifestReceived { from: b.public(), manifest: manifest(&b, 4, genesis(), 2) });
+    // Round 6 is the next one: kept for when it opens, not refused; round 7 is.
     m.handle(1, Event::ManifestReceived { from: b.public(), manifest: manifest(&b, 6, genesis(), 3) });
+    m.handle(1, Event::ManifestReceived { from: b.public(), manifest: manifest(&b, 7, genesis(), 4) });
     let actions = drain(&mut m);
     assert!(actions.iter().all(|a| !matches!(a, Action::FetchPayload { .. })), "{actions:?}");
     assert_eq!(rejects(&actions), vec![(b.public(), Rejection::Replay)]);
@@ -606,6 +608,42 @@ fn a_majority_commit_of_an_unknown_or_undecodable_delta_resyncs_at_once() {
         actions.iter().any(|a| matches!(a, Action::Resync { round: 1, state, .. } if *state == s)),
         "{actions:?}"
     );
+}
+
+#[test]
+fn a_manifest_of_the_next_round_is_kept_until_that_round_opens() {
+    let mut m = machine();
+    m.handle(0, Event::PeerJoined { peer: key(2).public() });
+    local(&mut m, 1, 30);
+    drain(&mut m);
+    // Peer 2 closed round 0 sooner and already announced round 1 (on the
+    // state both will hold): nothing to fetch yet.
+    let next = StateId([0x66; 32]);
+    let k2 = key(2);
+    m.handle(2, Event::ManifestReceived { from: k2.public(), manifest: manifest(&k2, 1, next, 50) });
+    let actions = drain(&mut m);
+    assert!(!actions.iter().any(|a| matches!(a, Action::FetchPayload { .. })), "{actions:?}");
+    // Its round-0 delta, then our aggregation: round 1 opens and the early
+    // manifest is fetched at once.
+    peer_delta(&mut m, 3, 2, 20);
+    drain(&mut m);
+    m.handle(4, Event::Aggregated { round: 0, included: vec![hash(20), hash(30)], new_state: next });
+    let actions = drain(&mut m);
+    let opened = actions.iter().position(|a| matches!(a, Action::RoundOpened { round: 1, .. }));
+    let fetch = actions
+        .iter()
+        .position(|a| matches!(a, Action::FetchPayload { payload_hash, .. } if *payload_hash == hash(50)));
+    assert!(opened.is_some() && fetch > opened, "{actions:?}");
+    // A manifest two rounds ahead is still refused, and the early list is
+    // bounded: one per signer.
+    let k3 = key(3);
+    m.handle(5, Event::ManifestReceived { from: k3.public(), manifest: manifest(&k3, 3, next, 60) });
+    assert!(drain(&mut m).is_empty());
+    assert_eq!(m.scores().count(Rejection::FutureRound), 1);
+    // A second, different manifest of the next round from one signer is not kept twice.
+    m.handle(6, Event::ManifestReceived { from: k3.public(), manifest: manifest(&k3, 2, next, 61) });
+    m.handle(6, Event::ManifestReceived { from: k3.public(), manifest: manifest(&k3, 2, next, 62) });
+    assert_eq!(m.scores().count(Rejection::FutureRound), 2);
 }
 
 #[test]
