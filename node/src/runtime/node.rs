@@ -487,9 +487,15 @@ impl Node {
         });
     }
 
-    /// Whether the round just closed is evaluated (`eval_every`).
-    fn evaluates(&self, round: u64) -> bool {
-        self.eval_every > 0 && round.is_multiple_of(self.eval_every)
+    /// Report the round just closed (its report is pending): after an
+    /// evaluation of the held state when `eval_every` asks for one, else now
+    /// without a validation loss.
+    fn evaluate_or_report(&mut self, round: u64) {
+        if self.eval_every > 0 && round.is_multiple_of(self.eval_every) {
+            self.submit(Job::Evaluate { round, state: self.state.clone() });
+        } else {
+            self.report_round(round, None);
+        }
     }
 
     fn report_round(&mut self, round: u64, val_loss: Option<f32>) {
@@ -607,11 +613,7 @@ impl Node {
                         round - 1,
                         json!({ "round": round - 1, "state_id": id.to_hex(), "included": 0, "resynced": true }),
                     );
-                    if self.evaluates(round - 1) {
-                        self.submit(Job::Evaluate { round: round - 1, state: self.state.clone() });
-                    } else {
-                        self.report_round(round - 1, None);
-                    }
+                    self.evaluate_or_report(round - 1);
                 }
                 self.start_training(self.machine.round(), id);
             }
@@ -880,11 +882,7 @@ impl Node {
                         "contributors": contributors,
                     }),
                 );
-                if self.evaluates(c.round) {
-                    self.submit(Job::Evaluate { round: c.round, state: self.state.clone() });
-                } else {
-                    self.report_round(c.round, None);
-                }
+                self.evaluate_or_report(c.round);
                 self.publish(TopicKind::Commit, c.encode(), 20);
                 self.note_commit(c.clone());
                 self.collect_garbage(c.round, c.new_state);

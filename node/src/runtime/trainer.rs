@@ -56,8 +56,6 @@ pub enum JobDone {
         base: StateId,
         /// Pseudo-gradient: the parameters trained from minus θ_local.
         delta: Vec<f32>,
-        /// Inner steps taken (fewer than H when a time budget ran out).
-        steps: u32,
         tokens: u64,
         train_loss: f32,
         /// Seconds spent in inner steps.
@@ -423,7 +421,6 @@ impl Worker {
             round,
             base,
             delta,
-            steps,
             tokens,
             train_loss: (loss_sum / f64::from(steps.max(1))) as f32,
             secs,
