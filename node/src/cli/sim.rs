@@ -9,7 +9,7 @@ use murmur_protocol::{Codec, OuterOptimizer, RobustMode};
 use super::device::{with_backend, DeviceArg};
 use crate::data::{Corpus, DataSpec};
 use crate::model::ModelConfig;
-use crate::sim::{simulate, Attack, InnerMoments, SimConfig, SimEvent, SimMode, SimPacing};
+use crate::sim::{simulate, AheadFrom, Attack, InnerMoments, SimConfig, SimEvent, SimMode, SimPacing};
 use crate::train::OptimizerConfig;
 
 /// `--mode`.
@@ -41,6 +41,13 @@ pub enum OuterArg {
     Nesterov,
     /// θ ← θ − mean Δ.
     Average,
+}
+
+/// `--ahead-from`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum AheadArg {
+    Canonical,
+    Eager,
 }
 
 /// `--inner-moments`.
@@ -121,11 +128,20 @@ pub struct SimArgs {
     /// Held-out batches of 16 sequences per evaluation.
     #[arg(long, default_value_t = 16)]
     pub val_batches: usize,
-    /// Overlapped rounds: each worker starts a round from the last canonical
-    /// state stepped with its own previous delta (the eager, one-round-delayed
-    /// outer step) while the round before it is exchanged.
+    /// Overlapped rounds: each worker trains on from its own end of a round
+    /// while that round is exchanged, and moves its progress onto the new
+    /// canonical state when the exchange lands.
     #[arg(long)]
     pub overlap: bool,
+    /// With --overlap: how many inner steps of the next round the exchange
+    /// takes (default: the whole round).
+    #[arg(long, value_name = "STEPS")]
+    pub exchange_steps: Option<usize>,
+    /// With --overlap: where the next round trains from until its state
+    /// lands: the last canonical state, or that state stepped with the
+    /// worker's own delta.
+    #[arg(long, value_enum, default_value = "canonical")]
+    pub ahead_from: AheadArg,
     /// Time-budgeted rounds: the inner phase lasts H full-speed steps of time,
     /// so a worker at speed v trains ⌊v·H⌋ steps, and deltas are normalised
     /// by their steps before they are combined.
@@ -213,7 +229,17 @@ pub fn resolve(a: &SimArgs) -> Result<(SimConfig, DataSpec)> {
         attack: a.attack,
         seed: a.seed,
         val_batches: a.val_batches,
-        pacing: SimPacing { overlapped: a.overlap, budgeted: a.budget, slow_workers, slow_speed },
+        pacing: SimPacing {
+            overlapped: a.overlap,
+            exchange_steps: a.exchange_steps,
+            ahead_from: match a.ahead_from {
+                AheadArg::Canonical => AheadFrom::Canonical,
+                AheadArg::Eager => AheadFrom::Eager,
+            },
+            budgeted: a.budget,
+            slow_workers,
+            slow_speed,
+        },
     };
     config.plan()?;
     Ok((config, DataSpec::parse(&a.data)?))

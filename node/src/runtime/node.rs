@@ -7,9 +7,9 @@
 //! come back as `Internal` messages; fetches run on tasks (`fetching`).
 //! In an overlapped run (RunSpec pacing, docs/protocol.md §6.3) the node
 //! starts training round r + 1 as soon as its round-r delta is stored, from
-//! the eager local state (θ_r stepped with its own round-r delta), while
-//! round r is exchanged and aggregated; the result waits for round r + 1 to
-//! open and is announced against its canonical base.
+//! θ_r, while round r is exchanged and aggregated; when round r + 1 opens,
+//! its state lands in the running job (which moves its progress onto it, or
+//! waits for it half-way), and the result is announced against that base.
 //!
 //! A trainer thread that dies is started again, at most
 //! `MAX_TRAINER_RESTARTS` times in `TRAINER_RESTART_WINDOW`; past that the
@@ -74,15 +74,13 @@ pub(crate) enum Internal {
         round: u64,
         result: Result<(Vec<PayloadHash>, TrainingState), String>,
     },
-    /// Our delta, encoded, hashed and stored (or why not); in an
-    /// overlapped run also the eager local state the next round trains from.
+    /// Our delta, encoded, hashed and stored (or why not).
     Encoded {
         round: u64,
         base: StateId,
         tokens: u64,
         train_loss: f32,
         result: Result<PayloadHash, String>,
-        eager: Option<TrainingState>,
     },
     /// Our manifest could not be recorded before publishing: not published.
     ManifestNotRecorded {
@@ -105,10 +103,12 @@ struct Trained {
     train_loss: f32,
 }
 
-/// An overlapped run's training of round `round`, started from the eager
-/// local state before that round opened.
+/// An overlapped run's training of round `round`, started from the last
+/// round's state before that round opened.
 struct Ahead {
     round: u64,
+    /// Where the round's state is handed to the job when the round opens.
+    landing: Arc<trainer::Landing>,
     /// Its result, once the trainer finished it before the round opened.
     done: Option<Trained>,
 }
@@ -407,7 +407,15 @@ impl Node {
 
     fn on_job(&mut self, done: JobDone) {
         match done {
-            JobDone::Trained { round, base, delta, tokens, train_loss, secs, ahead, .. } => {
+            JobDone::Trained { round, base, delta, tokens, train_loss, secs, ahead, landed_after } => {
+                if ahead {
+                    // How much of an overlapped round trained before its state
+                    // landed (the rest trained on it): the exchange's share.
+                    self.out.event(
+                        "trained_ahead",
+                        json!({ "round": round, "steps_before_landing": landed_after }),
+                    );
+                }
                 self.train_secs += secs;
                 self.metrics.trained(tokens, secs);
                 self.train_tokens += tokens;
@@ -445,10 +453,7 @@ impl Node {
     }
 
     /// Encode, hash and store our delta of `round` on the blocking pool (then
-    /// `Internal::Encoded` feeds it to the machine). In an overlapped run the
-    /// task also computes the eager local state: the held state θ_round
-    /// stepped by the outer optimizer with the delta as encoded (what the
-    /// peers will decode), on a copy of the momentum.
+    /// `Internal::Encoded` feeds it to the machine).
     fn announce_own(&mut self, round: u64, base: StateId, t: Trained) {
         if self.machine.round() != round
             || self.machine.base() != base
@@ -461,21 +466,13 @@ impl Node {
         let Trained { delta, tokens, train_loss } = t;
         let (feedback, store, spec, tx) =
             (self.feedback.clone(), self.store.clone(), self.spec.clone(), self.tx.clone());
-        let state = self.state.clone();
         tokio::task::spawn_blocking(move || {
-            let n = spec.model.param_count as usize;
             let encoded = feedback
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner())
                 .encode(spec.codec, &delta)
                 .map_err(|e| format!("encoding our delta failed: {e}"));
-            let mut eager = None;
             let result = encoded.and_then(|payload| {
-                if spec.pacing.overlapped {
-                    eager = murmur_protocol::decode_delta(&payload, spec.codec, n)
-                        .ok()
-                        .and_then(|sent| murmur_protocol::eager_state(spec.outer, &state, &sent).ok());
-                }
                 let hash = payload_hash_of(&payload);
                 store
                     .blobs
@@ -483,7 +480,7 @@ impl Node {
                     .map(|_| hash)
                     .map_err(|e| format!("storing our delta failed: {e}"))
             });
-            let _ = tx.send(Internal::Encoded { round, base, tokens, train_loss, result, eager });
+            let _ = tx.send(Internal::Encoded { round, base, tokens, train_loss, result });
         });
     }
 
@@ -617,27 +614,30 @@ impl Node {
                 }
                 self.start_training(self.machine.round(), id);
             }
-            Internal::Encoded { round, base, tokens, train_loss, result, eager } => match result {
+            Internal::Encoded { round, base, tokens, train_loss, result } => match result {
                 Ok(payload_hash) => {
                     self.deltas_by_round.entry(round).or_default().push(payload_hash);
                     self.feed(Event::LocalDeltaReady { round, base, payload_hash, tokens, train_loss });
-                    // Overlapped: train the next round now, from the eager state.
+                    // Overlapped: train the next round now, from this round's
+                    // canonical state; the next one lands in the job.
                     let next = round + 1;
-                    if let Some(eager) = eager {
+                    if self.spec.pacing.overlapped {
                         if self.machine.round() == round
                             && self.machine.has_local_delta()
                             && self.ahead.is_none()
+                            && base == self.state_id()
                         {
-                            self.ahead = Some(Ahead { round: next, done: None });
+                            let landing = Arc::new(trainer::Landing::default());
+                            self.ahead = Some(Ahead { round: next, landing: landing.clone(), done: None });
                             let epoch = self.trainer.epoch();
-                            let state = Arc::new(eager);
+                            let state = self.state.clone();
                             self.submit(Job::Train {
                                 epoch,
                                 round: next,
                                 base,
                                 state,
                                 reset_moments: false,
-                                ahead: true,
+                                ahead: Some(landing),
                             });
                         }
                     }
@@ -683,18 +683,22 @@ impl Node {
         }
         match self.ahead.take() {
             // Trained ahead and finished: announce it against this base.
-            Some(Ahead { round: r, done: Some(t) }) if r == round => {
+            Some(Ahead { round: r, done: Some(t), .. }) if r == round => {
                 return self.announce_own(round, base, t)
             }
-            // Still training ahead: it is announced when it finishes.
-            Some(a) if a.round == round => return self.ahead = Some(a),
+            // Still training ahead: the round's state lands in the job, and
+            // its delta is announced when it finishes.
+            Some(a) if a.round == round => {
+                a.landing.land(self.state.clone());
+                return self.ahead = Some(a);
+            }
             _ => {}
         }
         let epoch = self.trainer.cancel();
         self.first_train.get_or_insert_with(Instant::now);
         let reset = std::mem::take(&mut self.reset_moments);
         let state = self.state.clone();
-        self.submit(Job::Train { epoch, round, base, state, reset_moments: reset, ahead: false });
+        self.submit(Job::Train { epoch, round, base, state, reset_moments: reset, ahead: None });
     }
 
     fn publish(&self, kind: TopicKind, bytes: Vec<u8>, attempts: u32) {

@@ -11,8 +11,8 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{mpsc as std_mpsc, Arc};
-use std::time::Instant;
+use std::sync::{mpsc as std_mpsc, Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use murmur_protocol::{RunSpec, StateId, TrainingState};
 use tokio::sync::mpsc;
@@ -33,14 +33,15 @@ pub const VAL_BATCHES: usize = 8;
 #[derive(Debug)]
 pub enum Job {
     /// Train `round` from `state`. `ahead`: an overlapped run's next round,
-    /// started from the eager local state before `round` has opened.
+    /// started from the last round's state before `round` has opened; the
+    /// round's own state lands there once it opens.
     Train {
         epoch: u64,
         round: u64,
         base: StateId,
         state: Arc<TrainingState>,
         reset_moments: bool,
-        ahead: bool,
+        ahead: Option<Arc<Landing>>,
     },
     Evaluate {
         round: u64,
@@ -62,6 +63,9 @@ pub enum JobDone {
         secs: f64,
         /// The job was an overlapped run's training ahead (`Job::Train::ahead`).
         ahead: bool,
+        /// Training ahead: the steps taken before the round's state landed
+        /// (`None`: it landed after the last step, or never).
+        landed_after: Option<u32>,
     },
     Cancelled {
         round: u64,
@@ -73,6 +77,56 @@ pub enum JobDone {
     Failed(String),
     /// A job panicked (the message); the thread has ended.
     Panicked(String),
+}
+
+/// Where an overlapped run's training ahead learns that its round has
+/// opened: the round's canonical state. Before its next step the job moves
+/// the progress it has made onto that state (θ ← S + (θ − start)) and trains
+/// on from there (docs/protocol.md §6.3). A job that has taken half its
+/// steps (or spent half its budget) with nothing landed waits for it: more
+/// of a round trained from a stale start costs more loss than the wait.
+#[derive(Debug, Default)]
+pub struct Landing {
+    slot: Mutex<Landed>,
+    landed: Condvar,
+}
+
+#[derive(Debug, Default)]
+enum Landed {
+    #[default]
+    Waiting,
+    On(Arc<TrainingState>),
+    /// Moved onto it: a job lands once.
+    Taken,
+}
+
+impl Landing {
+    /// The round opened on `state` (the first call counts).
+    pub fn land(&self, state: Arc<TrainingState>) {
+        let mut slot = self.slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if matches!(*slot, Landed::Waiting) {
+            *slot = Landed::On(state);
+            self.landed.notify_all();
+        }
+    }
+    /// The landed state, once: at once, or after waiting up to `wait`.
+    fn take(&self, wait: Duration) -> Option<Arc<TrainingState>> {
+        let slot = self.slot.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let (mut slot, _) = self
+            .landed
+            .wait_timeout_while(slot, wait, |s| matches!(s, Landed::Waiting))
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match std::mem::take(&mut *slot) {
+            Landed::On(state) => {
+                *slot = Landed::Taken;
+                Some(state)
+            }
+            other => {
+                *slot = other;
+                None
+            }
+        }
+    }
 }
 
 /// When the trainer thread's current training job started (for the time
@@ -344,6 +398,11 @@ impl Worker {
         params: &[f32],
     ) -> JobDone {
         let TrainJob { epoch, round, base, reset_moments, ahead } = job;
+        // What the delta is taken against: the start, or the landed state.
+        let mut origin: Option<Vec<f32>> = None;
+        let mut landed_after = None;
+        // Time spent waiting for the state to land (not in inner steps).
+        let mut waited = Duration::ZERO;
         let inner = self.spec.inner;
         let h = self.spec.inner_steps;
         let budget = self
@@ -366,7 +425,7 @@ impl Worker {
             m.reset_moments(backend);
         }
         let busy = self.busy.clone();
-        let _busy = Busy::start(&busy);
+        let mut busy_now = Some(Busy::start(&busy));
         let t0 = Instant::now();
         let mut loss_sum = 0f64;
         let mut tokens = 0u64;
@@ -375,8 +434,38 @@ impl Worker {
             if self.epoch.load(Ordering::SeqCst) != epoch {
                 return JobDone::Cancelled { round };
             }
-            if budget.is_some_and(|b| steps > 0 && t0.elapsed() >= b) {
+            let spent = t0.elapsed().saturating_sub(waited);
+            if budget.is_some_and(|b| steps > 0 && spent >= b) {
                 break;
+            }
+            let halfway = steps >= (h / 2).max(1) || budget.is_some_and(|b| spent >= b / 2);
+            let mut landing =
+                ahead.as_deref().filter(|_| origin.is_none()).and_then(|l| l.take(Duration::ZERO));
+            if let Some(wait_for) =
+                ahead.as_deref().filter(|_| origin.is_none() && landing.is_none() && halfway)
+            {
+                // Idle (not in inner steps) until the round's state lands.
+                drop(busy_now.take());
+                let from = Instant::now();
+                while landing.is_none() {
+                    if self.epoch.load(Ordering::SeqCst) != epoch {
+                        return JobDone::Cancelled { round };
+                    }
+                    landing = wait_for.take(Duration::from_millis(50));
+                }
+                waited += from.elapsed();
+                busy_now = Some(Busy::start(&busy));
+            }
+            if let Some(landed) = landing {
+                if landed.params.len() == params.len() {
+                    let mut local: Vec<f32> = m.download_params(backend).into_iter().flatten().collect();
+                    for ((p, s), start) in local.iter_mut().zip(&landed.params).zip(params) {
+                        *p += s - start;
+                    }
+                    m.upload_params(backend, &split_params(&self.cfg, &local));
+                    origin = Some(landed.params.clone());
+                    landed_after = Some(steps);
+                }
             }
             let step_started = Instant::now();
             injected_panic(round);
@@ -414,9 +503,10 @@ impl Worker {
             steps += 1;
             throttle(step_started.elapsed());
         }
-        let secs = t0.elapsed().as_secs_f64();
+        drop(busy_now);
+        let secs = t0.elapsed().saturating_sub(waited).as_secs_f64();
         let local: Vec<f32> = m.download_params(backend).into_iter().flatten().collect();
-        let delta = params.iter().zip(&local).map(|(a, b)| a - b).collect();
+        let delta = origin.as_deref().unwrap_or(params).iter().zip(&local).map(|(a, b)| a - b).collect();
         JobDone::Trained {
             round,
             base,
@@ -424,19 +514,20 @@ impl Worker {
             tokens,
             train_loss: (loss_sum / f64::from(steps.max(1))) as f32,
             secs,
-            ahead,
+            ahead: ahead.is_some(),
+            landed_after,
         }
     }
 }
 
 /// What a training job is, besides the parameters it starts from.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct TrainJob {
     epoch: u64,
     round: u64,
     base: StateId,
     reset_moments: bool,
-    ahead: bool,
+    ahead: Option<Arc<Landing>>,
 }
 
 /// The compute speed a node emulates: `MURMUR_COMPUTE_SPEED=V` (0 < V < 1)
@@ -538,3 +629,6 @@ pub fn respawn(setup: TrainerSetup, done: impl FnOnce(Started) + Send + 'static)
         done(spawn(&setup, done_tx).map(|h| (h, done_rx)));
     });
 }
+
+#[cfg(test)]
+mod tests;

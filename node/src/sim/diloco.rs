@@ -4,11 +4,13 @@
 //! decoded, aggregated by the protocol's robust `aggregate_weighted`, and the
 //! protocol's outer optimizer produces θ_{r+1}.
 //!
-//! Overlapped rounds (docs/protocol.md §6.3) change only where each worker
-//! starts: round r + 1 from θ_r stepped with its own round-r delta, since
-//! θ_{r+1} is still being exchanged; θ_{r+1} itself is computed as in
-//! blocking rounds. Time-budgeted rounds (§6.4) give each worker its own
-//! step count and normalise the deltas by it.
+//! Overlapped rounds (docs/protocol.md §6.3) change only what each worker
+//! trains on while round r is exchanged: it starts round r + 1 from θ_r (or
+//! the eager state), and when θ_{r+1} lands (after `exchange_steps` steps)
+//! it moves the progress made so far onto θ_{r+1} and trains the rest of
+//! round r + 1 there; its delta is θ_{r+1} − θ_i as in blocking rounds, and
+//! θ_{r+1} itself is computed as in blocking rounds. Time-budgeted rounds (§6.4)
+//! give each worker its own step count and normalise the deltas by it.
 
 use std::time::Instant;
 
@@ -21,7 +23,8 @@ use murmur_protocol::{
 use super::adversary::poisoned_payload;
 use super::params::{flatten, pseudo_gradient, split};
 use super::{
-    accumulate_batch, robust_name, Evaluator, InnerMoments, SimConfig, SimError, SimEvent, SimReport,
+    accumulate_batch, robust_name, AheadFrom, Evaluator, InnerMoments, SimConfig, SimError, SimEvent,
+    SimReport,
 };
 use crate::compute::Backend;
 use crate::data::{BatchLoader, Corpus};
@@ -42,9 +45,16 @@ struct Worker {
     /// AdamW bias-correction step of the last inner step.
     adam_step: u32,
     bytes_sent: u64,
-    /// Overlapped rounds: where this worker starts its next round (θ_r
-    /// stepped with its own round-r delta); `None` starts from θ_r.
+    /// Overlapped rounds: where this worker starts its next round while the
+    /// last one is exchanged (`AheadFrom`).
     start: Option<Vec<f32>>,
+}
+
+/// Overlapped rounds: after `at` steps the canonical state lands and the
+/// worker's parameters move by `shift` = θ_{r+1} − (its end of round r).
+struct Rebase {
+    at: usize,
+    shift: Vec<f32>,
 }
 
 /// A worker's signing identity, derived from the run seed and its index.
@@ -56,8 +66,9 @@ fn worker_key(seed: u64, index: usize) -> PublicKey {
 
 /// One honest worker's round: `steps` inner steps from `theta`. Its step j
 /// takes the schedule's learning rate at `first_step + ⌊j·stride⌋` (a slow
-/// worker's fewer steps span the same stretch of the schedule). Returns θ_i
-/// and the last step's loss.
+/// worker's fewer steps span the same stretch of the schedule); a `rebase`
+/// shifts the parameters before step `at` (after the last step when `at` is
+/// past it). Returns θ_i and the last step's loss.
 #[allow(clippy::too_many_arguments)]
 fn train_round<B: Backend>(
     backend: &B,
@@ -70,6 +81,7 @@ fn train_round<B: Backend>(
     steps: usize,
     stride: f64,
     schedule: &crate::train::schedule::LrSchedule,
+    rebase: Option<&Rebase>,
 ) -> Result<(Vec<f32>, f32), SimError> {
     model.upload_params(backend, theta);
     match (&worker.moments, config.inner_moments) {
@@ -79,8 +91,16 @@ fn train_round<B: Backend>(
             worker.adam_step = 0;
         }
     }
+    let shift = |model: &mut Gpt<B>, rebase: &Rebase| {
+        let mut p = flatten(&model.download_params(backend));
+        p.iter_mut().zip(&rebase.shift).for_each(|(p, d)| *p += d);
+        model.upload_params(backend, &split(&p, model.specs()));
+    };
     let mut loss = f32::NAN;
     for s in 0..steps {
+        if let Some(r) = rebase.filter(|r| r.at == s) {
+            shift(model, r);
+        }
         model.zero_grad(backend);
         accumulate_batch(backend, model, loader, 1)?;
         worker.adam_step = worker.adam_step.saturating_add(1);
@@ -91,6 +111,9 @@ fn train_round<B: Backend>(
         if !loss.is_finite() {
             break;
         }
+    }
+    if let Some(r) = rebase.filter(|r| r.at >= steps) {
+        shift(model, r);
     }
     if config.inner_moments == InnerMoments::Keep {
         worker.moments = Some(model.download_moments(backend));
@@ -175,29 +198,42 @@ pub(super) fn run<B: Backend>(
         let mut train_loss = 0f64;
         for (i, worker) in workers.iter_mut().enumerate().take(honest) {
             let Some(mut loader) = worker.loader.take() else { continue };
-            let start = worker.start.take();
-            let own_theta = start.as_ref().map(|p| split(p, &specs));
+            // Overlapped rounds after the first: start from the eager state,
+            // moved onto θ_r once the exchange lands (after the exchange's
+            // share of this worker's steps).
+            let rebase = worker.start.take().map(|end| {
+                let at = config
+                    .pacing
+                    .exchange_steps
+                    .map_or(usize::MAX, |k| (k as f64 * steps_of(i) as f64 / steps as f64).ceil() as usize);
+                let shift = state.params.iter().zip(&end).map(|(s, e)| s - e).collect();
+                (split(&end, &specs), Rebase { at: at.min(steps_of(i)), shift })
+            });
             let trained = train_round(
                 backend,
                 config,
                 &mut model,
                 worker,
                 &mut loader,
-                own_theta.as_deref().unwrap_or(&theta),
+                rebase.as_ref().map_or(&theta[..], |(end, _)| &end[..]),
                 steps_done + 1,
                 steps_of(i),
                 steps as f64 / steps_of(i) as f64,
                 &schedule,
+                rebase.as_ref().map(|(_, r)| r),
             );
             worker.loader = Some(loader);
             let (local, loss) = trained?;
             train_loss += f64::from(loss) / honest as f64;
-            let delta = pseudo_gradient(start.as_deref().unwrap_or(&state.params), &local);
+            let delta = pseudo_gradient(&state.params, &local);
             match worker.feedback.encode(config.codec, &delta) {
                 Ok(p) => {
                     if overlapped {
-                        let sent = decode_delta(&p, config.codec, n)
-                            .map_err(|e| SimError::Encode { worker: i, source: e })?;
+                        let sent = match config.pacing.ahead_from {
+                            AheadFrom::Canonical => vec![0.0; n],
+                            AheadFrom::Eager => decode_delta(&p, config.codec, n)
+                                .map_err(|e| SimError::Encode { worker: i, source: e })?,
+                        };
                         own.push((i, sent));
                     }
                     claims.push(tokens_per_worker_step * steps_of(i) as u64);
@@ -250,11 +286,14 @@ pub(super) fn run<B: Backend>(
         let agg = aggregate_weighted(&inputs, n, config.robust, weighting)?;
         let rejected = undecodable + agg.rejected.len();
         rejected_total += rejected;
-        // The eager local start of the next round: θ_r (not yet θ_{r+1},
-        // which the network is still exchanging) stepped with the worker's
-        // own delta in place of the aggregate (the protocol's one rule).
+        // Where each worker trains the next round from until θ_{r+1} lands:
+        // θ_r itself, or θ_r stepped with the worker's own delta in place of
+        // the aggregate (the eager start).
         for (i, delta) in own {
-            workers[i].start = Some(eager_state(config.outer, &state, &delta)?.params);
+            workers[i].start = Some(match config.pacing.ahead_from {
+                AheadFrom::Canonical => state.params.clone(),
+                AheadFrom::Eager => eager_state(config.outer, &state, &delta)?.params,
+            });
         }
         outer_step(config.outer, &mut state, &agg.delta)?;
         let loss = evaluator.loss(backend, &state.params)?;

@@ -86,10 +86,14 @@ pub struct SimConfig {
 /// unequal speed (DiLoCo only).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct SimPacing {
-    /// Each worker starts round r + 1 from the canonical state of round r
-    /// stepped by the outer optimizer with its own round-r delta, while the
-    /// canonical state takes every delta one round later.
+    /// Each worker trains round r + 1 while round r is exchanged, and moves
+    /// its progress onto θ_{r+1} when that lands.
     pub overlapped: bool,
+    /// Overlapped rounds: where round r + 1 starts before θ_{r+1} lands.
+    pub ahead_from: AheadFrom,
+    /// Overlapped rounds: how many full-speed inner steps of round r + 1
+    /// the exchange of round r takes; `None`: the whole round.
+    pub exchange_steps: Option<usize>,
     /// The inner phase is a time budget of H full-speed steps: a worker of
     /// speed v trains max(1, ⌊v·H⌋) steps and aggregation normalises by steps
     /// (`Weighting::PerToken`). Otherwise every worker trains H steps.
@@ -101,8 +105,27 @@ pub struct SimPacing {
 
 impl Default for SimPacing {
     fn default() -> Self {
-        Self { overlapped: false, budgeted: false, slow_workers: 0, slow_speed: 1.0 }
+        Self {
+            overlapped: false,
+            ahead_from: AheadFrom::Canonical,
+            exchange_steps: None,
+            budgeted: false,
+            slow_workers: 0,
+            slow_speed: 1.0,
+        }
     }
+}
+
+/// Where an overlapped round's training starts before the state it belongs
+/// to lands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AheadFrom {
+    /// θ_r, the last canonical state (the node's rule).
+    Canonical,
+    /// θ_r stepped by the outer optimizer with the worker's own round-r
+    /// delta (the eager rule of Kale et al.).
+    Eager,
 }
 
 /// Sequences per validation batch.

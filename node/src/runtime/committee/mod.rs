@@ -808,7 +808,7 @@ impl CommitteeNode {
         self.first_train.get_or_insert_with(Instant::now);
         let epoch = self.trainer.cancel();
         let job =
-            Job::Train { epoch, round, base, state: self.state.clone(), reset_moments: false, ahead: false };
+            Job::Train { epoch, round, base, state: self.state.clone(), reset_moments: false, ahead: None };
         if !self.trainer.submit(job) {
             self.trainer_died("the trainer thread is gone".into());
         }
