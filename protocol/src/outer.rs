@@ -69,6 +69,16 @@ pub fn eager_state(
     Ok(local)
 }
 
+/// Where an overlapped run trains round r + 1 from until S_{r+1} lands
+/// (docs/protocol.md §6.3): the parameters of S_r carried one outer step by
+/// its momentum alone, i.e. stepped with a zero delta (for Nesterov,
+/// θ_r − η·μ²·m_r; for Average, θ_r). S_{r+1} differs from it only by
+/// round r's own aggregate term, −η·(1 + μ)·Δ̄_r, the same for every node.
+pub fn lookahead_params(opt: OuterOptimizer, state: &TrainingState) -> Result<Vec<f32>, OuterError> {
+    let zeros = vec![0.0; state.params.len()];
+    Ok(eager_state(opt, state, &zeros)?.params)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -124,5 +134,22 @@ mod tests {
         // The state itself is not touched; shapes must agree.
         assert_eq!((s.params.clone(), s.round), (vec![1.0, 1.0], 0));
         assert!(matches!(eager_state(opt, &s, &[0.4]), Err(OuterError::WrongShape { .. })));
+    }
+
+    #[test]
+    fn the_lookahead_is_the_momentum_step_alone() {
+        let opt = OuterOptimizer::DILOCO;
+        let mut s = state(opt, vec![1.0]);
+        s.momentum = Some(vec![0.1]);
+        // θ − η·μ²·m = 1 − 0.7·0.81·0.1 = 0.9433
+        let l = lookahead_params(opt, &s).expect("fits");
+        assert!((l[0] - 0.9433).abs() < 1e-6, "{l:?}");
+        // S_{r+1} is the lookahead plus the delta's own term −η(1 + μ)Δ.
+        let mut next = s.clone();
+        outer_step(opt, &mut next, &[0.2]).expect("fits");
+        assert!((next.params[0] - (l[0] - 0.7 * 1.9 * 0.2)).abs() < 1e-6);
+        let avg = state(OuterOptimizer::Average, vec![1.0, 2.0]);
+        assert_eq!(lookahead_params(OuterOptimizer::Average, &avg).expect("fits"), vec![1.0, 2.0]);
+        assert_eq!(s.momentum.as_deref(), Some(&[0.1f32][..]), "the state itself is not touched");
     }
 }

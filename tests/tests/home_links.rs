@@ -1,8 +1,9 @@
 //! The emulated-home-links figure's short version (issue 15):
 //! `scripts/home-links.sh` with 2 nodes, each in its own network namespace
 //! behind a 2 Mbit/s up, 5 Mbit/s down, 40 ms link (the tiny preset's int8
-//! delta takes about 3.4 s to upload there), 5 rounds with a 6 s inner
-//! budget, once blocking and once overlapped. Overlapped rounds must end
+//! delta takes about 3.4 s to upload there), 5 rounds with a 10 s inner
+//! budget (at least twice the exchange, so overlapped rounds do not wait
+//! half-way, docs/protocol.md §6.3), once blocking and once overlapped. Overlapped rounds must end
 //! every round with both nodes on one StateId and leave each node less time
 //! idle than the blocking run's least idle node. The full figure (4 nodes,
 //! the small preset, 20/50 Mbit/s, 10 rounds, a slow node) is in
@@ -22,7 +23,7 @@ fn overlapped_rounds_agree_every_round_and_idle_less_than_blocking_ones_behind_h
     }
     let out = Command::new("bash")
         .arg(repo_root().join("scripts").join("home-links.sh"))
-        .args(["2", "5", "tiny", "2:5:40", "6", "1000", "4"])
+        .args(["2", "5", "tiny", "2:5:40", "10", "1000", "4"])
         .env("MURMUR_TESTNET_NO_BUILD", "1")
         .output()
         .expect("run scripts/home-links.sh");

@@ -46,7 +46,7 @@ pub enum OuterArg {
 /// `--ahead-from`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum AheadArg {
-    Canonical,
+    Lookahead,
     Eager,
 }
 
@@ -138,9 +138,9 @@ pub struct SimArgs {
     #[arg(long, value_name = "STEPS")]
     pub exchange_steps: Option<usize>,
     /// With --overlap: where the next round trains from until its state
-    /// lands: the last canonical state, or that state stepped with the
-    /// worker's own delta.
-    #[arg(long, value_enum, default_value = "canonical")]
+    /// lands: the last canonical state carried by its outer momentum alone
+    /// (the node's rule), or that state stepped with the worker's own delta.
+    #[arg(long, value_enum, default_value = "lookahead")]
     pub ahead_from: AheadArg,
     /// Time-budgeted rounds: the inner phase lasts H full-speed steps of time,
     /// so a worker at speed v trains ⌊v·H⌋ steps, and deltas are normalised
@@ -233,7 +233,7 @@ pub fn resolve(a: &SimArgs) -> Result<(SimConfig, DataSpec)> {
             overlapped: a.overlap,
             exchange_steps: a.exchange_steps,
             ahead_from: match a.ahead_from {
-                AheadArg::Canonical => AheadFrom::Canonical,
+                AheadArg::Lookahead => AheadFrom::Lookahead,
                 AheadArg::Eager => AheadFrom::Eager,
             },
             budgeted: a.budget,

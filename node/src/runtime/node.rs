@@ -7,7 +7,7 @@
 //! come back as `Internal` messages; fetches run on tasks (`fetching`).
 //! In an overlapped run (RunSpec pacing, docs/protocol.md §6.3) the node
 //! starts training round r + 1 as soon as its round-r delta is stored, from
-//! θ_r, while round r is exchanged and aggregated; when round r + 1 opens,
+//! θ_r's lookahead, while round r is exchanged and aggregated; when round r + 1 opens,
 //! its state lands in the running job (which moves its progress onto it, or
 //! waits for it half-way), and the result is announced against that base.
 //!
@@ -619,7 +619,7 @@ impl Node {
                     self.deltas_by_round.entry(round).or_default().push(payload_hash);
                     self.feed(Event::LocalDeltaReady { round, base, payload_hash, tokens, train_loss });
                     // Overlapped: train the next round now, from this round's
-                    // canonical state; the next one lands in the job.
+                    // state (its lookahead); the next one lands in the job.
                     let next = round + 1;
                     if self.spec.pacing.overlapped {
                         if self.machine.round() == round

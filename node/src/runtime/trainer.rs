@@ -33,8 +33,9 @@ pub const VAL_BATCHES: usize = 8;
 #[derive(Debug)]
 pub enum Job {
     /// Train `round` from `state`. `ahead`: an overlapped run's next round,
-    /// started from the last round's state before `round` has opened; the
-    /// round's own state lands there once it opens.
+    /// started before `round` has opened from the last round's state carried
+    /// by its outer momentum (`lookahead_params`); the round's own state
+    /// lands there once it opens.
     Train {
         epoch: u64,
         round: u64,
@@ -323,7 +324,17 @@ impl Worker {
                         JobDone::Cancelled { round }
                     } else {
                         let job = TrainJob { epoch, round, base, reset_moments, ahead };
-                        self.train(&backend, &mut model, job, &state.params)
+                        if job.ahead.is_some() {
+                            // Training ahead starts from the state's lookahead.
+                            match murmur_protocol::lookahead_params(self.spec.outer, &state) {
+                                Ok(start) => self.train(&backend, &mut model, job, &start),
+                                Err(e) => {
+                                    JobDone::Failed(format!("the lookahead of round {round}'s start: {e}"))
+                                }
+                            }
+                        } else {
+                            self.train(&backend, &mut model, job, &state.params)
+                        }
                     }
                 }
                 Job::Evaluate { round, state } => self.evaluate(&backend, &mut model, round, &state.params),

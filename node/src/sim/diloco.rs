@@ -5,8 +5,8 @@
 //! protocol's outer optimizer produces θ_{r+1}.
 //!
 //! Overlapped rounds (docs/protocol.md §6.3) change only what each worker
-//! trains on while round r is exchanged: it starts round r + 1 from θ_r (or
-//! the eager state), and when θ_{r+1} lands (after `exchange_steps` steps)
+//! trains on while round r is exchanged: it starts round r + 1 from θ_r
+//! carried by the outer momentum alone (or the eager state), and when θ_{r+1} lands (after `exchange_steps` steps)
 //! it moves the progress made so far onto θ_{r+1} and trains the rest of
 //! round r + 1 there; its delta is θ_{r+1} − θ_i as in blocking rounds, and
 //! θ_{r+1} itself is computed as in blocking rounds. Time-budgeted rounds (§6.4)
@@ -16,8 +16,8 @@ use std::time::Instant;
 
 use murmur_protocol::hash::{domain_hash, payload_hash_of, PayloadHash};
 use murmur_protocol::{
-    aggregate_weighted, decode_delta, eager_state, initial_momentum, outer_step, CodecError, DeltaInput,
-    ErrorFeedback, NodeKey, PublicKey, RunId, TrainingState, Weighting,
+    aggregate_weighted, decode_delta, eager_state, initial_momentum, lookahead_params, outer_step,
+    CodecError, DeltaInput, ErrorFeedback, NodeKey, PublicKey, RunId, TrainingState, Weighting,
 };
 
 use super::adversary::poisoned_payload;
@@ -198,14 +198,18 @@ pub(super) fn run<B: Backend>(
         let mut train_loss = 0f64;
         for (i, worker) in workers.iter_mut().enumerate().take(honest) {
             let Some(mut loader) = worker.loader.take() else { continue };
-            // Overlapped rounds after the first: start from the eager state,
-            // moved onto θ_r once the exchange lands (after the exchange's
-            // share of this worker's steps).
+            // Overlapped rounds after the first: start from θ_{r-1}'s
+            // lookahead (or the eager state), moved onto θ_r once the exchange
+            // lands (after the exchange's share of this worker's steps).
             let rebase = worker.start.take().map(|end| {
-                let at = config
+                let mut at = config
                     .pacing
                     .exchange_steps
                     .map_or(usize::MAX, |k| (k as f64 * steps_of(i) as f64 / steps as f64).ceil() as usize);
+                if config.pacing.ahead_from == AheadFrom::Lookahead {
+                    // The node's rule: wait half-way for the state to land.
+                    at = at.min((steps_of(i) / 2).max(1));
+                }
                 let shift = state.params.iter().zip(&end).map(|(s, e)| s - e).collect();
                 (split(&end, &specs), Rebase { at: at.min(steps_of(i)), shift })
             });
@@ -230,7 +234,7 @@ pub(super) fn run<B: Backend>(
                 Ok(p) => {
                     if overlapped {
                         let sent = match config.pacing.ahead_from {
-                            AheadFrom::Canonical => vec![0.0; n],
+                            AheadFrom::Lookahead => Vec::new(),
                             AheadFrom::Eager => decode_delta(&p, config.codec, n)
                                 .map_err(|e| SimError::Encode { worker: i, source: e })?,
                         };
@@ -287,11 +291,11 @@ pub(super) fn run<B: Backend>(
         let rejected = undecodable + agg.rejected.len();
         rejected_total += rejected;
         // Where each worker trains the next round from until θ_{r+1} lands:
-        // θ_r itself, or θ_r stepped with the worker's own delta in place of
-        // the aggregate (the eager start).
+        // θ_r carried by the outer momentum alone, or θ_r stepped with the
+        // worker's own delta in place of the aggregate (the eager start).
         for (i, delta) in own {
             workers[i].start = Some(match config.pacing.ahead_from {
-                AheadFrom::Canonical => state.params.clone(),
+                AheadFrom::Lookahead => lookahead_params(config.outer, &state)?,
                 AheadFrom::Eager => eager_state(config.outer, &state, &delta)?.params,
             });
         }

@@ -107,7 +107,7 @@ impl Default for SimPacing {
     fn default() -> Self {
         Self {
             overlapped: false,
-            ahead_from: AheadFrom::Canonical,
+            ahead_from: AheadFrom::Lookahead,
             exchange_steps: None,
             budgeted: false,
             slow_workers: 0,
@@ -121,8 +121,9 @@ impl Default for SimPacing {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum AheadFrom {
-    /// θ_r, the last canonical state (the node's rule).
-    Canonical,
+    /// θ_r carried by the outer momentum alone (`lookahead_params`; the
+    /// node's rule).
+    Lookahead,
     /// θ_r stepped by the outer optimizer with the worker's own round-r
     /// delta (the eager rule of Kale et al.).
     Eager,

@@ -243,12 +243,12 @@ fn overlapped_rounds_move_their_progress_onto_the_state_when_it_lands() {
     let bl = final_loss(&b);
     // The state lands before the first step: every step trains from θ_{r+1}
     // (up to the rounding of θ_r + (θ_{r+1} − θ_r)), as in blocking rounds.
-    let (o, _) = simulate_quietly(&overlapped(AheadFrom::Canonical, Some(0)));
+    let (o, _) = simulate_quietly(&overlapped(AheadFrom::Lookahead, Some(0)));
     assert!((final_loss(&o) - bl).abs() <= 0.002 * bl, "landed at once {} vs blocking {bl}", final_loss(&o));
     assert_eq!((o.tokens, o.bytes_per_worker), (b.tokens, b.bytes_per_worker));
     // A quarter of each round trained before the state lands: a different
     // run that ends close to the blocking one.
-    let (q, _) = simulate_quietly(&overlapped(AheadFrom::Canonical, Some(5)));
+    let (q, _) = simulate_quietly(&overlapped(AheadFrom::Lookahead, Some(5)));
     let ql = final_loss(&q);
     assert_ne!(ql.to_bits(), bl.to_bits());
     assert!(ql <= 1.05 * bl, "a quarter before landing {ql} vs blocking {bl}");

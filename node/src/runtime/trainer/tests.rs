@@ -77,10 +77,18 @@ fn a_landed_state_moves_the_progress_onto_it() {
 }
 
 #[test]
-fn a_job_with_nothing_landed_waits_at_half_its_steps() {
+fn a_job_ahead_starts_from_the_lookahead_and_waits_at_half_its_steps() {
     let spec = run_spec(&RunParams::default()).expect("spec");
-    let start = Arc::new(genesis(&spec).expect("genesis"));
-    let (from_start, _) = delta_of(&start, None);
+    let mut moving = genesis(&spec).expect("genesis");
+    // A state with outer momentum: training ahead starts from its lookahead.
+    let mut rng = crate::model::rng::Rng::new(4);
+    let momentum = moving.momentum.as_mut().expect("the default outer optimizer keeps momentum");
+    momentum.iter_mut().for_each(|m| *m = 0.05 * rng.normal() as f32);
+    let start = Arc::new(moving);
+    let lookahead = murmur_protocol::lookahead_params(spec.outer, &start).expect("lookahead");
+    assert_ne!(lookahead, start.params);
+    let at_lookahead = Arc::new(TrainingState { params: lookahead, ..(*start).clone() });
+    let (from_start, _) = delta_of(&at_lookahead, None);
     let (trainer, mut rx) = trainer();
     let landing = Arc::new(Landing::default());
     let job = Job::Train {
@@ -106,11 +114,11 @@ fn a_job_with_nothing_landed_waits_at_half_its_steps() {
     }
     std::thread::sleep(Duration::from_secs(1));
     assert!(rx.try_recv().is_err(), "the job finished without its state landing");
-    landing.land(start.clone());
+    landing.land(at_lookahead.clone());
     match rx.blocking_recv().expect("a result") {
         JobDone::Trained { delta, landed_after, secs, .. } => {
             assert_eq!(landed_after, Some(2), "it waited after 2 of its 4 steps");
-            assert_eq!(delta, from_start, "landing on its own start moved nothing");
+            assert_eq!(delta, from_start, "it trained from the lookahead, and landing there moved nothing");
             let wall = submitted.elapsed().as_secs_f64();
             assert!(secs <= wall - 1.0, "the wait was counted as time in inner steps: {secs} s of {wall}");
         }
