@@ -621,25 +621,24 @@ impl Node {
                     // Overlapped: train the next round now, from this round's
                     // state (its lookahead); the next one lands in the job.
                     let next = round + 1;
-                    if self.spec.pacing.overlapped {
-                        if self.machine.round() == round
-                            && self.machine.has_local_delta()
-                            && self.ahead.is_none()
-                            && base == self.state_id()
-                        {
-                            let landing = Arc::new(trainer::Landing::default());
-                            self.ahead = Some(Ahead { round: next, landing: landing.clone(), done: None });
-                            let epoch = self.trainer.epoch();
-                            let state = self.state.clone();
-                            self.submit(Job::Train {
-                                epoch,
-                                round: next,
-                                base,
-                                state,
-                                reset_moments: false,
-                                ahead: Some(landing),
-                            });
-                        }
+                    if self.spec.pacing.overlapped
+                        && self.machine.round() == round
+                        && self.machine.has_local_delta()
+                        && self.ahead.is_none()
+                        && base == self.state_id()
+                    {
+                        let landing = Arc::new(trainer::Landing::default());
+                        self.ahead = Some(Ahead { round: next, landing: landing.clone(), done: None });
+                        let epoch = self.trainer.epoch();
+                        let state = self.state.clone();
+                        self.submit(Job::Train {
+                            epoch,
+                            round: next,
+                            base,
+                            state,
+                            reset_moments: false,
+                            ahead: Some(landing),
+                        });
                     }
                 }
                 Err(e) => tracing::error!("{e}"),
