@@ -54,11 +54,11 @@ pub fn outer_step(opt: OuterOptimizer, state: &mut TrainingState, delta: &[f32])
     Ok(())
 }
 
-/// The eager local state of an overlapped run (docs/protocol.md §6.3): the
-/// canonical S_r stepped, on a copy of its momentum, with the node's own
-/// fresh round-r delta standing in for round r's aggregate (which the
-/// network is still exchanging). Every node's delta of round r reaches the
-/// canonical state, and so every node, through S_{r+1}.
+/// The eager local state (Kale et al.): the canonical S_r stepped, on a copy
+/// of its momentum, with a node's own fresh round-r delta standing in for
+/// round r's aggregate (which the network is still exchanging). Not the
+/// overlap rule of docs/protocol.md §6.3 (`lookahead_params` is); `murmur
+/// sim --ahead-from eager` compares against it.
 pub fn eager_state(
     opt: OuterOptimizer,
     state: &TrainingState,

@@ -128,9 +128,9 @@ pub struct SimArgs {
     /// Held-out batches of 16 sequences per evaluation.
     #[arg(long, default_value_t = 16)]
     pub val_batches: usize,
-    /// Overlapped rounds: each worker trains on from its own end of a round
-    /// while that round is exchanged, and moves its progress onto the new
-    /// canonical state when the exchange lands.
+    /// Overlapped rounds: each worker trains the next round while a round
+    /// is exchanged, and moves its progress onto the new canonical state
+    /// when the exchange lands (docs/protocol.md §6.3).
     #[arg(long)]
     pub overlap: bool,
     /// With --overlap: how many inner steps of the next round the exchange

@@ -410,7 +410,7 @@ impl Worker {
     ) -> JobDone {
         let TrainJob { epoch, round, base, reset_moments, ahead } = job;
         // What the delta is taken against: the start, or the landed state.
-        let mut origin: Option<Vec<f32>> = None;
+        let mut origin: Option<Arc<TrainingState>> = None;
         let mut landed_after = None;
         // Time spent waiting for the state to land (not in inner steps).
         let mut waited = Duration::ZERO;
@@ -449,32 +449,36 @@ impl Worker {
             if budget.is_some_and(|b| steps > 0 && spent >= b) {
                 break;
             }
-            let halfway = steps >= (h / 2).max(1) || budget.is_some_and(|b| spent >= b / 2);
-            let mut landing =
-                ahead.as_deref().filter(|_| origin.is_none()).and_then(|l| l.take(Duration::ZERO));
-            if let Some(wait_for) =
-                ahead.as_deref().filter(|_| origin.is_none() && landing.is_none() && halfway)
-            {
-                // Idle (not in inner steps) until the round's state lands.
-                drop(busy_now.take());
-                let from = Instant::now();
-                while landing.is_none() {
-                    if self.epoch.load(Ordering::SeqCst) != epoch {
-                        return JobDone::Cancelled { round };
+            if let Some(landing) = ahead.as_deref().filter(|_| origin.is_none()) {
+                let mut landed = landing.take(Duration::ZERO);
+                if landed.is_none() && (steps >= (h / 2).max(1) || budget.is_some_and(|b| spent >= b / 2)) {
+                    // Half-way with nothing landed: idle (not in inner
+                    // steps) until the round's state lands.
+                    drop(busy_now.take());
+                    let from = Instant::now();
+                    while landed.is_none() {
+                        if self.epoch.load(Ordering::SeqCst) != epoch {
+                            return JobDone::Cancelled { round };
+                        }
+                        landed = landing.take(Duration::from_millis(50));
                     }
-                    landing = wait_for.take(Duration::from_millis(50));
+                    waited += from.elapsed();
+                    busy_now = Some(Busy::start(&busy));
                 }
-                waited += from.elapsed();
-                busy_now = Some(Busy::start(&busy));
-            }
-            if let Some(landed) = landing {
-                if landed.params.len() == params.len() {
+                if let Some(landed) = landed {
+                    if landed.params.len() != params.len() {
+                        return JobDone::Failed(format!(
+                            "round {round}'s state has {} parameters, the model {}",
+                            landed.params.len(),
+                            params.len()
+                        ));
+                    }
                     let mut local: Vec<f32> = m.download_params(backend).into_iter().flatten().collect();
                     for ((p, s), start) in local.iter_mut().zip(&landed.params).zip(params) {
                         *p += s - start;
                     }
                     m.upload_params(backend, &split_params(&self.cfg, &local));
-                    origin = Some(landed.params.clone());
+                    origin = Some(landed);
                     landed_after = Some(steps);
                 }
             }
@@ -517,7 +521,13 @@ impl Worker {
         drop(busy_now);
         let secs = t0.elapsed().saturating_sub(waited).as_secs_f64();
         let local: Vec<f32> = m.download_params(backend).into_iter().flatten().collect();
-        let delta = origin.as_deref().unwrap_or(params).iter().zip(&local).map(|(a, b)| a - b).collect();
+        let delta = origin
+            .as_ref()
+            .map_or(params, |s| &s.params[..])
+            .iter()
+            .zip(&local)
+            .map(|(a, b)| a - b)
+            .collect();
         JobDone::Trained {
             round,
             base,

@@ -6,11 +6,12 @@
 //!
 //! Overlapped rounds (docs/protocol.md §6.3) change only what each worker
 //! trains on while round r is exchanged: it starts round r + 1 from θ_r
-//! carried by the outer momentum alone (or the eager state), and when θ_{r+1} lands (after `exchange_steps` steps)
-//! it moves the progress made so far onto θ_{r+1} and trains the rest of
-//! round r + 1 there; its delta is θ_{r+1} − θ_i as in blocking rounds, and
-//! θ_{r+1} itself is computed as in blocking rounds. Time-budgeted rounds (§6.4)
-//! give each worker its own step count and normalise the deltas by it.
+//! carried by the outer momentum alone (or the eager state), and when
+//! θ_{r+1} lands (after `exchange_steps` steps) it moves the progress made
+//! so far onto θ_{r+1} and trains the rest of round r + 1 there; its delta
+//! is θ_{r+1} − θ_i as in blocking rounds, and θ_{r+1} itself is computed as
+//! in blocking rounds. Time-budgeted rounds (§6.4) give each worker its own
+//! step count and normalise the deltas by it.
 
 use std::time::Instant;
 
@@ -51,7 +52,7 @@ struct Worker {
 }
 
 /// Overlapped rounds: after `at` steps the canonical state lands and the
-/// worker's parameters move by `shift` = θ_{r+1} − (its end of round r).
+/// worker's parameters move by `shift` = θ_{r+1} − (where it started).
 struct Rebase {
     at: usize,
     shift: Vec<f32>,
@@ -201,7 +202,7 @@ pub(super) fn run<B: Backend>(
             // Overlapped rounds after the first: start from θ_{r-1}'s
             // lookahead (or the eager state), moved onto θ_r once the exchange
             // lands (after the exchange's share of this worker's steps).
-            let rebase = worker.start.take().map(|end| {
+            let rebase = worker.start.take().map(|from| {
                 let mut at = config
                     .pacing
                     .exchange_steps
@@ -210,8 +211,8 @@ pub(super) fn run<B: Backend>(
                     // The node's rule: wait half-way for the state to land.
                     at = at.min((steps_of(i) / 2).max(1));
                 }
-                let shift = state.params.iter().zip(&end).map(|(s, e)| s - e).collect();
-                (split(&end, &specs), Rebase { at: at.min(steps_of(i)), shift })
+                let shift = state.params.iter().zip(&from).map(|(s, f)| s - f).collect();
+                (split(&from, &specs), Rebase { at: at.min(steps_of(i)), shift })
             });
             let trained = train_round(
                 backend,
@@ -219,7 +220,7 @@ pub(super) fn run<B: Backend>(
                 &mut model,
                 worker,
                 &mut loader,
-                rebase.as_ref().map_or(&theta[..], |(end, _)| &end[..]),
+                rebase.as_ref().map_or(&theta[..], |(from, _)| &from[..]),
                 steps_done + 1,
                 steps_of(i),
                 steps as f64 / steps_of(i) as f64,
@@ -233,6 +234,8 @@ pub(super) fn run<B: Backend>(
             match worker.feedback.encode(config.codec, &delta) {
                 Ok(p) => {
                     if overlapped {
+                        // The eager start needs the delta as sent; the
+                        // lookahead is the same for every worker.
                         let sent = match config.pacing.ahead_from {
                             AheadFrom::Lookahead => Vec::new(),
                             AheadFrom::Eager => decode_delta(&p, config.codec, n)
@@ -293,11 +296,19 @@ pub(super) fn run<B: Backend>(
         // Where each worker trains the next round from until θ_{r+1} lands:
         // θ_r carried by the outer momentum alone, or θ_r stepped with the
         // worker's own delta in place of the aggregate (the eager start).
-        for (i, delta) in own {
-            workers[i].start = Some(match config.pacing.ahead_from {
-                AheadFrom::Lookahead => lookahead_params(config.outer, &state)?,
-                AheadFrom::Eager => eager_state(config.outer, &state, &delta)?.params,
-            });
+        match config.pacing.ahead_from {
+            AheadFrom::Lookahead if !own.is_empty() => {
+                let lookahead = lookahead_params(config.outer, &state)?;
+                for (i, _) in own {
+                    workers[i].start = Some(lookahead.clone());
+                }
+            }
+            AheadFrom::Lookahead => {}
+            AheadFrom::Eager => {
+                for (i, delta) in own {
+                    workers[i].start = Some(eager_state(config.outer, &state, &delta)?.params);
+                }
+            }
         }
         outer_step(config.outer, &mut state, &agg.delta)?;
         let loss = evaluator.loss(backend, &state.params)?;
