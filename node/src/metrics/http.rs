@@ -59,10 +59,14 @@ async fn serve(listener: TcpListener, exporter: Arc<Exporter>, head_timeout: Dur
         };
         let exporter = exporter.clone();
         tokio::spawn(async move {
-            if let Err(e) = handle(sock, &exporter, head_timeout).await {
+            let mut sock = sock;
+            if let Err(e) = handle(&mut sock, &exporter, head_timeout).await {
                 tracing::debug!("metrics client: {e}");
             }
+            // The place is given back before the socket closes, so a client
+            // that has seen its connection end can always connect again.
             drop(permit);
+            drop(sock);
         });
     }
 }
@@ -121,8 +125,8 @@ fn route(head: &[u8]) -> Route {
     }
 }
 
-async fn handle(mut sock: TcpStream, exporter: &Exporter, head_timeout: Duration) -> std::io::Result<()> {
-    let route = match read_head(&mut sock, head_timeout).await? {
+async fn handle(sock: &mut TcpStream, exporter: &Exporter, head_timeout: Duration) -> std::io::Result<()> {
+    let route = match read_head(sock, head_timeout).await? {
         Some(head) => route(&head),
         None => Route::BadRequest,
     };
