@@ -73,8 +73,9 @@ fn header_of(run: RunId, round: u64, params: &[f32], momentum: Option<&[f32]>) -
 }
 
 fn put_floats(values: &[f32], mut sink: impl FnMut(&[u8])) {
-    let mut buf = [0u8; 4096];
-    for chunk in values.chunks(1024) {
+    // 64 KiB pieces: large enough for blake3's widest SIMD batches.
+    let mut buf = vec![0u8; 65536];
+    for chunk in values.chunks(16384) {
         for (dst, v) in buf.chunks_exact_mut(4).zip(chunk) {
             dst.copy_from_slice(&v.to_bits().to_le_bytes());
         }

@@ -12,6 +12,7 @@
 //! - `backing`: the commits a status offers, and the state gathered ones back.
 //! - `dataset`: the run's dataset: manifest, assigned windows, shard fetching.
 //! - `trainer`: the compute thread.
+//! - `held`: the state a loop holds, with its StateId computed once.
 //! - `server`: what the node serves on the transfer protocol.
 //! - `aggregation`: a round's deltas combined and the outer step (blocking).
 //! - `fetching`: payload and state fetch tasks (verified, with back-off).
@@ -25,6 +26,7 @@ pub mod backing;
 pub mod committee;
 pub mod dataset;
 pub mod fetching;
+pub mod held;
 pub mod node;
 pub mod report;
 pub mod server;

@@ -33,6 +33,7 @@ use tokio::sync::{mpsc, watch};
 use super::aggregation::aggregate_round;
 use super::backing::CommitBook;
 use super::fetching::{spawn_payload_fetch, spawn_state_fetch, PayloadFetch, StateFetch};
+use super::held::HeldState;
 use super::report::Reporter;
 use super::server::{ServedStatus, StoreServer};
 use super::tickets::TicketBook;
@@ -121,7 +122,7 @@ pub struct Node {
     pub server: Arc<StoreServer>,
     pub trainer: TrainerHandle,
     pub machine: RoundMachine,
-    pub state: Arc<TrainingState>,
+    pub state: HeldState,
     pub out: Reporter,
     pub started: Instant,
     /// Error-feedback residual; shared with the blocking task that encodes.
@@ -223,7 +224,7 @@ impl Node {
             server,
             trainer,
             machine,
-            state: Arc::new(state),
+            state: HeldState::new(state),
             out,
             started,
             feedback: Arc::new(Mutex::new(ErrorFeedback::new(n))),
@@ -489,7 +490,7 @@ impl Node {
     /// without a validation loss.
     fn evaluate_or_report(&mut self, round: u64) {
         if self.eval_every > 0 && round.is_multiple_of(self.eval_every) {
-            self.submit(Job::Evaluate { round, state: self.state.clone() });
+            self.submit(Job::Evaluate { round, state: self.state.state().clone() });
         } else {
             self.report_round(round, None);
         }
@@ -568,8 +569,8 @@ impl Node {
                 }
                 match result {
                     Ok((included, next)) => {
-                        let new_state = next.id();
-                        self.state = Arc::new(next);
+                        self.state = HeldState::new(next);
+                        let new_state = self.state.id();
                         self.feed(Event::Aggregated { round, included, new_state });
                     }
                     Err(e) => {
@@ -597,7 +598,7 @@ impl Node {
                     self.keep_state(id);
                     return;
                 }
-                self.state = Arc::new(state);
+                self.state = HeldState::new(state);
                 self.collect_garbage(round, id);
                 let feedback = self.feedback.clone();
                 tokio::task::spawn_blocking(move || {
@@ -630,7 +631,7 @@ impl Node {
                         let landing = Arc::new(trainer::Landing::default());
                         self.ahead = Some(Ahead { round: next, landing: landing.clone(), done: None });
                         let epoch = self.trainer.epoch();
-                        let state = self.state.clone();
+                        let state = self.state.state().clone();
                         self.submit(Job::Train {
                             epoch,
                             round: next,
@@ -688,7 +689,7 @@ impl Node {
             // Still training ahead: the round's state lands in the job, and
             // its delta is announced when it finishes.
             Some(a) if a.round == round => {
-                a.landing.land(self.state.clone());
+                a.landing.land(self.state.state().clone());
                 return self.ahead = Some(a);
             }
             _ => {}
@@ -696,7 +697,7 @@ impl Node {
         let epoch = self.trainer.cancel();
         self.first_train.get_or_insert_with(Instant::now);
         let reset = std::mem::take(&mut self.reset_moments);
-        let state = self.state.clone();
+        let state = self.state.state().clone();
         self.submit(Job::Train { epoch, round, base, state, reset_moments: reset, ahead: None });
     }
 
@@ -857,7 +858,7 @@ impl Node {
             Action::Aggregate { round, base, deltas } => {
                 self.offered = deltas.iter().map(|d| (d.payload_hash, d.signer)).collect();
                 let (store, spec, state, tx) =
-                    (self.store.clone(), self.spec.clone(), self.state.clone(), self.tx.clone());
+                    (self.store.clone(), self.spec.clone(), self.state.state().clone(), self.tx.clone());
                 tokio::task::spawn_blocking(move || {
                     let result = if state.id() == base {
                         aggregate_round(&store, &spec, &state, &deltas)

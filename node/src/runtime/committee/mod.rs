@@ -31,6 +31,7 @@ use murmur_protocol::{ErrorFeedback, PublicKey, RoundCommit, RunSpec, Signature,
 use serde_json::json;
 use tokio::sync::mpsc;
 
+use super::held::HeldState;
 use super::report::Reporter;
 use super::server::{ServedStatus, StoreServer};
 use super::trainer::{self, Job, JobDone, TrainerHandle, TrainerSetup};
@@ -181,7 +182,7 @@ struct CommitteeNode {
     last_train_loss: f32,
     last_val_loss: Option<f32>,
     machine: CommitteeMachine,
-    state: Arc<TrainingState>,
+    state: HeldState,
     ledger: Ledger,
     feedback: Arc<Mutex<ErrorFeedback>>,
     out: Reporter,
@@ -262,7 +263,7 @@ pub async fn run_committee_node(
         last_train_loss: f32::NAN,
         last_val_loss: None,
         machine,
-        state: Arc::new(state),
+        state: HeldState::new(state),
         ledger,
         feedback: Arc::new(Mutex::new(ErrorFeedback::new(n))),
         out,
@@ -340,7 +341,7 @@ impl CommitteeNode {
     fn synced(&mut self, target: StateId, state: TrainingState, ledger: Ledger) {
         let round = state.round;
         self.trainer.cancel();
-        self.state = Arc::new(state);
+        self.state = HeldState::new(state);
         self.ledger = ledger;
         self.waiting = false;
         self.own = None;
@@ -623,7 +624,7 @@ impl CommitteeNode {
         let included = ledger.roster.len();
         let base = self.state_id();
         let previous = (self.state.id(), self.ledger.hash());
-        self.state = Arc::new(next);
+        self.state = HeldState::new(next);
         self.ledger = ledger;
         let new_state = self.state_id();
         let secs = self.round_opened.elapsed().as_secs_f64();
@@ -639,7 +640,9 @@ impl CommitteeNode {
                 "round_secs": secs,
             }),
         );
-        if self.trainer_alive && !self.trainer.submit(Job::Evaluate { round, state: self.state.clone() }) {
+        if self.trainer_alive
+            && !self.trainer.submit(Job::Evaluate { round, state: self.state.state().clone() })
+        {
             self.trainer_died("the trainer thread is gone".into());
         }
         let commit = RoundCommit {
@@ -785,7 +788,7 @@ impl CommitteeNode {
                     return;
                 }
                 let (store, spec, state, tx) =
-                    (self.store.clone(), self.spec.clone(), self.state.clone(), self.tx.clone());
+                    (self.store.clone(), self.spec.clone(), self.state.state().clone(), self.tx.clone());
                 let layout = self.machine.plan().layout();
                 tokio::task::spawn_blocking(move || {
                     let result = work::apply_round(&store, &spec, &state, layout, &shards);
@@ -807,8 +810,14 @@ impl CommitteeNode {
         }
         self.first_train.get_or_insert_with(Instant::now);
         let epoch = self.trainer.cancel();
-        let job =
-            Job::Train { epoch, round, base, state: self.state.clone(), reset_moments: false, ahead: None };
+        let job = Job::Train {
+            epoch,
+            round,
+            base,
+            state: self.state.state().clone(),
+            reset_moments: false,
+            ahead: None,
+        };
         if !self.trainer.submit(job) {
             self.trainer_died("the trainer thread is gone".into());
         }
