@@ -483,6 +483,28 @@ impl Node {
             });
             let _ = tx.send(Internal::Encoded { round, base, tokens, train_loss, result });
         });
+        self.train_ahead(round, base);
+    }
+
+    /// Overlapped rounds: train round `round + 1` now, from `round`'s state
+    /// (its lookahead), while our delta of `round` is encoded and the round
+    /// is exchanged; the next state lands in the job when it opens.
+    fn train_ahead(&mut self, round: u64, base: StateId) {
+        if !self.spec.pacing.overlapped || self.ahead.is_some() || !self.trainer_alive {
+            return;
+        }
+        let landing = Arc::new(trainer::Landing::default());
+        self.ahead = Some(Ahead { round: round + 1, landing: landing.clone(), done: None });
+        let epoch = self.trainer.epoch();
+        let state = self.state.state().clone();
+        self.submit(Job::Train {
+            epoch,
+            round: round + 1,
+            base,
+            state,
+            reset_moments: false,
+            ahead: Some(landing),
+        });
     }
 
     /// Report the round just closed (its report is pending): after an
@@ -619,28 +641,6 @@ impl Node {
                 Ok(payload_hash) => {
                     self.deltas_by_round.entry(round).or_default().push(payload_hash);
                     self.feed(Event::LocalDeltaReady { round, base, payload_hash, tokens, train_loss });
-                    // Overlapped: train the next round now, from this round's
-                    // state (its lookahead); the next one lands in the job.
-                    let next = round + 1;
-                    if self.spec.pacing.overlapped
-                        && self.machine.round() == round
-                        && self.machine.has_local_delta()
-                        && self.ahead.is_none()
-                        && base == self.state_id()
-                    {
-                        let landing = Arc::new(trainer::Landing::default());
-                        self.ahead = Some(Ahead { round: next, landing: landing.clone(), done: None });
-                        let epoch = self.trainer.epoch();
-                        let state = self.state.state().clone();
-                        self.submit(Job::Train {
-                            epoch,
-                            round: next,
-                            base,
-                            state,
-                            reset_moments: false,
-                            ahead: Some(landing),
-                        });
-                    }
                 }
                 Err(e) => tracing::error!("{e}"),
             },
