@@ -146,6 +146,26 @@ impl<B: Backend> Gpt<B> {
         }
     }
 
+    /// Current parameter values as one flat vector (canonical order).
+    pub fn download_params_flat(&self, backend: &B) -> Vec<f32> {
+        let mut flat = Vec::with_capacity(self.specs.iter().map(ParamSpec::numel).sum());
+        for p in &self.params {
+            flat.extend_from_slice(&backend.download(p));
+        }
+        flat
+    }
+
+    /// Replaces parameter values from one flat vector (canonical order);
+    /// `flat` holds exactly the model's parameter count.
+    pub fn upload_params_flat(&mut self, backend: &B, flat: &[f32]) {
+        let mut at = 0;
+        for (p, s) in self.params.iter_mut().zip(&self.specs) {
+            let n = s.numel();
+            backend.upload(p, &flat[at..at + n]);
+            at += n;
+        }
+    }
+
     /// AdamW moments (m then v per tensor), for checkpoints.
     pub fn download_moments(&self, backend: &B) -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
         (

@@ -17,6 +17,7 @@ use murmur_protocol::{decode_delta, PayloadFault, PayloadHash, PublicKey, RunSpe
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 
+use super::held::HeldState;
 use super::node::Internal;
 use super::report::Reporter;
 use super::spec::state_len;
@@ -103,13 +104,19 @@ pub(crate) fn spawn_state_fetch(
         let still_wanted = |w: &watch::Receiver<Option<StateId>>| *w.borrow() == Some(id);
         let n = spec.model.param_count as usize;
         let s = store.clone();
+        let run = spec.run_id();
         let held = tokio::task::spawn_blocking(move || {
-            s.blobs.get(BlobKind::State, &id.0).ok().and_then(|b| TrainingState::decode(&b, n).ok())
+            s.blobs
+                .get(BlobKind::State, &id.0)
+                .ok()
+                .and_then(|b| TrainingState::decode(&b, n).ok())
+                .filter(|s| s.round == round && s.run == run)
+                .map(HeldState::new)
         })
         .await
         .ok()
         .flatten();
-        if let Some(state) = held.filter(|s| s.round == round && s.run == spec.run_id()) {
+        if let Some(state) = held {
             let _ = tx.send(Internal::State { round, id, state });
             return;
         }
@@ -137,6 +144,13 @@ pub(crate) fn spawn_state_fetch(
         let keep = wanted.clone();
         let fetched =
             fetch_state(&net, &store, &spec, id, round, &peers, move || *keep.borrow() == Some(id)).await;
+        // The StateId is hashed once here, off the event loop.
+        let fetched = match fetched {
+            Ok(state) => {
+                tokio::task::spawn_blocking(move || HeldState::new(state)).await.map_err(|e| e.to_string())
+            }
+            Err(e) => Err(e),
+        };
         match fetched {
             Ok(state) => {
                 let _ = tx.send(Internal::State { round, id, state });

@@ -61,7 +61,7 @@ pub(crate) enum Internal {
     State {
         round: u64,
         id: StateId,
-        state: TrainingState,
+        state: HeldState,
     },
     /// A state fetch ended without the state: the node no longer wants it.
     StateAbandoned {
@@ -73,7 +73,7 @@ pub(crate) enum Internal {
     },
     Aggregated {
         round: u64,
-        result: Result<(Vec<PayloadHash>, TrainingState), String>,
+        result: Result<(Vec<PayloadHash>, HeldState), String>,
     },
     /// Our delta, encoded, hashed and stored (or why not).
     Encoded {
@@ -408,13 +408,29 @@ impl Node {
 
     fn on_job(&mut self, done: JobDone) {
         match done {
-            JobDone::Trained { round, base, delta, tokens, train_loss, secs, ahead, landed_after } => {
+            JobDone::Trained {
+                round,
+                base,
+                delta,
+                tokens,
+                train_loss,
+                secs,
+                ahead,
+                idle_before_secs,
+                landed_after,
+            } => {
                 if ahead {
                     // How much of an overlapped round trained before its state
-                    // landed (the rest trained on it): the exchange's share.
+                    // landed (the rest trained on it): the exchange's share;
+                    // and how long the trainer stood between two rounds.
                     self.out.event(
                         "trained_ahead",
-                        json!({ "round": round, "steps_before_landing": landed_after }),
+                        json!({
+                            "round": round,
+                            "steps_before_landing": landed_after,
+                            "secs": secs,
+                            "idle_before_secs": idle_before_secs,
+                        }),
                     );
                 }
                 self.train_secs += secs;
@@ -591,8 +607,8 @@ impl Node {
                 }
                 match result {
                     Ok((included, next)) => {
-                        self.state = HeldState::new(next);
-                        let new_state = self.state.id();
+                        let new_state = next.id();
+                        self.state = next;
                         self.feed(Event::Aggregated { round, included, new_state });
                     }
                     Err(e) => {
@@ -620,7 +636,7 @@ impl Node {
                     self.keep_state(id);
                     return;
                 }
-                self.state = HeldState::new(state);
+                self.state = state;
                 self.collect_garbage(round, id);
                 let feedback = self.feedback.clone();
                 tokio::task::spawn_blocking(move || {
@@ -857,11 +873,12 @@ impl Node {
             }
             Action::Aggregate { round, base, deltas } => {
                 self.offered = deltas.iter().map(|d| (d.payload_hash, d.signer)).collect();
-                let (store, spec, state, tx) =
-                    (self.store.clone(), self.spec.clone(), self.state.state().clone(), self.tx.clone());
+                let (store, spec, held, tx) =
+                    (self.store.clone(), self.spec.clone(), self.state.clone(), self.tx.clone());
                 tokio::task::spawn_blocking(move || {
-                    let result = if state.id() == base {
-                        aggregate_round(&store, &spec, &state, &deltas)
+                    let result = if held.id() == base {
+                        aggregate_round(&store, &spec, held.state(), &deltas)
+                            .map(|(included, next)| (included, HeldState::new(next)))
                     } else {
                         Err("the base state is not the one held".into())
                     };

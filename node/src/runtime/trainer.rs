@@ -64,6 +64,10 @@ pub enum JobDone {
         secs: f64,
         /// The job was an overlapped run's training ahead (`Job::Train::ahead`).
         ahead: bool,
+        /// Seconds between the previous training job's last inner step and
+        /// this job's first (`None` for the thread's first job): the time
+        /// the node's round loop took to hand the trainer its next round.
+        idle_before_secs: Option<f64>,
         /// Training ahead: the steps taken before the round's state landed
         /// (`None`: it landed after the last step, or never).
         landed_after: Option<u32>,
@@ -250,7 +254,15 @@ pub fn spawn(setup: &TrainerSetup, done: mpsc::UnboundedSender<JobDone>) -> Resu
     let (tx, rx) = std_mpsc::channel();
     let epoch = Arc::new(AtomicU64::new(0));
     let busy = Arc::new(BusyClock::new());
-    let worker = Worker { spec: spec.clone(), cfg, data, epoch: epoch.clone(), step: 0, busy: busy.clone() };
+    let worker = Worker {
+        spec: spec.clone(),
+        cfg,
+        data,
+        epoch: epoch.clone(),
+        step: 0,
+        busy: busy.clone(),
+        last_steps_end: None,
+    };
     let (opened_tx, opened_rx) = std_mpsc::channel::<Result<String, String>>();
     std::thread::Builder::new()
         .name("murmur-trainer".into())
@@ -281,6 +293,8 @@ struct Worker {
     /// Inner steps taken by this node (AdamW's step count and warmup).
     step: u32,
     busy: Arc<BusyClock>,
+    /// When the last training job's inner steps ended.
+    last_steps_end: Option<Instant>,
 }
 
 /// Mean loss of `model` over `batches` (no parameter update).
@@ -364,10 +378,13 @@ impl Worker {
         model: &'m mut Option<Gpt<B>>,
         flat: &[f32],
     ) -> &'m mut Gpt<B> {
-        let values = split_params(&self.cfg, flat);
-        let m = model.get_or_insert_with(|| Gpt::new(backend, self.cfg.clone(), &values, 1));
-        m.upload_params(backend, &values);
-        m
+        match model {
+            Some(m) => {
+                m.upload_params_flat(backend, flat);
+                m
+            }
+            None => model.insert(Gpt::new(backend, self.cfg.clone(), &split_params(&self.cfg, flat), 1)),
+        }
     }
 
     fn evaluate<B: Backend>(
@@ -438,6 +455,7 @@ impl Worker {
         let busy = self.busy.clone();
         let mut busy_now = Some(Busy::start(&busy));
         let t0 = Instant::now();
+        let idle_before_secs = self.last_steps_end.map(|t| t0.duration_since(t).as_secs_f64());
         let mut loss_sum = 0f64;
         let mut tokens = 0u64;
         let mut steps = 0u32;
@@ -473,11 +491,11 @@ impl Worker {
                             params.len()
                         ));
                     }
-                    let mut local: Vec<f32> = m.download_params(backend).into_iter().flatten().collect();
+                    let mut local = m.download_params_flat(backend);
                     for ((p, s), start) in local.iter_mut().zip(&landed.params).zip(params) {
                         *p += s - start;
                     }
-                    m.upload_params(backend, &split_params(&self.cfg, &local));
+                    m.upload_params_flat(backend, &local);
                     origin = Some(landed);
                     landed_after = Some(steps);
                 }
@@ -519,15 +537,13 @@ impl Worker {
             throttle(step_started.elapsed());
         }
         drop(busy_now);
+        self.last_steps_end = Some(Instant::now());
         let secs = t0.elapsed().saturating_sub(waited).as_secs_f64();
-        let local: Vec<f32> = m.download_params(backend).into_iter().flatten().collect();
-        let delta = origin
-            .as_ref()
-            .map_or(params, |s| &s.params[..])
-            .iter()
-            .zip(&local)
-            .map(|(a, b)| a - b)
-            .collect();
+        // The delta is computed in the downloaded vector, without a copy.
+        let mut delta = m.download_params_flat(backend);
+        for (d, a) in delta.iter_mut().zip(origin.as_ref().map_or(params, |s| &s.params[..])) {
+            *d = a - *d;
+        }
         JobDone::Trained {
             round,
             base,
@@ -536,6 +552,7 @@ impl Worker {
             train_loss: (loss_sum / f64::from(steps.max(1))) as f32,
             secs,
             ahead: ahead.is_some(),
+            idle_before_secs,
             landed_after,
         }
     }
