@@ -416,6 +416,7 @@ impl Node {
                 train_loss,
                 secs,
                 ahead,
+                waited_secs,
                 idle_before_secs,
                 landed_after,
             } => {
@@ -429,6 +430,7 @@ impl Node {
                             "round": round,
                             "steps_before_landing": landed_after,
                             "secs": secs,
+                            "waited_secs": waited_secs,
                             "idle_before_secs": idle_before_secs,
                         }),
                     );

@@ -64,6 +64,8 @@ pub enum JobDone {
         secs: f64,
         /// The job was an overlapped run's training ahead (`Job::Train::ahead`).
         ahead: bool,
+        /// Seconds it waited half-way for its round's state (not in `secs`).
+        waited_secs: f64,
         /// Seconds between the previous training job's last inner step and
         /// this job's first (`None` for the thread's first job): the time
         /// the node's round loop took to hand the trainer its next round.
@@ -134,29 +136,38 @@ impl Landing {
     }
 }
 
-/// When the trainer thread's current training job started (for the time
-/// in inner steps reported while a job is still running).
+/// How long the trainer thread's current training job has been in inner
+/// steps (for the time in inner steps reported while a job is running).
 #[derive(Debug)]
 pub struct BusyClock {
     origin: Instant,
-    /// Microseconds after `origin` + 1 when the running job started; 0 idle.
+    /// Microseconds after `origin` + 1 when the job's current stretch of
+    /// inner steps started; 0 when not in inner steps.
     since_us: AtomicU64,
+    /// The job's inner-step time before its current stretch (a job that
+    /// waits half-way for its state has two stretches).
+    carried_us: AtomicU64,
 }
 
 impl BusyClock {
     fn new() -> Self {
-        Self { origin: Instant::now(), since_us: AtomicU64::new(0) }
+        Self { origin: Instant::now(), since_us: AtomicU64::new(0), carried_us: AtomicU64::new(0) }
     }
-    /// Seconds the running training job has been going (0 when idle).
+    /// Seconds the running training job has spent in inner steps (0 when
+    /// idle; a wait for the state to land is not counted, and what came
+    /// before it is).
     pub fn running_secs(&self) -> f64 {
-        match self.since_us.load(Ordering::SeqCst) {
+        let carried = self.carried_us.load(Ordering::SeqCst) as f64;
+        let current = match self.since_us.load(Ordering::SeqCst) {
             0 => 0.0,
-            t => (self.origin.elapsed().as_micros() as f64 - (t - 1) as f64).max(0.0) / 1e6,
-        }
+            t => (self.origin.elapsed().as_micros() as f64 - (t - 1) as f64).max(0.0),
+        };
+        (carried + current) / 1e6
     }
 }
 
-/// Marks the trainer busy from its creation until it is dropped.
+/// Marks a stretch of the job's inner steps from its creation until it is
+/// paused (the job goes on later) or dropped (the job ended).
 struct Busy<'a>(&'a BusyClock);
 
 impl<'a> Busy<'a> {
@@ -164,11 +175,23 @@ impl<'a> Busy<'a> {
         clock.since_us.store(clock.origin.elapsed().as_micros() as u64 + 1, Ordering::SeqCst);
         Self(clock)
     }
+
+    /// End this stretch but keep its time for the job's running total.
+    fn pause(self) {
+        let clock = self.0;
+        std::mem::forget(self);
+        let since = clock.since_us.swap(0, Ordering::SeqCst);
+        if since > 0 {
+            let stretch = (clock.origin.elapsed().as_micros() as u64).saturating_sub(since - 1);
+            clock.carried_us.fetch_add(stretch, Ordering::SeqCst);
+        }
+    }
 }
 
 impl Drop for Busy<'_> {
     fn drop(&mut self) {
         self.0.since_us.store(0, Ordering::SeqCst);
+        self.0.carried_us.store(0, Ordering::SeqCst);
     }
 }
 
@@ -472,7 +495,9 @@ impl Worker {
                 if landed.is_none() && (steps >= (h / 2).max(1) || budget.is_some_and(|b| spent >= b / 2)) {
                     // Half-way with nothing landed: idle (not in inner
                     // steps) until the round's state lands.
-                    drop(busy_now.take());
+                    if let Some(stretch) = busy_now.take() {
+                        stretch.pause();
+                    }
                     let from = Instant::now();
                     while landed.is_none() {
                         if self.epoch.load(Ordering::SeqCst) != epoch {
@@ -552,6 +577,7 @@ impl Worker {
             train_loss: (loss_sum / f64::from(steps.max(1))) as f32,
             secs,
             ahead: ahead.is_some(),
+            waited_secs: waited.as_secs_f64(),
             idle_before_secs,
             landed_after,
         }

@@ -101,19 +101,21 @@ fn a_job_ahead_starts_from_the_lookahead_and_waits_at_half_its_steps() {
     };
     let submitted = std::time::Instant::now();
     assert!(trainer.submit(job));
-    // It trains, then idles (off the busy clock) with its job unfinished.
-    let (mut seen_busy, deadline) = (false, submitted + Duration::from_secs(120));
-    loop {
-        let running = trainer.busy.running_secs() > 0.0;
-        seen_busy |= running;
-        if seen_busy && !running {
-            break;
+    // It trains, then waits with its job unfinished: off the busy clock, so
+    // its time in inner steps stops growing but keeps what came before.
+    let deadline = submitted + Duration::from_secs(120);
+    let held = loop {
+        let before = trainer.busy.running_secs();
+        std::thread::sleep(Duration::from_millis(300));
+        let after = trainer.busy.running_secs();
+        if before > 0.0 && after == before {
+            break after;
         }
         assert!(std::time::Instant::now() < deadline, "the job never started, or never stopped to wait");
-        std::thread::sleep(Duration::from_micros(200));
-    }
+    };
     std::thread::sleep(Duration::from_secs(1));
     assert!(rx.try_recv().is_err(), "the job finished without its state landing");
+    assert_eq!(trainer.busy.running_secs(), held, "the wait was counted as time in inner steps");
     landing.land(at_lookahead.clone());
     match rx.blocking_recv().expect("a result") {
         JobDone::Trained { delta, landed_after, secs, .. } => {
