@@ -9,6 +9,7 @@ use murmur_protocol::{
     TrainingState, Weighting,
 };
 
+use super::held::HeldState;
 use crate::store::{BlobKind, Position, Store};
 
 /// Decode the round's deltas, aggregate them, apply the outer step, and
@@ -18,7 +19,7 @@ pub fn aggregate_round(
     spec: &RunSpec,
     base: &TrainingState,
     deltas: &[AcceptedDelta],
-) -> Result<(Vec<PayloadHash>, TrainingState), String> {
+) -> Result<(Vec<PayloadHash>, HeldState), String> {
     let n = spec.model.param_count as usize;
     let mut decoded = Vec::with_capacity(deltas.len());
     for d in deltas {
@@ -51,5 +52,5 @@ pub fn aggregate_round(
         .meta
         .set_position(&spec.run_id(), Position { round: next.round, state: StateId(id) })
         .map_err(|e| e.to_string())?;
-    Ok((agg.included, next))
+    Ok((agg.included, HeldState::stored(next, StateId(id))))
 }

@@ -111,7 +111,7 @@ pub(crate) fn spawn_state_fetch(
                 .ok()
                 .and_then(|b| TrainingState::decode(&b, n).ok())
                 .filter(|s| s.round == round && s.run == run)
-                .map(HeldState::new)
+                .map(|s| HeldState::stored(s, id))
         })
         .await
         .ok()
@@ -144,15 +144,9 @@ pub(crate) fn spawn_state_fetch(
         let keep = wanted.clone();
         let fetched =
             fetch_state(&net, &store, &spec, id, round, &peers, move || *keep.borrow() == Some(id)).await;
-        // The StateId is hashed once here, off the event loop.
-        let fetched = match fetched {
-            Ok(state) => {
-                tokio::task::spawn_blocking(move || HeldState::new(state)).await.map_err(|e| e.to_string())
-            }
-            Err(e) => Err(e),
-        };
         match fetched {
             Ok(state) => {
+                let state = HeldState::stored(state, id);
                 let _ = tx.send(Internal::State { round, id, state });
             }
             Err(e) => {

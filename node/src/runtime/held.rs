@@ -28,6 +28,14 @@ impl HeldState {
         HeldState { state, id }
     }
 
+    /// Hold a state whose canonical bytes were just stored in, or read and
+    /// checked from, the state blob `id`: the blob store hashed them, and a
+    /// StateId is that hash, so it is not computed again.
+    pub fn stored(state: TrainingState, id: StateId) -> Self {
+        debug_assert_eq!(state.id(), id, "a state blob's id is its StateId");
+        HeldState { state: Arc::new(state), id }
+    }
+
     pub fn id(&self) -> StateId {
         self.id
     }

@@ -880,7 +880,6 @@ impl Node {
                 tokio::task::spawn_blocking(move || {
                     let result = if held.id() == base {
                         aggregate_round(&store, &spec, held.state(), &deltas)
-                            .map(|(included, next)| (included, HeldState::new(next)))
                     } else {
                         Err("the base state is not the one held".into())
                     };
