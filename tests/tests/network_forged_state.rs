@@ -198,6 +198,15 @@ fn a_joiner_ignores_forged_higher_states_and_syncs_to_the_committed_one() {
         || c.last_round() > Some(from),
         ctx3,
     );
+    // c may report a round before a does: wait for a to reach the rounds c
+    // reported before comparing them.
+    let reached = c.last_round().unwrap_or(0);
+    wait_until(
+        "a to report the rounds c closed",
+        Duration::from_secs(120),
+        || a.last_round() >= Some(reached),
+        ctx3,
+    );
     let (sa, sc) = (states_by_round(&a), states_by_round(&c));
     let common: Vec<_> = sc.iter().filter(|(r, _)| sa.contains_key(r)).collect();
     assert!(!common.is_empty(), "{sa:?} {sc:?}");
