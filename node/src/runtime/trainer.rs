@@ -440,7 +440,8 @@ impl Worker {
     }
 
     /// Up to H inner steps from `params`; with a time budget (RunSpec
-    /// pacing) the steps stop once the budget is spent (at least one runs).
+    /// pacing) the steps stop once the budget is spent (at least one runs,
+    /// see `budget_spent`).
     fn train<B: Backend>(
         &mut self,
         backend: &B,
@@ -487,7 +488,7 @@ impl Worker {
                 return JobDone::Cancelled { round };
             }
             let spent = t0.elapsed().saturating_sub(waited);
-            if budget.is_some_and(|b| steps > 0 && spent >= b) {
+            if budget.is_some_and(|b| steps > 0 && budget_spent(spent, steps, b)) {
                 break;
             }
             if let Some(landing) = ahead.as_deref().filter(|_| origin.is_none()) {
@@ -696,3 +697,14 @@ pub fn respawn(setup: TrainerSetup, done: impl FnOnce(Started) + Send + 'static)
 
 #[cfg(test)]
 mod tests;
+
+/// Whether a time-budgeted phase that has spent `spent` in `steps` (> 0)
+/// steps stops before its next step: when that step, at the mean step time
+/// so far, would end more than half a step past `budget`. The phase then
+/// ends within about half a step of the budget either way, instead of up to
+/// a whole step past it — which, on a slow node whose steps take seconds,
+/// would hold up the round its delta is awaited in.
+pub(crate) fn budget_spent(spent: Duration, steps: u32, budget: Duration) -> bool {
+    let mean_step = spent / steps.max(1);
+    spent + mean_step / 2 >= budget
+}

@@ -58,7 +58,9 @@ pub enum Weighting {
     /// t_med / t (normalised by its steps, rescaled by the median claim), so
     /// that with token weights a node's influence grows linearly with its
     /// steps, not with their square; claims above `CLAIM_ABOVE_MEDIAN` × or
-    /// below 1 / `CLAIM_BELOW_MEDIAN` of the median are refused.
+    /// below 1 / `CLAIM_BELOW_MEDIAN` of the median are refused; the norm
+    /// filter and clip bound a rescaled delta of t < t_med at √(t_med / t)
+    /// times the usual bound (its stretched noise).
     PerToken,
 }
 
@@ -178,7 +180,7 @@ pub fn aggregate_weighted(
         return Err(AggregateError::NoValidDeltas { rejected });
     }
     if weighting == Weighting::AsTrained {
-        return Ok(combine(accepted, rejected, expected_len, mode));
+        return Ok(combine(accepted, rejected, expected_len, mode, None));
     }
     let median = robust::median_f64(accepted.iter().map(|d| d.tokens as f64).collect());
     let mut near = Vec::with_capacity(accepted.len());
@@ -204,23 +206,29 @@ pub fn aggregate_weighted(
         .collect();
     let normalised: Vec<DeltaInput<'_>> =
         near.iter().zip(&scaled).map(|(d, values)| DeltaInput { values, ..**d }).collect();
-    Ok(combine(normalised.iter().collect(), rejected, expected_len, mode))
+    let allowance: Vec<f64> = near.iter().map(|d| robust::rescale_allowance(d.tokens, median)).collect();
+    Ok(combine(normalised.iter().collect(), rejected, expected_len, mode, Some(&allowance)))
 }
 
-/// The robust combination of validated, sorted inputs (at least one).
+/// The robust combination of validated, sorted inputs (at least one);
+/// `allowance[i]` widens input i's norm bounds (per-token rescaled inputs).
 fn combine(
     mut accepted: Vec<&DeltaInput<'_>>,
     mut rejected: Vec<Rejected>,
     expected_len: usize,
     mode: RobustMode,
+    allowance: Option<&[f64]>,
 ) -> Aggregate {
+    let mut allowance: Option<Vec<f64>> = allowance.map(<[f64]>::to_vec);
     if let RobustMode::NormFilter { multiple } = mode {
         let norms: Vec<f64> = accepted.iter().map(|d| robust::l2_norm(d.values)).collect();
-        let keep = robust::within_norm(&norms, multiple);
+        let keep = robust::within_norm_allowing(&norms, multiple, allowance.as_deref());
         let mut kept = Vec::with_capacity(accepted.len());
-        for (d, k) in accepted.into_iter().zip(keep) {
+        let mut kept_allowance = Vec::with_capacity(accepted.len());
+        for (i, (d, k)) in accepted.into_iter().zip(keep).enumerate() {
             if k {
                 kept.push(d);
+                kept_allowance.push(allowance.as_ref().map_or(1.0, |a| a[i]));
             } else {
                 rejected.push(Rejected {
                     payload_hash: d.payload_hash,
@@ -231,13 +239,14 @@ fn combine(
         }
         rejected.sort_by(|a, b| a.payload_hash.cmp(&b.payload_hash).then(a.signer.cmp(&b.signer)));
         accepted = kept;
+        allowance = allowance.map(|_| kept_allowance);
     }
     let values: Vec<&[f32]> = accepted.iter().map(|d| d.values).collect();
     let tokens: Vec<u64> = accepted.iter().map(|d| d.tokens).collect();
     let delta = match mode {
         RobustMode::Mean => robust::weighted_mean(&values, &tokens, None, expected_len),
         RobustMode::NormClip { multiple } => {
-            robust::norm_clipped_mean(&values, &tokens, multiple, expected_len)
+            robust::norm_clipped_mean(&values, &tokens, multiple, allowance.as_deref(), expected_len)
         }
         RobustMode::TrimmedMean { trim } => robust::trimmed_mean(&values, trim, expected_len),
         RobustMode::Median => robust::median(&values, expected_len),

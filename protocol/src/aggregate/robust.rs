@@ -46,8 +46,31 @@ fn weighted_mean_f64(values: &[&[f32]], weights: &[f64], scales: Option<&[f64]>,
 /// Which deltas a norm filter keeps: norm ≤ `multiple` × the median norm
 /// (the median itself always passes, so at least half are kept).
 pub(crate) fn within_norm(norms: &[f64], multiple: f32) -> Vec<bool> {
+    within_norm_allowing(norms, multiple, None)
+}
+
+/// `within_norm` with delta i's bound widened by `allowance[i]` (≥ 1): the
+/// noise a per-token rescale stretched (see `rescale_allowance`).
+pub(crate) fn within_norm_allowing(norms: &[f64], multiple: f32, allowance: Option<&[f64]>) -> Vec<bool> {
     let threshold = f64::from(multiple) * median_f64(norms.to_vec());
-    norms.iter().map(|&n| n <= threshold).collect()
+    norms.iter().enumerate().map(|(i, &n)| n <= threshold * allowance.map_or(1.0, |a| a[i])).collect()
+}
+
+/// How far the norm bounds of a delta of `tokens`, rescaled by
+/// `median / tokens`, are widened: √(median / tokens) when that exceeds 1,
+/// else 1. Rescaling stretches a short delta's noise along with its signal,
+/// and noise grows with the square root of the steps, so an honest delta of
+/// s < median steps is about √(median / s) longer than the median one after
+/// the rescale. The widened bound gives no claim more influence: a delta
+/// weighted by t ≤ median tokens and bounded by c·M·√(median / t) adds at
+/// most c·M·√(t·median) ≤ c·M·median to the weighted sum.
+pub(crate) fn rescale_allowance(tokens: u64, median: f64) -> f64 {
+    let ratio = median / tokens as f64;
+    if ratio > 1.0 {
+        ratio.sqrt()
+    } else {
+        1.0
+    }
 }
 
 /// Token-weighted mean with weights capped at twice the median token count
@@ -58,14 +81,29 @@ pub(super) fn capped_weight_mean(values: &[&[f32]], tokens: &[u64], n: usize) ->
     weighted_mean_f64(values, &weights, None, n)
 }
 
-/// Clip every delta's L2 norm to `multiple` × the median norm, weight by
-/// tokens capped at twice the median token count, and average.
-pub(super) fn norm_clipped_mean(values: &[&[f32]], tokens: &[u64], multiple: f32, n: usize) -> Vec<f32> {
+/// Clip every delta's L2 norm to `multiple` × the median norm (times its
+/// `allowance`, when given), weight by tokens capped at twice the median
+/// token count, and average.
+pub(super) fn norm_clipped_mean(
+    values: &[&[f32]],
+    tokens: &[u64],
+    multiple: f32,
+    allowance: Option<&[f64]>,
+    n: usize,
+) -> Vec<f32> {
     let norms: Vec<f64> = values.iter().map(|x| l2_norm(x)).collect();
     let threshold = f64::from(multiple) * median_f64(norms.clone());
     let scales: Vec<f64> = norms
         .iter()
-        .map(|&norm| if norm > threshold && norm > 0.0 { threshold / norm } else { 1.0 })
+        .enumerate()
+        .map(|(i, &norm)| {
+            let bound = threshold * allowance.map_or(1.0, |a| a[i]);
+            if norm > bound && norm > 0.0 {
+                bound / norm
+            } else {
+                1.0
+            }
+        })
         .collect();
     let cap = 2.0 * median_f64(tokens.iter().map(|&t| t as f64).collect());
     let weights: Vec<f64> = tokens.iter().map(|&t| (t as f64).min(cap)).collect();

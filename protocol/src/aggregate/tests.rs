@@ -305,3 +305,36 @@ fn per_token_weighting_is_bit_identical_under_every_permutation() {
         }
     }
 }
+
+#[test]
+fn a_short_honest_delta_stretched_by_the_rescale_stays_in_and_a_short_liar_does_not() {
+    // Three nodes of 1,000 tokens with deltas of norm 1; a node of 185 tokens
+    // (a fifth of the speed) whose short, noisier delta has norm 0.6. Rescaled
+    // by 1000/185 = 5.4 it is 3.24 long — past 3× the median norm, but within
+    // its bound of 3 · √5.4 = 6.97. A node claiming the same 185 tokens with a
+    // delta of norm 2 (10.8 rescaled) is past that bound too.
+    let fast = [0.6f32, 0.8];
+    let slow = [0.0f32, 0.6];
+    let liar = [2.0f32, 0.0];
+    let honest = [input(1, 1000, &fast), input(2, 1000, &fast), input(3, 1000, &fast), input(4, 185, &slow)];
+    let filter = RobustMode::NormFilter { multiple: 3.0 };
+    let agg = aggregate_weighted(&honest, 2, filter, Weighting::PerToken).expect("aggregate");
+    assert_eq!(agg.included, vec![h(1), h(2), h(3), h(4)]);
+    assert!(agg.rejected.is_empty(), "{:?}", agg.rejected);
+    let liars = [input(1, 1000, &fast), input(2, 1000, &fast), input(3, 1000, &fast), input(5, 185, &liar)];
+    let agg = aggregate_weighted(&liars, 2, filter, Weighting::PerToken).expect("aggregate");
+    assert_eq!(agg.included, vec![h(1), h(2), h(3)]);
+    assert_eq!(agg.rejected.len(), 1);
+    assert_eq!(agg.rejected[0].reason, AggregateRejection::NormOutlier);
+    // The clip: the honest short delta is not clipped (its rescaled value
+    // enters whole), the liar's is clipped to its bound, 6.97 long.
+    let clip = RobustMode::NormClip { multiple: 3.0 };
+    let agg = aggregate_weighted(&honest, 2, clip, Weighting::PerToken).expect("aggregate");
+    let stretched = 0.6 * 1000.0 / 185.0;
+    let expect_y = (3.0 * 1000.0 * 0.8 + 185.0 * stretched) / 3185.0;
+    assert!((f64::from(agg.delta[1]) - expect_y).abs() < 1e-5, "{:?} vs {expect_y}", agg.delta);
+    let agg = aggregate_weighted(&liars, 2, clip, Weighting::PerToken).expect("aggregate");
+    let bound = 3.0 * (1000.0f64 / 185.0).sqrt();
+    let expect_x = (3.0 * 1000.0 * 0.6 + 185.0 * bound) / 3185.0;
+    assert!((f64::from(agg.delta[0]) - expect_x).abs() < 1e-5, "{:?} vs {expect_x}", agg.delta);
+}

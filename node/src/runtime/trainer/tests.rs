@@ -143,3 +143,21 @@ fn a_job_lands_once_on_the_first_state_handed_to_it() {
     landing.land(s);
     assert!(landing.take(Duration::ZERO).is_none(), "a second landing after the first was taken");
 }
+
+#[test]
+fn a_budgeted_phase_ends_within_half_a_step_of_its_budget() {
+    use super::budget_spent;
+    let s = Duration::from_secs;
+    // Steps of 13 s against a 120 s budget: after 8 steps (104 s) the next
+    // would end at 117 s, in the budget: go on. After 9 (117 s) it would end
+    // at 130 s, 10 s past — more than half a step: stop, 3 s short.
+    assert!(!budget_spent(s(104), 8, s(120)));
+    assert!(budget_spent(s(117), 9, s(120)));
+    // Steps of 10 s: after 11 (110 s) the next ends at 120 s, in the budget:
+    // go on; after 12 the budget is spent.
+    assert!(!budget_spent(s(110), 11, s(120)));
+    assert!(budget_spent(s(120), 12, s(120)));
+    // Fast steps stop once the budget is about spent.
+    assert!(!budget_spent(Duration::from_millis(119_000), 119, s(120)));
+    assert!(budget_spent(Duration::from_millis(119_600), 119_600 / 1_000, s(120)));
+}
