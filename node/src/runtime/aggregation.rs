@@ -5,12 +5,22 @@
 //! then the position record), before the node publishes its commit.
 
 use murmur_protocol::{
-    aggregate_weighted, decode_delta, outer_step, AcceptedDelta, DeltaInput, PayloadHash, RunSpec, StateId,
-    TrainingState, Weighting,
+    aggregate_weighted, decode_delta, outer_step, AcceptedDelta, DeltaInput, PayloadHash, PublicKey, RunSpec,
+    StateId, TrainingState, Weighting,
 };
 
 use super::held::HeldState;
 use crate::store::{BlobKind, Position, Store};
+
+/// A round's aggregate as the node keeps it.
+pub struct RoundAggregate {
+    /// The included deltas' hashes, ascending (the commit's list).
+    pub included: Vec<PayloadHash>,
+    /// Offered deltas left out, with why (for the node's log).
+    pub left_out: Vec<(PublicKey, String)>,
+    /// The new state, stored.
+    pub state: HeldState,
+}
 
 /// Decode the round's deltas, aggregate them, apply the outer step, and
 /// store the new state (blob first, then the position record).
@@ -19,8 +29,9 @@ pub fn aggregate_round(
     spec: &RunSpec,
     base: &TrainingState,
     deltas: &[AcceptedDelta],
-) -> Result<(Vec<PayloadHash>, HeldState), String> {
+) -> Result<RoundAggregate, String> {
     let n = spec.model.param_count as usize;
+    let mut left_out = Vec::new();
     let mut decoded = Vec::with_capacity(deltas.len());
     for d in deltas {
         let values = store
@@ -30,7 +41,7 @@ pub fn aggregate_round(
             .and_then(|b| decode_delta(&b, spec.codec, n).map_err(|e| e.to_string()));
         match values {
             Ok(v) => decoded.push((*d, v)),
-            Err(e) => tracing::warn!("delta {:?} left out: {e}", d.payload_hash),
+            Err(e) => left_out.push((d.signer, format!("unreadable: {e}"))),
         }
     }
     let inputs: Vec<DeltaInput<'_>> = decoded
@@ -44,6 +55,7 @@ pub fn aggregate_round(
         .collect();
     let weighting = Weighting::for_pacing(spec.pacing);
     let agg = aggregate_weighted(&inputs, n, spec.robust, weighting).map_err(|e| e.to_string())?;
+    left_out.extend(agg.rejected.iter().map(|r| (r.signer, r.reason.to_string())));
     let mut next = base.clone();
     outer_step(spec.outer, &mut next, &agg.delta).map_err(|e| e.to_string())?;
     let bytes = next.encode();
@@ -52,5 +64,5 @@ pub fn aggregate_round(
         .meta
         .set_position(&spec.run_id(), Position { round: next.round, state: StateId(id) })
         .map_err(|e| e.to_string())?;
-    Ok((agg.included, HeldState::stored(next, StateId(id))))
+    Ok(RoundAggregate { included: agg.included, left_out, state: HeldState::stored(next, StateId(id)) })
 }

@@ -30,7 +30,7 @@ use murmur_protocol::{
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 
-use super::aggregation::aggregate_round;
+use super::aggregation::{aggregate_round, RoundAggregate};
 use super::backing::CommitBook;
 use super::fetching::{spawn_payload_fetch, spawn_state_fetch, PayloadFetch, StateFetch};
 use super::held::HeldState;
@@ -73,7 +73,7 @@ pub(crate) enum Internal {
     },
     Aggregated {
         round: u64,
-        result: Result<(Vec<PayloadHash>, HeldState), String>,
+        result: Result<RoundAggregate, String>,
     },
     /// Our delta, encoded, hashed and stored (or why not).
     Encoded {
@@ -602,15 +602,21 @@ impl Node {
             Internal::Aggregated { round, result } => {
                 if self.machine.phase() != Phase::Aggregating || self.machine.round() != round {
                     // Its state blob was written all the same: track it so it is collected.
-                    if let Ok((_, next)) = result {
-                        self.keep_state(next.id());
+                    if let Ok(agg) = result {
+                        self.keep_state(agg.state.id());
                     }
                     return;
                 }
                 match result {
-                    Ok((included, next)) => {
-                        let new_state = next.id();
-                        self.state = next;
+                    Ok(RoundAggregate { included, left_out, state }) => {
+                        for (signer, reason) in left_out {
+                            let peer = peer_id_of(&signer).map(|p| p.to_string());
+                            tracing::warn!("round {round}: the delta of {peer:?} was left out: {reason}");
+                            self.out
+                                .event("left_out", json!({ "round": round, "peer": peer, "reason": reason }));
+                        }
+                        let new_state = state.id();
+                        self.state = state;
                         self.feed(Event::Aggregated { round, included, new_state });
                     }
                     Err(e) => {
