@@ -37,7 +37,9 @@ pub use dataset::{DatasetManifest, DatasetTokenizer, ShardEntry, Split};
 pub use hash::{DatasetId, PayloadHash, RunId, ShardHash, StateId};
 pub use identity::{NodeKey, PublicKey, Signature, SignatureError};
 pub use manifest::DeltaManifest;
-pub use outer::{eager_state, initial_momentum, lookahead_params, outer_step, OuterError};
+pub use outer::{
+    eager_state, initial_momentum, land, lookahead_params, outer_step, OuterError, LANDING_KEEP,
+};
 pub use round::{AcceptedDelta, Action, Event, PayloadFault, Phase, Rejection, RoundConfig, RoundMachine};
 pub use spec::{
     AdmissionPolicy, DataRef, InnerOptimizer, ModelShape, OuterOptimizer, Pacing, RobustMode, RunSpec,

@@ -79,6 +79,22 @@ pub fn lookahead_params(opt: OuterOptimizer, state: &TrainingState) -> Result<Ve
     Ok(eager_state(opt, state, &zeros)?.params)
 }
 
+/// How much of the progress an overlapped node trained from the lookahead
+/// it keeps when S_{r+1} lands (docs/protocol.md §6.3): half. Those steps'
+/// gradients were taken at the lookahead, a round's outer step behind
+/// S_{r+1}, and largely repeat what round r's aggregate already applied;
+/// keeping them whole over-counts them (simulation: docs/benchmarks.md,
+/// "Pacing").
+pub const LANDING_KEEP: f32 = 0.5;
+
+/// Land S_{r+1}'s parameters `landed` in running training that started at
+/// `start` and stands at `local`: local ← landed + keep · (local − start).
+pub fn land(local: &mut [f32], landed: &[f32], start: &[f32], keep: f32) {
+    for ((p, s), f) in local.iter_mut().zip(landed).zip(start) {
+        *p = s + keep * (*p - f);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,6 +103,17 @@ mod tests {
     fn state(opt: OuterOptimizer, params: Vec<f32>) -> TrainingState {
         let n = params.len();
         TrainingState { run: RunId([0; 32]), round: 0, params, momentum: initial_momentum(opt, n) }
+    }
+
+    #[test]
+    fn landing_keeps_the_given_share_of_the_progress() {
+        let mut local = vec![3.0f32, -1.0];
+        land(&mut local, &[10.0, 20.0], &[1.0, 1.0], LANDING_KEEP);
+        // progress (2, −2), half of it on the landed state.
+        assert_eq!(local, vec![11.0, 19.0]);
+        let mut whole = vec![3.0f32, -1.0];
+        land(&mut whole, &[10.0, 20.0], &[1.0, 1.0], 1.0);
+        assert_eq!(whole, vec![12.0, 18.0]);
     }
 
     #[test]

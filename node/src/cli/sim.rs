@@ -137,6 +137,10 @@ pub struct SimArgs {
     /// takes (default: the whole round).
     #[arg(long, value_name = "STEPS")]
     pub exchange_steps: Option<usize>,
+    /// With --overlap: the share of the progress made before the state
+    /// lands that is kept on it (the node's rule: 0.5; 1 keeps it whole).
+    #[arg(long, value_name = "SHARE", default_value_t = murmur_protocol::LANDING_KEEP)]
+    pub landing_keep: f32,
     /// With --overlap: where the next round trains from until its state
     /// lands: the last canonical state carried by its outer momentum alone
     /// (the node's rule), or that state stepped with the worker's own delta.
@@ -232,6 +236,7 @@ pub fn resolve(a: &SimArgs) -> Result<(SimConfig, DataSpec)> {
         pacing: SimPacing {
             overlapped: a.overlap,
             exchange_steps: a.exchange_steps,
+            landing_keep: a.landing_keep,
             ahead_from: match a.ahead_from {
                 AheadArg::Lookahead => AheadFrom::Lookahead,
                 AheadArg::Eager => AheadFrom::Eager,

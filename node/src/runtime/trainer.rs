@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{mpsc as std_mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use murmur_protocol::{RunSpec, StateId, TrainingState};
+use murmur_protocol::{land, RunSpec, StateId, TrainingState, LANDING_KEEP};
 use tokio::sync::mpsc;
 
 use crate::compute::device::{on_backend, Chosen};
@@ -518,9 +518,7 @@ impl Worker {
                         ));
                     }
                     let mut local = m.download_params_flat(backend);
-                    for ((p, s), start) in local.iter_mut().zip(&landed.params).zip(params) {
-                        *p += s - start;
-                    }
+                    land(&mut local, &landed.params, params, LANDING_KEEP);
                     m.upload_params_flat(backend, &local);
                     origin = Some(landed);
                     landed_after = Some(steps);

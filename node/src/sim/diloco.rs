@@ -7,7 +7,7 @@
 //! Overlapped rounds (docs/protocol.md §6.3) change only what each worker
 //! trains on while round r is exchanged: it starts round r + 1 from θ_r
 //! carried by the outer momentum alone (or the eager state), and when
-//! θ_{r+1} lands (after `exchange_steps` steps) it moves the progress made
+//! θ_{r+1} lands (after `exchange_steps` steps) it moves (a share of) the progress made
 //! so far onto θ_{r+1} and trains the rest of round r + 1 there; its delta
 //! is θ_{r+1} − θ_i as in blocking rounds, and θ_{r+1} itself is computed as
 //! in blocking rounds. Time-budgeted rounds (§6.4) give each worker its own
@@ -17,7 +17,7 @@ use std::time::Instant;
 
 use murmur_protocol::hash::{domain_hash, payload_hash_of, PayloadHash};
 use murmur_protocol::{
-    aggregate_weighted, decode_delta, eager_state, initial_momentum, lookahead_params, outer_step,
+    aggregate_weighted, decode_delta, eager_state, initial_momentum, land, lookahead_params, outer_step,
     CodecError, DeltaInput, ErrorFeedback, NodeKey, PublicKey, RunId, TrainingState, Weighting,
 };
 
@@ -51,11 +51,11 @@ struct Worker {
     start: Option<Vec<f32>>,
 }
 
-/// Overlapped rounds: after `at` steps the canonical state lands and the
-/// worker's parameters move by `shift` = θ_{r+1} − (where it started).
+/// Overlapped rounds: after `at` steps the canonical state θ_{r+1}
+/// (`landed`) lands and the worker's progress moves onto it (`land`).
 struct Rebase {
     at: usize,
-    shift: Vec<f32>,
+    landed: Vec<f32>,
 }
 
 /// A worker's signing identity, derived from the run seed and its index.
@@ -92,9 +92,11 @@ fn train_round<B: Backend>(
             worker.adam_step = 0;
         }
     }
+    let start = rebase.map(|_| flatten(theta));
     let shift = |model: &mut Gpt<B>, rebase: &Rebase| {
         let mut p = flatten(&model.download_params(backend));
-        p.iter_mut().zip(&rebase.shift).for_each(|(p, d)| *p += d);
+        let start = start.as_deref().unwrap_or_default();
+        land(&mut p, &rebase.landed, start, config.pacing.landing_keep);
         model.upload_params(backend, &split(&p, model.specs()));
     };
     let mut loss = f32::NAN;
@@ -211,8 +213,7 @@ pub(super) fn run<B: Backend>(
                     // The node's rule: wait half-way for the state to land.
                     at = at.min((steps_of(i) / 2).max(1));
                 }
-                let shift = state.params.iter().zip(&from).map(|(s, f)| s - f).collect();
-                (split(&from, &specs), Rebase { at: at.min(steps_of(i)), shift })
+                (split(&from, &specs), Rebase { at: at.min(steps_of(i)), landed: state.params.clone() })
             });
             let trained = train_round(
                 backend,

@@ -94,6 +94,10 @@ pub struct SimPacing {
     /// Overlapped rounds: how many full-speed inner steps of round r + 1
     /// the exchange of round r takes; `None`: the whole round.
     pub exchange_steps: Option<usize>,
+    /// Overlapped rounds: the share of the progress trained before the
+    /// landing that is kept on the landed state (the node's rule:
+    /// `LANDING_KEEP`).
+    pub landing_keep: f32,
     /// The inner phase is a time budget of H full-speed steps: a worker of
     /// speed v trains max(1, ⌊v·H⌋) steps and aggregation normalises by steps
     /// (`Weighting::PerToken`). Otherwise every worker trains H steps.
@@ -109,6 +113,7 @@ impl Default for SimPacing {
             overlapped: false,
             ahead_from: AheadFrom::Lookahead,
             exchange_steps: None,
+            landing_keep: murmur_protocol::LANDING_KEEP,
             budgeted: false,
             slow_workers: 0,
             slow_speed: 1.0,

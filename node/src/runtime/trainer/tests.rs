@@ -120,7 +120,20 @@ fn a_job_ahead_starts_from_the_lookahead_and_waits_at_half_its_steps() {
     match rx.blocking_recv().expect("a result") {
         JobDone::Trained { delta, landed_after, secs, .. } => {
             assert_eq!(landed_after, Some(2), "it waited after 2 of its 4 steps");
-            assert_eq!(delta, from_start, "it trained from the lookahead, and landing there moved nothing");
+            // Landing on the lookahead itself keeps half the progress of
+            // the first 2 steps (LANDING_KEEP) and trains 2 more from
+            // there: about ¾ of the way the job trained straight through
+            // from the lookahead went, in the same direction.
+            let (norm, full) =
+                (distance(&delta, &vec![0.0; delta.len()]), distance(&from_start, &vec![0.0; delta.len()]));
+            let ratio = norm / full;
+            assert!((0.6..0.9).contains(&ratio), "the delta is {ratio} of the straight run's");
+            let dot: f64 = delta.iter().zip(&from_start).map(|(a, b)| f64::from(*a) * f64::from(*b)).sum();
+            assert!(
+                dot / (norm * full) > 0.9,
+                "the delta turned away from the straight run's: cos {}",
+                dot / (norm * full)
+            );
             let wall = submitted.elapsed().as_secs_f64();
             assert!(secs <= wall - 1.0, "the wait was counted as time in inner steps: {secs} s of {wall}");
         }
