@@ -693,9 +693,6 @@ pub fn respawn(setup: TrainerSetup, done: impl FnOnce(Started) + Send + 'static)
     });
 }
 
-#[cfg(test)]
-mod tests;
-
 /// Whether a time-budgeted phase that has spent `spent` in `steps` (> 0)
 /// steps stops before its next step: when that step, at the mean step time
 /// so far, would end more than half a step past `budget`. The phase then
@@ -706,3 +703,6 @@ pub(crate) fn budget_spent(spent: Duration, steps: u32, budget: Duration) -> boo
     let mean_step = spent / steps.max(1);
     spent + mean_step / 2 >= budget
 }
+
+#[cfg(test)]
+mod tests;

@@ -52,10 +52,12 @@ struct Worker {
 }
 
 /// Overlapped rounds: after `at` steps the canonical state θ_{r+1}
-/// (`landed`) lands and the worker's progress moves onto it (`land`).
+/// (`landed`) lands and the worker's progress since `start` moves onto it
+/// (`land`).
 struct Rebase {
     at: usize,
     landed: Vec<f32>,
+    start: Vec<f32>,
 }
 
 /// A worker's signing identity, derived from the run seed and its index.
@@ -92,11 +94,9 @@ fn train_round<B: Backend>(
             worker.adam_step = 0;
         }
     }
-    let start = rebase.map(|_| flatten(theta));
     let shift = |model: &mut Gpt<B>, rebase: &Rebase| {
         let mut p = flatten(&model.download_params(backend));
-        let start = start.as_deref().unwrap_or_default();
-        land(&mut p, &rebase.landed, start, config.pacing.landing_keep);
+        land(&mut p, &rebase.landed, &rebase.start, config.pacing.landing_keep);
         model.upload_params(backend, &split(&p, model.specs()));
     };
     let mut loss = f32::NAN;
@@ -213,7 +213,8 @@ pub(super) fn run<B: Backend>(
                     // The node's rule: wait half-way for the state to land.
                     at = at.min((steps_of(i) / 2).max(1));
                 }
-                (split(&from, &specs), Rebase { at: at.min(steps_of(i)), landed: state.params.clone() })
+                let from_split = split(&from, &specs);
+                (from_split, Rebase { at: at.min(steps_of(i)), landed: state.params.clone(), start: from })
             });
             let trained = train_round(
                 backend,

@@ -206,29 +206,29 @@ pub fn aggregate_weighted(
         .collect();
     let normalised: Vec<DeltaInput<'_>> =
         near.iter().zip(&scaled).map(|(d, values)| DeltaInput { values, ..**d }).collect();
-    let allowance: Vec<f64> = near.iter().map(|d| robust::rescale_allowance(d.tokens, median)).collect();
-    Ok(combine(normalised.iter().collect(), rejected, expected_len, mode, Some(&allowance)))
+    Ok(combine(normalised.iter().collect(), rejected, expected_len, mode, Some(median)))
 }
 
 /// The robust combination of validated, sorted inputs (at least one);
-/// `allowance[i]` widens input i's norm bounds (per-token rescaled inputs).
+/// `claim_median`: the inputs were rescaled to this median claim, and
+/// their norm bounds widen by `robust::rescale_allowance`.
 fn combine(
     mut accepted: Vec<&DeltaInput<'_>>,
     mut rejected: Vec<Rejected>,
     expected_len: usize,
     mode: RobustMode,
-    allowance: Option<&[f64]>,
+    claim_median: Option<f64>,
 ) -> Aggregate {
-    let mut allowance: Option<Vec<f64>> = allowance.map(<[f64]>::to_vec);
+    let allowance = |inputs: &[&DeltaInput<'_>]| -> Option<Vec<f64>> {
+        claim_median.map(|m| inputs.iter().map(|d| robust::rescale_allowance(d.tokens, m)).collect())
+    };
     if let RobustMode::NormFilter { multiple } = mode {
         let norms: Vec<f64> = accepted.iter().map(|d| robust::l2_norm(d.values)).collect();
-        let keep = robust::within_norm_allowing(&norms, multiple, allowance.as_deref());
+        let keep = robust::within_norm_allowing(&norms, multiple, allowance(&accepted).as_deref());
         let mut kept = Vec::with_capacity(accepted.len());
-        let mut kept_allowance = Vec::with_capacity(accepted.len());
-        for (i, (d, k)) in accepted.into_iter().zip(keep).enumerate() {
+        for (d, k) in accepted.into_iter().zip(keep) {
             if k {
                 kept.push(d);
-                kept_allowance.push(allowance.as_ref().map_or(1.0, |a| a[i]));
             } else {
                 rejected.push(Rejected {
                     payload_hash: d.payload_hash,
@@ -239,15 +239,18 @@ fn combine(
         }
         rejected.sort_by(|a, b| a.payload_hash.cmp(&b.payload_hash).then(a.signer.cmp(&b.signer)));
         accepted = kept;
-        allowance = allowance.map(|_| kept_allowance);
     }
     let values: Vec<&[f32]> = accepted.iter().map(|d| d.values).collect();
     let tokens: Vec<u64> = accepted.iter().map(|d| d.tokens).collect();
     let delta = match mode {
         RobustMode::Mean => robust::weighted_mean(&values, &tokens, None, expected_len),
-        RobustMode::NormClip { multiple } => {
-            robust::norm_clipped_mean(&values, &tokens, multiple, allowance.as_deref(), expected_len)
-        }
+        RobustMode::NormClip { multiple } => robust::norm_clipped_mean(
+            &values,
+            &tokens,
+            multiple,
+            allowance(&accepted).as_deref(),
+            expected_len,
+        ),
         RobustMode::TrimmedMean { trim } => robust::trimmed_mean(&values, trim, expected_len),
         RobustMode::Median => robust::median(&values, expected_len),
         RobustMode::NormFilter { .. } => robust::capped_weight_mean(&values, &tokens, expected_len),
