@@ -1,7 +1,7 @@
 //! The emulated-home-links figure's short version (issue 15):
 //! `scripts/home-links.sh` with 2 nodes, each in its own network namespace
 //! behind a 2 Mbit/s up, 5 Mbit/s down, 40 ms link (the tiny preset's int8
-//! delta takes about 3.4 s to upload there), 5 rounds with a 10 s inner
+//! delta takes about 3.4 s to upload there), 3 rounds with a 10 s inner
 //! budget (at least twice the exchange, so overlapped rounds do not wait
 //! half-way, docs/protocol.md §6.3), once blocking and once overlapped. Overlapped rounds must end
 //! every round with both nodes on one StateId and leave each node less time
@@ -23,7 +23,7 @@ fn overlapped_rounds_agree_every_round_and_idle_less_than_blocking_ones_behind_h
     }
     let out = Command::new("bash")
         .arg(repo_root().join("scripts").join("home-links.sh"))
-        .args(["2", "5", "tiny", "2:5:40", "10", "1000", "4"])
+        .args(["2", "3", "tiny", "2:5:40", "10", "1000", "4"])
         .env("MURMUR_TESTNET_NO_BUILD", "1")
         .output()
         .expect("run scripts/home-links.sh");
@@ -37,7 +37,7 @@ fn overlapped_rounds_agree_every_round_and_idle_less_than_blocking_ones_behind_h
     eprintln!("{figure}");
     let (blocking, overlapped) = (&figure["runs"]["blocking"], &figure["runs"]["overlapped"]);
     assert_eq!(overlapped["one_state_every_round"], true, "{figure}");
-    assert!(overlapped["rounds_reported"].as_u64().is_some_and(|r| r >= 5), "{figure}");
+    assert!(overlapped["rounds_reported"].as_u64().is_some_and(|r| r >= 3), "{figure}");
     let idle = |run: &serde_json::Value, which: &str| 1.0 - run[which].as_f64().unwrap_or(f64::NAN);
     let (most_idle_overlapped, least_idle_blocking) =
         (idle(overlapped, "min_train_frac"), idle(blocking, "max_train_frac"));
