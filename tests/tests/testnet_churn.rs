@@ -1,8 +1,9 @@
 //! The churn figure's short version (issue 18): `scripts/churn.sh` with 4
 //! nodes and 15 inner steps a round — the same run with no faults and with
 //! a quarter of the nodes SIGKILLed and restarted every 3 rounds over 12 —
-//! must end with every node on one StateId in both runs, each kill followed by a restart, and the
-//! churned run's validation loss within 10% of the calm run's. The full
+//! must end with every node on one StateId in both runs, each kill followed
+//! by a restart, and the churned run's validation loss within 10% of the
+//! calm run's. The full
 //! figure (40 rounds, a kill every 10, within 3%) is in docs/benchmarks.md:
 //! 12 rounds is early in training, where one node's missing rounds weigh
 //! more (a 12-round run with H = 15 came out 3.0% below its calm run, a
