@@ -109,3 +109,27 @@ fn a_cpu_run_opens_no_gpu_or_display_library() {
         );
     }
 }
+
+#[test]
+fn devices_lists_the_cpu_paths_widest_first() {
+    let text = headless(&["devices"]);
+    assert_no_error_line("murmur devices", &text);
+    let json = headless(&["devices", "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).expect("devices --json is JSON");
+    let paths: Vec<&str> = v["cpu_paths"]
+        .as_array()
+        .expect("cpu_paths array")
+        .iter()
+        .map(|p| p.as_str().expect("path name"))
+        .collect();
+    // portable runs everywhere and is the narrowest; every name is one
+    // MURMUR_CPU_ISA accepts.
+    assert_eq!(paths.last(), Some(&"portable"), "{paths:?}");
+    for p in &paths {
+        assert!(["avx512bf16", "avx512", "avx2", "portable"].contains(p), "unknown path {p}");
+    }
+    // The line scripts/test.sh reads says the same, in the same order.
+    let stdout = String::from_utf8_lossy(&text.stdout);
+    let line = format!("CPU paths: {} (widest first; MURMUR_CPU_ISA forces one)", paths.join(" "));
+    assert!(stdout.lines().any(|l| l == line), "no {line:?} in:\n{stdout}");
+}

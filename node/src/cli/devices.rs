@@ -1,14 +1,17 @@
 //! `murmur devices`: the compute devices this build can use on this machine —
-//! CUDA devices (name, compute capability, memory) and wgpu adapters (backend,
-//! type, the limits the GPU backend depends on, and features).
+//! CUDA devices (name, compute capability, memory), wgpu adapters (backend,
+//! type, the limits the GPU backend depends on, and features) and the CPU
+//! backend's instruction-set paths.
 
 use anyhow::Result;
 use clap::Args;
 use serde::Serialize;
 
+use crate::compute::cpu::Isa;
+
 #[derive(Args, Debug)]
 pub struct DevicesArgs {
-    /// One JSON object `{ "cuda": [...], "gpu": [...] }` instead of text.
+    /// One JSON object `{ "cuda": [...], "gpu": [...], "cpu_paths": [...] }` instead of text.
     #[arg(long)]
     pub json: bool,
 }
@@ -21,6 +24,9 @@ struct Devices {
     cuda: Vec<crate::compute::cuda::CudaDeviceSummary>,
     #[cfg(feature = "gpu")]
     gpu: Vec<crate::compute::gpu::AdapterSummary>,
+    /// The CPU backend's instruction-set paths this CPU runs, widest (the
+    /// default) first.
+    cpu_paths: Vec<String>,
 }
 
 pub fn run(args: DevicesArgs) -> Result<()> {
@@ -29,6 +35,7 @@ pub fn run(args: DevicesArgs) -> Result<()> {
         cuda: crate::compute::cuda::list_devices().unwrap_or_default(),
         #[cfg(feature = "gpu")]
         gpu: crate::compute::gpu::list_adapters(),
+        cpu_paths: Isa::supported_paths().into_iter().map(|i| i.to_string()).collect(),
     };
     if args.json {
         println!("{}", serde_json::to_string_pretty(&devices)?);
@@ -43,6 +50,8 @@ pub fn run(args: DevicesArgs) -> Result<()> {
     #[cfg(not(feature = "gpu"))]
     println!("wgpu GPU backend: not in this build (cargo build --release --features gpu)");
     println!("the CPU backend is always available: --device cpu");
+    // One line scripts read (scripts/test.sh forces each path but the first).
+    println!("CPU paths: {} (widest first; MURMUR_CPU_ISA forces one)", devices.cpu_paths.join(" "));
     Ok(())
 }
 

@@ -157,6 +157,11 @@ pub struct NetStats {
     pub gossip_bytes_in: AtomicU64,
     pub served_bytes: AtomicU64,
     pub fetched_bytes: AtomicU64,
+    /// The part of `served_bytes` / `fetched_bytes` that was catch-up
+    /// content: state parameters and ledgers a joining or lagging node
+    /// fetched (round traffic is the rest).
+    pub catch_up_bytes_out: AtomicU64,
+    pub catch_up_bytes_in: AtomicU64,
     pub requests_served: AtomicU64,
     pub rejections: AtomicU64,
     pub bans: AtomicU64,

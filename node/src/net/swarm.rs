@@ -23,6 +23,7 @@ use super::gossip::{self, TopicKind};
 use super::peers::{NetRejection, PeerLedger};
 use super::xfer::{FrameError, XferRequest, XferResponse};
 use super::{Command, ContentServer, NetConfig, NetError, NetEvent, NetStats, PeerInfo, Role};
+use crate::store::tree::BlobKind;
 
 /// How often the task refreshes the DHT and dials known peers.
 const MAINTENANCE: Duration = Duration::from_secs(3);
@@ -32,6 +33,16 @@ const MAX_BACKLOG: usize = 4096;
 
 type Reply = oneshot::Sender<Result<XferResponse, NetError>>;
 
+/// A response ready to go out, and whether it serves catch-up content.
+type Served = (ResponseChannel<XferResponse>, XferResponse, bool);
+
+/// Whether a request moves catch-up content (a state's parameters or
+/// ledger): what a joining or lagging node fetches once, beside the rounds'
+/// own traffic, counted apart in `NetStats::catch_up_bytes_*`.
+fn is_catch_up(request: &XferRequest) -> bool {
+    matches!(request, XferRequest::Chunk { kind: BlobKind::State | BlobKind::Ledger, .. })
+}
+
 pub(crate) struct SwarmTask {
     swarm: Swarm<MurmurBehaviour>,
     cfg: NetConfig,
@@ -39,13 +50,15 @@ pub(crate) struct SwarmTask {
     events: mpsc::Sender<NetEvent>,
     stats: Arc<NetStats>,
     topics: HashMap<TopicHash, TopicKind>,
-    pending: HashMap<OutboundRequestId, Reply>,
+    /// Requests in flight: who waits for the answer, and whether it
+    /// fetches catch-up content (`is_catch_up`).
+    pending: HashMap<OutboundRequestId, (Reply, bool)>,
     roles: HashMap<PeerId, Role>,
     listen: Vec<Multiaddr>,
     ledger: PeerLedger,
     serving: Arc<AtomicUsize>,
-    served_tx: mpsc::Sender<(ResponseChannel<XferResponse>, XferResponse)>,
-    served_rx: mpsc::Receiver<(ResponseChannel<XferResponse>, XferResponse)>,
+    served_tx: mpsc::Sender<Served>,
+    served_rx: mpsc::Receiver<Served>,
     bootstrap_peers: HashSet<PeerId>,
     /// The relay-circuit listener of a private node, while it is open.
     circuit: Option<libp2p::core::transport::ListenerId>,
@@ -133,9 +146,12 @@ impl SwarmTask {
                         permit.send(ev);
                     }
                 }
-                Some((channel, response)) = self.served_rx.recv() => {
+                Some((channel, response, catch_up)) = self.served_rx.recv() => {
                     if let XferResponse::Chunk(b) = &response {
                         NetStats::add(&self.stats.served_bytes, b.len() as u64);
+                        if catch_up {
+                            NetStats::add(&self.stats.catch_up_bytes_out, b.len() as u64);
+                        }
                     }
                     let _ = self.swarm.behaviour_mut().xfer.send_response(channel, response);
                 }
@@ -237,8 +253,9 @@ impl SwarmTask {
                 let _ = reply.send(r);
             }
             Command::Request { peer, request, reply } => {
+                let catch_up = is_catch_up(&request);
                 let id = self.swarm.behaviour_mut().xfer.send_request(&peer, request);
-                self.pending.insert(id, reply);
+                self.pending.insert(id, (reply, catch_up));
             }
             Command::Penalize { peer, reason } => self.charge(peer, reason).await,
             Command::Dial { addr, reply } => {
@@ -425,16 +442,20 @@ impl SwarmTask {
                     self.serve(peer, request, channel)
                 }
                 request_response::Message::Response { request_id, response } => {
+                    let pending = self.pending.remove(&request_id);
                     if let XferResponse::Chunk(b) = &response {
                         NetStats::add(&self.stats.fetched_bytes, b.len() as u64);
+                        if pending.as_ref().is_some_and(|(_, catch_up)| *catch_up) {
+                            NetStats::add(&self.stats.catch_up_bytes_in, b.len() as u64);
+                        }
                     }
-                    if let Some(reply) = self.pending.remove(&request_id) {
+                    if let Some((reply, _)) = pending {
                         let _ = reply.send(Ok(response));
                     }
                 }
             },
             request_response::Event::OutboundFailure { peer, request_id, error, .. } => {
-                if let Some(reply) = self.pending.remove(&request_id) {
+                if let Some((reply, _)) = self.pending.remove(&request_id) {
                     let _ = reply.send(Err(NetError::Request { peer, why: error.to_string() }));
                 }
             }
@@ -467,12 +488,13 @@ impl SwarmTask {
         let server = self.server.clone();
         let serving = self.serving.clone();
         let tx = self.served_tx.clone();
+        let catch_up = is_catch_up(&request);
         tokio::spawn(async move {
             let response = tokio::task::spawn_blocking(move || server.serve(&request))
                 .await
                 .unwrap_or(XferResponse::Busy);
             serving.fetch_sub(1, Ordering::Relaxed);
-            let _ = tx.send((channel, response)).await;
+            let _ = tx.send((channel, response, catch_up)).await;
         });
     }
 }

@@ -28,20 +28,30 @@ impl Reporter {
     }
 }
 
-/// Bytes the node's transports counted, reported per closed round.
+/// Bytes the node's transports counted, reported per closed round: all of
+/// them (`bytes_sent`, `bytes_recv`) and the catch-up part of those
+/// (`catch_up_sent`, `catch_up_recv`: states and ledgers served to or
+/// fetched by a joining or lagging node).
 #[derive(Debug, Default)]
 pub struct RoundBytes {
     sent: u64,
     recv: u64,
+    catch_up_sent: u64,
+    catch_up_recv: u64,
 }
 
 impl RoundBytes {
     /// Put the bytes sent and received since the last call into `v`.
     pub fn fill(&mut self, v: &mut Value, stats: &crate::net::NetStats) {
+        use crate::net::NetStats;
         let (sent, recv) = (stats.bytes_sent(), stats.bytes_received());
+        let catch_up_sent = NetStats::get(&stats.catch_up_bytes_out);
+        let catch_up_recv = NetStats::get(&stats.catch_up_bytes_in);
         v["bytes_sent"] = json!(sent.saturating_sub(self.sent));
         v["bytes_recv"] = json!(recv.saturating_sub(self.recv));
-        (self.sent, self.recv) = (sent, recv);
+        v["catch_up_sent"] = json!(catch_up_sent.saturating_sub(self.catch_up_sent));
+        v["catch_up_recv"] = json!(catch_up_recv.saturating_sub(self.catch_up_recv));
+        *self = RoundBytes { sent, recv, catch_up_sent, catch_up_recv };
     }
 }
 
