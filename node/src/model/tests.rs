@@ -7,7 +7,6 @@ use super::gpt::Gpt;
 use super::params::{init_params, WTE};
 use super::reference;
 use super::rng::Rng;
-use crate::compute::cpu::isa::ISA_ENV;
 use crate::compute::cpu::{CpuBackend, Isa, Precision};
 use crate::compute::AdamWStep;
 
@@ -41,7 +40,7 @@ fn batch(cfg: &ModelConfig, b: usize, t: usize, seed: u64) -> (Vec<u32>, Vec<u32
 /// The CPU paths to check: the one `MURMUR_CPU_ISA` forces, else every path
 /// this CPU supports (fp32).
 fn cpu_paths() -> Vec<CpuBackend> {
-    if std::env::var_os(ISA_ENV).is_some() {
+    if Isa::is_forced() {
         return vec![
             CpuBackend::from_env(Precision::Fp32).expect("MURMUR_CPU_ISA names a path this CPU runs")
         ];

@@ -105,10 +105,16 @@ impl Isa {
 
     /// `MURMUR_CPU_ISA` when set (checked against the CPU), else the widest.
     pub fn from_env() -> Result<Isa, IsaError> {
-        match std::env::var(ISA_ENV) {
-            Ok(v) if !v.trim().is_empty() => v.parse::<Isa>()?.checked(),
-            _ => Ok(Isa::widest()),
+        match forced_name() {
+            Some(v) => v.parse::<Isa>()?.checked(),
+            None => Ok(Isa::widest()),
         }
+    }
+
+    /// Whether `MURMUR_CPU_ISA` forces a path (set and not blank), i.e.
+    /// whether `from_env` reads it.
+    pub fn is_forced() -> bool {
+        forced_name().is_some()
     }
 
     /// `self` if this CPU supports it, else an error naming what is missing.
@@ -164,6 +170,11 @@ impl fmt::Display for Precision {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
+}
+
+/// `MURMUR_CPU_ISA`'s value, unless it is unset, blank or not Unicode.
+fn forced_name() -> Option<String> {
+    std::env::var(ISA_ENV).ok().filter(|v| !v.trim().is_empty())
 }
 
 /// Rounds an f32 to the nearest bfloat16 (ties to even), returned as its 16 bits.
