@@ -19,9 +19,12 @@ use std::thread::LocalKey;
 
 use rayon::prelude::*;
 
-use super::isa::{bf16_bits, round_bf16, Isa, Precision};
+use super::isa::{Isa, Precision};
 use super::microkernel::{self as mk, KernelFn};
 use super::simd;
+use pack::{pack, PackMode};
+
+mod pack;
 
 /// Width of one packed B panel (columns).
 const NC: usize = 1536;
@@ -68,26 +71,6 @@ impl Default for GemmOpts {
     }
 }
 
-/// How packing writes an element.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum PackMode {
-    F32,
-    /// f32 slots holding values rounded to bf16 (bf16 on paths without `vdpbf16ps`).
-    F32RoundedBf16,
-    /// One 32-bit slot per pair of k: bf16(k) low, bf16(k+1) high.
-    Bf16Pairs,
-}
-
-impl PackMode {
-    /// Packed steps for `kc` values of k.
-    fn steps(self, kc: usize) -> usize {
-        match self {
-            PackMode::Bf16Pairs => kc.div_ceil(2),
-            _ => kc,
-        }
-    }
-}
-
 /// The kernel and blocking one `GemmOpts` resolves to.
 #[derive(Clone, Copy)]
 struct Plan {
@@ -99,6 +82,8 @@ struct Plan {
     mc_tiles: usize,
     mode: PackMode,
     kernel: KernelFn,
+    /// The path packing runs on (the kernel's).
+    isa: Isa,
 }
 
 impl Plan {
@@ -114,6 +99,7 @@ impl Plan {
             mc_tiles: 16,
             mode: rounded,
             kernel,
+            isa,
         };
         match isa {
             Isa::Portable => narrow(mk::portable),
@@ -127,6 +113,7 @@ impl Plan {
                 mc_tiles: 10,
                 mode: PackMode::Bf16Pairs,
                 kernel: mk::avx512bf16,
+                isa,
             },
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 | Isa::Avx512Bf16 => Plan {
@@ -136,6 +123,7 @@ impl Plan {
                 mc_tiles: 10,
                 mode: rounded,
                 kernel: mk::avx512,
+                isa,
             },
             #[cfg(not(target_arch = "x86_64"))]
             _ => narrow(mk::portable),
@@ -231,7 +219,7 @@ pub fn gemm(
                 bpack[..steps * nc.next_multiple_of(nr)].par_chunks_mut(steps * group).enumerate().for_each(
                     |(g, dst)| {
                         let j0 = g * group;
-                        pack(dst, bt, jc + j0, group.min(nc - j0), pc, kc, nr, plan.mode);
+                        pack(plan.isa, dst, bt, jc + j0, group.min(nc - j0), pc, kc, nr, plan.mode);
                     },
                 );
                 let first = pc == 0 && !matches!(init, Init::Accumulate);
@@ -245,7 +233,7 @@ pub fn gemm(
                     let ic = blk * mc;
                     let rows = mc.min(m - ic);
                     with_scratch(&PACK_A, a_len, |apack| {
-                        pack(apack, a, ic, rows, pc, kc, mr, plan.mode);
+                        pack(plan.isa, apack, a, ic, rows, pc, kc, mr, plan.mode);
                         // SAFETY: block `blk` owns rows ic..ic+rows of C (checked
                         // against c.len() above); blocks never overlap.
                         unsafe {
@@ -300,83 +288,6 @@ fn row_block(m: usize, mr: usize, mc_tiles: usize) -> usize {
     let mut tasks = tiles.div_ceil(mc_tiles).max(threads);
     tasks = tasks.div_ceil(threads) * threads;
     tiles.div_ceil(tasks).max(1) * mr
-}
-
-/// Packs `X[r0..r0+rows, p0..p0+kc]` (X(i, p) = `x.data[i*x.rs + p*x.cs]`) as
-/// consecutive `steps × r` strips, zero-padded to whole strips and pairs.
-#[allow(clippy::too_many_arguments)]
-fn pack(
-    dst: &mut [f32],
-    x: MatRef<'_>,
-    r0: usize,
-    rows: usize,
-    p0: usize,
-    kc: usize,
-    r: usize,
-    mode: PackMode,
-) {
-    let steps = mode.steps(kc);
-    for (s, i0) in (0..rows).step_by(r).enumerate() {
-        let strip = &mut dst[s * steps * r..(s + 1) * steps * r];
-        let h = r.min(rows - i0);
-        let base = (r0 + i0) * x.rs + p0 * x.cs;
-        match mode {
-            PackMode::F32 | PackMode::F32RoundedBf16 => {
-                let round = mode == PackMode::F32RoundedBf16;
-                let conv = |v: f32| if round { round_bf16(v) } else { v };
-                if x.rs == 1 {
-                    for (p, d) in strip.chunks_exact_mut(r).enumerate() {
-                        let src = &x.data[base + p * x.cs..][..h];
-                        for (d, s) in d.iter_mut().zip(src) {
-                            *d = conv(*s);
-                        }
-                        d[h..].fill(0.0);
-                    }
-                } else {
-                    for i in 0..h {
-                        let src = &x.data[base + i * x.rs..];
-                        for p in 0..kc {
-                            strip[p * r + i] = conv(src[p * x.cs]);
-                        }
-                    }
-                    for d in strip.chunks_exact_mut(r) {
-                        d[h..].fill(0.0);
-                    }
-                }
-            }
-            PackMode::Bf16Pairs => {
-                let pair =
-                    |lo: f32, hi: f32| f32::from_bits(bf16_bits(lo) as u32 | (bf16_bits(hi) as u32) << 16);
-                if x.rs == 1 {
-                    for (q, d) in strip.chunks_exact_mut(r).enumerate() {
-                        let lo = &x.data[base + 2 * q * x.cs..][..h];
-                        if 2 * q + 1 < kc {
-                            let hi = &x.data[base + (2 * q + 1) * x.cs..][..h];
-                            for ((d, l), h) in d.iter_mut().zip(lo).zip(hi) {
-                                *d = pair(*l, *h);
-                            }
-                        } else {
-                            for (d, l) in d.iter_mut().zip(lo) {
-                                *d = pair(*l, 0.0);
-                            }
-                        }
-                        d[h..].fill(0.0);
-                    }
-                } else {
-                    for i in 0..h {
-                        let src = &x.data[base + i * x.rs..];
-                        for q in 0..steps {
-                            let hi = if 2 * q + 1 < kc { src[(2 * q + 1) * x.cs] } else { 0.0 };
-                            strip[q * r + i] = pair(src[2 * q * x.cs], hi);
-                        }
-                    }
-                    for d in strip.chunks_exact_mut(r) {
-                        d[h..].fill(0.0);
-                    }
-                }
-            }
-        }
-    }
 }
 
 /// Runs the micro-kernel over one packed A block and one packed B panel.

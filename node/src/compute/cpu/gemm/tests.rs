@@ -2,6 +2,7 @@
 //! precisions against an f64 reference; determinism across thread counts.
 
 use super::*;
+use crate::compute::cpu::isa::round_bf16;
 
 fn naive(m: usize, n: usize, k: usize, a: MatRef, b: MatRef, round: bool) -> Vec<f64> {
     let r = |x: f32| if round { round_bf16(x) as f64 } else { x as f64 };

@@ -1,0 +1,319 @@
+//! Packing for the GEMM: copies a `rows × kc` block of A (or of Bᵀ) into the
+//! strips the micro-kernels read, `steps × r` values per strip, zero-padded to
+//! whole strips (and, for bf16 pairs, to whole pairs).
+//!
+//! At the model's small shapes packing costs a third as much as the multiply,
+//! so the two layouts the model uses have their own paths: a source whose
+//! strip rows lie contiguous along the strip (`rs == 1`: a straight copy of
+//! `r` floats per step, fixed-length so it compiles to vector moves) and one
+//! whose rows are contiguous along k (`cs == 1`: a transpose, done in 8 × 8
+//! blocks with AVX2 shuffles where the path has them). Every path writes the
+//! same values (bf16 rounding included), so packing never changes a result.
+
+use super::super::isa::{bf16_bits, round_bf16, Isa};
+use super::MatRef;
+
+/// How packing writes an element.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum PackMode {
+    F32,
+    /// f32 slots holding values rounded to bf16 (bf16 on paths without `vdpbf16ps`).
+    F32RoundedBf16,
+    /// One 32-bit slot per pair of k: bf16(k) low, bf16(k+1) high.
+    Bf16Pairs,
+}
+
+impl PackMode {
+    /// Packed steps for `kc` values of k.
+    pub(super) fn steps(self, kc: usize) -> usize {
+        match self {
+            PackMode::Bf16Pairs => kc.div_ceil(2),
+            _ => kc,
+        }
+    }
+}
+
+/// Packs `X[r0..r0+rows, p0..p0+kc]` (X(i, p) = `x.data[i*x.rs + p*x.cs]`) as
+/// consecutive `steps × r` strips, zero-padded to whole strips and pairs.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn pack(
+    isa: Isa,
+    dst: &mut [f32],
+    x: MatRef<'_>,
+    r0: usize,
+    rows: usize,
+    p0: usize,
+    kc: usize,
+    r: usize,
+    mode: PackMode,
+) {
+    let steps = mode.steps(kc);
+    for (s, i0) in (0..rows).step_by(r).enumerate() {
+        let strip = &mut dst[s * steps * r..(s + 1) * steps * r];
+        let h = r.min(rows - i0);
+        let base = (r0 + i0) * x.rs + p0 * x.cs;
+        match mode {
+            PackMode::F32 | PackMode::F32RoundedBf16 => {
+                let round = mode == PackMode::F32RoundedBf16;
+                if x.rs == 1 {
+                    copy_strip(strip, x, base, kc, r, h, round);
+                } else if x.cs == 1 {
+                    transpose_strip(isa, strip, x, base, kc, r, h, round);
+                } else {
+                    gather_strip(strip, x, base, kc, r, h, round);
+                }
+            }
+            PackMode::Bf16Pairs => pair_strip(strip, x, base, kc, r, h),
+        }
+    }
+}
+
+#[inline(always)]
+fn conv(v: f32, round: bool) -> f32 {
+    if round {
+        round_bf16(v)
+    } else {
+        v
+    }
+}
+
+/// Strip rows contiguous along the strip: step p is `h` consecutive floats.
+fn copy_strip(strip: &mut [f32], x: MatRef<'_>, base: usize, kc: usize, r: usize, h: usize, round: bool) {
+    /// A whole step of `R` floats: fixed length, so no call to memcpy.
+    #[inline(always)]
+    fn full<const R: usize>(strip: &mut [f32], x: MatRef<'_>, base: usize, kc: usize, round: bool) {
+        for (p, d) in strip.chunks_exact_mut(R).take(kc).enumerate() {
+            let d: &mut [f32; R] = d.try_into().expect("strip of R");
+            let s: &[f32; R] = x.data[base + p * x.cs..][..R].try_into().expect("R floats");
+            for (d, s) in d.iter_mut().zip(s) {
+                *d = conv(*s, round);
+            }
+        }
+    }
+    match (h == r, r) {
+        (true, 6) => full::<6>(strip, x, base, kc, round),
+        (true, 14) => full::<14>(strip, x, base, kc, round),
+        (true, 16) => full::<16>(strip, x, base, kc, round),
+        (true, 32) => full::<32>(strip, x, base, kc, round),
+        _ => {
+            for (p, d) in strip.chunks_exact_mut(r).take(kc).enumerate() {
+                let src = &x.data[base + p * x.cs..][..h];
+                for (d, s) in d.iter_mut().zip(src) {
+                    *d = conv(*s, round);
+                }
+                d[h..].fill(0.0);
+            }
+        }
+    }
+}
+
+/// Strip rows contiguous along k: a transpose of `h` rows of `kc` floats.
+#[allow(clippy::too_many_arguments)]
+fn transpose_strip(
+    isa: Isa,
+    strip: &mut [f32],
+    x: MatRef<'_>,
+    base: usize,
+    kc: usize,
+    r: usize,
+    h: usize,
+    round: bool,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if isa != Isa::Portable && isa.supported() {
+        // SAFETY: the CPU has AVX2 (every non-portable path includes it).
+        return unsafe { avx2::transpose_strip(strip, x, base, kc, r, h, round) };
+    }
+    let _ = isa;
+    gather_strip(strip, x, base, kc, r, h, round)
+}
+
+/// Any layout, one element at a time, step by step (writes in order).
+fn gather_strip(strip: &mut [f32], x: MatRef<'_>, base: usize, kc: usize, r: usize, h: usize, round: bool) {
+    for (p, d) in strip.chunks_exact_mut(r).take(kc).enumerate() {
+        for (i, d) in d[..h].iter_mut().enumerate() {
+            *d = conv(x.data[base + i * x.rs + p * x.cs], round);
+        }
+        d[h..].fill(0.0);
+    }
+}
+
+/// bf16 pairs for `vdpbf16ps`: bf16(k) in the low half, bf16(k+1) high.
+fn pair_strip(strip: &mut [f32], x: MatRef<'_>, base: usize, kc: usize, r: usize, h: usize) {
+    let pair = |lo: f32, hi: f32| f32::from_bits(bf16_bits(lo) as u32 | (bf16_bits(hi) as u32) << 16);
+    for (q, d) in strip.chunks_exact_mut(r).enumerate() {
+        for (i, d) in d[..h].iter_mut().enumerate() {
+            let at = |p: usize| x.data[base + i * x.rs + p * x.cs];
+            let hi = if 2 * q + 1 < kc { at(2 * q + 1) } else { 0.0 };
+            *d = pair(at(2 * q), hi);
+        }
+        d[h..].fill(0.0);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{conv, MatRef};
+
+    /// Rounds 8 floats to bf16 precision exactly as `round_bf16` does (ties
+    /// to even; NaN stays a quiet NaN).
+    #[inline(always)]
+    unsafe fn round8(v: __m256) -> __m256 {
+        let b = _mm256_castps_si256(v);
+        let lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+        let rounded = _mm256_add_epi32(b, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+        let nan = _mm256_or_si256(b, _mm256_set1_epi32(0x0040_0000));
+        let is_nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        let out = _mm256_blendv_epi8(rounded, nan, is_nan);
+        _mm256_castsi256_ps(_mm256_and_si256(out, _mm256_set1_epi32(0xffff_0000u32 as i32)))
+    }
+
+    /// Transposes 8 rows of 8 floats: `out[p]` holds `rows[0..8][p]`.
+    #[inline(always)]
+    unsafe fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
+        let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+        let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+        let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+        let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+        let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+        let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+        let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+        let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+        let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+        let s1 = _mm256_shuffle_ps::<0xee>(t0, t2);
+        let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+        let s3 = _mm256_shuffle_ps::<0xee>(t1, t3);
+        let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+        let s5 = _mm256_shuffle_ps::<0xee>(t4, t6);
+        let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+        let s7 = _mm256_shuffle_ps::<0xee>(t5, t7);
+        [
+            _mm256_permute2f128_ps::<0x20>(s0, s4),
+            _mm256_permute2f128_ps::<0x20>(s1, s5),
+            _mm256_permute2f128_ps::<0x20>(s2, s6),
+            _mm256_permute2f128_ps::<0x20>(s3, s7),
+            _mm256_permute2f128_ps::<0x31>(s0, s4),
+            _mm256_permute2f128_ps::<0x31>(s1, s5),
+            _mm256_permute2f128_ps::<0x31>(s2, s6),
+            _mm256_permute2f128_ps::<0x31>(s3, s7),
+        ]
+    }
+
+    /// `transpose_strip` in blocks of 8 rows × 8 steps; the last group of a
+    /// strip narrower than 8 is stored through a lane mask, rows past `h`
+    /// read as zeros, and steps past the last whole block go one by one.
+    ///
+    /// # Safety
+    /// The CPU supports AVX2.
+    #[target_feature(enable = "avx2")]
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn transpose_strip(
+        strip: &mut [f32],
+        x: MatRef<'_>,
+        base: usize,
+        kc: usize,
+        r: usize,
+        h: usize,
+        round: bool,
+    ) {
+        assert!(strip.len() >= kc * r, "pack: strip too small");
+        // Bounds-checked once: every read below stays inside these rows.
+        let rows: [&[f32]; 32] =
+            std::array::from_fn(|i| if i < h { &x.data[base + i * x.rs..][..kc] } else { &[] });
+        assert!(r <= 32, "pack: strip wider than 32");
+        let blocks = kc / 8;
+        let out = strip.as_mut_ptr();
+        for g in (0..r).step_by(8) {
+            let lanes = 8.min(r - g);
+            let mask = _mm256_cmpgt_epi32(
+                _mm256_set1_epi32(lanes as i32),
+                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+            );
+            for blk in 0..blocks {
+                let p = blk * 8;
+                let v: [__m256; 8] = std::array::from_fn(|l| {
+                    let i = g + l;
+                    if i < h {
+                        // SAFETY: rows[i] holds kc ≥ p + 8 floats.
+                        unsafe { _mm256_loadu_ps(rows[i].as_ptr().add(p)) }
+                    } else {
+                        _mm256_setzero_ps()
+                    }
+                });
+                let t = transpose8(v);
+                for (q, mut t) in t.into_iter().enumerate() {
+                    if round {
+                        t = round8(t);
+                    }
+                    // SAFETY: (p+q)·r + g + lanes ≤ kc·r ≤ strip.len().
+                    let d = out.add((p + q) * r + g);
+                    if lanes == 8 {
+                        _mm256_storeu_ps(d, t);
+                    } else {
+                        _mm256_maskstore_ps(d, mask, t);
+                    }
+                }
+            }
+        }
+        for p in blocks * 8..kc {
+            let d = &mut strip[p * r..(p + 1) * r];
+            for (i, d) in d.iter_mut().enumerate() {
+                *d = if i < h { conv(rows[i][p], round) } else { 0.0 };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every path packs exactly what the one-element-at-a-time gather packs,
+    /// for both source layouts, whole and partial strips, k tails, and bf16
+    /// rounding of ties, NaN and infinities.
+    #[test]
+    fn every_path_packs_the_same_bits_as_the_gather() {
+        let (n_rows, n_k) = (37, 45);
+        let mut vals: Vec<f32> = (0..n_rows * n_k)
+            .map(|i| ((i as u32).wrapping_mul(2654435761) % 2001) as f32 / 997.0 - 1.0)
+            .collect();
+        vals[3] = f32::NAN;
+        vals[50] = f32::INFINITY;
+        vals[77] = 1.0 + 1.0 / 256.0; // a tie: rounds to even
+        vals[100] = -0.0;
+        let cm: Vec<f32> = (0..n_rows * n_k).map(|x| vals[(x % n_rows) * n_k + x / n_rows]).collect();
+        let layouts = [MatRef { data: &vals, rs: n_k, cs: 1 }, MatRef { data: &cm, rs: 1, cs: n_rows }];
+        for isa in Isa::supported_paths() {
+            for x in layouts {
+                for mode in [PackMode::F32, PackMode::F32RoundedBf16] {
+                    for r in [6, 14, 16, 32] {
+                        for (r0, rows, p0, kc) in
+                            [(0usize, 37usize, 0usize, 45usize), (5, 20, 3, 17), (1, 6, 8, 8), (2, 33, 0, 1)]
+                        {
+                            let len = rows.div_ceil(r) * kc * r;
+                            let mut want = vec![f32::MAX; len];
+                            let mut got = vec![f32::MIN; len];
+                            let round = mode == PackMode::F32RoundedBf16;
+                            let steps = mode.steps(kc);
+                            for (s, i0) in (0..rows).step_by(r).enumerate() {
+                                let strip = &mut want[s * steps * r..(s + 1) * steps * r];
+                                let base = (r0 + i0) * x.rs + p0 * x.cs;
+                                gather_strip(strip, x, base, kc, r, r.min(rows - i0), round);
+                            }
+                            pack(isa, &mut got, x, r0, rows, p0, kc, r, mode);
+                            let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                            assert_eq!(
+                                bits(&got),
+                                bits(&want),
+                                "{isa} rs{} r{r} rows{rows} kc{kc} round {round}",
+                                x.rs
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
