@@ -46,9 +46,17 @@ pub fn forward(isa: Isa, out: &mut [f32], lse: &mut [f32], qkv: &[f32], s: Atten
             for k0 in (0..=t).step_by(KB) {
                 let kn = KB.min(t + 1 - k0);
                 let block = &mut scores[..kn];
-                for (j, sc) in block.iter_mut().enumerate() {
-                    let k = &qkv[(bi * tt + k0 + j) * c3 + c + h * hs..][..hs];
-                    *sc = simd::dot(isa, q, k) * scale;
+                let key = |j: usize| &qkv[(bi * tt + k0 + j) * c3 + c + h * hs..][..hs];
+                let value = |j: usize| &qkv[(bi * tt + k0 + j) * c3 + 2 * c + h * hs..][..hs];
+                let whole = kn / 4 * 4;
+                for j in (0..whole).step_by(4) {
+                    let d = simd::dot4(isa, q, [key(j), key(j + 1), key(j + 2), key(j + 3)]);
+                    for (sc, d) in block[j..j + 4].iter_mut().zip(d) {
+                        *sc = d * scale;
+                    }
+                }
+                for (j, sc) in block.iter_mut().enumerate().skip(whole) {
+                    *sc = simd::dot(isa, q, key(j)) * scale;
                 }
                 let bmax = simd::max(isa, block);
                 if bmax > maxv {
@@ -58,9 +66,12 @@ pub fn forward(isa: Isa, out: &mut [f32], lse: &mut [f32], qkv: &[f32], s: Atten
                     maxv = bmax;
                 }
                 sum += simd::exp_shifted_in_place(isa, block, maxv);
-                for (j, p) in block.iter().enumerate() {
-                    let v = &qkv[(bi * tt + k0 + j) * c3 + 2 * c + h * hs..][..hs];
-                    simd::axpy(isa, o, *p, v);
+                for j in (0..whole).step_by(4) {
+                    let p = [block[j], block[j + 1], block[j + 2], block[j + 3]];
+                    simd::axpy4(isa, o, p, [value(j), value(j + 1), value(j + 2), value(j + 3)]);
+                }
+                for (j, p) in block.iter().enumerate().skip(whole) {
+                    simd::axpy(isa, o, *p, value(j));
                 }
             }
             simd::scale(isa, o, 1.0 / sum);
@@ -91,21 +102,40 @@ pub fn backward(isa: Isa, dqkv: &mut [f32], dout: &[f32], qkv: &[f32], lse: &[f3
                 let q = &qkv[(bi * tt + t) * c3 + h * hs..][..hs];
                 let d = &dout[(bi * tt + t) * c + h * hs..][..hs];
                 let row_lse = lse[bh * tt + t];
-                // probabilities and d(prob) of this row; D = Σ p·dp
+                let key = |j: usize| &qkv[(bi * tt + j) * c3 + c + h * hs..][..hs];
+                let value = |j: usize| &qkv[(bi * tt + j) * c3 + 2 * c + h * hs..][..hs];
+                // probabilities and d(prob) of this row, four keys at a time
+                let whole = (t + 1) / 4 * 4;
+                for j in (0..whole).step_by(4) {
+                    let s = simd::dot4(isa, q, [key(j), key(j + 1), key(j + 2), key(j + 3)]);
+                    let dv = simd::dot4(isa, d, [value(j), value(j + 1), value(j + 2), value(j + 3)]);
+                    for i in 0..4 {
+                        prob[j + i] = simd::exp(s[i] * scale - row_lse);
+                        dprob[j + i] = dv[i];
+                    }
+                }
+                for j in whole..=t {
+                    prob[j] = simd::exp(simd::dot(isa, q, key(j)) * scale - row_lse);
+                    dprob[j] = simd::dot(isa, d, value(j));
+                }
+                // D = Σ p·dp, in key order
                 let mut dsum = 0f32;
                 for t2 in 0..=t {
-                    let k = &qkv[(bi * tt + t2) * c3 + c + h * hs..][..hs];
-                    let v = &qkv[(bi * tt + t2) * c3 + 2 * c + h * hs..][..hs];
-                    prob[t2] = simd::exp(simd::dot(isa, q, k) * scale - row_lse);
-                    dprob[t2] = simd::dot(isa, d, v);
                     dsum += prob[t2] * dprob[t2];
                 }
+                let dpre = |j: usize| prob[j] * (dprob[j] - dsum) * scale;
                 for t2 in 0..=t {
-                    let k = &qkv[(bi * tt + t2) * c3 + c + h * hs..][..hs];
-                    let dpre = prob[t2] * (dprob[t2] - dsum) * scale;
                     simd::axpy(isa, slot(t2, 2), prob[t2], d);
-                    simd::axpy(isa, slot(t, 0), dpre, k);
-                    simd::axpy(isa, slot(t2, 1), dpre, q);
+                    simd::axpy(isa, slot(t2, 1), dpre(t2), q);
+                }
+                // dq_t = Σ dpre·k in key order
+                let dq = slot(t, 0);
+                for j in (0..whole).step_by(4) {
+                    let a = [dpre(j), dpre(j + 1), dpre(j + 2), dpre(j + 3)];
+                    simd::axpy4(isa, dq, a, [key(j), key(j + 1), key(j + 2), key(j + 3)]);
+                }
+                for j in whole..=t {
+                    simd::axpy(isa, dq, dpre(j), key(j));
                 }
             }
         },

@@ -76,6 +76,55 @@ multiversion! {
 }
 
 multiversion! {
+    /// Four dot products of `a` with `b[0..4]` (each at least as long as
+    /// `a`), each summed in exactly [`dot`]'s order, so the bits match four
+    /// calls; interleaved, the four sums run in parallel instead of one
+    /// dependent chain.
+    fn dot4(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
+        let n = a.len();
+        let b = b.map(|x| &x[..n]);
+        let whole = n / LANES * LANES;
+        let mut acc = [[0f32; LANES]; 4];
+        for c in (0..whole).step_by(LANES) {
+            let x = &a[c..c + LANES];
+            for (acc, bi) in acc.iter_mut().zip(&b) {
+                let y = &bi[c..c + LANES];
+                for l in 0..LANES {
+                    acc[l] += x[l] * y[l];
+                }
+            }
+        }
+        let mut out = [0f32; 4];
+        for ((o, acc), bi) in out.iter_mut().zip(acc).zip(&b) {
+            let mut s = hsum(acc);
+            for (x, y) in a[whole..].iter().zip(&bi[whole..]) {
+                s += x * y;
+            }
+            *o = s;
+        }
+        out
+    }
+}
+
+multiversion! {
+    /// y[i] += alpha[j]·x[j][i] for j = 0, 1, 2, 3 in turn (each x[j] at
+    /// least as long as y): the bits of four [`axpy`] calls, y loaded and
+    /// stored once.
+    fn axpy4(y: &mut [f32], alpha: [f32; 4], x: [&[f32]; 4]) {
+        let n = y.len();
+        let [x0, x1, x2, x3] = x.map(|v| &v[..n]);
+        for i in 0..n {
+            let mut v = y[i];
+            v += alpha[0] * x0[i];
+            v += alpha[1] * x1[i];
+            v += alpha[2] * x2[i];
+            v += alpha[3] * x3[i];
+            y[i] = v;
+        }
+    }
+}
+
+multiversion! {
     /// y[i] += x[i].
     fn add_assign(y: &mut [f32], x: &[f32]) {
         for (yv, xv) in y.iter_mut().zip(x) {
@@ -299,6 +348,30 @@ mod tests {
         assert_eq!(exp(-1000.0), 0.0);
         assert_eq!(tanh(1e30), 1.0);
         assert_eq!(tanh(-1e30), -1.0);
+    }
+
+    #[test]
+    fn dot4_and_axpy4_give_the_bits_of_four_calls() {
+        let v = |seed: usize, n: usize| -> Vec<f32> {
+            (0..n).map(|i| (((i * 7919 + seed * 104729) % 2003) as f32 / 1001.0 - 1.0) * 1.37).collect()
+        };
+        let bits = |x: &[f32]| x.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        for isa in Isa::supported_paths() {
+            for n in [1, 7, 8, 13, 64, 67] {
+                let a = v(1, n);
+                let bs: Vec<Vec<f32>> = (2..6).map(|s| v(s, n + 3)).collect();
+                let b = [&bs[0][..], &bs[1][..], &bs[2][..], &bs[3][..]];
+                let want: Vec<f32> = b.iter().map(|bi| dot(isa, &a, bi)).collect();
+                assert_eq!(bits(&dot4(isa, &a, b)), bits(&want), "{isa} dot4 n{n}");
+                let alpha = [0.31, -1.7, 2.3e-3, 0.9];
+                let (mut y1, mut y4) = (v(9, n), v(9, n));
+                for (al, bi) in alpha.iter().zip(b) {
+                    axpy(isa, &mut y1, *al, bi);
+                }
+                axpy4(isa, &mut y4, alpha, b);
+                assert_eq!(bits(&y4), bits(&y1), "{isa} axpy4 n{n}");
+            }
+        }
     }
 
     #[test]
