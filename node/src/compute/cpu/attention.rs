@@ -120,12 +120,12 @@ pub fn backward(isa: Isa, dqkv: &mut [f32], dout: &[f32], qkv: &[f32], lse: &[f3
                 }
                 // D = Σ p·dp, in key order
                 let mut dsum = 0f32;
-                for t2 in 0..=t {
-                    dsum += prob[t2] * dprob[t2];
+                for (p, dp) in prob[..=t].iter().zip(&dprob[..=t]) {
+                    dsum += p * dp;
                 }
                 let dpre = |j: usize| prob[j] * (dprob[j] - dsum) * scale;
-                for t2 in 0..=t {
-                    simd::axpy(isa, slot(t2, 2), prob[t2], d);
+                for (t2, p) in prob[..=t].iter().enumerate() {
+                    simd::axpy(isa, slot(t2, 2), *p, d);
                     simd::axpy(isa, slot(t2, 1), dpre(t2), q);
                 }
                 // dq_t = Σ dpre·k in key order

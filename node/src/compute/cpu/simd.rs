@@ -40,6 +40,9 @@ macro_rules! multiversion {
 
 const LANES: usize = 8;
 
+mod four;
+pub use four::{axpy4, dot4};
+
 #[inline(always)]
 fn hsum(acc: [f32; LANES]) -> f32 {
     ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]))
@@ -71,55 +74,6 @@ multiversion! {
     fn axpy(y: &mut [f32], alpha: f32, x: &[f32]) {
         for (yv, xv) in y.iter_mut().zip(x) {
             *yv += alpha * *xv;
-        }
-    }
-}
-
-multiversion! {
-    /// Four dot products of `a` with `b[0..4]` (each at least as long as
-    /// `a`), each summed in exactly [`dot`]'s order, so the bits match four
-    /// calls; interleaved, the four sums run in parallel instead of one
-    /// dependent chain.
-    fn dot4(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
-        let n = a.len();
-        let b = b.map(|x| &x[..n]);
-        let whole = n / LANES * LANES;
-        let mut acc = [[0f32; LANES]; 4];
-        for c in (0..whole).step_by(LANES) {
-            let x = &a[c..c + LANES];
-            for (acc, bi) in acc.iter_mut().zip(&b) {
-                let y = &bi[c..c + LANES];
-                for l in 0..LANES {
-                    acc[l] += x[l] * y[l];
-                }
-            }
-        }
-        let mut out = [0f32; 4];
-        for ((o, acc), bi) in out.iter_mut().zip(acc).zip(&b) {
-            let mut s = hsum(acc);
-            for (x, y) in a[whole..].iter().zip(&bi[whole..]) {
-                s += x * y;
-            }
-            *o = s;
-        }
-        out
-    }
-}
-
-multiversion! {
-    /// y[i] += alpha[j]·x[j][i] for j = 0, 1, 2, 3 in turn (each x[j] at
-    /// least as long as y): the bits of four [`axpy`] calls, y loaded and
-    /// stored once.
-    fn axpy4(y: &mut [f32], alpha: [f32; 4], x: [&[f32]; 4]) {
-        let n = y.len();
-        let [x0, x1, x2, x3] = x.map(|v| &v[..n]);
-        for i in 0..n {
-            let mut v = y[i];
-            v += alpha[0] * x0[i];
-            v += alpha[1] * x1[i];
-            v += alpha[2] * x2[i];
-            v += alpha[3] * x3[i];
-            y[i] = v;
         }
     }
 }
