@@ -139,14 +139,26 @@ fn gather_strip(strip: &mut [f32], x: MatRef<'_>, base: usize, kc: usize, r: usi
 }
 
 /// bf16 pairs for `vdpbf16ps`: bf16(k) in the low half, bf16(k+1) high.
+/// Sources contiguous along the strip are read step by step, others row by
+/// row (each read in address order).
 fn pair_strip(strip: &mut [f32], x: MatRef<'_>, base: usize, kc: usize, r: usize, h: usize) {
     let pair = |lo: f32, hi: f32| f32::from_bits(bf16_bits(lo) as u32 | (bf16_bits(hi) as u32) << 16);
-    for (q, d) in strip.chunks_exact_mut(r).enumerate() {
-        for (i, d) in d[..h].iter_mut().enumerate() {
-            let at = |p: usize| x.data[base + i * x.rs + p * x.cs];
-            let hi = if 2 * q + 1 < kc { at(2 * q + 1) } else { 0.0 };
-            *d = pair(at(2 * q), hi);
+    let at = |i: usize, p: usize| x.data[base + i * x.rs + p * x.cs];
+    let hi = |i: usize, q: usize| if 2 * q + 1 < kc { at(i, 2 * q + 1) } else { 0.0 };
+    if x.rs == 1 {
+        for (q, d) in strip.chunks_exact_mut(r).enumerate() {
+            for (i, d) in d[..h].iter_mut().enumerate() {
+                *d = pair(at(i, 2 * q), hi(i, q));
+            }
         }
+    } else {
+        for i in 0..h {
+            for (q, d) in strip.chunks_exact_mut(r).enumerate() {
+                d[i] = pair(at(i, 2 * q), hi(i, q));
+            }
+        }
+    }
+    for d in strip.chunks_exact_mut(r) {
         d[h..].fill(0.0);
     }
 }
@@ -218,11 +230,10 @@ mod avx2 {
         h: usize,
         round: bool,
     ) {
-        assert!(strip.len() >= kc * r, "pack: strip too small");
+        assert!(strip.len() >= kc * r && h <= r && r <= 32, "pack: strip too small or wider than 32");
         // Bounds-checked once: every read below stays inside these rows.
         let rows: [&[f32]; 32] =
             std::array::from_fn(|i| if i < h { &x.data[base + i * x.rs..][..kc] } else { &[] });
-        assert!(r <= 32, "pack: strip wider than 32");
         let blocks = kc / 8;
         let out = strip.as_mut_ptr();
         for g in (0..r).step_by(8) {
@@ -308,6 +319,45 @@ mod tests {
                                 bits(&got),
                                 bits(&want),
                                 "{isa} rs{} r{r} rows{rows} kc{kc} round {round}",
+                                x.rs
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// bf16 pairs: bf16(k) low, bf16(k+1) high (0 past an odd kc), zero rows
+    /// past the block, from either source layout.
+    #[test]
+    fn bf16_pairs_hold_k_and_k_plus_one() {
+        let (n_rows, n_k) = (19, 21);
+        let vals: Vec<f32> = (0..n_rows * n_k).map(|i| i as f32 * 0.37 - 50.0).collect();
+        let cm: Vec<f32> = (0..n_rows * n_k).map(|x| vals[(x % n_rows) * n_k + x / n_rows]).collect();
+        let at = |i: usize, p: usize| vals[i * n_k + p];
+        for x in [MatRef { data: &vals, rs: n_k, cs: 1 }, MatRef { data: &cm, rs: 1, cs: n_rows }] {
+            for (r, r0, rows, p0, kc) in
+                [(14usize, 0usize, 19usize, 0usize, 21usize), (32, 2, 15, 4, 9), (6, 1, 7, 3, 2)]
+            {
+                let steps = PackMode::Bf16Pairs.steps(kc);
+                let mut got = vec![f32::MAX; rows.div_ceil(r) * steps * r];
+                pack(Isa::Portable, &mut got, x, r0, rows, p0, kc, r, PackMode::Bf16Pairs);
+                for (s, strip) in got.chunks_exact(steps * r).enumerate() {
+                    for q in 0..steps {
+                        for l in 0..r {
+                            let i = s * r + l;
+                            let want = if i < rows {
+                                let hi =
+                                    if 2 * q + 1 < kc { bf16_bits(at(r0 + i, p0 + 2 * q + 1)) } else { 0 };
+                                bf16_bits(at(r0 + i, p0 + 2 * q)) as u32 | (hi as u32) << 16
+                            } else {
+                                0
+                            };
+                            assert_eq!(
+                                strip[q * r + l].to_bits(),
+                                want,
+                                "rs{} r{r} strip {s} step {q} lane {l}",
                                 x.rs
                             );
                         }
