@@ -33,6 +33,26 @@ impl PackMode {
     }
 }
 
+/// Where one strip's values come from: `h` rows (of the strip's `r`) of
+/// `kc` values of k, row i's value at k = p at `x.data[base + i*x.rs + p*x.cs]`.
+#[derive(Clone, Copy)]
+struct Source<'a> {
+    x: MatRef<'a>,
+    base: usize,
+    kc: usize,
+    r: usize,
+    h: usize,
+    /// Round to bf16 (f32 slots).
+    round: bool,
+}
+
+impl Source<'_> {
+    #[inline(always)]
+    fn at(&self, i: usize, p: usize) -> f32 {
+        self.x.data[self.base + i * self.x.rs + p * self.x.cs]
+    }
+}
+
 /// Packs `X[r0..r0+rows, p0..p0+kc]` (X(i, p) = `x.data[i*x.rs + p*x.cs]`) as
 /// consecutive `steps × r` strips, zero-padded to whole strips and pairs.
 #[allow(clippy::too_many_arguments)]
@@ -51,19 +71,13 @@ pub(super) fn pack(
     for (s, i0) in (0..rows).step_by(r).enumerate() {
         let strip = &mut dst[s * steps * r..(s + 1) * steps * r];
         let h = r.min(rows - i0);
-        let base = (r0 + i0) * x.rs + p0 * x.cs;
+        let round = mode == PackMode::F32RoundedBf16;
+        let src = Source { x, base: (r0 + i0) * x.rs + p0 * x.cs, kc, r, h, round };
         match mode {
-            PackMode::F32 | PackMode::F32RoundedBf16 => {
-                let round = mode == PackMode::F32RoundedBf16;
-                if x.rs == 1 {
-                    copy_strip(strip, x, base, kc, r, h, round);
-                } else if x.cs == 1 {
-                    transpose_strip(isa, strip, x, base, kc, r, h, round);
-                } else {
-                    gather_strip(strip, x, base, kc, r, h, round);
-                }
-            }
-            PackMode::Bf16Pairs => pair_strip(strip, x, base, kc, r, h),
+            PackMode::F32 | PackMode::F32RoundedBf16 if x.rs == 1 => copy_strip(strip, src),
+            PackMode::F32 | PackMode::F32RoundedBf16 if x.cs == 1 => transpose_strip(isa, strip, src),
+            PackMode::F32 | PackMode::F32RoundedBf16 => gather_strip(strip, src),
+            PackMode::Bf16Pairs => pair_strip(strip, src),
         }
     }
 }
@@ -78,88 +92,77 @@ fn conv(v: f32, round: bool) -> f32 {
 }
 
 /// Strip rows contiguous along the strip: step p is `h` consecutive floats.
-fn copy_strip(strip: &mut [f32], x: MatRef<'_>, base: usize, kc: usize, r: usize, h: usize, round: bool) {
+fn copy_strip(strip: &mut [f32], s: Source<'_>) {
     /// A whole step of `R` floats: fixed length, so no call to memcpy.
     #[inline(always)]
-    fn full<const R: usize>(strip: &mut [f32], x: MatRef<'_>, base: usize, kc: usize, round: bool) {
-        for (p, d) in strip.chunks_exact_mut(R).take(kc).enumerate() {
+    fn full<const R: usize>(strip: &mut [f32], s: Source<'_>) {
+        for (p, d) in strip.chunks_exact_mut(R).take(s.kc).enumerate() {
             let d: &mut [f32; R] = d.try_into().expect("strip of R");
-            let s: &[f32; R] = x.data[base + p * x.cs..][..R].try_into().expect("R floats");
-            for (d, s) in d.iter_mut().zip(s) {
-                *d = conv(*s, round);
+            let src: &[f32; R] = s.x.data[s.base + p * s.x.cs..][..R].try_into().expect("R floats");
+            for (d, v) in d.iter_mut().zip(src) {
+                *d = conv(*v, s.round);
             }
         }
     }
-    match (h == r, r) {
-        (true, 6) => full::<6>(strip, x, base, kc, round),
-        (true, 14) => full::<14>(strip, x, base, kc, round),
-        (true, 16) => full::<16>(strip, x, base, kc, round),
-        (true, 32) => full::<32>(strip, x, base, kc, round),
+    match (s.h == s.r, s.r) {
+        (true, 6) => full::<6>(strip, s),
+        (true, 14) => full::<14>(strip, s),
+        (true, 16) => full::<16>(strip, s),
+        (true, 32) => full::<32>(strip, s),
         _ => {
-            for (p, d) in strip.chunks_exact_mut(r).take(kc).enumerate() {
-                let src = &x.data[base + p * x.cs..][..h];
-                for (d, s) in d.iter_mut().zip(src) {
-                    *d = conv(*s, round);
+            for (p, d) in strip.chunks_exact_mut(s.r).take(s.kc).enumerate() {
+                let src = &s.x.data[s.base + p * s.x.cs..][..s.h];
+                for (d, v) in d.iter_mut().zip(src) {
+                    *d = conv(*v, s.round);
                 }
-                d[h..].fill(0.0);
+                d[s.h..].fill(0.0);
             }
         }
     }
 }
 
 /// Strip rows contiguous along k: a transpose of `h` rows of `kc` floats.
-#[allow(clippy::too_many_arguments)]
-fn transpose_strip(
-    isa: Isa,
-    strip: &mut [f32],
-    x: MatRef<'_>,
-    base: usize,
-    kc: usize,
-    r: usize,
-    h: usize,
-    round: bool,
-) {
+fn transpose_strip(isa: Isa, strip: &mut [f32], s: Source<'_>) {
     #[cfg(target_arch = "x86_64")]
     if isa != Isa::Portable && isa.supported() {
         // SAFETY: the CPU has AVX2 (every non-portable path includes it).
-        return unsafe { avx2::transpose_strip(strip, x, base, kc, r, h, round) };
+        return unsafe { avx2::transpose_strip(strip, s) };
     }
     let _ = isa;
-    gather_strip(strip, x, base, kc, r, h, round)
+    gather_strip(strip, s)
 }
 
 /// Any layout, one element at a time, step by step (writes in order).
-fn gather_strip(strip: &mut [f32], x: MatRef<'_>, base: usize, kc: usize, r: usize, h: usize, round: bool) {
-    for (p, d) in strip.chunks_exact_mut(r).take(kc).enumerate() {
-        for (i, d) in d[..h].iter_mut().enumerate() {
-            *d = conv(x.data[base + i * x.rs + p * x.cs], round);
+fn gather_strip(strip: &mut [f32], s: Source<'_>) {
+    for (p, d) in strip.chunks_exact_mut(s.r).take(s.kc).enumerate() {
+        for (i, d) in d[..s.h].iter_mut().enumerate() {
+            *d = conv(s.at(i, p), s.round);
         }
-        d[h..].fill(0.0);
+        d[s.h..].fill(0.0);
     }
 }
 
 /// bf16 pairs for `vdpbf16ps`: bf16(k) in the low half, bf16(k+1) high.
 /// Sources contiguous along the strip are read step by step, others row by
 /// row (each read in address order).
-fn pair_strip(strip: &mut [f32], x: MatRef<'_>, base: usize, kc: usize, r: usize, h: usize) {
+fn pair_strip(strip: &mut [f32], s: Source<'_>) {
     let pair = |lo: f32, hi: f32| f32::from_bits(bf16_bits(lo) as u32 | (bf16_bits(hi) as u32) << 16);
-    let at = |i: usize, p: usize| x.data[base + i * x.rs + p * x.cs];
-    let hi = |i: usize, q: usize| if 2 * q + 1 < kc { at(i, 2 * q + 1) } else { 0.0 };
-    if x.rs == 1 {
-        for (q, d) in strip.chunks_exact_mut(r).enumerate() {
-            for (i, d) in d[..h].iter_mut().enumerate() {
-                *d = pair(at(i, 2 * q), hi(i, q));
+    let hi = |i: usize, q: usize| if 2 * q + 1 < s.kc { s.at(i, 2 * q + 1) } else { 0.0 };
+    if s.x.rs == 1 {
+        for (q, d) in strip.chunks_exact_mut(s.r).enumerate() {
+            for (i, d) in d[..s.h].iter_mut().enumerate() {
+                *d = pair(s.at(i, 2 * q), hi(i, q));
             }
         }
     } else {
-        for i in 0..h {
-            for (q, d) in strip.chunks_exact_mut(r).enumerate() {
-                d[i] = pair(at(i, 2 * q), hi(i, q));
+        for i in 0..s.h {
+            for (q, d) in strip.chunks_exact_mut(s.r).enumerate() {
+                d[i] = pair(s.at(i, 2 * q), hi(i, q));
             }
         }
     }
-    for d in strip.chunks_exact_mut(r) {
-        d[h..].fill(0.0);
+    for d in strip.chunks_exact_mut(s.r) {
+        d[s.h..].fill(0.0);
     }
 }
 
@@ -167,7 +170,7 @@ fn pair_strip(strip: &mut [f32], x: MatRef<'_>, base: usize, kc: usize, r: usize
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{conv, MatRef};
+    use super::{conv, Source};
 
     /// Rounds 8 floats to bf16 precision exactly as `round_bf16` does (ties
     /// to even; NaN stays a quiet NaN).
@@ -220,16 +223,8 @@ mod avx2 {
     /// # Safety
     /// The CPU supports AVX2.
     #[target_feature(enable = "avx2")]
-    #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn transpose_strip(
-        strip: &mut [f32],
-        x: MatRef<'_>,
-        base: usize,
-        kc: usize,
-        r: usize,
-        h: usize,
-        round: bool,
-    ) {
+    pub(super) unsafe fn transpose_strip(strip: &mut [f32], s: Source<'_>) {
+        let Source { x, base, kc, r, h, round } = s;
         assert!(strip.len() >= kc * r && h <= r && r <= 32, "pack: strip too small or wider than 32");
         // Bounds-checked once: every read below stays inside these rows.
         let rows: [&[f32]; 32] =
@@ -311,7 +306,7 @@ mod tests {
                             for (s, i0) in (0..rows).step_by(r).enumerate() {
                                 let strip = &mut want[s * steps * r..(s + 1) * steps * r];
                                 let base = (r0 + i0) * x.rs + p0 * x.cs;
-                                gather_strip(strip, x, base, kc, r, r.min(rows - i0), round);
+                                gather_strip(strip, Source { x, base, kc, r, h: r.min(rows - i0), round });
                             }
                             pack(isa, &mut got, x, r0, rows, p0, kc, r, mode);
                             let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
