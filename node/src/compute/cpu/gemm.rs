@@ -5,9 +5,9 @@
 //! Structure (Goto/BLIS): B is packed into `KC × NC` panels of `NR`-wide
 //! strips (in parallel), A into `MC × KC` blocks of `MR`-tall strips, and a
 //! register-tiled `MR × NR` micro-kernel of the chosen instruction-set path
-//! (`microkernel`) runs over the packed data (packing itself: `pack`). In bf16 precision the packing
-//! rounds the inputs to bfloat16 (pairs of k for `vdpbf16ps`), so there is no
-//! extra conversion pass. Threads split the rows of C into blocks and the K
+//! (`microkernel`) runs over the packed data (packing itself: `pack`). In bf16
+//! precision the packing rounds the inputs to bfloat16 (pairs of k for
+//! `vdpbf16ps`), so there is no extra conversion pass. Threads split the rows of C into blocks and the K
 //! loop runs in a fixed order, so every element of C sees the same sums in the
 //! same order whatever the thread count: each path is deterministic.
 //!

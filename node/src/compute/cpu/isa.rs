@@ -130,6 +130,12 @@ impl Isa {
     pub fn is_avx512(self) -> bool {
         matches!(self, Isa::Avx512 | Isa::Avx512Bf16)
     }
+
+    /// Whether this path includes AVX2 and this CPU runs it: every path but
+    /// portable does, so AVX2 code serves the AVX-512 paths too.
+    pub fn runs_avx2(self) -> bool {
+        self != Isa::Portable && self.supported()
+    }
 }
 
 impl fmt::Display for Isa {

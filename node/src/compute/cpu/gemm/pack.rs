@@ -68,10 +68,10 @@ pub(super) fn pack(
     mode: PackMode,
 ) {
     let steps = mode.steps(kc);
+    let round = mode == PackMode::F32RoundedBf16;
     for (s, i0) in (0..rows).step_by(r).enumerate() {
         let strip = &mut dst[s * steps * r..(s + 1) * steps * r];
         let h = r.min(rows - i0);
-        let round = mode == PackMode::F32RoundedBf16;
         let src = Source { x, base: (r0 + i0) * x.rs + p0 * x.cs, kc, r, h, round };
         match mode {
             PackMode::F32 | PackMode::F32RoundedBf16 if x.rs == 1 => copy_strip(strip, src),
@@ -124,8 +124,8 @@ fn copy_strip(strip: &mut [f32], s: Source<'_>) {
 /// Strip rows contiguous along k: a transpose of `h` rows of `kc` floats.
 fn transpose_strip(isa: Isa, strip: &mut [f32], s: Source<'_>) {
     #[cfg(target_arch = "x86_64")]
-    if isa != Isa::Portable && isa.supported() {
-        // SAFETY: the CPU has AVX2 (every non-portable path includes it).
+    if isa.runs_avx2() {
+        // SAFETY: `runs_avx2`: this CPU has AVX2.
         return unsafe { avx2::transpose_strip(strip, s) };
     }
     let _ = isa;

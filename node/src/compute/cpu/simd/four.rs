@@ -16,8 +16,8 @@ pub fn dot4(isa: Isa, a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
     let n = a.len();
     let b = b.map(|x| &x[..n]);
     #[cfg(target_arch = "x86_64")]
-    if isa != Isa::Portable && isa.supported() {
-        // SAFETY: every non-portable path includes AVX2; all five slices hold n floats.
+    if isa.runs_avx2() {
+        // SAFETY: `runs_avx2`: this CPU has AVX2; all five slices hold n floats.
         return unsafe { avx2::dot4(a, b) };
     }
     let _ = isa;
@@ -53,13 +53,15 @@ fn finish(a: &[f32], b: [&[f32]; 4], whole: usize, acc: [[f32; LANES]; 4]) -> [f
 pub fn axpy4(isa: Isa, y: &mut [f32], alpha: [f32; 4], x: [&[f32]; 4]) {
     let n = y.len();
     let x = x.map(|v| &v[..n]);
-    let mut start = 0;
+    // Whole vectors on AVX2; the tail (and everything on portable) below.
     #[cfg(target_arch = "x86_64")]
-    if isa != Isa::Portable && isa.supported() {
-        // SAFETY: every non-portable path includes AVX2; all slices hold n floats.
-        start = unsafe { avx2::axpy4(y, alpha, x) };
-    }
-    let _ = isa;
+    // SAFETY: `runs_avx2`: this CPU has AVX2; all slices hold n floats.
+    let start = if isa.runs_avx2() { unsafe { avx2::axpy4(y, alpha, x) } } else { 0 };
+    #[cfg(not(target_arch = "x86_64"))]
+    let start = {
+        let _ = isa;
+        0
+    };
     for i in start..n {
         let mut v = y[i];
         v += alpha[0] * x[0][i];
