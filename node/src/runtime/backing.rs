@@ -48,6 +48,11 @@ impl CommitBook {
         true
     }
 
+    /// Whether a commit of `c`'s signer for `c`'s round is kept.
+    pub fn holds(&self, c: &RoundCommit) -> bool {
+        self.rounds.get(&c.round).is_some_and(|s| s.contains_key(&c.signer))
+    }
+
     /// What a status offers: the kept commits, newest round first, each with
     /// its signer's ticket when the book holds one, within the status caps.
     pub fn backing(&self, tickets: &TicketBook, unix_now: u64) -> Vec<StatusBacking> {

@@ -16,6 +16,7 @@
 //! node stops with an error.
 
 mod admission;
+mod reconcile;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -24,8 +25,8 @@ use std::time::{Duration, Instant};
 use libp2p::PeerId;
 use murmur_protocol::hash::payload_hash_of;
 use murmur_protocol::{
-    Action, DeltaManifest, ErrorFeedback, Event, PayloadFault, PayloadHash, Phase, PublicKey, RoundMachine,
-    RunSpec, StateId, TrainingState,
+    Action, DeltaManifest, ErrorFeedback, Event, PayloadFault, PayloadHash, Phase, PublicKey, Rejection,
+    RoundMachine, RunSpec, StateId, TrainingState,
 };
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
@@ -88,10 +89,11 @@ pub(crate) enum Internal {
         round: u64,
         why: String,
     },
-    /// The ticket a joining trainer's status presented (undecoded).
-    PeerTicket {
+    /// A peer's answer to a status request (a joining trainer's, or one
+    /// asked to reconcile).
+    PeerStatus {
         peer: PeerId,
-        bytes: Vec<u8>,
+        status: crate::net::PeerStatus,
     },
     /// A trainer thread started again after the last one died.
     TrainerStarted(Result<(TrainerHandle, mpsc::UnboundedReceiver<JobDone>), String>),
@@ -176,6 +178,8 @@ pub struct Node {
     own_ticket: Option<murmur_protocol::Ticket>,
     tickets: TicketBook,
     commits: CommitBook,
+    /// Peers asked for their backing because they diverged (`reconcile`).
+    reconcile_asked: reconcile::Asked,
     last_ticket_gossip: Option<Instant>,
     /// Tickets gathered at cold start, for the machine (fed by `run`).
     start_tickets: Vec<(PublicKey, murmur_protocol::Ticket)>,
@@ -260,6 +264,7 @@ impl Node {
             own_ticket,
             tickets: TicketBook::default(),
             commits: CommitBook::default(),
+            reconcile_asked: reconcile::Asked::default(),
             last_ticket_gossip: None,
             start_tickets: tickets,
             tx,
@@ -673,7 +678,7 @@ impl Node {
                     "recording our manifest of round {round} failed ({why}); it was not published"
                 )
             }
-            Internal::PeerTicket { peer, bytes } => self.on_peer_ticket(peer, &bytes),
+            Internal::PeerStatus { peer, status } => self.on_peer_status(peer, status),
             Internal::TrainerStarted(Ok((handle, done_rx))) => {
                 self.out.event("trainer_started", json!({ "device": handle.device }));
                 self.trainer = handle;
@@ -934,6 +939,9 @@ impl Node {
                 self.start_state_fetch(round, state, peers);
             }
             Action::Reject { peer, reason } => {
+                if reason == Rejection::WrongBase {
+                    self.reconcile_with(peer);
+                }
                 if let Some(p) = peer_id_of(&peer) {
                     if p != self.net.local {
                         self.net.penalize(p, NetRejection::Round(reason));

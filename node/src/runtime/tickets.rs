@@ -162,6 +162,11 @@ impl TicketBook {
     pub fn get(&self, holder: &PublicKey, now: u64) -> Option<&Ticket> {
         self.by_holder.get(holder).filter(|t| t.expires > now)
     }
+
+    /// Whether exactly this ticket is kept.
+    pub fn holds(&self, t: &Ticket) -> bool {
+        self.by_holder.get(&t.holder) == Some(t)
+    }
 }
 
 #[cfg(test)]

@@ -2,7 +2,8 @@
 //! node's own, those gathered at cold start, gossiped ones, and the one a
 //! joining trainer's status presents), verified tickets are kept to hand on,
 //! and the commits the machine counts are kept as the backing the node's
-//! status offers (`backing`, docs/protocol.md §7.6).
+//! status offers (`backing`, docs/protocol.md §7.6). Peers' status answers
+//! come in here too: their tickets, then their backing (`reconcile`).
 
 use std::time::{Duration, Instant};
 
@@ -10,12 +11,14 @@ use libp2p::PeerId;
 use murmur_protocol::{Event, PublicKey, RoundCommit, Ticket};
 
 use super::{publish_with_retries, Internal, Node};
-use crate::net::{public_key_of, TopicKind, XferRequest, XferResponse};
+use crate::net::{public_key_of, PeerStatus, TopicKind, XferRequest, XferResponse};
 use crate::runtime::tickets::unix_now;
 
 /// How often a node gossips its own ticket (gossipsub drops a message seen
 /// within about a minute as a duplicate, so more often would be wasted).
 pub const TICKET_GOSSIP_EVERY: Duration = Duration::from_secs(61);
+/// How long a status request may take.
+const STATUS_WAIT: Duration = Duration::from_secs(5);
 
 impl Node {
     /// Hand `ticket`, delivered by `from`, to the round machine, and keep it
@@ -33,29 +36,35 @@ impl Node {
     }
 
     /// A trainer joined: in a ticket run, ask it for its status to learn its
-    /// ticket (the answer comes back as `Internal::PeerTicket`).
+    /// ticket.
     pub(super) fn ask_ticket(&self, peer: PeerId) {
-        if !self.spec.admission.uses_tickets() {
-            return;
+        if self.spec.admission.uses_tickets() {
+            self.ask_status(peer);
         }
+    }
+
+    /// Ask `peer` for its status; the answer comes back as
+    /// `Internal::PeerStatus`.
+    pub(super) fn ask_status(&self, peer: PeerId) {
         let (net, tx) = (self.net.clone(), self.tx.clone());
         tokio::spawn(async move {
-            let ask =
-                tokio::time::timeout(Duration::from_secs(5), net.request(peer, XferRequest::Status)).await;
-            if let Ok(Ok(XferResponse::Status(s))) = ask {
-                if let Some(bytes) = s.ticket {
-                    let _ = tx.send(Internal::PeerTicket { peer, bytes });
-                }
+            let ask = tokio::time::timeout(STATUS_WAIT, net.request(peer, XferRequest::Status)).await;
+            if let Ok(Ok(XferResponse::Status(status))) = ask {
+                let _ = tx.send(Internal::PeerStatus { peer, status });
             }
         });
     }
 
-    /// The ticket a peer's status presented as its own.
-    pub(super) fn on_peer_ticket(&mut self, peer: PeerId, bytes: &[u8]) {
-        let (Some(key), Ok(t)) = (public_key_of(&peer), Ticket::decode(bytes)) else { return };
-        if t.holder == key {
-            self.present_ticket(key, t);
+    /// A peer's status: the ticket it presents as its own, then the commits
+    /// it offers as backing (`reconcile`).
+    pub(super) fn on_peer_status(&mut self, peer: PeerId, status: PeerStatus) {
+        let own = status.ticket.as_deref().and_then(|b| Ticket::decode(b).ok());
+        if let (Some(key), Some(t)) = (public_key_of(&peer), own) {
+            if t.holder == key {
+                self.present_ticket(key, t);
+            }
         }
+        self.take_backing(peer, &status.backing);
     }
 
     /// A commit the machine was fed (or our own): kept as backing when the
