@@ -7,8 +7,11 @@
 //! strip rows lie contiguous along the strip (`rs == 1`: a straight copy of
 //! `r` floats per step, fixed-length so it compiles to vector moves) and one
 //! whose rows are contiguous along k (`cs == 1`: a transpose, done in 8 × 8
-//! blocks with AVX2 shuffles where the path has them). Every path writes the
-//! same values (bf16 rounding included), so packing never changes a result.
+//! blocks with AVX2 shuffles where the path has them: `avx2`). bf16 pairs,
+//! the AVX-512-BF16 kernel's operands, are rounded and interleaved 16 lanes
+//! at a time, with a 16 × 16 transpose for sources contiguous along k
+//! (`avx512`). Every path writes the same values (bf16 rounding included), so
+//! packing never changes a result.
 
 use super::super::isa::{bf16_bits, round_bf16, Isa};
 use super::MatRef;
@@ -77,7 +80,7 @@ pub(super) fn pack(
             PackMode::F32 | PackMode::F32RoundedBf16 if x.rs == 1 => copy_strip(strip, src),
             PackMode::F32 | PackMode::F32RoundedBf16 if x.cs == 1 => transpose_strip(isa, strip, src),
             PackMode::F32 | PackMode::F32RoundedBf16 => gather_strip(strip, src),
-            PackMode::Bf16Pairs => pair_strip(strip, src),
+            PackMode::Bf16Pairs => pair_strip(isa, strip, src),
         }
     }
 }
@@ -142,22 +145,41 @@ fn gather_strip(strip: &mut [f32], s: Source<'_>) {
     }
 }
 
+/// One packed pair: bf16(lo) in the low half, bf16(hi) in the high half.
+#[inline(always)]
+fn pair_bits(lo: f32, hi: f32) -> f32 {
+    f32::from_bits(bf16_bits(lo) as u32 | (bf16_bits(hi) as u32) << 16)
+}
+
 /// bf16 pairs for `vdpbf16ps`: bf16(k) in the low half, bf16(k+1) high.
-/// Sources contiguous along the strip are read step by step, others row by
-/// row (each read in address order).
-fn pair_strip(strip: &mut [f32], s: Source<'_>) {
-    let pair = |lo: f32, hi: f32| f32::from_bits(bf16_bits(lo) as u32 | (bf16_bits(hi) as u32) << 16);
+/// With AVX-512, 16 lanes at a time (`avx512`); otherwise sources contiguous
+/// along the strip are read step by step, others row by row (each read in
+/// address order).
+fn pair_strip(isa: Isa, strip: &mut [f32], s: Source<'_>) {
+    #[cfg(target_arch = "x86_64")]
+    if isa.is_avx512() && isa.supported() {
+        // SAFETY: the CPU has this AVX-512 path, so AVX-512 F and BW.
+        if unsafe { avx512::pair_strip(strip, s) } {
+            return;
+        }
+    }
+    let _ = isa;
+    pair_strip_scalar(strip, s)
+}
+
+/// `pair_strip` one element at a time.
+fn pair_strip_scalar(strip: &mut [f32], s: Source<'_>) {
     let hi = |i: usize, q: usize| if 2 * q + 1 < s.kc { s.at(i, 2 * q + 1) } else { 0.0 };
     if s.x.rs == 1 {
         for (q, d) in strip.chunks_exact_mut(s.r).enumerate() {
             for (i, d) in d[..s.h].iter_mut().enumerate() {
-                *d = pair(s.at(i, 2 * q), hi(i, q));
+                *d = pair_bits(s.at(i, 2 * q), hi(i, q));
             }
         }
     } else {
         for i in 0..s.h {
             for (q, d) in strip.chunks_exact_mut(s.r).enumerate() {
-                d[i] = pair(s.at(i, 2 * q), hi(i, q));
+                d[i] = pair_bits(s.at(i, 2 * q), hi(i, q));
             }
         }
     }
@@ -167,121 +189,21 @@ fn pair_strip(strip: &mut [f32], s: Source<'_>) {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
-    use std::arch::x86_64::*;
-
-    use super::{conv, Source};
-
-    /// Rounds 8 floats to bf16 precision exactly as `round_bf16` does (ties
-    /// to even; NaN stays a quiet NaN).
-    #[inline(always)]
-    unsafe fn round8(v: __m256) -> __m256 {
-        let b = _mm256_castps_si256(v);
-        let lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
-        let rounded = _mm256_add_epi32(b, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
-        let nan = _mm256_or_si256(b, _mm256_set1_epi32(0x0040_0000));
-        let is_nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-        let out = _mm256_blendv_epi8(rounded, nan, is_nan);
-        _mm256_castsi256_ps(_mm256_and_si256(out, _mm256_set1_epi32(0xffff_0000u32 as i32)))
-    }
-
-    /// Transposes 8 rows of 8 floats: `out[p]` holds `rows[0..8][p]`.
-    #[inline(always)]
-    unsafe fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
-        let t0 = _mm256_unpacklo_ps(r[0], r[1]);
-        let t1 = _mm256_unpackhi_ps(r[0], r[1]);
-        let t2 = _mm256_unpacklo_ps(r[2], r[3]);
-        let t3 = _mm256_unpackhi_ps(r[2], r[3]);
-        let t4 = _mm256_unpacklo_ps(r[4], r[5]);
-        let t5 = _mm256_unpackhi_ps(r[4], r[5]);
-        let t6 = _mm256_unpacklo_ps(r[6], r[7]);
-        let t7 = _mm256_unpackhi_ps(r[6], r[7]);
-        let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
-        let s1 = _mm256_shuffle_ps::<0xee>(t0, t2);
-        let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
-        let s3 = _mm256_shuffle_ps::<0xee>(t1, t3);
-        let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
-        let s5 = _mm256_shuffle_ps::<0xee>(t4, t6);
-        let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
-        let s7 = _mm256_shuffle_ps::<0xee>(t5, t7);
-        [
-            _mm256_permute2f128_ps::<0x20>(s0, s4),
-            _mm256_permute2f128_ps::<0x20>(s1, s5),
-            _mm256_permute2f128_ps::<0x20>(s2, s6),
-            _mm256_permute2f128_ps::<0x20>(s3, s7),
-            _mm256_permute2f128_ps::<0x31>(s0, s4),
-            _mm256_permute2f128_ps::<0x31>(s1, s5),
-            _mm256_permute2f128_ps::<0x31>(s2, s6),
-            _mm256_permute2f128_ps::<0x31>(s3, s7),
-        ]
-    }
-
-    /// `transpose_strip` in blocks of 8 rows × 8 steps; the last group of a
-    /// strip narrower than 8 is stored through a lane mask, rows past `h`
-    /// read as zeros, and steps past the last whole block go one by one.
-    ///
-    /// # Safety
-    /// The CPU supports AVX2.
-    #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn transpose_strip(strip: &mut [f32], s: Source<'_>) {
-        let Source { x, base, kc, r, h, round } = s;
-        assert!(strip.len() >= kc * r && h <= r && r <= 32, "pack: strip too small or wider than 32");
-        // Bounds-checked once: every read below stays inside these rows.
-        let rows: [&[f32]; 32] =
-            std::array::from_fn(|i| if i < h { &x.data[base + i * x.rs..][..kc] } else { &[] });
-        let blocks = kc / 8;
-        let out = strip.as_mut_ptr();
-        for g in (0..r).step_by(8) {
-            let lanes = 8.min(r - g);
-            let mask = _mm256_cmpgt_epi32(
-                _mm256_set1_epi32(lanes as i32),
-                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-            );
-            for blk in 0..blocks {
-                let p = blk * 8;
-                let v: [__m256; 8] = std::array::from_fn(|l| {
-                    let i = g + l;
-                    if i < h {
-                        // SAFETY: rows[i] holds kc ≥ p + 8 floats.
-                        unsafe { _mm256_loadu_ps(rows[i].as_ptr().add(p)) }
-                    } else {
-                        _mm256_setzero_ps()
-                    }
-                });
-                let t = transpose8(v);
-                for (q, mut t) in t.into_iter().enumerate() {
-                    if round {
-                        t = round8(t);
-                    }
-                    // SAFETY: (p+q)·r + g + lanes ≤ kc·r ≤ strip.len().
-                    let d = out.add((p + q) * r + g);
-                    if lanes == 8 {
-                        _mm256_storeu_ps(d, t);
-                    } else {
-                        _mm256_maskstore_ps(d, mask, t);
-                    }
-                }
-            }
-        }
-        for p in blocks * 8..kc {
-            let d = &mut strip[p * r..(p + 1) * r];
-            for (i, d) in d.iter_mut().enumerate() {
-                *d = if i < h { conv(rows[i][p], round) } else { 0.0 };
-            }
-        }
-    }
-}
+mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx512;
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Every path packs exactly what the one-element-at-a-time gather packs,
-    /// for both source layouts, whole and partial strips, k tails, and bf16
-    /// rounding of ties, NaN and infinities.
+    /// Every path packs exactly what the one-element-at-a-time gather (for
+    /// bf16 pairs, the scalar pair strip) packs, for both source layouts,
+    /// whole and partial strips, k tails, and bf16 rounding of ties, NaN,
+    /// infinities and denormals.
     #[test]
     fn every_path_packs_the_same_bits_as_the_gather() {
-        let (n_rows, n_k) = (37, 45);
+        let (n_rows, n_k) = (37, 77);
         let mut vals: Vec<f32> = (0..n_rows * n_k)
             .map(|i| ((i as u32).wrapping_mul(2654435761) % 2001) as f32 / 997.0 - 1.0)
             .collect();
@@ -289,16 +211,21 @@ mod tests {
         vals[50] = f32::INFINITY;
         vals[77] = 1.0 + 1.0 / 256.0; // a tie: rounds to even
         vals[100] = -0.0;
+        vals[120] = f32::from_bits(0x0000_8001); // a denormal: kept, not flushed
         let cm: Vec<f32> = (0..n_rows * n_k).map(|x| vals[(x % n_rows) * n_k + x / n_rows]).collect();
         let layouts = [MatRef { data: &vals, rs: n_k, cs: 1 }, MatRef { data: &cm, rs: 1, cs: n_rows }];
         for isa in Isa::supported_paths() {
             for x in layouts {
-                for mode in [PackMode::F32, PackMode::F32RoundedBf16] {
+                for mode in [PackMode::F32, PackMode::F32RoundedBf16, PackMode::Bf16Pairs] {
                     for r in [6, 14, 16, 32] {
-                        for (r0, rows, p0, kc) in
-                            [(0usize, 37usize, 0usize, 45usize), (5, 20, 3, 17), (1, 6, 8, 8), (2, 33, 0, 1)]
-                        {
-                            let len = rows.div_ceil(r) * kc * r;
+                        for (r0, rows, p0, kc) in [
+                            (0usize, 37usize, 0usize, 45usize),
+                            (5, 20, 3, 17),
+                            (1, 6, 8, 8),
+                            (2, 33, 0, 1),
+                            (0, 37, 3, 72),
+                        ] {
+                            let len = rows.div_ceil(r) * mode.steps(kc) * r;
                             let mut want = vec![f32::MAX; len];
                             let mut got = vec![f32::MIN; len];
                             let round = mode == PackMode::F32RoundedBf16;
@@ -306,7 +233,12 @@ mod tests {
                             for (s, i0) in (0..rows).step_by(r).enumerate() {
                                 let strip = &mut want[s * steps * r..(s + 1) * steps * r];
                                 let base = (r0 + i0) * x.rs + p0 * x.cs;
-                                gather_strip(strip, Source { x, base, kc, r, h: r.min(rows - i0), round });
+                                let src = Source { x, base, kc, r, h: r.min(rows - i0), round };
+                                if mode == PackMode::Bf16Pairs {
+                                    pair_strip_scalar(strip, src);
+                                } else {
+                                    gather_strip(strip, src);
+                                }
                             }
                             pack(isa, &mut got, x, r0, rows, p0, kc, r, mode);
                             let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();

@@ -1,0 +1,147 @@
+//! AVX-512 packing of bf16 pairs (the AVX-512-BF16 kernel's operands), 16
+//! lanes at a time, with the rounding of `bf16_bits` done in integer lanes
+//! (ties to even, NaN kept quiet, denormals kept) so the bits equal the
+//! element-wise path's.
+
+use std::arch::x86_64::*;
+
+use super::{pair_bits, Source};
+
+/// Each lane's f32 bits rounded so that the high half is `bf16_bits` of it
+/// (the low half is left over from the rounding).
+#[inline(always)]
+unsafe fn rounded16(v: __m512) -> __m512i {
+    let b = _mm512_castps_si512(v);
+    let lsb = _mm512_and_si512(_mm512_srli_epi32::<16>(b), _mm512_set1_epi32(1));
+    let rounded = _mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
+    let nan = _mm512_or_si512(b, _mm512_set1_epi32(0x0040_0000));
+    let is_nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
+    _mm512_mask_blend_epi32(is_nan, rounded, nan)
+}
+
+/// The first `n` (≤ 16) lanes.
+#[inline(always)]
+fn lanes(n: usize) -> __mmask16 {
+    if n >= 16 {
+        0xffff
+    } else {
+        ((1u32 << n) - 1) as u16
+    }
+}
+
+/// High halves of the 32 rounded floats of `v0` then `v1`: word w of the
+/// result is word 2w+1 of the pair, so 32-bit lane j holds
+/// (bf16 of float 2j, bf16 of float 2j+1).
+const HIGH_WORDS: [i16; 32] = {
+    let mut idx = [0i16; 32];
+    let mut w = 0;
+    while w < 32 {
+        idx[w] = (2 * w + 1) as i16;
+        w += 1;
+    }
+    idx
+};
+
+/// 16 transposed 32-bit lanes: `out[j]` lane l = `r[l]` lane j.
+#[inline(always)]
+unsafe fn transpose16(r: &[__m512i; 16]) -> [__m512i; 16] {
+    // Within each 128-bit lane: pairs of rows, then columns of four rows.
+    let mut t = [_mm512_setzero_si512(); 16];
+    for i in 0..8 {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    // u[4i+c], 128-bit lane ℓ = column 4ℓ+c of rows 4i..4i+4.
+    let mut u = [_mm512_setzero_si512(); 16];
+    for i in 0..4 {
+        let b = 4 * i;
+        u[b] = _mm512_unpacklo_epi64(t[b], t[b + 2]);
+        u[b + 1] = _mm512_unpackhi_epi64(t[b], t[b + 2]);
+        u[b + 2] = _mm512_unpacklo_epi64(t[b + 1], t[b + 3]);
+        u[b + 3] = _mm512_unpackhi_epi64(t[b + 1], t[b + 3]);
+    }
+    // A 4 × 4 transpose of 128-bit lanes across u[c], u[4+c], u[8+c], u[12+c].
+    let mut out = [_mm512_setzero_si512(); 16];
+    for c in 0..4 {
+        let x0 = _mm512_shuffle_i32x4::<0x44>(u[c], u[4 + c]);
+        let x1 = _mm512_shuffle_i32x4::<0xee>(u[c], u[4 + c]);
+        let x2 = _mm512_shuffle_i32x4::<0x44>(u[8 + c], u[12 + c]);
+        let x3 = _mm512_shuffle_i32x4::<0xee>(u[8 + c], u[12 + c]);
+        out[c] = _mm512_shuffle_i32x4::<0x88>(x0, x2);
+        out[4 + c] = _mm512_shuffle_i32x4::<0xdd>(x0, x2);
+        out[8 + c] = _mm512_shuffle_i32x4::<0x88>(x1, x3);
+        out[12 + c] = _mm512_shuffle_i32x4::<0xdd>(x1, x3);
+    }
+    out
+}
+
+/// `pair_strip` for sources contiguous along the strip (`rs == 1`) or along
+/// k (`cs == 1`); `false` (nothing written) for any other layout.
+///
+/// # Safety
+/// The CPU supports AVX-512 F and BW.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(super) unsafe fn pair_strip(strip: &mut [f32], s: Source<'_>) -> bool {
+    let Source { x, base, kc, r, h, .. } = s;
+    let steps = kc.div_ceil(2);
+    assert!(strip.len() >= steps * r && h <= r && r <= 32, "pack: strip too small or wider than 32");
+    let out = strip.as_mut_ptr() as *mut i32;
+    if x.rs == 1 {
+        let high = _mm512_set1_epi32(0xffff_0000u32 as i32);
+        for q in 0..steps {
+            // Bounds-checked once: the masked loads below stay inside these.
+            let lo_row = &x.data[base + 2 * q * x.cs..][..h];
+            let hi_row = (2 * q + 1 < kc).then(|| &x.data[base + (2 * q + 1) * x.cs..][..h]);
+            for g in (0..r).step_by(16) {
+                let load = lanes(h.saturating_sub(g));
+                let lo = rounded16(_mm512_maskz_loadu_ps(load, lo_row.as_ptr().wrapping_add(g)));
+                let hi = match hi_row {
+                    Some(row) => rounded16(_mm512_maskz_loadu_ps(load, row.as_ptr().wrapping_add(g))),
+                    None => _mm512_setzero_si512(),
+                };
+                let v = _mm512_or_si512(_mm512_srli_epi32::<16>(lo), _mm512_and_si512(hi, high));
+                // SAFETY: q·r + g + lanes ≤ steps·r ≤ strip.len().
+                _mm512_mask_storeu_epi32(out.add(q * r + g), lanes(r - g), v);
+            }
+        }
+        return true;
+    }
+    if x.cs != 1 {
+        return false;
+    }
+    let rows: [&[f32]; 32] =
+        std::array::from_fn(|i| if i < h { &x.data[base + i * x.rs..][..kc] } else { &[] });
+    let idx = _mm512_loadu_epi16(HIGH_WORDS.as_ptr());
+    // Blocks of 16 pairs (32 floats of k) from 16 rows at a time.
+    let blocks = kc / 32;
+    for g in (0..r).step_by(16) {
+        let store = lanes(r - g);
+        for blk in 0..blocks {
+            let p = blk * 32;
+            let mut v = [_mm512_setzero_si512(); 16];
+            for (l, v) in v.iter_mut().enumerate() {
+                if g + l < h {
+                    // SAFETY: rows[g+l] holds kc ≥ p + 32 floats.
+                    let src = rows[g + l].as_ptr().add(p);
+                    let (a, b) = (rounded16(_mm512_loadu_ps(src)), rounded16(_mm512_loadu_ps(src.add(16))));
+                    *v = _mm512_permutex2var_epi16(a, idx, b);
+                }
+            }
+            for (j, t) in transpose16(&v).into_iter().enumerate() {
+                // SAFETY: (blk·16 + j)·r + g + lanes ≤ steps·r ≤ strip.len().
+                _mm512_mask_storeu_epi32(out.add((blk * 16 + j) * r + g), store, t);
+            }
+        }
+    }
+    for q in blocks * 16..steps {
+        for (i, d) in strip[q * r..(q + 1) * r].iter_mut().enumerate() {
+            *d = if i < h {
+                let hi = if 2 * q + 1 < kc { rows[i][2 * q + 1] } else { 0.0 };
+                pair_bits(rows[i][2 * q], hi)
+            } else {
+                0.0
+            };
+        }
+    }
+    true
+}
