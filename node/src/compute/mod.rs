@@ -28,6 +28,20 @@ pub(crate) mod oracle;
 #[cfg(any(feature = "gpu", feature = "cuda"))]
 pub mod tokens;
 
+/// Runs `step` (a training step on `B`) on a worker of rayon's global pool
+/// when `B`'s ops run there: its parallel ops then fork inside the pool,
+/// where the other workers are still spinning, instead of each op being
+/// injected from outside while the caller sleeps on a futex until it is done
+/// (a wake-up per op, hundreds per step, whose latency swings with the
+/// machine's load). Other backends run `step` on the calling thread.
+pub fn on_worker<B: Backend, R: Send>(step: impl FnOnce() -> R + Send) -> R {
+    if B::ON_RAYON_POOL {
+        rayon::scope(|_| step())
+    } else {
+        step()
+    }
+}
+
 /// Shape of a matmul: `n` rows of `c` input features mapped to `oc` outputs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MatmulShape {
@@ -101,9 +115,13 @@ pub struct AdamWStep {
 /// `Tensor` holds `f32`s, `Tokens` holds `u32` token ids; both live on the
 /// device. Only `upload*` and `download` move data between host and device.
 #[allow(clippy::too_many_arguments)]
-pub trait Backend {
-    type Tensor;
-    type Tokens;
+pub trait Backend: Sync {
+    type Tensor: Send;
+    type Tokens: Send;
+
+    /// Whether the ops run on rayon's global pool (the CPU backend), so a
+    /// training step belongs on a pool worker (`on_worker`).
+    const ON_RAYON_POOL: bool = false;
 
     /// Human-readable description: backend kind and device name.
     fn describe(&self) -> String;

@@ -18,7 +18,7 @@ use murmur_protocol::{land, RunSpec, StateId, TrainingState, LANDING_KEEP};
 use tokio::sync::mpsc;
 
 use crate::compute::device::{on_backend, Chosen};
-use crate::compute::{AdamWStep, Backend};
+use crate::compute::{on_worker, AdamWStep, Backend};
 use crate::data::{Batch, BatchLoader, Corpus, DataSpec};
 use crate::model::{param_specs, Gpt, ModelConfig};
 use crate::train::trainer::evaluate;
@@ -539,9 +539,6 @@ impl Worker {
             self.step = self.step.saturating_add(1);
             let warm = inner.warmup_steps.max(1) as f32;
             let lr = inner.lr * (self.step as f32 / warm).min(1.0);
-            m.zero_grad(backend);
-            m.forward(backend, &b.inputs, Some(&b.targets), b.batch, b.seq);
-            m.backward(backend, 1);
             let hp = AdamWStep {
                 lr,
                 beta1: inner.beta1,
@@ -550,8 +547,13 @@ impl Worker {
                 weight_decay: inner.weight_decay,
                 step: self.step,
             };
-            m.optimizer_step(backend, hp, inner.grad_clip);
-            let loss = m.read_stats(backend).mean_loss();
+            let loss = on_worker::<B, _>(|| {
+                m.zero_grad(backend);
+                m.forward(backend, &b.inputs, Some(&b.targets), b.batch, b.seq);
+                m.backward(backend, 1);
+                m.optimizer_step(backend, hp, inner.grad_clip);
+                m.read_stats(backend).mean_loss()
+            });
             if !loss.is_finite() {
                 return JobDone::Failed(format!("training diverged in round {round}: loss {loss}"));
             }

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::compute::{AdamWStep, Backend};
+use crate::compute::{on_worker, AdamWStep, Backend};
 use crate::model::rng::Rng;
 use crate::model::{init_params, Gpt, ModelConfig};
 
@@ -29,12 +29,9 @@ pub struct TrainBench {
 /// Times `steps` full training steps (forward, backward, AdamW) after
 /// `warmup` untimed ones, on random tokens.
 ///
-/// The steps run on a rayon worker thread: the CPU backend's parallel ops
-/// then fork inside the pool, where the idle worker is still spinning,
-/// instead of each op being injected from outside and the caller sleeping on
-/// a futex until it is done (a wake-up per op, hundreds per step, whose
-/// latency swings with the machine's load).
-pub fn bench_train<B: Backend + Sync>(
+/// The steps run as training runs them (`on_worker`: on a rayon worker for
+/// the CPU backend).
+pub fn bench_train<B: Backend>(
     backend: &B,
     cfg: &ModelConfig,
     batch: usize,
@@ -42,7 +39,7 @@ pub fn bench_train<B: Backend + Sync>(
     warmup: usize,
     steps: usize,
 ) -> TrainBench {
-    rayon::scope(|_| bench_steps(backend, cfg, batch, seq, warmup, steps))
+    on_worker::<B, _>(|| bench_steps(backend, cfg, batch, seq, warmup, steps))
 }
 
 fn bench_steps<B: Backend>(

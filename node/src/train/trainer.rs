@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::schedule::LrSchedule;
 use crate::checkpoint::{native, Checkpoint, CheckpointMeta};
-use crate::compute::{AdamWStep, Backend};
+use crate::compute::{on_worker, AdamWStep, Backend};
 use crate::data::{BatchLoader, Corpus, LoaderPosition};
 use crate::model::{init_params, Gpt, ModelConfig};
 
@@ -202,12 +202,6 @@ pub fn train<B: Backend>(
     let mut val_step = usize::MAX;
     for step in start_step + 1..=config.steps {
         let t0 = Instant::now();
-        model.zero_grad(backend);
-        for _ in 0..accum {
-            let b = loader.next_batch()?;
-            model.forward(backend, &b.inputs, Some(&b.targets), b.batch, b.seq);
-            model.backward(backend, accum);
-        }
         let lr = sched.lr(step);
         let hp = AdamWStep {
             lr,
@@ -217,8 +211,16 @@ pub fn train<B: Backend>(
             weight_decay: o.weight_decay,
             step: step as u32,
         };
-        model.optimizer_step(backend, hp, o.grad_clip);
-        let stats = model.read_stats(backend);
+        let stats = on_worker::<B, _>(|| -> Result<_, TrainError> {
+            model.zero_grad(backend);
+            for _ in 0..accum {
+                let b = loader.next_batch()?;
+                model.forward(backend, &b.inputs, Some(&b.targets), b.batch, b.seq);
+                model.backward(backend, accum);
+            }
+            model.optimizer_step(backend, hp, o.grad_clip);
+            Ok(model.read_stats(backend))
+        })?;
         last_loss = stats.mean_loss();
         if !last_loss.is_finite() {
             return Err(TrainError::Diverged { step, loss: last_loss });

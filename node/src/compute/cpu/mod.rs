@@ -72,6 +72,7 @@ impl CpuBackend {
 impl Backend for CpuBackend {
     type Tensor = Vec<f32>;
     type Tokens = Vec<u32>;
+    const ON_RAYON_POOL: bool = true;
 
     fn describe(&self) -> String {
         format!("cpu ({} threads, {}, {})", rayon::current_num_threads(), self.isa, self.precision)
