@@ -316,6 +316,27 @@ pub fn issue_ticket(dir: &Path, operator_key: &Path, run: &[&str], holder: &str,
     out
 }
 
+/// A bootstrap server for a run with ticket admission, signed by an operator
+/// whose key is written to `<dir>/operator.key`.
+pub struct TicketRun {
+    pub boot: Proc,
+    /// The server's listen address.
+    pub addr: String,
+    pub operator: murmur_protocol::NodeKey,
+    pub operator_key: PathBuf,
+}
+
+/// Starts a ticket-admission run (`--admission tickets --operator <key>`)
+/// whose operator key is `operator_seed`.
+pub fn start_ticket_run(dir: &Path, s: &RunSettings, operator_seed: [u8; 32]) -> TicketRun {
+    let operator = murmur_protocol::NodeKey::from_seed(operator_seed);
+    let operator_key = dir.join("operator.key");
+    std::fs::write(&operator_key, operator.seed()).expect("operator key");
+    let op_hex = operator.public().to_string();
+    let (boot, addr) = start_bootstrap_with(dir, s, &["--admission", "tickets", "--operator", op_hex.as_str()]);
+    TicketRun { boot, addr, operator, operator_key }
+}
+
 /// The last reported state of each round, per node: round → state_id.
 pub fn states_by_round(p: &Proc) -> std::collections::BTreeMap<u64, String> {
     let mut m = std::collections::BTreeMap::new();

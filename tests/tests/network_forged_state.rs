@@ -19,7 +19,8 @@ use murmur_node::runtime::startup::discover_spec;
 use murmur_node::store::{BlobKind, Store};
 use murmur_protocol::{NodeKey, PublicKey, RoundCommit, RunSpec, Signature, StateId, Ticket};
 use murmur_tests::{
-    issue_ticket, start_bootstrap_with, start_node, states_by_round, wait_until, write_node_key, RunSettings,
+    TicketRun,
+    issue_ticket, start_ticket_run, start_node, states_by_round, wait_until, write_node_key, RunSettings,
 };
 
 /// A peer claiming `round` at `state` (which it serves from its store),
@@ -77,12 +78,7 @@ fn a_joiner_ignores_forged_higher_states_and_syncs_to_the_committed_one() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     let settings = RunSettings { inner_steps: 10, batch: 4, quorum: 2, deadline: 20, seed: 44 };
-    let operator = NodeKey::from_seed([0x0c; 32]);
-    let operator_key = d.join("operator.key");
-    std::fs::write(&operator_key, operator.seed()).expect("operator key");
-    let op_hex = operator.public().to_string();
-    let (_boot, addr) =
-        start_bootstrap_with(d, &settings, &["--admission", "tickets", "--operator", op_hex.as_str()]);
+    let TicketRun { boot: _boot, addr, operator_key, .. } = start_ticket_run(d, &settings, [0x0c; 32]);
     let boot: Multiaddr = addr.parse().expect("addr");
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let spec = rt

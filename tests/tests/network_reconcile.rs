@@ -26,7 +26,8 @@ use murmur_protocol::{
     Ticket,
 };
 use murmur_tests::{
-    issue_ticket, start_bootstrap_with, start_node, states_by_round, wait_until, write_node_key, Proc,
+    TicketRun,
+    issue_ticket, start_ticket_run, start_node, states_by_round, wait_until, write_node_key, Proc,
     RunSettings,
 };
 use tokio::sync::{mpsc, watch};
@@ -138,12 +139,7 @@ fn nodes_that_counted_different_commits_reconcile_onto_one_state() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     let settings = RunSettings { inner_steps: 10, batch: 4, quorum: 2, deadline: 20, seed: 46 };
-    let operator = NodeKey::from_seed([0x0d; 32]);
-    let operator_key = d.join("operator.key");
-    std::fs::write(&operator_key, operator.seed()).expect("operator key");
-    let op_hex = operator.public().to_string();
-    let (_boot, addr) =
-        start_bootstrap_with(d, &settings, &["--admission", "tickets", "--operator", op_hex.as_str()]);
+    let TicketRun { boot: _boot, addr, operator, operator_key } = start_ticket_run(d, &settings, [0x0d; 32]);
     let boot: Multiaddr = addr.parse().expect("addr");
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let spec = rt

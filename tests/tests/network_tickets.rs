@@ -22,7 +22,8 @@ use murmur_protocol::{
     Ticket,
 };
 use murmur_tests::{
-    issue_ticket, start_bootstrap_with, start_node, states_by_round, wait_until, write_node_key, RunSettings,
+    TicketRun,
+    issue_ticket, start_ticket_run, start_node, states_by_round, wait_until, write_node_key, RunSettings,
 };
 
 /// An outsider's server: its status (a trainer of the run, no ticket) and
@@ -114,12 +115,7 @@ fn identities_without_tickets_count_for_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     let settings = RunSettings { inner_steps: 60, batch: 4, quorum: 2, deadline: 20, seed: 43 };
-    let operator = NodeKey::from_seed([0x0b; 32]);
-    let operator_key = d.join("operator.key");
-    std::fs::write(&operator_key, operator.seed()).expect("operator key");
-    let op_hex = operator.public().to_string();
-    let (_boot, addr) =
-        start_bootstrap_with(d, &settings, &["--admission", "tickets", "--operator", op_hex.as_str()]);
+    let TicketRun { boot: _boot, addr, operator_key, .. } = start_ticket_run(d, &settings, [0x0b; 32]);
     let mut honest = Vec::new();
     for (name, seed) in [("a", [0xa1; 32]), ("b", [0xb1; 32])] {
         let holder = write_node_key(d, name, seed);
