@@ -333,7 +333,8 @@ pub fn start_ticket_run(dir: &Path, s: &RunSettings, operator_seed: [u8; 32]) ->
     let operator_key = dir.join("operator.key");
     std::fs::write(&operator_key, operator.seed()).expect("operator key");
     let op_hex = operator.public().to_string();
-    let (boot, addr) = start_bootstrap_with(dir, s, &["--admission", "tickets", "--operator", op_hex.as_str()]);
+    let (boot, addr) =
+        start_bootstrap_with(dir, s, &["--admission", "tickets", "--operator", op_hex.as_str()]);
     TicketRun { boot, addr, operator, operator_key }
 }
 

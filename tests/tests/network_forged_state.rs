@@ -19,8 +19,8 @@ use murmur_node::runtime::startup::discover_spec;
 use murmur_node::store::{BlobKind, Store};
 use murmur_protocol::{NodeKey, PublicKey, RoundCommit, RunSpec, Signature, StateId, Ticket};
 use murmur_tests::{
+    issue_ticket, start_node, start_ticket_run, states_by_round, wait_until, write_node_key, RunSettings,
     TicketRun,
-    issue_ticket, start_ticket_run, start_node, states_by_round, wait_until, write_node_key, RunSettings,
 };
 
 /// A peer claiming `round` at `state` (which it serves from its store),

@@ -26,9 +26,8 @@ use murmur_protocol::{
     Ticket,
 };
 use murmur_tests::{
-    TicketRun,
-    issue_ticket, start_ticket_run, start_node, states_by_round, wait_until, write_node_key, Proc,
-    RunSettings,
+    issue_ticket, start_node, start_ticket_run, states_by_round, wait_until, write_node_key, Proc,
+    RunSettings, TicketRun,
 };
 use tokio::sync::{mpsc, watch};
 

@@ -22,8 +22,8 @@ use murmur_protocol::{
     Ticket,
 };
 use murmur_tests::{
+    issue_ticket, start_node, start_ticket_run, states_by_round, wait_until, write_node_key, RunSettings,
     TicketRun,
-    issue_ticket, start_ticket_run, start_node, states_by_round, wait_until, write_node_key, RunSettings,
 };
 
 /// An outsider's server: its status (a trainer of the run, no ticket) and
