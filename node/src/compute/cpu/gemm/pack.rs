@@ -9,8 +9,9 @@
 //! whose rows are contiguous along k (`cs == 1`: a transpose, done in 8 × 8
 //! blocks with AVX2 shuffles where the path has them: `avx2`). bf16 pairs,
 //! the AVX-512-BF16 kernel's operands, are rounded and interleaved 16 lanes
-//! at a time, with a 16 × 16 transpose for sources contiguous along k
-//! (`avx512`). Every path writes the same values (bf16 rounding included), so
+//! at a time (`avx512`): a source contiguous along the strip a whole block
+//! per pair of k (each source row read once, start to end), one contiguous
+//! along k a strip at a time through 16 × 16 transposes. Every path writes the same values (bf16 rounding included), so
 //! packing never changes a result.
 
 use super::super::isa::{bf16_bits, round_bf16, Isa};
@@ -72,6 +73,11 @@ pub(super) fn pack(
 ) {
     let steps = mode.steps(kc);
     let round = mode == PackMode::F32RoundedBf16;
+    #[cfg(target_arch = "x86_64")]
+    if mode == PackMode::Bf16Pairs && x.rs == 1 && isa.is_avx512() && isa.supported() {
+        // SAFETY: the CPU has this AVX-512 path, so AVX-512 F and BW.
+        return unsafe { avx512::pair_block(dst, x, r0 + p0 * x.cs, rows, kc, r) };
+    }
     for (s, i0) in (0..rows).step_by(r).enumerate() {
         let strip = &mut dst[s * steps * r..(s + 1) * steps * r];
         let h = r.min(rows - i0);

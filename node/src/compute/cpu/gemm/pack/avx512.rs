@@ -5,6 +5,7 @@
 
 use std::arch::x86_64::*;
 
+use super::super::MatRef;
 use super::{pair_bits, Source};
 
 /// Each lane's f32 bits rounded so that the high half is `bf16_bits` of it
@@ -75,8 +76,9 @@ unsafe fn transpose16(r: &[__m512i; 16]) -> [__m512i; 16] {
     out
 }
 
-/// `pair_strip` for sources contiguous along the strip (`rs == 1`) or along
-/// k (`cs == 1`); `false` (nothing written) for any other layout.
+/// `pair_strip` for a source contiguous along k (`cs == 1`); `false`
+/// (nothing written) for any other layout (`rs == 1` blocks go through
+/// `pair_block`).
 ///
 /// # Safety
 /// The CPU supports AVX-512 F and BW.
@@ -86,26 +88,6 @@ pub(super) unsafe fn pair_strip(strip: &mut [f32], s: Source<'_>) -> bool {
     let steps = kc.div_ceil(2);
     assert!(strip.len() >= steps * r && h <= r && r <= 32, "pack: strip too small or wider than 32");
     let out = strip.as_mut_ptr() as *mut i32;
-    if x.rs == 1 {
-        let high = _mm512_set1_epi32(0xffff_0000u32 as i32);
-        for q in 0..steps {
-            // Bounds-checked once: the masked loads below stay inside these.
-            let lo_row = &x.data[base + 2 * q * x.cs..][..h];
-            let hi_row = (2 * q + 1 < kc).then(|| &x.data[base + (2 * q + 1) * x.cs..][..h]);
-            for g in (0..r).step_by(16) {
-                let load = lanes(h.saturating_sub(g));
-                let lo = rounded16(_mm512_maskz_loadu_ps(load, lo_row.as_ptr().wrapping_add(g)));
-                let hi = match hi_row {
-                    Some(row) => rounded16(_mm512_maskz_loadu_ps(load, row.as_ptr().wrapping_add(g))),
-                    None => _mm512_setzero_si512(),
-                };
-                let v = _mm512_or_si512(_mm512_srli_epi32::<16>(lo), _mm512_and_si512(hi, high));
-                // SAFETY: q·r + g + lanes ≤ steps·r ≤ strip.len().
-                _mm512_mask_storeu_epi32(out.add(q * r + g), lanes(r - g), v);
-            }
-        }
-        return true;
-    }
     if x.cs != 1 {
         return false;
     }
@@ -144,4 +126,49 @@ pub(super) unsafe fn pair_strip(strip: &mut [f32], s: Source<'_>) -> bool {
         }
     }
     true
+}
+
+/// Every strip of a block at once, for a source contiguous along the strip
+/// (`rs == 1`): step q reads the block's two source rows (k = 2q, 2q+1)
+/// once, start to end, and writes their pairs into step q of each strip.
+///
+/// # Safety
+/// The CPU supports AVX-512 F and BW.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(super) unsafe fn pair_block(
+    dst: &mut [f32],
+    x: MatRef<'_>,
+    base: usize,
+    rows: usize,
+    kc: usize,
+    r: usize,
+) {
+    let steps = kc.div_ceil(2);
+    let strips = rows.div_ceil(r);
+    assert!(
+        x.rs == 1 && dst.len() >= strips * steps * r && r <= 32,
+        "pack: block too small or strips wider than 32"
+    );
+    let out = dst.as_mut_ptr() as *mut i32;
+    let high = _mm512_set1_epi32(0xffff_0000u32 as i32);
+    for q in 0..steps {
+        // Bounds-checked once: the masked loads below stay inside these.
+        let lo_row = &x.data[base + 2 * q * x.cs..][..rows];
+        let hi_row = (2 * q + 1 < kc).then(|| &x.data[base + (2 * q + 1) * x.cs..][..rows]);
+        for s in 0..strips {
+            let i0 = s * r;
+            let h = r.min(rows - i0);
+            for g in (0..r).step_by(16) {
+                let load = lanes(h.saturating_sub(g));
+                let lo = rounded16(_mm512_maskz_loadu_ps(load, lo_row.as_ptr().wrapping_add(i0 + g)));
+                let hi = match hi_row {
+                    Some(row) => rounded16(_mm512_maskz_loadu_ps(load, row.as_ptr().wrapping_add(i0 + g))),
+                    None => _mm512_setzero_si512(),
+                };
+                let v = _mm512_or_si512(_mm512_srli_epi32::<16>(lo), _mm512_and_si512(hi, high));
+                // SAFETY: s·steps·r + q·r + g + lanes ≤ strips·steps·r ≤ dst.len().
+                _mm512_mask_storeu_epi32(out.add(s * steps * r + q * r + g), lanes(r - g), v);
+            }
+        }
+    }
 }
