@@ -11,8 +11,9 @@
 //! the AVX-512-BF16 kernel's operands, are rounded and interleaved 16 lanes
 //! at a time (`avx512`): a source contiguous along the strip a whole block
 //! per pair of k (each source row read once, start to end), one contiguous
-//! along k a strip at a time through 16 × 16 transposes. Every path writes the same values (bf16 rounding included), so
-//! packing never changes a result.
+//! along k a strip at a time through 16 × 16 transposes. Every path writes
+//! the same values (bf16 rounding included), so packing never changes a
+//! result.
 
 use super::super::isa::{bf16_bits, round_bf16, Isa};
 use super::MatRef;
@@ -158,16 +159,15 @@ fn pair_bits(lo: f32, hi: f32) -> f32 {
 }
 
 /// bf16 pairs for `vdpbf16ps`: bf16(k) in the low half, bf16(k+1) high.
-/// With AVX-512, 16 lanes at a time (`avx512`); otherwise sources contiguous
-/// along the strip are read step by step, others row by row (each read in
-/// address order).
+/// With AVX-512, a source contiguous along k goes 16 lanes at a time
+/// (`avx512`; one contiguous along the strip never gets here, `pack` takes
+/// it a block at a time); otherwise sources contiguous along the strip are
+/// read step by step, others row by row (each read in address order).
 fn pair_strip(isa: Isa, strip: &mut [f32], s: Source<'_>) {
     #[cfg(target_arch = "x86_64")]
-    if isa.is_avx512() && isa.supported() {
+    if s.x.cs == 1 && isa.is_avx512() && isa.supported() {
         // SAFETY: the CPU has this AVX-512 path, so AVX-512 F and BW.
-        if unsafe { avx512::pair_strip(strip, s) } {
-            return;
-        }
+        return unsafe { avx512::pair_strip(strip, s) };
     }
     let _ = isa;
     pair_strip_scalar(strip, s)

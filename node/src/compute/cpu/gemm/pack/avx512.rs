@@ -76,21 +76,20 @@ unsafe fn transpose16(r: &[__m512i; 16]) -> [__m512i; 16] {
     out
 }
 
-/// `pair_strip` for a source contiguous along k (`cs == 1`); `false`
-/// (nothing written) for any other layout (`rs == 1` blocks go through
-/// `pair_block`).
+/// `pair_strip` for a source contiguous along k (`cs == 1`; sources
+/// contiguous along the strip go a block at a time through `pair_block`).
 ///
 /// # Safety
 /// The CPU supports AVX-512 F and BW.
 #[target_feature(enable = "avx512f,avx512bw")]
-pub(super) unsafe fn pair_strip(strip: &mut [f32], s: Source<'_>) -> bool {
+pub(super) unsafe fn pair_strip(strip: &mut [f32], s: Source<'_>) {
     let Source { x, base, kc, r, h, .. } = s;
     let steps = kc.div_ceil(2);
-    assert!(strip.len() >= steps * r && h <= r && r <= 32, "pack: strip too small or wider than 32");
+    assert!(
+        x.cs == 1 && strip.len() >= steps * r && h <= r && r <= 32,
+        "pack: source not contiguous along k, strip too small or wider than 32"
+    );
     let out = strip.as_mut_ptr() as *mut i32;
-    if x.cs != 1 {
-        return false;
-    }
     let rows: [&[f32]; 32] =
         std::array::from_fn(|i| if i < h { &x.data[base + i * x.rs..][..kc] } else { &[] });
     let idx = _mm512_loadu_epi16(HIGH_WORDS.as_ptr());
@@ -125,7 +124,6 @@ pub(super) unsafe fn pair_strip(strip: &mut [f32], s: Source<'_>) -> bool {
             };
         }
     }
-    true
 }
 
 /// Every strip of a block at once, for a source contiguous along the strip
