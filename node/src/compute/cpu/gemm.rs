@@ -139,6 +139,7 @@ struct Line([f32; 16]);
 thread_local! {
     static PACK_A: RefCell<Vec<Line>> = const { RefCell::new(Vec::new()) };
     static PACK_B: RefCell<Vec<Line>> = const { RefCell::new(Vec::new()) };
+    static PACK_A_SHARED: RefCell<Vec<Line>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Runs `f` on this thread's pack buffer of at least `len` floats (a fresh
@@ -204,57 +205,141 @@ pub fn gemm(
     let (mr, nr) = (plan.mr, plan.nr);
     // Bᵀ as a matrix whose rows are B's columns: B strips pack like A strips.
     let bt = MatRef { data: b.data, rs: b.cs, cs: b.rs };
-    let mc = row_block(m, mr, plan.mc_tiles);
-    let panel_len = plan.mode.steps(plan.kc) * NC.min(n.next_multiple_of(nr));
-    let a_len = plan.mode.steps(plan.kc) * mc;
+    let split = Split::new(m, mr, plan.mc_tiles, rayon::current_num_threads().max(1));
+    let steps_kc = plan.mode.steps(plan.kc);
+    let panel_len = steps_kc * NC.min(n.next_multiple_of(nr));
+    let (a_len, shared_a_len) = match split {
+        Split::Rows { blocks } => (steps_kc * m.div_ceil(mr).div_ceil(blocks) * mr, 0),
+        Split::Columns { .. } => (0, steps_kc * m.next_multiple_of(mr)),
+    };
     let cptr = SharedC(c.as_mut_ptr());
     with_scratch(&PACK_B, panel_len, |bpack| {
-        for jc in (0..n).step_by(NC) {
-            let nc = NC.min(n - jc);
-            for pc in (0..k).step_by(plan.kc) {
-                let kc = plan.kc.min(k - pc);
-                let steps = plan.mode.steps(kc);
-                // Pack the panel in parallel, a few strips per task.
-                let group = 4 * nr;
-                bpack[..steps * nc.next_multiple_of(nr)].par_chunks_mut(steps * group).enumerate().for_each(
-                    |(g, dst)| {
-                        let j0 = g * group;
-                        pack(plan.isa, dst, bt, jc + j0, group.min(nc - j0), pc, kc, nr, plan.mode);
-                    },
-                );
-                let first = pc == 0 && !matches!(init, Init::Accumulate);
-                let bias = match init {
-                    Init::Bias(bias) if first => bias[jc..].as_ptr(),
-                    _ => std::ptr::null(),
-                };
-                let bias = SharedBias(bias);
-                let bp = &bpack[..];
-                (0..m.div_ceil(mc)).into_par_iter().for_each(|blk| {
-                    let ic = blk * mc;
-                    let rows = mc.min(m - ic);
-                    with_scratch(&PACK_A, a_len, |apack| {
-                        pack(plan.isa, apack, a, ic, rows, pc, kc, mr, plan.mode);
-                        // SAFETY: block `blk` owns rows ic..ic+rows of C (checked
-                        // against c.len() above); blocks never overlap.
-                        unsafe {
-                            macro_block(
-                                &plan,
-                                rows,
-                                nc,
-                                steps,
-                                apack,
-                                bp,
-                                cptr.at(ic * ldc + jc),
-                                ldc,
-                                first,
-                                bias.get(),
-                            )
-                        };
-                    });
-                });
+        with_scratch(&PACK_A_SHARED, shared_a_len, |apack_all| {
+            for jc in (0..n).step_by(NC) {
+                let nc = NC.min(n - jc);
+                for pc in (0..k).step_by(plan.kc) {
+                    let kc = plan.kc.min(k - pc);
+                    let steps = plan.mode.steps(kc);
+                    // Packs the panel in parallel, a few strips per task.
+                    let pack_panel = |bpack: &mut [f32]| {
+                        let group = 4 * nr;
+                        bpack[..steps * nc.next_multiple_of(nr)]
+                            .par_chunks_mut(steps * group)
+                            .enumerate()
+                            .for_each(|(g, dst)| {
+                                let j0 = g * group;
+                                pack(plan.isa, dst, bt, jc + j0, group.min(nc - j0), pc, kc, nr, plan.mode);
+                            });
+                    };
+                    let first = pc == 0 && !matches!(init, Init::Accumulate);
+                    let bias = match init {
+                        Init::Bias(bias) if first => bias[jc..].as_ptr(),
+                        _ => std::ptr::null(),
+                    };
+                    let bias = SharedBias(bias);
+                    match split {
+                        Split::Rows { blocks } => {
+                            pack_panel(bpack);
+                            let bp = &bpack[..];
+                            (0..blocks).into_par_iter().for_each(|blk| {
+                                let (ic, rows) = row_block(blk, blocks, m, mr);
+                                with_scratch(&PACK_A, a_len, |apack| {
+                                    pack(plan.isa, apack, a, ic, rows, pc, kc, mr, plan.mode);
+                                    // SAFETY: block `blk` owns rows ic..ic+rows of C
+                                    // (checked against c.len() above); blocks never overlap.
+                                    unsafe {
+                                        macro_block(
+                                            &plan,
+                                            rows,
+                                            nc,
+                                            steps,
+                                            apack,
+                                            bp,
+                                            cptr.at(ic * ldc + jc),
+                                            ldc,
+                                            first,
+                                            bias.get(),
+                                        )
+                                    };
+                                });
+                            });
+                        }
+                        Split::Columns { groups } => {
+                            // A (all rows) and the panel packed side by side, then
+                            // each task takes a run of the panel's strips.
+                            let apack = &mut apack_all[..steps * m.next_multiple_of(mr)];
+                            rayon::join(
+                                || pack_panel(bpack),
+                                || {
+                                    let group = 4 * mr;
+                                    apack.par_chunks_mut(steps * group).enumerate().for_each(|(g, dst)| {
+                                        let i0 = g * group;
+                                        pack(plan.isa, dst, a, i0, group.min(m - i0), pc, kc, mr, plan.mode);
+                                    });
+                                },
+                            );
+                            let (ap, bp) = (&apack[..], &bpack[..]);
+                            let strips = nc.div_ceil(nr);
+                            let groups = groups.min(strips);
+                            (0..groups).into_par_iter().for_each(|g| {
+                                let (s0, s1) = (g * strips / groups, (g + 1) * strips / groups);
+                                let (j0, j1) = (s0 * nr, (s1 * nr).min(nc));
+                                let bias = bias.get();
+                                let bias = if bias.is_null() { bias } else { bias.wrapping_add(j0) };
+                                // SAFETY: task `g` owns columns jc+j0..jc+j1 of C's m
+                                // rows (checked against c.len() above); runs never overlap.
+                                unsafe {
+                                    macro_block(
+                                        &plan,
+                                        m,
+                                        j1 - j0,
+                                        steps,
+                                        ap,
+                                        &bp[s0 * steps * nr..],
+                                        cptr.at(jc + j0),
+                                        ldc,
+                                        first,
+                                        bias,
+                                    )
+                                };
+                            });
+                        }
+                    }
+                }
             }
-        }
+        });
     });
+}
+
+/// How the threads share a GEMM's tiles of C.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Split {
+    /// Each task packs its own block of rows (MR-tiles split evenly, blocks
+    /// differing by at most one tile) and runs it against the whole panel.
+    Rows { blocks: usize },
+    /// Too few rows for even row blocks (the model's B·T = 256 rows are 19
+    /// tiles of 14, so two row blocks do 10 and 9 tiles): A is packed whole,
+    /// once, and each task runs all rows against its own run of the panel's strips.
+    Columns { groups: usize },
+}
+
+impl Split {
+    fn new(m: usize, mr: usize, mc_tiles: usize, threads: usize) -> Split {
+        let tiles = m.div_ceil(mr);
+        if threads > 1 && tiles <= mc_tiles * threads && tiles % threads != 0 {
+            return Split::Columns { groups: threads };
+        }
+        let mut blocks = tiles.div_ceil(mc_tiles).max(threads);
+        blocks = (blocks.div_ceil(threads) * threads).min(tiles);
+        Split::Rows { blocks }
+    }
+}
+
+/// Row block `blk` of `blocks` (even in MR-tiles): its first row and row count.
+fn row_block(blk: usize, blocks: usize, m: usize, mr: usize) -> (usize, usize) {
+    let tiles = m.div_ceil(mr);
+    let (t0, t1) = (blk * tiles / blocks, (blk + 1) * tiles / blocks);
+    (t0 * mr, (t1 * mr).min(m) - t0 * mr)
 }
 
 /// C's base pointer shared with the tasks that own disjoint row blocks.
@@ -279,15 +364,6 @@ impl SharedBias {
     fn get(self) -> *const f32 {
         self.0
     }
-}
-
-/// Rows per task: an even split of MR-tiles over the pool, at most `mc_tiles` tiles.
-fn row_block(m: usize, mr: usize, mc_tiles: usize) -> usize {
-    let threads = rayon::current_num_threads().max(1);
-    let tiles = m.div_ceil(mr);
-    let mut tasks = tiles.div_ceil(mc_tiles).max(threads);
-    tasks = tasks.div_ceil(threads) * threads;
-    tiles.div_ceil(tasks).max(1) * mr
 }
 
 /// Runs the micro-kernel over one packed A block and one packed B panel.

@@ -29,8 +29,16 @@ fn every_opts() -> Vec<GemmOpts> {
     v
 }
 
-const SHAPES: &[(usize, usize, usize)] =
-    &[(1, 1, 1), (3, 40, 9), (7, 17, 3), (13, 33, 300), (29, 70, 513), (100, 530, 70), (14, 32, 256)];
+const SHAPES: &[(usize, usize, usize)] = &[
+    (1, 1, 1),
+    (3, 40, 9),
+    (7, 17, 3),
+    (13, 33, 300),
+    (29, 70, 513),
+    (100, 530, 70),
+    (14, 32, 256),
+    (300, 70, 40),
+];
 
 #[test]
 fn every_path_matches_f64_for_all_layouts_and_odd_shapes() {
@@ -109,21 +117,39 @@ fn bf16_really_rounds_the_inputs() {
 
 #[test]
 fn each_path_gives_the_same_bits_with_any_thread_count() {
-    let (m, n, k) = (200, 300, 600);
-    let a = fill(m * k, 7);
-    let b = fill(n * k, 8);
-    let run = |threads: usize, opts: GemmOpts| {
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
-        pool.install(|| {
-            let mut c = vec![0f32; m * n];
-            let (av, bv) = (MatRef { data: &a, rs: k, cs: 1 }, MatRef { data: &b, rs: 1, cs: k });
-            gemm(m, n, k, av, bv, &mut c, n, Init::Overwrite, opts);
-            c
-        })
-    };
-    for opts in every_opts() {
-        let one = run(1, opts);
-        assert_eq!(one, run(2, opts), "{opts:?}");
-        assert_eq!(one, run(3, opts), "{opts:?}");
+    // 200 rows: a column split on 2 and 3 threads, rows on 1; 700 rows: rows.
+    for (m, n, k) in [(200, 300, 600), (700, 90, 300)] {
+        let a = fill(m * k, 7);
+        let b = fill(n * k, 8);
+        let run = |threads: usize, opts: GemmOpts| {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
+            pool.install(|| {
+                let mut c = vec![0f32; m * n];
+                let (av, bv) = (MatRef { data: &a, rs: k, cs: 1 }, MatRef { data: &b, rs: 1, cs: k });
+                gemm(m, n, k, av, bv, &mut c, n, Init::Overwrite, opts);
+                c
+            })
+        };
+        for opts in every_opts() {
+            let one = run(1, opts);
+            assert_eq!(one, run(2, opts), "{opts:?} m{m}");
+            assert_eq!(one, run(3, opts), "{opts:?} m{m}");
+        }
     }
+}
+
+#[test]
+fn threads_share_tiles_evenly() {
+    // B·T = 256 rows are 19 tiles of 14: two row blocks would do 10 and 9.
+    assert_eq!(Split::new(256, 14, 10, 2), Split::Columns { groups: 2 });
+    assert_eq!(Split::new(256, 14, 10, 1), Split::Rows { blocks: 2 });
+    // 280 rows, 20 tiles: two row blocks of 10.
+    assert_eq!(Split::new(280, 14, 10, 2), Split::Rows { blocks: 2 });
+    // 1024 rows, 74 tiles in 8 blocks of 9 or 10 (not 7 of 10 and one of 4).
+    assert_eq!(Split::new(1024, 14, 10, 2), Split::Rows { blocks: 8 });
+    let sizes: Vec<usize> = (0..8).map(|b| row_block(b, 8, 1024, 14).1.div_ceil(14)).collect();
+    assert!(sizes.iter().all(|t| (9..=10).contains(t)), "{sizes:?}");
+    let covered: usize = (0..8).map(|b| row_block(b, 8, 1024, 14).1).sum();
+    assert_eq!(covered, 1024);
+    assert_eq!(row_block(7, 8, 1024, 14), (896, 128));
 }
