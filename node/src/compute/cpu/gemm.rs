@@ -326,7 +326,7 @@ enum Split {
 impl Split {
     fn new(m: usize, mr: usize, mc_tiles: usize, threads: usize) -> Split {
         let tiles = m.div_ceil(mr);
-        if threads > 1 && tiles <= mc_tiles * threads && tiles % threads != 0 {
+        if threads > 1 && tiles <= mc_tiles * threads && !tiles.is_multiple_of(threads) {
             return Split::Columns { groups: threads };
         }
         let mut blocks = tiles.div_ceil(mc_tiles).max(threads);
