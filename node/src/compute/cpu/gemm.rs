@@ -7,9 +7,11 @@
 //! register-tiled `MR × NR` micro-kernel of the chosen instruction-set path
 //! (`microkernel`) runs over the packed data (packing itself: `pack`). In bf16
 //! precision the packing rounds the inputs to bfloat16 (pairs of k for
-//! `vdpbf16ps`), so there is no extra conversion pass. Threads split the rows of C into blocks and the K
-//! loop runs in a fixed order, so every element of C sees the same sums in the
-//! same order whatever the thread count: each path is deterministic.
+//! `vdpbf16ps`), so there is no extra conversion pass. Threads split C's
+//! tiles evenly (`Split`: blocks of rows, or, when the rows are too few to
+//! split evenly, runs of columns over the whole of A) and the K loop runs in
+//! a fixed order, so every element of C sees the same sums in the same order
+//! whatever the thread count or split: each path is deterministic.
 //!
 //! Pack buffers are per thread and reused across calls (64-byte aligned), so a
 //! training step allocates nothing here.
