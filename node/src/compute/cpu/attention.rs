@@ -80,8 +80,16 @@ pub fn forward(isa: Isa, out: &mut [f32], lse: &mut [f32], qkv: &[f32], s: Atten
     });
 }
 
+/// Queries the backward takes at once: dk and dv rows are read and written
+/// once per `QB` queries (through `axpy4`, the bits of four `axpy`s in turn).
+const QB: usize = 4;
+
 /// dqkv += the gradient of [`forward`] given dout(b, t, c), recomputing the
 /// probabilities from the saved logsumexps.
+///
+/// Every element of dqkv gets its terms in the order of a walk over queries
+/// one at a time (dk and dv rows in query order, dq in key order), so the
+/// result does not depend on `QB`.
 pub fn backward(isa: Isa, dqkv: &mut [f32], dout: &[f32], qkv: &[f32], lse: &[f32], s: AttentionShape) {
     let AttentionShape { b, t: tt, c, nh } = s;
     let hs = c / nh;
@@ -90,53 +98,80 @@ pub fn backward(isa: Isa, dqkv: &mut [f32], dout: &[f32], qkv: &[f32], lse: &[f3
     assert!(dqkv.len() >= b * tt * c3 && lse.len() >= b * nh * tt && dout.len() >= b * tt * c);
     let dp = SharedMut(dqkv.as_mut_ptr());
     (0..b * nh).into_par_iter().for_each_init(
-        || (vec![0f32; tt], vec![0f32; tt]),
-        |(prob, dprob), bh| {
+        || (vec![0f32; QB * tt], vec![0f32; QB * tt]),
+        |(prob, dpre), bh| {
             let (bi, h) = (bh / nh, bh % nh);
             // SAFETY: the (bi, h) task owns the h-th head's q, k and v columns of
             // batch row bi in dqkv; tasks never overlap and dqkv outlives them.
             let slot = |t: usize, part: usize| unsafe {
                 std::slice::from_raw_parts_mut(dp.ptr().add((bi * tt + t) * c3 + part * c + h * hs), hs)
             };
-            for t in 0..tt {
-                let q = &qkv[(bi * tt + t) * c3 + h * hs..][..hs];
-                let d = &dout[(bi * tt + t) * c + h * hs..][..hs];
+            let query = |t: usize| &qkv[(bi * tt + t) * c3 + h * hs..][..hs];
+            let key = |j: usize| &qkv[(bi * tt + j) * c3 + c + h * hs..][..hs];
+            let value = |j: usize| &qkv[(bi * tt + j) * c3 + 2 * c + h * hs..][..hs];
+            let dout_row = |t: usize| &dout[(bi * tt + t) * c + h * hs..][..hs];
+            // Row r of the scratch: probabilities and d(pre-softmax) of query t.
+            let row = |r: usize, t: usize, prob: &mut [f32], dpre: &mut [f32]| {
+                let (q, d) = (query(t), dout_row(t));
+                let (prob, dpre) = (&mut prob[r * tt..][..=t], &mut dpre[r * tt..][..=t]);
                 let row_lse = lse[bh * tt + t];
-                let key = |j: usize| &qkv[(bi * tt + j) * c3 + c + h * hs..][..hs];
-                let value = |j: usize| &qkv[(bi * tt + j) * c3 + 2 * c + h * hs..][..hs];
-                // probabilities and d(prob) of this row, four keys at a time
                 let whole = (t + 1) / 4 * 4;
                 for j in (0..whole).step_by(4) {
                     let s = simd::dot4(isa, q, [key(j), key(j + 1), key(j + 2), key(j + 3)]);
                     let dv = simd::dot4(isa, d, [value(j), value(j + 1), value(j + 2), value(j + 3)]);
                     for i in 0..4 {
                         prob[j + i] = simd::exp(s[i] * scale - row_lse);
-                        dprob[j + i] = dv[i];
+                        dpre[j + i] = dv[i];
                     }
                 }
                 for j in whole..=t {
                     prob[j] = simd::exp(simd::dot(isa, q, key(j)) * scale - row_lse);
-                    dprob[j] = simd::dot(isa, d, value(j));
+                    dpre[j] = simd::dot(isa, d, value(j));
                 }
-                // D = Σ p·dp, in key order
+                // D = Σ p·dp, in key order; then dp becomes p·(dp − D)·scale
                 let mut dsum = 0f32;
-                for (p, dp) in prob[..=t].iter().zip(&dprob[..=t]) {
+                for (p, dp) in prob.iter().zip(dpre.iter()) {
                     dsum += p * dp;
                 }
-                let dpre = |j: usize| prob[j] * (dprob[j] - dsum) * scale;
-                for (t2, p) in prob[..=t].iter().enumerate() {
-                    simd::axpy(isa, slot(t2, 2), *p, d);
-                    simd::axpy(isa, slot(t2, 1), dpre(t2), q);
+                for (p, dp) in prob.iter().zip(dpre.iter_mut()) {
+                    *dp = p * (*dp - dsum) * scale;
                 }
                 // dq_t = Σ dpre·k in key order
                 let dq = slot(t, 0);
                 for j in (0..whole).step_by(4) {
-                    let a = [dpre(j), dpre(j + 1), dpre(j + 2), dpre(j + 3)];
+                    let a = [dpre[j], dpre[j + 1], dpre[j + 2], dpre[j + 3]];
                     simd::axpy4(isa, dq, a, [key(j), key(j + 1), key(j + 2), key(j + 3)]);
                 }
-                for j in whole..=t {
-                    simd::axpy(isa, dq, dpre(j), key(j));
+                for (j, a) in dpre.iter().enumerate().skip(whole) {
+                    simd::axpy(isa, dq, *a, key(j));
                 }
+            };
+            let mut t0 = 0;
+            while t0 < tt {
+                let n = QB.min(tt - t0);
+                for r in 0..n {
+                    row(r, t0 + r, prob, dpre);
+                }
+                // dv_j += p·dout_t and dk_j += dpre·q_t over the block's queries
+                // t in order: keys every query sees four at once, then the
+                // block's own diagonal one query at a time.
+                let shared = if n == QB { t0 + 1 } else { 0 };
+                if n == QB {
+                    let ds = [dout_row(t0), dout_row(t0 + 1), dout_row(t0 + 2), dout_row(t0 + 3)];
+                    let qs = [query(t0), query(t0 + 1), query(t0 + 2), query(t0 + 3)];
+                    for j in 0..shared {
+                        let at = |x: &[f32]| [x[j], x[tt + j], x[2 * tt + j], x[3 * tt + j]];
+                        simd::axpy4(isa, slot(j, 2), at(prob), ds);
+                        simd::axpy4(isa, slot(j, 1), at(dpre), qs);
+                    }
+                }
+                for j in shared..t0 + n {
+                    for r in j.saturating_sub(t0)..n {
+                        simd::axpy(isa, slot(j, 2), prob[r * tt + j], dout_row(t0 + r));
+                        simd::axpy(isa, slot(j, 1), dpre[r * tt + j], query(t0 + r));
+                    }
+                }
+                t0 += n;
             }
         },
     );
