@@ -38,6 +38,8 @@ const SHAPES: &[(usize, usize, usize)] = &[
     (100, 530, 70),
     (14, 32, 256),
     (300, 70, 40),
+    // A column split (3 tiles of 14) over many strips and several k blocks.
+    (29, 530, 600),
 ];
 
 #[test]
