@@ -141,8 +141,11 @@ pub fn exp(x: f32) -> f32 {
     let p = 1.0
         + r * (1.0
             + r * (0.5 + r * (0.166_666_67 + r * (0.041_666_668 + r * (0.008_333_334 + r * 0.001_388_889)))));
-    let bits = ((k as i32 + 127).clamp(0, 255) as u32) << 23;
-    p * f32::from_bits(bits)
+    // The biased exponent k + 127 read from the low mantissa bits of
+    // k + 127 + 1.5·2^23 (exact: k is a whole number, |k| ≤ 128): integer
+    // lanes only, where `k as i32` (saturating, NaN to 0) ran lane by lane.
+    let biased = ((k + 127.0 + ROUND).to_bits() as i32 - ROUND.to_bits() as i32).clamp(0, 255);
+    p * f32::from_bits((biased as u32) << 23)
 }
 
 /// tanh for f32 through `exp`; exact sign, saturates cleanly.
