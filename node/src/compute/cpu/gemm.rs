@@ -222,17 +222,7 @@ pub fn gemm(
                 for pc in (0..k).step_by(plan.kc) {
                     let kc = plan.kc.min(k - pc);
                     let steps = plan.mode.steps(kc);
-                    // Packs the panel in parallel, a few strips per task.
-                    let pack_panel = |bpack: &mut [f32]| {
-                        let group = 4 * nr;
-                        bpack[..steps * nc.next_multiple_of(nr)]
-                            .par_chunks_mut(steps * group)
-                            .enumerate()
-                            .for_each(|(g, dst)| {
-                                let j0 = g * group;
-                                pack(plan.isa, dst, bt, jc + j0, group.min(nc - j0), pc, kc, nr, plan.mode);
-                            });
-                    };
+                    let pack_panel = |bpack: &mut [f32]| pack_parallel(&plan, bpack, bt, jc, nc, pc, kc, nr);
                     let first = pc == 0 && !matches!(init, Init::Accumulate);
                     let bias = match init {
                         Init::Bias(bias) if first => bias[jc..].as_ptr(),
@@ -272,13 +262,7 @@ pub fn gemm(
                             let apack = &mut apack_all[..steps * m.next_multiple_of(mr)];
                             rayon::join(
                                 || pack_panel(bpack),
-                                || {
-                                    let group = 4 * mr;
-                                    apack.par_chunks_mut(steps * group).enumerate().for_each(|(g, dst)| {
-                                        let i0 = g * group;
-                                        pack(plan.isa, dst, a, i0, group.min(m - i0), pc, kc, mr, plan.mode);
-                                    });
-                                },
+                                || pack_parallel(&plan, apack, a, 0, m, pc, kc, mr),
                             );
                             let (ap, bp) = (&apack[..], &bpack[..]);
                             let strips = nc.div_ceil(nr);
@@ -310,6 +294,27 @@ pub fn gemm(
                 }
             }
         });
+    });
+}
+
+/// Packs rows `r0..r0+rows` of X (k from `pc`, `kc` of them) into `dst` as
+/// strips of `r`, in parallel, a few strips per task.
+#[allow(clippy::too_many_arguments)]
+fn pack_parallel(
+    plan: &Plan,
+    dst: &mut [f32],
+    x: MatRef<'_>,
+    r0: usize,
+    rows: usize,
+    pc: usize,
+    kc: usize,
+    r: usize,
+) {
+    let steps = plan.mode.steps(kc);
+    let group = 4 * r;
+    dst[..steps * rows.next_multiple_of(r)].par_chunks_mut(steps * group).enumerate().for_each(|(g, dst)| {
+        let i0 = g * group;
+        pack(plan.isa, dst, x, r0 + i0, group.min(rows - i0), pc, kc, r, plan.mode);
     });
 }
 
