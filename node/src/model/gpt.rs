@@ -34,7 +34,9 @@ struct LayerActs<T> {
     residual3: T,
 }
 
-/// Gradients of one block's activations.
+/// Gradients of one block's activations, live only while that block's
+/// backward runs: one set serves every block in turn (zeroed before each),
+/// so the step's working set stays one block's size.
 struct LayerGrads<T> {
     ln1: T,
     qkv: T,
@@ -45,7 +47,6 @@ struct LayerGrads<T> {
     fch: T,
     fch_gelu: T,
     fcproj: T,
-    residual3: T,
 }
 
 struct Acts<T> {
@@ -67,7 +68,12 @@ struct Workspace<T> {
 
 struct Grads<T> {
     encoded: T,
-    layers: Vec<LayerGrads<T>>,
+    /// The block being differentiated (shared by all blocks).
+    layer: LayerGrads<T>,
+    /// The residual stream's gradient between blocks: block l reads
+    /// `residual[l % 2]` (its output's gradient) and writes its input's
+    /// gradient into the other (block 0 into `encoded`).
+    residual: [T; 2],
     lnf: T,
     logits: T,
 }
@@ -216,20 +222,17 @@ impl<B: Backend> Gpt<B> {
                 residual3: z(bt * c),
             })
             .collect();
-        let glayers = (0..cfg.n_layer)
-            .map(|_| LayerGrads {
-                ln1: z(bt * c),
-                qkv: z(bt * 3 * c),
-                atty: z(bt * c),
-                attproj: z(bt * c),
-                residual2: z(bt * c),
-                ln2: z(bt * c),
-                fch: z(bt * 4 * c),
-                fch_gelu: z(bt * 4 * c),
-                fcproj: z(bt * c),
-                residual3: z(bt * c),
-            })
-            .collect();
+        let glayer = LayerGrads {
+            ln1: z(bt * c),
+            qkv: z(bt * 3 * c),
+            atty: z(bt * c),
+            attproj: z(bt * c),
+            residual2: z(bt * c),
+            ln2: z(bt * c),
+            fch: z(bt * 4 * c),
+            fch_gelu: z(bt * 4 * c),
+            fcproj: z(bt * c),
+        };
         let acts = Acts {
             encoded: z(bt * c),
             layers,
@@ -240,7 +243,13 @@ impl<B: Backend> Gpt<B> {
             probs: z(bt * vp),
             losses: z(bt),
         };
-        let grads = Grads { encoded: z(bt * c), layers: glayers, lnf: z(bt * c), logits: z(bt * vp) };
+        let grads = Grads {
+            encoded: z(bt * c),
+            layer: glayer,
+            residual: [z(bt * c), z(bt * c)],
+            lnf: z(bt * c),
+            logits: z(bt * vp),
+        };
         self.acts = Some(Workspace { acts, grads });
         self.shape = (b, t);
         self.inputs = backend.tokens(bt);
@@ -350,25 +359,8 @@ impl<B: Backend> Gpt<B> {
         let p = &self.params;
         let gp = &mut self.grads;
         let Workspace { acts, grads: g } = self.acts.as_mut().expect("forward before backward");
-        backend.zero(&mut g.encoded);
         backend.zero(&mut g.lnf);
         backend.zero(&mut g.logits);
-        for gl in g.layers.iter_mut() {
-            for x in [
-                &mut gl.ln1,
-                &mut gl.qkv,
-                &mut gl.atty,
-                &mut gl.attproj,
-                &mut gl.residual2,
-                &mut gl.ln2,
-                &mut gl.fch,
-                &mut gl.fch_gelu,
-                &mut gl.fcproj,
-                &mut gl.residual3,
-            ] {
-                backend.zero(x);
-            }
-        }
         let dloss = 1.0 / (bt * accum.max(1)) as f32;
         let ls = LogitsShape { n: bt, v: cfg.vocab_size, vp };
         backend.softmax_xent_backward(&mut g.logits, &acts.probs, &self.targets, dloss, ls);
@@ -382,12 +374,14 @@ impl<B: Backend> Gpt<B> {
             MatmulShape { n: bt, c, oc: vp },
         );
         let lnf = lnf_index(cfg);
+        let nl = cfg.n_layer;
         {
             let (dw, db) = two_mut(gp, lnf, lnf + 1);
-            let (last, dlast) = match (acts.layers.last(), g.layers.last_mut()) {
-                (Some(a), Some(gl)) => (&a.residual3, &mut gl.residual3),
-                _ => (&acts.encoded, &mut g.encoded),
+            let (last, dlast) = match acts.layers.last() {
+                Some(a) => (&a.residual3, &mut g.residual[(nl - 1) % 2]),
+                None => (&acts.encoded, &mut g.encoded),
             };
+            backend.zero(dlast);
             backend.layernorm_backward(
                 dlast,
                 dw,
@@ -401,17 +395,32 @@ impl<B: Backend> Gpt<B> {
                 c,
             );
         }
-        for l in (0..cfg.n_layer).rev() {
+        for l in (0..nl).rev() {
             let a = &acts.layers[l];
             let residual = if l == 0 { &acts.encoded } else { &acts.layers[l - 1].residual3 };
-            let (glo, ghi) = g.layers.split_at_mut(l);
-            let gl = &mut ghi[0];
-            let dresidual = if l == 0 { &mut g.encoded } else { &mut glo[l - 1].residual3 };
+            let gl = &mut g.layer;
+            for x in [
+                &mut gl.ln1,
+                &mut gl.qkv,
+                &mut gl.atty,
+                &mut gl.attproj,
+                &mut gl.residual2,
+                &mut gl.ln2,
+                &mut gl.fch,
+                &mut gl.fch_gelu,
+                &mut gl.fcproj,
+            ] {
+                backend.zero(x);
+            }
+            let [r0, r1] = &mut g.residual;
+            let (dout, dresidual) = if l % 2 == 0 { (&*r0, r1) } else { (&*r1, r0) };
+            let dresidual = if l == 0 { &mut g.encoded } else { dresidual };
+            backend.zero(dresidual);
             let w = |k: P| &p[layer_index(l, k)];
             let idx = |k: P| layer_index(l, k);
             let mm = |oc, ic| MatmulShape { n: bt, c: ic, oc };
 
-            backend.residual_backward(&mut gl.residual2, &mut gl.fcproj, &gl.residual3);
+            backend.residual_backward(&mut gl.residual2, &mut gl.fcproj, dout);
             let (dw, db) = two_mut(gp, idx(P::FcProjW), idx(P::FcProjB));
             backend.matmul_backward(
                 &mut gl.fch_gelu,
