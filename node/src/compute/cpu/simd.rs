@@ -15,7 +15,7 @@ use super::isa::Isa;
 macro_rules! multiversion {
     ($(#[$m:meta])* fn $name:ident($($arg:ident : $ty:ty),*) $(-> $ret:ty)? $body:block) => {
         $(#[$m])*
-        pub fn $name(isa: Isa, $($arg: $ty),*) $(-> $ret)? {
+        pub fn $name(isa: $crate::compute::cpu::isa::Isa, $($arg: $ty),*) $(-> $ret)? {
             #[inline(always)]
             fn generic($($arg: $ty),*) $(-> $ret)? $body
             #[cfg(target_arch = "x86_64")]
@@ -26,6 +26,7 @@ macro_rules! multiversion {
             unsafe fn avx512($($arg: $ty),*) $(-> $ret)? { generic($($arg),*) }
             #[cfg(target_arch = "x86_64")]
             if isa.supported() {
+                use $crate::compute::cpu::isa::Isa;
                 match isa {
                     // SAFETY: the CPU supports the path (checked just above).
                     Isa::Avx512 | Isa::Avx512Bf16 => return unsafe { avx512($($arg),*) },
@@ -37,6 +38,8 @@ macro_rules! multiversion {
         }
     };
 }
+// The attention tiles are compiled the same way.
+pub(super) use multiversion;
 
 const LANES: usize = 8;
 
