@@ -16,6 +16,7 @@
 //! - results are deterministic: the same inputs on the same device give the
 //!   same bits, whatever the thread scheduling.
 
+pub mod awake;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -33,10 +34,11 @@ pub mod tokens;
 /// where the other workers are still spinning, instead of each op being
 /// injected from outside while the caller sleeps on a futex until it is done
 /// (a wake-up per op, hundreds per step, whose latency swings with the
-/// machine's load). Other backends run `step` on the calling thread.
+/// machine's load); the other workers are kept awake for the step
+/// (`awake`). Other backends run `step` on the calling thread.
 pub fn on_worker<B: Backend, R: Send>(step: impl FnOnce() -> R + Send) -> R {
     if B::ON_RAYON_POOL {
-        rayon::scope(|_| step())
+        awake::with_awake_workers(step)
     } else {
         step()
     }

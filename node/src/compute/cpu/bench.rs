@@ -30,7 +30,8 @@ pub struct GemmShape {
 }
 
 /// The default set: 1024³ in every layout, then GPT-2 124M at B4 T64
-/// (256 rows) and the L4 C256 test shape, forward and backward.
+/// (256 rows) and every GEMM of the L4 C256 test shape (its attproj and LM
+/// head are the 256³ ones), forward and backward.
 pub fn default_shapes() -> Vec<GemmShape> {
     let s = |name, layout, m, n, k| GemmShape { name, layout, m, n, k };
     use Layout::*;
@@ -48,9 +49,15 @@ pub fn default_shapes() -> Vec<GemmShape> {
         s("124m lm dinp", NN, 256, 768, 50304),
         s("124m lm dW", TN, 50304, 768, 256),
         s("c256 qkv", NT, 256, 768, 256),
+        s("c256 attproj", NT, 256, 256, 256),
         s("c256 fc", NT, 256, 1024, 256),
         s("c256 fcproj", NT, 256, 256, 1024),
+        s("c256 qkv dinp", NN, 256, 256, 768),
+        s("c256 fc dinp", NN, 256, 256, 1024),
+        s("c256 fcproj dinp", NN, 256, 1024, 256),
+        s("c256 qkv dW", TN, 768, 256, 256),
         s("c256 fc dW", TN, 1024, 256, 256),
+        s("c256 fcproj dW", TN, 256, 1024, 256),
     ]
 }
 
