@@ -288,4 +288,19 @@ pub trait Backend: Sync {
         scale_slot: usize,
         hp: AdamWStep,
     );
+    /// [`adamw_update`](Backend::adamw_update), then `grad` zeroed (the next
+    /// step accumulates into it): one pass where a backend fuses the two.
+    fn adamw_update_zero_grad(
+        &self,
+        param: &mut Self::Tensor,
+        grad: &mut Self::Tensor,
+        m: &mut Self::Tensor,
+        v: &mut Self::Tensor,
+        stats: &Self::Tensor,
+        scale_slot: usize,
+        hp: AdamWStep,
+    ) {
+        self.adamw_update(param, grad, m, v, stats, scale_slot, hp);
+        self.zero(grad);
+    }
 }

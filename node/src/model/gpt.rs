@@ -96,6 +96,9 @@ pub struct Gpt<B: Backend> {
     targets: B::Tokens,
     /// Micro-batch losses recorded since the last `zero_grad`.
     micro: usize,
+    /// Every parameter gradient is zero (after `zero_grad`, or after
+    /// `optimizer_step`, which zeroes them as it reads them).
+    grads_zeroed: bool,
     max_micro: usize,
 }
 
@@ -132,6 +135,7 @@ impl<B: Backend> Gpt<B> {
             inputs: backend.tokens(0),
             targets: backend.tokens(0),
             micro: 0,
+            grads_zeroed: true,
             max_micro,
         }
     }
@@ -342,10 +346,14 @@ impl<B: Backend> Gpt<B> {
         self.acts.as_ref().map(|w| backend.download(&w.acts.logits)).unwrap_or_default()
     }
 
-    /// Zeroes parameter gradients and the micro-batch loss record.
+    /// Zeroes parameter gradients (already zero after `optimizer_step`) and
+    /// the micro-batch loss record.
     pub fn zero_grad(&mut self, backend: &B) {
-        for g in self.grads.iter_mut() {
-            backend.zero(g);
+        if !self.grads_zeroed {
+            for g in self.grads.iter_mut() {
+                backend.zero(g);
+            }
+            self.grads_zeroed = true;
         }
         self.micro = 0;
     }
@@ -359,6 +367,7 @@ impl<B: Backend> Gpt<B> {
         let p = &self.params;
         let gp = &mut self.grads;
         let Workspace { acts, grads: g } = self.acts.as_mut().expect("forward before backward");
+        self.grads_zeroed = false;
         backend.zero(&mut g.lnf);
         backend.zero(&mut g.logits);
         let dloss = 1.0 / (bt * accum.max(1)) as f32;
@@ -480,7 +489,8 @@ impl<B: Backend> Gpt<B> {
     }
 
     /// Clips the global gradient norm to `max_norm` (≤ 0: no clipping) and
-    /// applies AdamW; weight decay only on 2-D weights.
+    /// applies AdamW; weight decay only on 2-D weights. The gradients are
+    /// zeroed as AdamW reads them, ready for the next step.
     pub fn optimizer_step(&mut self, backend: &B, hp: AdamWStep, max_norm: f32) {
         for (i, g) in self.grads.iter().enumerate() {
             backend.sum_squares_into(&mut self.partials, i, g);
@@ -489,9 +499,9 @@ impl<B: Backend> Gpt<B> {
         backend.grad_clip_scale(&mut self.stats, STAT_NORM, STAT_SCALE, &self.partials, n, max_norm);
         for (i, spec) in self.specs.iter().enumerate() {
             let hp = AdamWStep { weight_decay: if spec.decay { hp.weight_decay } else { 0.0 }, ..hp };
-            backend.adamw_update(
+            backend.adamw_update_zero_grad(
                 &mut self.params[i],
-                &self.grads[i],
+                &mut self.grads[i],
                 &mut self.adam_m[i],
                 &mut self.adam_v[i],
                 &self.stats,
@@ -499,6 +509,7 @@ impl<B: Backend> Gpt<B> {
                 hp,
             );
         }
+        self.grads_zeroed = true;
     }
 
     /// Reads the stats tensor once: the mean loss of each micro-batch since

@@ -260,23 +260,38 @@ pub fn sum_squares(isa: Isa, x: &[f32]) -> f64 {
     x.par_chunks(1 << 16).map(|c| simd::sum_squares(isa, c)).collect::<Vec<_>>().iter().sum()
 }
 
+/// AdamW over a tensor in fixed chunks; with `zero_grad`, each chunk's
+/// gradient is zeroed in the same pass (the next step accumulates from it).
 #[allow(clippy::too_many_arguments)]
 pub fn adamw_update(
     isa: Isa,
     p: &mut [f32],
-    g: &[f32],
+    g: GradIn<'_>,
     m: &mut [f32],
     v: &mut [f32],
     grad_scale: f32,
     hp: AdamWStep,
 ) {
-    let bc1 = 1.0 - hp.beta1.powi(hp.step as i32);
-    let bc2 = 1.0 - hp.beta2.powi(hp.step as i32);
+    let k = [grad_scale, 1.0 - hp.beta1.powi(hp.step as i32), 1.0 - hp.beta2.powi(hp.step as i32)];
     const CH: usize = 8192;
-    p.par_chunks_mut(CH).zip(m.par_chunks_mut(CH).zip(v.par_chunks_mut(CH))).enumerate().for_each(
-        |(ci, (p, (m, v)))| {
-            let g = &g[ci * CH..ci * CH + p.len()];
-            simd::adamw(isa, p, g, m, v, [grad_scale, bc1, bc2], hp);
-        },
-    );
+    let chunks = p.par_chunks_mut(CH).zip(m.par_chunks_mut(CH).zip(v.par_chunks_mut(CH)));
+    match g {
+        GradIn::Keep(g) => {
+            chunks.zip(g.par_chunks(CH)).for_each(|((p, (m, v)), g)| simd::adamw(isa, p, g, m, v, k, hp))
+        }
+        GradIn::Zero(g) => chunks
+            .zip(g.par_chunks_mut(CH))
+            .for_each(|((p, (m, v)), g)| simd::adamw_zero_grad(isa, p, g, m, v, k, hp)),
+    }
+}
+
+/// The gradient AdamW reads: kept, or zeroed once read.
+pub enum GradIn<'a> {
+    Keep(&'a [f32]),
+    Zero(&'a mut [f32]),
+}
+
+/// x = 0, in parallel chunks.
+pub fn zero(x: &mut [f32]) {
+    x.par_chunks_mut(1 << 15).for_each(|c| c.fill(0.0));
 }

@@ -17,6 +17,7 @@ pub mod simd;
 use super::{AdamWStep, AttentionShape, Backend, EncoderShape, LogitsShape, MatmulShape};
 use gemm::GemmOpts;
 pub use isa::{Isa, IsaError, Precision};
+use kernels::GradIn;
 
 /// The CPU backend: an instruction-set path and a GEMM input precision; all
 /// data lives in the tensors.
@@ -97,7 +98,7 @@ impl Backend for CpuBackend {
         src.clone()
     }
     fn zero(&self, t: &mut Vec<f32>) {
-        t.fill(0.0);
+        kernels::zero(t);
     }
 
     fn encoder_forward(
@@ -266,6 +267,19 @@ impl Backend for CpuBackend {
         scale_slot: usize,
         hp: AdamWStep,
     ) {
-        kernels::adamw_update(self.isa, param, grad, m, v, stats[scale_slot], hp);
+        kernels::adamw_update(self.isa, param, GradIn::Keep(grad), m, v, stats[scale_slot], hp);
+    }
+    /// One pass: the gradient is zeroed as AdamW reads it.
+    fn adamw_update_zero_grad(
+        &self,
+        param: &mut Vec<f32>,
+        grad: &mut Vec<f32>,
+        m: &mut Vec<f32>,
+        v: &mut Vec<f32>,
+        stats: &Vec<f32>,
+        scale_slot: usize,
+        hp: AdamWStep,
+    ) {
+        kernels::adamw_update(self.isa, param, GradIn::Zero(grad), m, v, stats[scale_slot], hp);
     }
 }

@@ -272,19 +272,37 @@ multiversion! {
     }
 }
 
+/// AdamW on one element; `k` = [grad scale, 1 − β1^t, 1 − β2^t].
+#[inline(always)]
+fn adamw_one(p: &mut f32, g: f32, m: &mut f32, v: &mut f32, k: [f32; 3], hp: &crate::compute::AdamWStep) {
+    let [grad_scale, bc1, bc2] = k;
+    let gi = g * grad_scale;
+    *m = hp.beta1 * *m + (1.0 - hp.beta1) * gi;
+    *v = hp.beta2 * *v + (1.0 - hp.beta2) * gi * gi;
+    let mhat = *m / bc1;
+    let vhat = *v / bc2;
+    *p -= hp.lr * (mhat / (vhat.sqrt() + hp.eps) + hp.weight_decay * *p);
+}
+
 multiversion! {
     /// AdamW on one chunk; `k` = [grad scale, 1 − β1^t, 1 − β2^t].
     fn adamw(p: &mut [f32], g: &[f32], m: &mut [f32], v: &mut [f32], k: [f32; 3], hp: crate::compute::AdamWStep) {
-        let [grad_scale, bc1, bc2] = k;
         let n = p.len().min(g.len()).min(m.len()).min(v.len());
         let (p, g, m, v) = (&mut p[..n], &g[..n], &mut m[..n], &mut v[..n]);
         for i in 0..n {
-            let gi = g[i] * grad_scale;
-            m[i] = hp.beta1 * m[i] + (1.0 - hp.beta1) * gi;
-            v[i] = hp.beta2 * v[i] + (1.0 - hp.beta2) * gi * gi;
-            let mhat = m[i] / bc1;
-            let vhat = v[i] / bc2;
-            p[i] -= hp.lr * (mhat / (vhat.sqrt() + hp.eps) + hp.weight_decay * p[i]);
+            adamw_one(&mut p[i], g[i], &mut m[i], &mut v[i], k, &hp);
+        }
+    }
+}
+
+multiversion! {
+    /// [`adamw`], then the gradient zeroed in the same pass.
+    fn adamw_zero_grad(p: &mut [f32], g: &mut [f32], m: &mut [f32], v: &mut [f32], k: [f32; 3], hp: crate::compute::AdamWStep) {
+        let n = p.len().min(g.len()).min(m.len()).min(v.len());
+        let (p, g, m, v) = (&mut p[..n], &mut g[..n], &mut m[..n], &mut v[..n]);
+        for i in 0..n {
+            adamw_one(&mut p[i], g[i], &mut m[i], &mut v[i], k, &hp);
+            g[i] = 0.0;
         }
     }
 }
