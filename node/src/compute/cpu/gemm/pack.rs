@@ -5,9 +5,10 @@
 //! At the model's small shapes packing costs a third as much as the multiply,
 //! so the two layouts the model uses have their own paths: a source whose
 //! strip rows lie contiguous along the strip (`rs == 1`: a straight copy of
-//! `r` floats per step, fixed-length so it compiles to vector moves) and one
-//! whose rows are contiguous along k (`cs == 1`: a transpose, done in 8 × 8
-//! blocks with AVX2 shuffles where the path has them: `avx2`). bf16 pairs,
+//! `r` floats per step, fixed-length so it compiles to vector moves; on
+//! AVX-512 a whole block per step, each source row read once) and one whose
+//! rows are contiguous along k (`cs == 1`: a transpose, in 16 × 16 blocks on
+//! AVX-512 and 8 × 8 with AVX2 shuffles: `avx512`, `avx2`). bf16 pairs,
 //! the AVX-512-BF16 kernel's operands, are rounded and interleaved 16 lanes
 //! at a time (`avx512`): a source contiguous along the strip a whole block
 //! per pair of k (each source row read once, start to end), one contiguous
@@ -75,9 +76,14 @@ pub(super) fn pack(
     let steps = mode.steps(kc);
     let round = mode == PackMode::F32RoundedBf16;
     #[cfg(target_arch = "x86_64")]
-    if mode == PackMode::Bf16Pairs && x.rs == 1 && isa.is_avx512() && isa.supported() {
+    if x.rs == 1 && isa.is_avx512() && isa.supported() {
         // SAFETY: the CPU has this AVX-512 path, so AVX-512 F and BW.
-        return unsafe { avx512::pair_block(dst, x, r0 + p0 * x.cs, rows, kc, r) };
+        return unsafe {
+            match mode {
+                PackMode::Bf16Pairs => avx512::pair_block(dst, x, r0 + p0 * x.cs, rows, kc, r),
+                _ => avx512::copy_block(dst, x, r0 + p0 * x.cs, rows, kc, r, round),
+            }
+        };
     }
     for (s, i0) in (0..rows).step_by(r).enumerate() {
         let strip = &mut dst[s * steps * r..(s + 1) * steps * r];
@@ -133,6 +139,11 @@ fn copy_strip(strip: &mut [f32], s: Source<'_>) {
 
 /// Strip rows contiguous along k: a transpose of `h` rows of `kc` floats.
 fn transpose_strip(isa: Isa, strip: &mut [f32], s: Source<'_>) {
+    #[cfg(target_arch = "x86_64")]
+    if isa.is_avx512() && isa.supported() {
+        // SAFETY: the CPU has this AVX-512 path, so AVX-512 F and BW.
+        return unsafe { avx512::transpose_strip(strip, s) };
+    }
     #[cfg(target_arch = "x86_64")]
     if isa.runs_avx2() {
         // SAFETY: `runs_avx2`: this CPU has AVX2.

@@ -1,7 +1,8 @@
-//! AVX-512 packing of bf16 pairs (the AVX-512-BF16 kernel's operands), 16
-//! lanes at a time, with the rounding of `bf16_bits` done in integer lanes
-//! (ties to even, NaN kept quiet, denormals kept) so the bits equal the
-//! element-wise path's.
+//! AVX-512 packing, 16 lanes at a time with masked loads and stores: f32
+//! strips (copied a block at a time, or transposed in 16 × 16 blocks) and
+//! bf16 pairs (the AVX-512-BF16 kernel's operands), with the rounding of
+//! `bf16_bits` done in integer lanes (ties to even, NaN kept quiet,
+//! denormals kept) so the bits equal the element-wise path's.
 
 use std::arch::x86_64::*;
 
@@ -18,6 +19,12 @@ unsafe fn rounded16(v: __m512) -> __m512i {
     let nan = _mm512_or_si512(b, _mm512_set1_epi32(0x0040_0000));
     let is_nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
     _mm512_mask_blend_epi32(is_nan, rounded, nan)
+}
+
+/// `v` rounded to bf16 precision in f32 slots, as `round_bf16` rounds.
+#[inline(always)]
+unsafe fn rounded_f32(v: __m512) -> __m512 {
+    _mm512_castsi512_ps(_mm512_and_si512(rounded16(v), _mm512_set1_epi32(0xffff_0000u32 as i32)))
 }
 
 /// The first `n` (≤ 16) lanes.
@@ -166,6 +173,88 @@ pub(super) unsafe fn pair_block(
                 let v = _mm512_or_si512(_mm512_srli_epi32::<16>(lo), _mm512_and_si512(hi, high));
                 // SAFETY: s·steps·r + q·r + g + lanes ≤ strips·steps·r ≤ dst.len().
                 _mm512_mask_storeu_epi32(out.add(s * steps * r + q * r + g), lanes(r - g), v);
+            }
+        }
+    }
+}
+
+/// f32 strips, every strip of a block at once, for a source contiguous
+/// along the strip (`rs == 1`): step p reads the block's source row once,
+/// start to end, and writes each strip's `r` values of step p (zeros past
+/// the block's rows).
+///
+/// # Safety
+/// The CPU supports AVX-512 F and BW.
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(super) unsafe fn copy_block(
+    dst: &mut [f32],
+    x: MatRef<'_>,
+    base: usize,
+    rows: usize,
+    kc: usize,
+    r: usize,
+    round: bool,
+) {
+    let strips = rows.div_ceil(r);
+    assert!(
+        x.rs == 1 && dst.len() >= strips * kc * r && r <= 32,
+        "pack: block too small or strips wider than 32"
+    );
+    let out = dst.as_mut_ptr();
+    for p in 0..kc {
+        // Bounds-checked once: the masked loads below stay inside it.
+        let row = &x.data[base + p * x.cs..][..rows];
+        for s in 0..strips {
+            let i0 = s * r;
+            let h = r.min(rows - i0);
+            for g in (0..r).step_by(16) {
+                let mut v =
+                    _mm512_maskz_loadu_ps(lanes(h.saturating_sub(g)), row.as_ptr().wrapping_add(i0 + g));
+                if round {
+                    v = rounded_f32(v);
+                }
+                // SAFETY: s·kc·r + p·r + g + lanes ≤ strips·kc·r ≤ dst.len().
+                _mm512_mask_storeu_ps(out.add(s * kc * r + p * r + g), lanes(r - g), v);
+            }
+        }
+    }
+}
+
+/// `transpose_strip` for a source contiguous along k (`cs == 1`): 16 rows
+/// × 16 steps at a time through a 16 × 16 transpose, rows past `h` read as
+/// zeros, the k tail through masked loads.
+///
+/// # Safety
+/// The CPU supports AVX-512 F and BW.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(super) unsafe fn transpose_strip(strip: &mut [f32], s: Source<'_>) {
+    let Source { x, base, kc, r, h, round } = s;
+    assert!(
+        x.cs == 1 && strip.len() >= kc * r && h <= r && r <= 32,
+        "pack: source not contiguous along k, strip too small or wider than 32"
+    );
+    // Bounds-checked once: every masked load below stays inside these rows.
+    let rows: [&[f32]; 32] =
+        std::array::from_fn(|i| if i < h { &x.data[base + i * x.rs..][..kc] } else { &[] });
+    let out = strip.as_mut_ptr() as *mut i32;
+    for g in (0..r).step_by(16) {
+        let store = lanes(r - g);
+        for p in (0..kc).step_by(16) {
+            let steps = 16.min(kc - p);
+            let mut v = [_mm512_setzero_si512(); 16];
+            for (l, v) in v.iter_mut().enumerate() {
+                if g + l < h {
+                    let mut x = _mm512_maskz_loadu_ps(lanes(steps), rows[g + l].as_ptr().wrapping_add(p));
+                    if round {
+                        x = rounded_f32(x);
+                    }
+                    *v = _mm512_castps_si512(x);
+                }
+            }
+            for (q, t) in transpose16(&v).into_iter().take(steps).enumerate() {
+                // SAFETY: (p+q)·r + g + lanes ≤ kc·r ≤ strip.len().
+                _mm512_mask_storeu_epi32(out.add((p + q) * r + g), store, t);
             }
         }
     }
