@@ -497,7 +497,9 @@ impl<B: Backend> Gpt<B> {
         }
         let n = self.grads.len();
         backend.grad_clip_scale(&mut self.stats, STAT_NORM, STAT_SCALE, &self.partials, n, max_norm);
-        for (i, spec) in self.specs.iter().enumerate() {
+        // Last tensors first, so the first layers' weights are the ones still
+        // in cache when the next forward starts (tensors update independently).
+        for (i, spec) in self.specs.iter().enumerate().rev() {
             let hp = AdamWStep { weight_decay: if spec.decay { hp.weight_decay } else { 0.0 }, ..hp };
             backend.adamw_update_zero_grad(
                 &mut self.params[i],
