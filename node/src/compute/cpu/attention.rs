@@ -10,8 +10,9 @@
 //! head, query) row; the backward recomputes each probability from it,
 //! `p = exp(q·k·scale − lse)`. Every element's terms are added in a fixed
 //! order (scores over channels, outputs and dq over keys, dk and dv over
-//! queries) by code compiled once per path without fused multiply-adds, so
-//! results are deterministic and the same on every instruction-set path.
+//! queries) by code compiled once per path with correctly rounded fused
+//! multiply-adds, so results are deterministic and the same on every
+//! instruction-set path.
 //! The materialised kernels (`reference`) stay as the oracle for these and
 //! for the GPU backend, whose buffers keep the full matrix.
 

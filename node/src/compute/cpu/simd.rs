@@ -19,10 +19,10 @@ macro_rules! multiversion {
             #[inline(always)]
             fn generic($($arg: $ty),*) $(-> $ret)? $body
             #[cfg(target_arch = "x86_64")]
-            #[target_feature(enable = "avx2")]
+            #[target_feature(enable = "avx2,fma")]
             unsafe fn avx2($($arg: $ty),*) $(-> $ret)? { generic($($arg),*) }
             #[cfg(target_arch = "x86_64")]
-            #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2")]
+            #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
             unsafe fn avx512($($arg: $ty),*) $(-> $ret)? { generic($($arg),*) }
             #[cfg(target_arch = "x86_64")]
             if isa.supported() {

@@ -77,3 +77,21 @@ fn fused_attention_is_bit_identical_across_thread_counts() {
         assert_eq!(run(1, isa), run(3, isa), "{isa}");
     }
 }
+
+#[test]
+fn fused_attention_gives_the_same_bits_on_every_path() {
+    let s = AttentionShape { b: 1, t: 37, c: 128, nh: 2 };
+    let qkv = values(37 * 3 * 128, 7, 1.5);
+    let dout = values(37 * 128, 8, 1.0);
+    let run = |isa: Isa| {
+        let (mut out, mut lse, mut d) =
+            (vec![0.0; 37 * 128], vec![0.0; scratch_len(s)], vec![0.0; 37 * 3 * 128]);
+        forward(isa, &mut out, &mut lse, &qkv, s);
+        backward(isa, &mut d, &dout, &qkv, &lse, s);
+        [out, lse, d].map(|v| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>())
+    };
+    let want = run(Isa::Portable);
+    for isa in Isa::supported_paths() {
+        assert!(run(isa) == want, "{isa} differs from portable");
+    }
+}

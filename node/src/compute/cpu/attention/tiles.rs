@@ -1,8 +1,10 @@
 //! The register-tiled blocks of the fused attention: a block of `QB`
 //! queries against tiles of `W` keys, forward (online softmax) and backward
 //! (probabilities recomputed from the logsumexps), compiled once per
-//! instruction-set path from the same code (no fused multiply-adds, so every
-//! path gives the same bits).
+//! instruction-set path from the same code. The tiles' products accumulate
+//! through fused multiply-adds (`mul_add`: one rounding, the same on every
+//! path, a library call where the path lacks FMA), so every path gives the
+//! same bits.
 
 use super::super::simd::{self, multiversion};
 use super::{Head, Scratch, QB, W};
@@ -149,7 +151,7 @@ fn tile_dots(a: &[f32], lda: usize, bt: &[f32], ldb: usize, j0: usize, depth: us
         for i in 0..QB {
             let x = rows[i][dd];
             for l in 0..W {
-                acc[i][l] += x * col[l];
+                acc[i][l] = x.mul_add(col[l], acc[i][l]);
             }
         }
     }
@@ -166,7 +168,7 @@ fn tile_axpys(acc: &mut [[f32; W]; QB], p: &[f32], ldp: usize, x: &[f32], ldx: u
         for i in 0..QB {
             let a = rows[i][j];
             for l in 0..W {
-                acc[i][l] += a * xr[l];
+                acc[i][l] = a.mul_add(xr[l], acc[i][l]);
             }
         }
     }
@@ -185,7 +187,7 @@ fn spread_rows(y: &mut [f32], ldy: usize, a: &[f32], lda: usize, x: &[f32], ldx:
         for i in 0..QB {
             let s = rows[i][j];
             for l in 0..W {
-                v[l] += s * xs[i][l];
+                v[l] = s.mul_add(xs[i][l], v[l]);
             }
         }
         *yr = v;
