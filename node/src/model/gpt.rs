@@ -41,12 +41,9 @@ struct LayerGrads<T> {
     ln1: T,
     qkv: T,
     atty: T,
-    attproj: T,
-    residual2: T,
     ln2: T,
     fch: T,
     fch_gelu: T,
-    fcproj: T,
 }
 
 struct Acts<T> {
@@ -67,13 +64,16 @@ struct Workspace<T> {
 }
 
 struct Grads<T> {
-    encoded: T,
+    /// The residual stream's gradient, carried down through the blocks in
+    /// place: a block's output gradient is the gradient of its MLP branch
+    /// (a residual add passes it through unchanged), becomes the gradient
+    /// of its middle residual once the second LayerNorm's backward adds into
+    /// it, is the attention branch's gradient, and becomes the block's input
+    /// gradient once the first LayerNorm's backward adds into it; after
+    /// block 0 it is the embeddings' gradient.
+    residual: T,
     /// The block being differentiated (shared by all blocks).
     layer: LayerGrads<T>,
-    /// The residual stream's gradient between blocks: block l reads
-    /// `residual[l % 2]` (its output's gradient) and writes its input's
-    /// gradient into the other (block 0 into `encoded`).
-    residual: [T; 2],
     lnf: T,
     logits: T,
 }
@@ -230,12 +230,9 @@ impl<B: Backend> Gpt<B> {
             ln1: z(bt * c),
             qkv: z(bt * 3 * c),
             atty: z(bt * c),
-            attproj: z(bt * c),
-            residual2: z(bt * c),
             ln2: z(bt * c),
             fch: z(bt * 4 * c),
             fch_gelu: z(bt * 4 * c),
-            fcproj: z(bt * c),
         };
         let acts = Acts {
             encoded: z(bt * c),
@@ -247,13 +244,7 @@ impl<B: Backend> Gpt<B> {
             probs: z(bt * vp),
             losses: z(bt),
         };
-        let grads = Grads {
-            encoded: z(bt * c),
-            layer: glayer,
-            residual: [z(bt * c), z(bt * c)],
-            lnf: z(bt * c),
-            logits: z(bt * vp),
-        };
+        let grads = Grads { residual: z(bt * c), layer: glayer, lnf: z(bt * c), logits: z(bt * vp) };
         self.acts = Some(Workspace { acts, grads });
         self.shape = (b, t);
         self.inputs = backend.tokens(bt);
@@ -383,16 +374,12 @@ impl<B: Backend> Gpt<B> {
             MatmulShape { n: bt, c, oc: vp },
         );
         let lnf = lnf_index(cfg);
-        let nl = cfg.n_layer;
         {
             let (dw, db) = two_mut(gp, lnf, lnf + 1);
-            let (last, dlast) = match acts.layers.last() {
-                Some(a) => (&a.residual3, &mut g.residual[(nl - 1) % 2]),
-                None => (&acts.encoded, &mut g.encoded),
-            };
-            backend.zero(dlast);
+            let last = acts.layers.last().map_or(&acts.encoded, |a| &a.residual3);
+            backend.zero(&mut g.residual);
             backend.layernorm_backward(
-                dlast,
+                &mut g.residual,
                 dw,
                 db,
                 &g.lnf,
@@ -404,38 +391,25 @@ impl<B: Backend> Gpt<B> {
                 c,
             );
         }
-        for l in (0..nl).rev() {
+        for l in (0..cfg.n_layer).rev() {
             let a = &acts.layers[l];
             let residual = if l == 0 { &acts.encoded } else { &acts.layers[l - 1].residual3 };
             let gl = &mut g.layer;
-            for x in [
-                &mut gl.ln1,
-                &mut gl.qkv,
-                &mut gl.atty,
-                &mut gl.attproj,
-                &mut gl.residual2,
-                &mut gl.ln2,
-                &mut gl.fch,
-                &mut gl.fch_gelu,
-                &mut gl.fcproj,
-            ] {
+            for x in [&mut gl.ln1, &mut gl.qkv, &mut gl.atty, &mut gl.ln2, &mut gl.fch, &mut gl.fch_gelu] {
                 backend.zero(x);
             }
-            let [r0, r1] = &mut g.residual;
-            let (dout, dresidual) = if l % 2 == 0 { (&*r0, r1) } else { (&*r1, r0) };
-            let dresidual = if l == 0 { &mut g.encoded } else { dresidual };
-            backend.zero(dresidual);
+            let dres = &mut g.residual;
             let w = |k: P| &p[layer_index(l, k)];
             let idx = |k: P| layer_index(l, k);
             let mm = |oc, ic| MatmulShape { n: bt, c: ic, oc };
 
-            backend.residual_backward(&mut gl.residual2, &mut gl.fcproj, dout);
+            // MLP branch: its output gradient is the block's (residual3 = residual2 + fcproj).
             let (dw, db) = two_mut(gp, idx(P::FcProjW), idx(P::FcProjB));
             backend.matmul_backward(
                 &mut gl.fch_gelu,
                 dw,
                 Some(db),
-                &gl.fcproj,
+                dres,
                 &a.fch_gelu,
                 w(P::FcProjW),
                 mm(c, 4 * c),
@@ -443,9 +417,10 @@ impl<B: Backend> Gpt<B> {
             backend.gelu_backward(&mut gl.fch, &a.fch, &gl.fch_gelu);
             let (dw, db) = two_mut(gp, idx(P::FcW), idx(P::FcB));
             backend.matmul_backward(&mut gl.ln2, dw, Some(db), &gl.fch, &a.ln2, w(P::FcW), mm(4 * c, c));
+            // dres becomes residual2's gradient: the pass-through plus LayerNorm 2's.
             let (dw, db) = two_mut(gp, idx(P::Ln2W), idx(P::Ln2B));
             backend.layernorm_backward(
-                &mut gl.residual2,
+                dres,
                 dw,
                 db,
                 &gl.ln2,
@@ -456,23 +431,16 @@ impl<B: Backend> Gpt<B> {
                 bt,
                 c,
             );
-            backend.residual_backward(dresidual, &mut gl.attproj, &gl.residual2);
+            // Attention branch: its output gradient is residual2's.
             let (dw, db) = two_mut(gp, idx(P::AttProjW), idx(P::AttProjB));
-            backend.matmul_backward(
-                &mut gl.atty,
-                dw,
-                Some(db),
-                &gl.attproj,
-                &a.atty,
-                w(P::AttProjW),
-                mm(c, c),
-            );
+            backend.matmul_backward(&mut gl.atty, dw, Some(db), dres, &a.atty, w(P::AttProjW), mm(c, c));
             backend.attention_backward(&mut gl.qkv, &gl.atty, &a.qkv, &a.att, AttentionShape { b, t, c, nh });
             let (dw, db) = two_mut(gp, idx(P::QkvW), idx(P::QkvB));
             backend.matmul_backward(&mut gl.ln1, dw, Some(db), &gl.qkv, &a.ln1, w(P::QkvW), mm(3 * c, c));
+            // dres becomes the block input's gradient: the pass-through plus LayerNorm 1's.
             let (dw, db) = two_mut(gp, idx(P::Ln1W), idx(P::Ln1B));
             backend.layernorm_backward(
-                dresidual,
+                dres,
                 dw,
                 db,
                 &gl.ln1,
@@ -485,7 +453,7 @@ impl<B: Backend> Gpt<B> {
             );
         }
         let (dwte, dwpe) = two_mut(gp, WTE, WPE);
-        backend.encoder_backward(dwte, dwpe, &g.encoded, &self.inputs, EncoderShape { b, t, c });
+        backend.encoder_backward(dwte, dwpe, &g.residual, &self.inputs, EncoderShape { b, t, c });
     }
 
     /// Clips the global gradient norm to `max_norm` (≤ 0: no clipping) and
