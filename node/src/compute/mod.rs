@@ -203,6 +203,22 @@ pub trait Backend: Sync {
         weight: &Self::Tensor,
         s: MatmulShape,
     );
+    /// [`matmul_backward`](Backend::matmul_backward) with `dinp` written, not
+    /// accumulated into (its old contents ignored): no zeroing pass where a
+    /// backend writes it directly.
+    fn matmul_backward_fresh_dinp(
+        &self,
+        dinp: &mut Self::Tensor,
+        dweight: &mut Self::Tensor,
+        dbias: Option<&mut Self::Tensor>,
+        dout: &Self::Tensor,
+        inp: &Self::Tensor,
+        weight: &Self::Tensor,
+        s: MatmulShape,
+    ) {
+        self.zero(dinp);
+        self.matmul_backward(dinp, dweight, dbias, dout, inp, weight, s);
+    }
 
     // ---- causal multi-head attention ----
     /// Floats of the `att` buffer `attention_forward` fills for the backward
@@ -228,10 +244,29 @@ pub trait Backend: Sync {
         att: &Self::Tensor,
         s: AttentionShape,
     );
+    /// [`attention_backward`](Backend::attention_backward) with `dqkv`
+    /// written, not accumulated into.
+    fn attention_backward_fresh(
+        &self,
+        dqkv: &mut Self::Tensor,
+        dout: &Self::Tensor,
+        qkv: &Self::Tensor,
+        att: &Self::Tensor,
+        s: AttentionShape,
+    ) {
+        self.zero(dqkv);
+        self.attention_backward(dqkv, dout, qkv, att, s);
+    }
 
     // ---- GELU (tanh approximation, argument of tanh clamped) ----
     fn gelu_forward(&self, out: &mut Self::Tensor, inp: &Self::Tensor);
     fn gelu_backward(&self, dinp: &mut Self::Tensor, inp: &Self::Tensor, dout: &Self::Tensor);
+    /// [`gelu_backward`](Backend::gelu_backward) with `dinp` written, not
+    /// accumulated into.
+    fn gelu_backward_fresh(&self, dinp: &mut Self::Tensor, inp: &Self::Tensor, dout: &Self::Tensor) {
+        self.zero(dinp);
+        self.gelu_backward(dinp, inp, dout);
+    }
 
     // ---- residual ----
     fn residual_forward(&self, out: &mut Self::Tensor, a: &Self::Tensor, b: &Self::Tensor);

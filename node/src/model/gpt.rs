@@ -359,12 +359,11 @@ impl<B: Backend> Gpt<B> {
         let gp = &mut self.grads;
         let Workspace { acts, grads: g } = self.acts.as_mut().expect("forward before backward");
         self.grads_zeroed = false;
-        backend.zero(&mut g.lnf);
         backend.zero(&mut g.logits);
         let dloss = 1.0 / (bt * accum.max(1)) as f32;
         let ls = LogitsShape { n: bt, v: cfg.vocab_size, vp };
         backend.softmax_xent_backward(&mut g.logits, &acts.probs, &self.targets, dloss, ls);
-        backend.matmul_backward(
+        backend.matmul_backward_fresh_dinp(
             &mut g.lnf,
             &mut gp[WTE],
             None,
@@ -394,10 +393,9 @@ impl<B: Backend> Gpt<B> {
         for l in (0..cfg.n_layer).rev() {
             let a = &acts.layers[l];
             let residual = if l == 0 { &acts.encoded } else { &acts.layers[l - 1].residual3 };
+            // The block's own gradients are each written first by a `_fresh`
+            // op, so none is zeroed.
             let gl = &mut g.layer;
-            for x in [&mut gl.ln1, &mut gl.qkv, &mut gl.atty, &mut gl.ln2, &mut gl.fch, &mut gl.fch_gelu] {
-                backend.zero(x);
-            }
             let dres = &mut g.residual;
             let w = |k: P| &p[layer_index(l, k)];
             let idx = |k: P| layer_index(l, k);
@@ -405,7 +403,7 @@ impl<B: Backend> Gpt<B> {
 
             // MLP branch: its output gradient is the block's (residual3 = residual2 + fcproj).
             let (dw, db) = two_mut(gp, idx(P::FcProjW), idx(P::FcProjB));
-            backend.matmul_backward(
+            backend.matmul_backward_fresh_dinp(
                 &mut gl.fch_gelu,
                 dw,
                 Some(db),
@@ -414,9 +412,17 @@ impl<B: Backend> Gpt<B> {
                 w(P::FcProjW),
                 mm(c, 4 * c),
             );
-            backend.gelu_backward(&mut gl.fch, &a.fch, &gl.fch_gelu);
+            backend.gelu_backward_fresh(&mut gl.fch, &a.fch, &gl.fch_gelu);
             let (dw, db) = two_mut(gp, idx(P::FcW), idx(P::FcB));
-            backend.matmul_backward(&mut gl.ln2, dw, Some(db), &gl.fch, &a.ln2, w(P::FcW), mm(4 * c, c));
+            backend.matmul_backward_fresh_dinp(
+                &mut gl.ln2,
+                dw,
+                Some(db),
+                &gl.fch,
+                &a.ln2,
+                w(P::FcW),
+                mm(4 * c, c),
+            );
             // dres becomes residual2's gradient: the pass-through plus LayerNorm 2's.
             let (dw, db) = two_mut(gp, idx(P::Ln2W), idx(P::Ln2B));
             backend.layernorm_backward(
@@ -433,10 +439,32 @@ impl<B: Backend> Gpt<B> {
             );
             // Attention branch: its output gradient is residual2's.
             let (dw, db) = two_mut(gp, idx(P::AttProjW), idx(P::AttProjB));
-            backend.matmul_backward(&mut gl.atty, dw, Some(db), dres, &a.atty, w(P::AttProjW), mm(c, c));
-            backend.attention_backward(&mut gl.qkv, &gl.atty, &a.qkv, &a.att, AttentionShape { b, t, c, nh });
+            backend.matmul_backward_fresh_dinp(
+                &mut gl.atty,
+                dw,
+                Some(db),
+                dres,
+                &a.atty,
+                w(P::AttProjW),
+                mm(c, c),
+            );
+            backend.attention_backward_fresh(
+                &mut gl.qkv,
+                &gl.atty,
+                &a.qkv,
+                &a.att,
+                AttentionShape { b, t, c, nh },
+            );
             let (dw, db) = two_mut(gp, idx(P::QkvW), idx(P::QkvB));
-            backend.matmul_backward(&mut gl.ln1, dw, Some(db), &gl.qkv, &a.ln1, w(P::QkvW), mm(3 * c, c));
+            backend.matmul_backward_fresh_dinp(
+                &mut gl.ln1,
+                dw,
+                Some(db),
+                &gl.qkv,
+                &a.ln1,
+                w(P::QkvW),
+                mm(3 * c, c),
+            );
             // dres becomes the block input's gradient: the pass-through plus LayerNorm 1's.
             let (dw, db) = two_mut(gp, idx(P::Ln1W), idx(P::Ln1B));
             backend.layernorm_backward(

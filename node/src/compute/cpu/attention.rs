@@ -154,10 +154,19 @@ pub fn forward(isa: Isa, out: &mut [f32], lse: &mut [f32], qkv: &[f32], s: Atten
     });
 }
 
-/// dqkv += the gradient of [`forward`] given dout(b, t, c), recomputing the
+/// dqkv (+)= the gradient of [`forward`] given dout(b, t, c) (written instead
+/// of accumulated when `accumulate` is false), recomputing the
 /// probabilities from the saved logsumexps. Each head's dq, dk and dv
 /// gather in scratch and are added to dqkv at the end.
-pub fn backward(isa: Isa, dqkv: &mut [f32], dout: &[f32], qkv: &[f32], lse: &[f32], s: AttentionShape) {
+pub fn backward(
+    isa: Isa,
+    accumulate: bool,
+    dqkv: &mut [f32],
+    dout: &[f32],
+    qkv: &[f32],
+    lse: &[f32],
+    s: AttentionShape,
+) {
     let AttentionShape { b, t: tt, c, nh } = s;
     assert!(dqkv.len() >= b * tt * 3 * c && lse.len() >= b * nh * tt && dout.len() >= b * tt * c);
     let dp = SharedMut(dqkv.as_mut_ptr());
@@ -188,7 +197,7 @@ pub fn backward(isa: Isa, dqkv: &mut [f32], dout: &[f32], qkv: &[f32], lse: &[f3
             for (part, src) in [(0, &ws.dq), (1, &ws.dk), (2, &ws.dv)] {
                 let dst = unsafe { std::slice::from_raw_parts_mut(dp.ptr().add(hd.at(t, part)), hs) };
                 for (x, g) in dst.iter_mut().zip(&src[t * hp..]) {
-                    *x += g;
+                    *x = if accumulate { *x + g } else { *g };
                 }
             }
         }

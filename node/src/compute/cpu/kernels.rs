@@ -139,9 +139,12 @@ pub fn matmul_forward(
     gemm(n, oc, c, a, b, out, oc, init, opts);
 }
 
+/// The backward of [`matmul_forward`]; `dinp_init` says whether dinp is
+/// accumulated into or overwritten (dweight and dbias always accumulate).
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_backward(
     opts: GemmOpts,
+    dinp_init: Init<'_>,
     dinp: &mut [f32],
     dweight: &mut [f32],
     dbias: Option<&mut [f32]>,
@@ -160,7 +163,7 @@ pub fn matmul_backward(
         MatRef { data: weight, rs: c, cs: 1 },
         dinp,
         c,
-        Init::Accumulate,
+        dinp_init,
         opts,
     );
     // TN: dweight(oc,c) += dout(n,oc)ᵀ · inp(n,c)
@@ -192,10 +195,11 @@ pub fn gelu_forward(isa: Isa, out: &mut [f32], inp: &[f32]) {
         .for_each(|(o, x)| simd::gelu_forward(isa, o, x, GELU_TANH_CLAMP));
 }
 
-pub fn gelu_backward(isa: Isa, dinp: &mut [f32], inp: &[f32], dout: &[f32]) {
+/// dinp (+)= GELU'(inp)·dout: accumulated, or written when `accumulate` is false.
+pub fn gelu_backward(isa: Isa, accumulate: bool, dinp: &mut [f32], inp: &[f32], dout: &[f32]) {
     dinp.par_chunks_mut(4096)
         .zip(inp.par_chunks(4096).zip(dout.par_chunks(4096)))
-        .for_each(|(di, (x, d))| simd::gelu_backward(isa, di, x, d, GELU_TANH_CLAMP));
+        .for_each(|(di, (x, d))| simd::gelu_backward(isa, di, x, d, GELU_TANH_CLAMP, accumulate));
 }
 
 pub fn residual_forward(out: &mut [f32], a: &[f32], b: &[f32]) {
@@ -294,4 +298,51 @@ pub enum GradIn<'a> {
 /// x = 0, in parallel chunks.
 pub fn zero(x: &mut [f32]) {
     x.par_chunks_mut(1 << 15).for_each(|c| c.fill(0.0));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::CpuBackend;
+    use crate::compute::{AttentionShape, Backend, MatmulShape};
+
+    fn values(len: usize, seed: u32) -> Vec<f32> {
+        (0..len as u32).map(|i| (i.wrapping_mul(2654435761) ^ seed) as f32 / u32::MAX as f32 - 0.5).collect()
+    }
+
+    fn bits(v: &[f32]) -> Vec<u32> {
+        v.iter().map(|x| x.to_bits()).collect()
+    }
+
+    /// The `_fresh` backward ops ignore what their output held (NaN here) and
+    /// give exactly the bits of zeroing it and accumulating into it.
+    #[test]
+    fn fresh_backward_ops_write_what_zero_then_accumulate_gives() {
+        let be = CpuBackend::new();
+        let s = MatmulShape { n: 19, c: 24, oc: 40 };
+        let (dout, inp, w) = (values(19 * 40, 1), values(19 * 24, 2), values(40 * 24, 3));
+        let (mut dw, mut db) = (vec![0.0; 40 * 24], vec![0.0; 40]);
+        let mut want = vec![0.0; 19 * 24];
+        be.matmul_backward(&mut want, &mut dw, Some(&mut db), &dout, &inp, &w, s);
+        let mut got = vec![f32::NAN; 19 * 24];
+        be.matmul_backward_fresh_dinp(&mut got, &mut dw, Some(&mut db), &dout, &inp, &w, s);
+        assert_eq!(bits(&got), bits(&want), "matmul dinp");
+
+        let (x, d) = (values(333, 4), values(333, 5));
+        let mut want = vec![0.0; 333];
+        be.gelu_backward(&mut want, &x, &d);
+        let mut got = vec![f32::NAN; 333];
+        be.gelu_backward_fresh(&mut got, &x, &d);
+        assert_eq!(bits(&got), bits(&want), "gelu");
+
+        let a = AttentionShape { b: 2, t: 9, c: 16, nh: 2 };
+        let qkv = values(2 * 9 * 48, 6);
+        let (mut out, mut att) = (vec![0.0; 2 * 9 * 16], vec![0.0; be.attention_scratch_len(a)]);
+        be.attention_forward(&mut out, &mut att, &qkv, a);
+        let d = values(2 * 9 * 16, 7);
+        let mut want = vec![0.0; 2 * 9 * 48];
+        be.attention_backward(&mut want, &d, &qkv, &att, a);
+        let mut got = vec![f32::NAN; 2 * 9 * 48];
+        be.attention_backward_fresh(&mut got, &d, &qkv, &att, a);
+        assert_eq!(bits(&got), bits(&want), "attention");
+    }
 }

@@ -15,7 +15,7 @@ pub mod microkernel;
 pub mod simd;
 
 use super::{AdamWStep, AttentionShape, Backend, EncoderShape, LogitsShape, MatmulShape};
-use gemm::GemmOpts;
+use gemm::{GemmOpts, Init};
 pub use isa::{Isa, IsaError, Precision};
 use kernels::GradIn;
 
@@ -173,6 +173,30 @@ impl Backend for CpuBackend {
     ) {
         kernels::matmul_backward(
             self.gemm_opts(),
+            Init::Accumulate,
+            dinp,
+            dweight,
+            dbias.map(|b| b.as_mut_slice()),
+            dout,
+            inp,
+            weight,
+            s,
+        );
+    }
+
+    fn matmul_backward_fresh_dinp(
+        &self,
+        dinp: &mut Vec<f32>,
+        dweight: &mut Vec<f32>,
+        dbias: Option<&mut Vec<f32>>,
+        dout: &Vec<f32>,
+        inp: &Vec<f32>,
+        weight: &Vec<f32>,
+        s: MatmulShape,
+    ) {
+        kernels::matmul_backward(
+            self.gemm_opts(),
+            Init::Overwrite,
             dinp,
             dweight,
             dbias.map(|b| b.as_mut_slice()),
@@ -198,14 +222,27 @@ impl Backend for CpuBackend {
         att: &Vec<f32>,
         s: AttentionShape,
     ) {
-        attention::backward(self.isa, dqkv, dout, qkv, att, s);
+        attention::backward(self.isa, true, dqkv, dout, qkv, att, s);
+    }
+    fn attention_backward_fresh(
+        &self,
+        dqkv: &mut Vec<f32>,
+        dout: &Vec<f32>,
+        qkv: &Vec<f32>,
+        att: &Vec<f32>,
+        s: AttentionShape,
+    ) {
+        attention::backward(self.isa, false, dqkv, dout, qkv, att, s);
     }
 
     fn gelu_forward(&self, out: &mut Vec<f32>, inp: &Vec<f32>) {
         kernels::gelu_forward(self.isa, out, inp);
     }
     fn gelu_backward(&self, dinp: &mut Vec<f32>, inp: &Vec<f32>, dout: &Vec<f32>) {
-        kernels::gelu_backward(self.isa, dinp, inp, dout);
+        kernels::gelu_backward(self.isa, true, dinp, inp, dout);
+    }
+    fn gelu_backward_fresh(&self, dinp: &mut Vec<f32>, inp: &Vec<f32>, dout: &Vec<f32>) {
+        kernels::gelu_backward(self.isa, false, dinp, inp, dout);
     }
 
     fn residual_forward(&self, out: &mut Vec<f32>, a: &Vec<f32>, b: &Vec<f32>) {

@@ -172,13 +172,13 @@ multiversion! {
 multiversion! {
     /// dinp[i] += GELU'(x[i])·dout[i]; the tanh term's derivative is 0 where
     /// its argument was clamped.
-    fn gelu_backward(dinp: &mut [f32], x: &[f32], dout: &[f32], clamp: f32) {
+    fn gelu_backward(dinp: &mut [f32], x: &[f32], dout: &[f32], clamp: f32, accumulate: bool) {
         for ((di, &x), &d) in dinp.iter_mut().zip(x).zip(dout) {
             let u = GELU_SCALE * (x + 0.044715 * x * x * x);
             let th = tanh(u.clamp(-clamp, clamp));
             let sech2 = if u.abs() < clamp { 1.0 - th * th } else { 0.0 };
             let grad = 0.5 * (1.0 + th) + 0.5 * x * sech2 * GELU_SCALE * (1.0 + 3.0 * 0.044715 * x * x);
-            *di += grad * d;
+            *di = if accumulate { *di + grad * d } else { grad * d };
         }
     }
 }
@@ -372,7 +372,7 @@ mod tests {
             let mut g = vec![0f32; v.len()];
             gelu_forward(isa, &mut g, &v, 10.0);
             let mut gb = vec![0.5f32; v.len()];
-            gelu_backward(isa, &mut gb, &v, &d, 10.0);
+            gelu_backward(isa, &mut gb, &v, &d, 10.0, true);
             let mut y = d.clone();
             axpy(isa, &mut y, 0.3, &v);
             (sum(isa, &v), dot(isa, &v, &d), sum_squares(isa, &v), g, gb, y)

@@ -52,7 +52,7 @@ fn fused_attention_matches_the_materialised_reference_on_every_path() {
             let mut want_d = values(b * t * 3 * c, 30 + n as u64, 0.1);
             let mut got_d = want_d.clone();
             reference_backward(Isa::Portable, &mut want_d, &dout, &qkv, &att, s);
-            backward(isa, &mut got_d, &dout, &qkv, &lse, s);
+            backward(isa, true, &mut got_d, &dout, &qkv, &lse, s);
             assert_close(&format!("{what} dqkv"), &got_d, &want_d, 1e-5, 1e-4);
         }
     }
@@ -69,7 +69,7 @@ fn fused_attention_is_bit_identical_across_thread_counts() {
             let (mut out, mut lse, mut d) =
                 (vec![0.0; 2 * 90 * 32], vec![0.0; scratch_len(s)], vec![0.0; 2 * 90 * 96]);
             forward(isa, &mut out, &mut lse, &qkv, s);
-            backward(isa, &mut d, &dout, &qkv, &lse, s);
+            backward(isa, true, &mut d, &dout, &qkv, &lse, s);
             (out, lse, d)
         })
     };
@@ -87,7 +87,7 @@ fn fused_attention_gives_the_same_bits_on_every_path() {
         let (mut out, mut lse, mut d) =
             (vec![0.0; 37 * 128], vec![0.0; scratch_len(s)], vec![0.0; 37 * 3 * 128]);
         forward(isa, &mut out, &mut lse, &qkv, s);
-        backward(isa, &mut d, &dout, &qkv, &lse, s);
+        backward(isa, true, &mut d, &dout, &qkv, &lse, s);
         [out, lse, d].map(|v| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>())
     };
     let want = run(Isa::Portable);
