@@ -454,8 +454,12 @@ fn drive(net: &mut Testnet) -> Result<bool> {
                 let (_, since) = *finishing.get_or_insert((target, Instant::now()));
                 let everyone: Vec<String> =
                     net.children.keys().filter(|n| n.starts_with("node-")).cloned().collect();
+                // Every live node past the target, and on one round they all
+                // reported (a node restarted near the end may report only
+                // later rounds than the last one another node reported yet).
                 let caught_up = everyone.len() == live.len()
-                    && live.iter().all(|n| net.progress.last_round_of(n).is_some_and(|r| r >= target));
+                    && live.iter().all(|n| net.progress.last_round_of(n).is_some_and(|r| r >= target))
+                    && net.progress.common_round(&live, target).is_some();
                 if caught_up || since.elapsed() > Duration::from_secs(180) {
                     return Ok(verdict(net, target));
                 }
