@@ -76,18 +76,19 @@ impl<'a> Head<'a> {
         (self.bi * self.tt + t) * 3 * self.c + part * self.c + self.h * self.hs
     }
 
-    /// Copies part `part` into `rows` (one padded row per t) and, if
-    /// given, transposed into `cols` (channel d's row holds every t).
-    fn gather(&self, part: usize, rows: &mut [f32], cols: Option<&mut [f32]>) {
+    /// Copies part `part` into `rows`, one padded row per t.
+    fn rows(&self, part: usize, rows: &mut [f32]) {
         let (hs, hp) = (self.hs, self.hp);
         for t in 0..self.tt {
             rows[t * hp..t * hp + hs].copy_from_slice(&self.qkv[self.at(t, part)..][..hs]);
         }
-        if let Some(cols) = cols {
-            for t in 0..self.tt {
-                for (d, x) in self.qkv[self.at(t, part)..][..hs].iter().enumerate() {
-                    cols[d * self.tk + t] = *x;
-                }
+    }
+
+    /// Copies part `part` transposed into `cols`: channel d's row holds every t.
+    fn cols(&self, part: usize, cols: &mut [f32]) {
+        for t in 0..self.tt {
+            for (d, x) in self.qkv[self.at(t, part)..][..self.hs].iter().enumerate() {
+                cols[d * self.tk + t] = *x;
             }
         }
     }
@@ -127,12 +128,9 @@ pub fn forward(isa: Isa, out: &mut [f32], lse: &mut [f32], qkv: &[f32], s: Atten
     lse[..b * nh * tt].par_chunks_mut(tt).enumerate().for_each_init(Scratch::default, |ws, (bh, lse_bh)| {
         let hd = Head::new(qkv, s, bh);
         let (hs, hp) = (hd.hs, hd.hp);
-        let q = zeroed(&mut ws.q, hd.tq * hp);
-        hd.gather(0, q, None);
-        let v = zeroed(&mut ws.v, hd.tk * hp);
-        hd.gather(2, v, None);
-        let kt = zeroed(&mut ws.kt, hs * hd.tk);
-        hd.gather(1, zeroed(&mut ws.k, hd.tk * hp), Some(kt));
+        hd.rows(0, zeroed(&mut ws.q, hd.tq * hp));
+        hd.rows(2, zeroed(&mut ws.v, hd.tk * hp));
+        hd.cols(1, zeroed(&mut ws.kt, hs * hd.tk));
         let o = zeroed(&mut ws.p, QB * hp);
         for t0 in (0..tt).step_by(QB) {
             let n = QB.min(tt - t0);
@@ -173,11 +171,10 @@ pub fn backward(
     (0..b * nh).into_par_iter().for_each_init(Scratch::default, |ws, bh| {
         let hd = Head::new(qkv, s, bh);
         let (hs, hp, tk) = (hd.hs, hd.hp, hd.tk);
-        hd.gather(0, zeroed(&mut ws.q, hd.tq * hp), None);
-        let kt = zeroed(&mut ws.kt, hs * tk);
-        hd.gather(1, zeroed(&mut ws.k, tk * hp), Some(kt));
-        let vt = zeroed(&mut ws.vt, hs * tk);
-        hd.gather(2, zeroed(&mut ws.v, tk * hp), Some(vt));
+        hd.rows(0, zeroed(&mut ws.q, hd.tq * hp));
+        hd.rows(1, zeroed(&mut ws.k, tk * hp));
+        hd.cols(1, zeroed(&mut ws.kt, hs * tk));
+        hd.cols(2, zeroed(&mut ws.vt, hs * tk));
         let d = zeroed(&mut ws.dout, hd.tq * hp);
         for t in 0..tt {
             d[t * hp..t * hp + hs].copy_from_slice(&dout[(hd.bi * tt + t) * c + hd.h * hs..][..hs]);

@@ -264,7 +264,7 @@ pub fn sum_squares(isa: Isa, x: &[f32]) -> f64 {
     x.par_chunks(1 << 16).map(|c| simd::sum_squares(isa, c)).collect::<Vec<_>>().iter().sum()
 }
 
-/// AdamW over a tensor in fixed chunks; with `zero_grad`, each chunk's
+/// AdamW over a tensor in fixed chunks; with `GradIn::Zero`, each chunk's
 /// gradient is zeroed in the same pass (the next step accumulates from it).
 #[allow(clippy::too_many_arguments)]
 pub fn adamw_update(
