@@ -5,13 +5,17 @@
 #
 #   scripts/bench-torch.sh [--layers 4 --channels 256 --heads 4 --vocab 256
 #                           --batch 4 --seq 64 --warmup 3 --steps 20
-#                           --threads 2 --precision fp32|bf16]
+#                           --threads 2 --precision fp32|bf16 --device cpu|cuda]
 #
 # fp32 is eager fp32; bf16 is eager under torch.autocast("cpu", bfloat16)
 # with fp32 master weights and AdamW state (murmur's --precision bf16 keeps
 # the same split). The model is llm.c's GPT-2: pre-LayerNorm blocks, causal
 # attention (scaled_dot_product_attention), GELU-tanh MLP, LM head tied to
 # the token embedding, vocabulary padded to a multiple of 128, AdamW.
+# --device cuda runs the same step on the first NVIDIA GPU (the reference for
+# `murmur bench train --device gpu|cuda`; autocast then targets "cuda"); a
+# machine whose python already has CUDA PyTorch can point MURMUR_TORCH_VENV
+# at that venv.
 # Output matches murmur's: "... ms/step, ... tokens/s, ... GFLOP/s".
 # On a busy machine OpenMP's spin-waiting makes PyTorch several times slower
 # (its default OMP_WAIT_POLICY is active); take figures on a quiet machine.
@@ -35,7 +39,11 @@ ap.add_argument("--warmup", type=int, default=3)
 ap.add_argument("--steps", type=int, default=20)
 ap.add_argument("--threads", type=int, default=2)
 ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
+ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
 a = ap.parse_args()
+if a.device == "cuda" and not torch.cuda.is_available():
+    raise SystemExit("--device cuda: this PyTorch sees no CUDA device (CPU wheels, or no driver)")
+dev = torch.device(a.device)
 if a.channels % a.heads:
     raise SystemExit(f"--channels {a.channels} is not a multiple of --heads {a.heads}")
 torch.set_num_threads(a.threads)
@@ -63,22 +71,22 @@ class GPT(nn.Module):
         self.blocks = nn.ModuleList(Block() for _ in range(L))
         self.lnf = nn.LayerNorm(C)
     def forward(self, idx, tgt):
-        x = self.wte(idx) + self.wpe(torch.arange(T))
+        x = self.wte(idx) + self.wpe(torch.arange(T, device=dev))
         for blk in self.blocks:
             x = blk(x)
         logits = self.lnf(x) @ self.wte.weight.t()
         return F.cross_entropy(logits[..., :V].float().reshape(-1, V), tgt.reshape(-1))
 
-model = GPT()
+model = GPT().to(dev)
 params = sum(p.numel() for p in model.parameters())
 opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0)
 gen = torch.Generator().manual_seed(7)
 
 def step():
-    x = torch.randint(0, V, (B, T), generator=gen)
-    y = torch.randint(0, V, (B, T), generator=gen)
+    x = torch.randint(0, V, (B, T), generator=gen).to(dev)
+    y = torch.randint(0, V, (B, T), generator=gen).to(dev)
     opt.zero_grad(set_to_none=True)
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+    with torch.autocast(a.device, dtype=torch.bfloat16, enabled=a.precision == "bf16"):
         loss = model(x, y)
     loss.backward()
     opt.step()
@@ -94,7 +102,8 @@ tokens = a.steps * B * T
 # llm.c's count, as murmur's: 6N + 6·L·C·T FLOPs per token (N with wpe and padded vocab)
 n = params
 flops = (6 * n + 6 * L * C * T) * tokens
-print(f"torch {torch.__version__} eager {a.precision} ({a.threads} threads): "
+where = torch.cuda.get_device_name() if a.device == "cuda" else f"{a.threads} threads"
+print(f"torch {torch.__version__} eager {a.precision} ({where}): "
       f"L{L} C{C} H{H} V{V} B{B} T{T} ({params / 1e6:.2f}M params): "
       f"{secs * 1e3 / a.steps:.1f} ms/step, {tokens / secs:.0f} tokens/s, {flops / secs / 1e9:.1f} GFLOP/s")
 PY

@@ -3,7 +3,8 @@
 // a_base + i*a_rs + k*a_cs), so one kernel serves the NT (forward), NN (input
 // gradient) and TN (weight gradient) layouts; the loads pick the coalesced
 // order from whichever stride is 1. Tile sizes are the consts below; the host
-// rewrites these lines with the configuration chosen for the adapter.
+// rewrites these lines with the configuration chosen for the adapter. Each
+// invocation owns a 4 × 4 register tile: THREAD_M and THREAD_N must be 4.
 
 const TILE_M: u32 = 64u;
 const TILE_N: u32 = 64u;
@@ -93,33 +94,32 @@ fn matmul(
     let row0 = wid.y * TILE_M;
     let col0 = wid.x * TILE_N;
 
-    var acc: array<f32, THREAD_M * THREAD_N>;
-    for (var r = 0u; r < THREAD_M * THREAD_N; r++) {
-        acc[r] = 0.0;
-    }
-    var a_reg: array<f32, THREAD_M>;
-    var b_reg: array<f32, THREAD_N>;
+    // The 4 × 4 register tile as four vec4 rows, not a dynamically indexed
+    // array (a driver may keep such an array in local memory, not registers).
+    // Each element still sums fma(a, b, acc) over k in order, so the bits are
+    // those of a scalar loop.
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
+    var acc2 = vec4<f32>(0.0);
+    var acc3 = vec4<f32>(0.0);
 
     for (var k0 = 0u; k0 < args.k; k0 += TILE_K) {
         load_a(row0, k0, lid);
         load_b(col0, k0, lid);
         workgroupBarrier();
         for (var kk = 0u; kk < TILE_K; kk++) {
-            for (var tm = 0u; tm < THREAD_M; tm++) {
-                a_reg[tm] = a_tile[kk * TILE_M + tm * WG_Y + ly];
-            }
-            for (var tn = 0u; tn < THREAD_N; tn++) {
-                b_reg[tn] = b_tile[kk * TILE_N + tn * WG_X + lx];
-            }
-            for (var tm = 0u; tm < THREAD_M; tm++) {
-                for (var tn = 0u; tn < THREAD_N; tn++) {
-                    acc[tm * THREAD_N + tn] = fma(a_reg[tm], b_reg[tn], acc[tm * THREAD_N + tn]);
-                }
-            }
+            let ak = kk * TILE_M + ly;
+            let bk = kk * TILE_N + lx;
+            let b = vec4<f32>(b_tile[bk], b_tile[bk + WG_X], b_tile[bk + 2u * WG_X], b_tile[bk + 3u * WG_X]);
+            acc0 = fma(vec4<f32>(a_tile[ak]), b, acc0);
+            acc1 = fma(vec4<f32>(a_tile[ak + WG_Y]), b, acc1);
+            acc2 = fma(vec4<f32>(a_tile[ak + 2u * WG_Y]), b, acc2);
+            acc3 = fma(vec4<f32>(a_tile[ak + 3u * WG_Y]), b, acc3);
         }
         workgroupBarrier();
     }
 
+    var acc = array<vec4<f32>, 4>(acc0, acc1, acc2, acc3);
     let accumulate = (args.flags & 1u) != 0u;
     let with_bias = (args.flags & 2u) != 0u;
     for (var tm = 0u; tm < THREAD_M; tm++) {
@@ -133,7 +133,7 @@ fn matmul(
                 continue;
             }
             let at = args.c_base + gi * args.c_rs + gj;
-            var v = acc[tm * THREAD_N + tn];
+            var v = acc[tm][tn];
             if (with_bias) {
                 v += bias[args.bias_base + gj];
             }
