@@ -194,8 +194,8 @@ pub const NR_32: usize = 32;
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-unsafe fn store_zmm(
-    acc: &[[std::arch::x86_64::__m512; 2]; MR_14],
+unsafe fn store_zmm<const R: usize>(
+    acc: &[[std::arch::x86_64::__m512; 2]; R],
     c: *mut f32,
     ldc: usize,
     h: usize,
@@ -235,7 +235,10 @@ unsafe fn store_zmm(
     }
 }
 
-/// AVX-512 fp32 micro-kernel, 14 × 32.
+/// AVX-512 fp32 micro-kernel, 14 × 32. A tile of at most 4 or 8 rows (the
+/// last of a block whose rows are not a multiple of 14: 256 = 18·14 + 4)
+/// runs a kernel of that many rows instead of multiplying padding; every
+/// row's products are the same, in the same order, so the bits are too.
 ///
 /// # Safety
 /// As for [`KernelFn`]; needs AVX-512 F/BW/VL.
@@ -253,8 +256,33 @@ pub unsafe fn avx512(
     first: bool,
     bias: *const f32,
 ) {
+    match h {
+        0..=4 => avx512_rows::<4>(steps, a, b, c, ldc, h, w, first, bias),
+        5..=8 => avx512_rows::<8>(steps, a, b, c, ldc, h, w, first, bias),
+        _ => avx512_rows::<MR_14>(steps, a, b, c, ldc, h, w, first, bias),
+    }
+}
+
+/// The fp32 kernel on the first `R` rows of a 14-row strip.
+///
+/// # Safety
+/// As for [`avx512`], with `h ≤ R ≤ 14`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn avx512_rows<const R: usize>(
+    steps: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    h: usize,
+    w: usize,
+    first: bool,
+    bias: *const f32,
+) {
     use std::arch::x86_64::*;
-    let mut acc = [[_mm512_setzero_ps(); 2]; MR_14];
+    let mut acc = [[_mm512_setzero_ps(); 2]; R];
     let mut ap = a;
     let mut bp = b;
     for _ in 0..steps {
@@ -272,7 +300,8 @@ pub unsafe fn avx512(
 }
 
 /// AVX-512-BF16 micro-kernel, 14 × 32: each step multiplies a pair of k's
-/// in bf16 and adds both products to fp32 accumulators (`vdpbf16ps`).
+/// in bf16 and adds both products to fp32 accumulators (`vdpbf16ps`). Short
+/// tiles run fewer rows, as in [`avx512`].
 ///
 /// # Safety
 /// As for [`KernelFn`], with A and B packed as bf16 pairs; needs AVX-512-BF16.
@@ -290,8 +319,33 @@ pub unsafe fn avx512bf16(
     first: bool,
     bias: *const f32,
 ) {
+    match h {
+        0..=4 => avx512bf16_rows::<4>(steps, a, b, c, ldc, h, w, first, bias),
+        5..=8 => avx512bf16_rows::<8>(steps, a, b, c, ldc, h, w, first, bias),
+        _ => avx512bf16_rows::<MR_14>(steps, a, b, c, ldc, h, w, first, bias),
+    }
+}
+
+/// The bf16 kernel on the first `R` rows of a 14-row strip.
+///
+/// # Safety
+/// As for [`avx512bf16`], with `h ≤ R ≤ 14`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512bf16,avx512f,avx512bw,avx512vl,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn avx512bf16_rows<const R: usize>(
+    steps: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    h: usize,
+    w: usize,
+    first: bool,
+    bias: *const f32,
+) {
     use std::arch::x86_64::*;
-    let mut acc = [[_mm512_setzero_ps(); 2]; MR_14];
+    let mut acc = [[_mm512_setzero_ps(); 2]; R];
     let mut ap = a as *const i32;
     let mut bp = b as *const __m512i;
     for _ in 0..steps {
