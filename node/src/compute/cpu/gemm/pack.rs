@@ -229,6 +229,8 @@ mod tests {
         vals[77] = 1.0 + 1.0 / 256.0; // a tie: rounds to even
         vals[100] = -0.0;
         vals[120] = f32::from_bits(0x0000_8001); // a denormal: kept, not flushed
+        vals[2 * n_k + 5] = -f32::from_bits(0x0040_0001); // one inside a 32-float block
+        vals[3 * n_k + 40] = 3.0e38; // rounds up to infinity
         let cm: Vec<f32> = (0..n_rows * n_k).map(|x| vals[(x % n_rows) * n_k + x / n_rows]).collect();
         let layouts = [MatRef { data: &vals, rs: n_k, cs: 1 }, MatRef { data: &cm, rs: 1, cs: n_rows }];
         for isa in Isa::supported_paths() {
