@@ -1,6 +1,6 @@
-// Residual family, elementwise over a window of `n` floats:
-// forward out = a + b; accumulate d += g (the residual backward runs it once
-// per branch).
+// Residual connection, elementwise over a window of `n` floats:
+// out = a + b. The backward needs no kernel: each branch's backward adds
+// into the residual stream's gradient.
 
 struct Args {
     n: u32,
@@ -21,14 +21,4 @@ fn residual_forward(@builtin(global_invocation_id) gid: vec3<u32>) {
         return;
     }
     out[args.out_base + i] = a[args.a_base + i] + b[args.b_base + i];
-}
-
-// out += a
-@compute @workgroup_size(256)
-fn accumulate(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let i = gid.x;
-    if (i >= args.n) {
-        return;
-    }
-    out[args.out_base + i] += a[args.a_base + i];
 }

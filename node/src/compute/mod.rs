@@ -269,9 +269,9 @@ pub trait Backend: Sync {
     }
 
     // ---- residual ----
+    /// The backward needs no op: the model carries the residual stream's
+    /// gradient in one buffer, and each branch's backward adds into it.
     fn residual_forward(&self, out: &mut Self::Tensor, a: &Self::Tensor, b: &Self::Tensor);
-    /// da += dout; db += dout.
-    fn residual_backward(&self, da: &mut Self::Tensor, db: &mut Self::Tensor, dout: &Self::Tensor);
 
     // ---- fused softmax + cross-entropy over the real vocabulary ----
     /// probs(n, vp) = softmax(logits) over the first v columns (padded columns

@@ -210,10 +210,6 @@ pub fn residual_forward(out: &mut [f32], a: &[f32], b: &[f32]) {
     });
 }
 
-pub fn accumulate(isa: Isa, d: &mut [f32], dout: &[f32]) {
-    d.par_chunks_mut(4096).zip(dout.par_chunks(4096)).for_each(|(d, g)| simd::add_assign(isa, d, g));
-}
-
 pub fn softmax_xent_forward(
     isa: Isa,
     losses: &mut [f32],

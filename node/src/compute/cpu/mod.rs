@@ -248,10 +248,6 @@ impl Backend for CpuBackend {
     fn residual_forward(&self, out: &mut Vec<f32>, a: &Vec<f32>, b: &Vec<f32>) {
         kernels::residual_forward(out, a, b);
     }
-    fn residual_backward(&self, da: &mut Vec<f32>, db: &mut Vec<f32>, dout: &Vec<f32>) {
-        kernels::accumulate(self.isa, da, dout);
-        kernels::accumulate(self.isa, db, dout);
-    }
 
     fn softmax_xent_forward(
         &self,

@@ -193,10 +193,6 @@ impl Backend for CudaBackend {
     fn residual_forward(&self, out: &mut CudaTensor, a: &CudaTensor, b: &CudaTensor) {
         self.residual_forward_impl(out, a, b);
     }
-    fn residual_backward(&self, da: &mut CudaTensor, db: &mut CudaTensor, dout: &CudaTensor) {
-        self.accumulate_impl(da, dout);
-        self.accumulate_impl(db, dout);
-    }
 
     fn softmax_xent_forward(
         &self,

@@ -186,12 +186,6 @@ impl CudaBackend {
         launch!(self, "residual_forward", elements(n as usize); &mut out.buf, &a.buf, &b.buf, &n);
     }
 
-    /// d += dout.
-    pub(super) fn accumulate_impl(&self, d: &mut CudaTensor, dout: &CudaTensor) {
-        let n = u(d.len.min(dout.len));
-        launch!(self, "accumulate", elements(n as usize); &mut d.buf, &dout.buf, &n);
-    }
-
     pub(super) fn softmax_xent_forward_impl(
         &self,
         losses: &mut CudaTensor,

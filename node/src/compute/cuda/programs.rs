@@ -49,7 +49,7 @@ pub const PROGRAMS: [Program; 9] = [
     program!("layernorm.cu", ["layernorm_forward", "layernorm_backward_input", "layernorm_backward_params"]),
     program!("matmul.cu", ["bias_rows", "column_sums"]),
     program!("reduce.cu", ["reduce_partials", "reduce_final", "grad_clip_scale"]),
-    program!("residual.cu", ["residual_forward", "accumulate"]),
+    program!("residual.cu", ["residual_forward"]),
     program!("softmax_xent.cu", ["softmax_xent_forward", "softmax_xent_backward"]),
 ];
 

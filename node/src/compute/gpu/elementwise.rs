@@ -56,12 +56,6 @@ impl GpuBackend {
         self.elementwise(Kernel::ResidualForward, n, &t, 3, &[], &[]);
     }
 
-    /// d += g.
-    pub(super) fn accumulate(&self, d: &mut GpuTensor, g: &GpuTensor) {
-        let n = d.len.min(g.len);
-        self.elementwise(Kernel::Accumulate, n, &[(1, &d.buffer), (2, &g.buffer)], 3, &[], &[]);
-    }
-
     #[allow(clippy::too_many_arguments)]
     pub(super) fn adamw_impl(
         &self,

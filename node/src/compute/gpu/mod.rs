@@ -313,10 +313,6 @@ impl Backend for GpuBackend {
     fn residual_forward(&self, out: &mut GpuTensor, a: &GpuTensor, b: &GpuTensor) {
         self.residual_forward_impl(out, a, b);
     }
-    fn residual_backward(&self, da: &mut GpuTensor, db: &mut GpuTensor, dout: &GpuTensor) {
-        self.accumulate(da, dout);
-        self.accumulate(db, dout);
-    }
 
     fn softmax_xent_forward(
         &self,

@@ -58,7 +58,6 @@ fn every_shader_file_is_embedded_and_every_kernel_entry_exists() {
         GeluForward,
         GeluBackward,
         ResidualForward,
-        Accumulate,
         SoftmaxXentForward,
         SoftmaxXentBackward,
         ReducePartials,
