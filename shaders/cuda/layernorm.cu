@@ -1,7 +1,9 @@
 // LayerNorm over the last axis of an (n, c) tensor, eps = 1e-5 (llm.c's
 // layernorm_forward / layernorm_backward). One block of BLOCK threads per row;
-// row sums use a fixed tree, parameter gradients give each channel to one
-// thread that walks the rows in order: no atomics, deterministic.
+// row sums use a fixed tree; parameter gradients give a block 32 channels and
+// 32 × 32 threads, thread (x, y) summing rows y, y + 32, … of channel x in
+// row order and thread (x, 0) adding the 32 partials in order of y: no
+// atomics, deterministic.
 
 #define BLOCK 256
 
@@ -68,18 +70,35 @@ extern "C" __global__ void layernorm_backward_input(float* dinp, const float* do
     }
 }
 
-// dweight[j] += Σ_i norm[i, j] · dout[i, j]; dbias[j] += Σ_i dout[i, j]; rows in order.
+// dweight[j] += Σ_i norm[i, j] · dout[i, j]; dbias[j] += Σ_i dout[i, j].
+// Block (PCOLS, PLANES), one block per PCOLS channels.
+#define PCOLS 32
+#define PLANES 32
 extern "C" __global__ void layernorm_backward_params(float* dw, float* db, const float* dout, const float* inp,
                                                      const float* mean, const float* rstd, unsigned n,
                                                      unsigned c) {
-    size_t j = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= c) return;
-    float aw = dw[j], ab = db[j];
-    for (size_t i = 0; i < n; i++) {
-        float d = dout[i * c + j];
-        aw += (inp[i * c + j] - mean[i]) * rstd[i] * d;
-        ab += d;
+    __shared__ float pw[PLANES][PCOLS + 1];
+    __shared__ float pb[PLANES][PCOLS + 1];
+    unsigned x = threadIdx.x, y = threadIdx.y;
+    size_t j = (size_t)blockIdx.x * PCOLS + x;
+    float aw = 0.0f, ab = 0.0f;
+    if (j < c) {
+        for (size_t i = y; i < n; i += PLANES) {
+            float d = dout[i * c + j];
+            aw += (inp[i * c + j] - mean[i]) * rstd[i] * d;
+            ab += d;
+        }
     }
-    dw[j] = aw;
-    db[j] = ab;
+    pw[y][x] = aw;
+    pb[y][x] = ab;
+    __syncthreads();
+    if (y == 0 && j < c) {
+        float sw = 0.0f, sb = 0.0f;
+        for (unsigned l = 0; l < PLANES; l++) {
+            sw += pw[l][x];
+            sb += pb[l][x];
+        }
+        dw[j] += sw;
+        db[j] += sb;
+    }
 }

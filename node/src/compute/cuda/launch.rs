@@ -1,6 +1,7 @@
 //! Host side of the kernels in shaders/cuda: grid sizes, arguments and the
 //! order of launches for each op. Elementwise kernels take one thread per
-//! element; row kernels one block of `BLOCK` threads per row.
+//! element; row kernels one block of `BLOCK` threads per row; column
+//! reductions one block of 32 × 32 threads per 32 columns.
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
@@ -23,6 +24,17 @@ fn elements(n: usize) -> LaunchConfig {
 fn rows(n: usize) -> LaunchConfig {
     let blocks = u32::try_from(n.max(1)).unwrap_or_else(|_| panic!("{n} rows: grid too large"));
     LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (BLOCK, 1, 1), shared_mem_bytes: 0 }
+}
+
+/// Column reductions (`column_sums`, `layernorm_backward_params`): one block
+/// of `COLUMN_WIDTH × COLUMN_LANES` threads per `COLUMN_WIDTH` columns (the
+/// kernels' COLS × LANES).
+const COLUMN_WIDTH: u32 = 32;
+const COLUMN_LANES: u32 = 32;
+fn columns(n: usize) -> LaunchConfig {
+    let blocks = u32::try_from(n.div_ceil(COLUMN_WIDTH as usize).max(1))
+        .unwrap_or_else(|_| panic!("{n} columns: grid too large"));
+    LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (COLUMN_WIDTH, COLUMN_LANES, 1), shared_mem_bytes: 0 }
 }
 
 /// A size as the kernels' `unsigned`.
@@ -105,7 +117,7 @@ impl CudaBackend {
     ) {
         let (nu, cu) = (u(n), u(c));
         launch!(self, "layernorm_backward_input", rows(n); &mut dinp.buf, &dout.buf, &inp.buf, &w.buf, &mean.buf, &rstd.buf, &nu, &cu);
-        launch!(self, "layernorm_backward_params", elements(c); &mut dw.buf, &mut db.buf, &dout.buf, &inp.buf, &mean.buf, &rstd.buf, &nu, &cu);
+        launch!(self, "layernorm_backward_params", columns(c); &mut dw.buf, &mut db.buf, &dout.buf, &inp.buf, &mean.buf, &rstd.buf, &nu, &cu);
     }
 
     /// out(n,oc) = inp · weightᵀ (+ bias broadcast first, then accumulated onto).
@@ -128,10 +140,10 @@ impl CudaBackend {
         self.blas.gemm(MatmulLayout::Nt, &mut out.buf, &inp.buf, &weight.buf, s, beta);
     }
 
-    /// dbias[j] += Σ_i dout[i, j], rows in order.
+    /// dbias[j] += Σ_i dout[i, j], in a fixed order (matmul.cu).
     pub(super) fn column_sums_impl(&self, dbias: &mut CudaTensor, dout: &CudaTensor, n: usize, oc: usize) {
         let (nu, ocu) = (u(n), u(oc));
-        launch!(self, "column_sums", elements(oc); &mut dbias.buf, &dout.buf, &nu, &ocu);
+        launch!(self, "column_sums", columns(oc); &mut dbias.buf, &dout.buf, &nu, &ocu);
     }
 
     pub(super) fn attention_forward_impl(

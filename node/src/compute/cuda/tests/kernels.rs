@@ -20,6 +20,7 @@ fn layernorm_matches_cpu() {
     let Some(g) = cuda_or_skip("cuda layernorm_matches_cpu") else { return };
     layernorm_case(&g, 7, 37, 10);
     layernorm_case(&g, 1, 300, 11); // one row wider than the block
+    layernorm_case(&g, 70, 45, 12); // more rows than the parameter sums' 32 lanes, a part column block
 }
 
 #[test]
