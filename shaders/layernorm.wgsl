@@ -1,8 +1,9 @@
 // LayerNorm family over rows of `c` channels (eps = 1e-5).
 // Forward and the input gradient: one workgroup per row, row statistics by a
-// fixed tree in workgroup memory. Weight and bias gradients: one invocation
-// per channel walking the rows in order (as the CPU backend does), so no
-// atomics and a fixed summation order.
+// fixed tree in workgroup memory. Weight and bias gradients: a workgroup of
+// 32 × 4 invocations per 32 channels, invocation (x, y) summing rows y,
+// y + 4, … of channel x in order and (x, 0) adding the four partials in
+// order of y: no atomics and a fixed summation order.
 
 const WG: u32 = 128u;
 const EPS: f32 = 1e-5;
@@ -107,23 +108,39 @@ fn layernorm_backward_input(
     }
 }
 
-// One invocation per channel; rows [row0, row0 + rows) in order.
-@compute @workgroup_size(64)
-fn layernorm_backward_params(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let j = gid.x;
-    if (j >= args.c) {
-        return;
+// Rows [row0, row0 + rows): a workgroup per PCOLS channels, PLANES row lanes.
+const PCOLS: u32 = 32u;
+const PLANES: u32 = 4u; // PCOLS · PLANES = WG: the partials live in red_a, red_b
+
+@compute @workgroup_size(32, 4)
+fn layernorm_backward_params(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_id) lid: vec3<u32>,
+) {
+    let j = wid.x * PCOLS + lid.x;
+    var dw = 0.0;
+    var db = 0.0;
+    if (j < args.c) {
+        for (var r = lid.y; r < args.rows; r += PLANES) {
+            let row = args.row0 + r;
+            let mu = mean[args.stat_base + row];
+            let rs = rstd[args.stat_base + row];
+            let d = dout[args.dout_base + row * args.c + j];
+            dw += (inp[args.inp_base + row * args.c + j] - mu) * rs * d;
+            db += d;
+        }
     }
-    var dw = dweight[j];
-    var db = dbias[j];
-    for (var r = 0u; r < args.rows; r++) {
-        let row = args.row0 + r;
-        let mu = mean[args.stat_base + row];
-        let rs = rstd[args.stat_base + row];
-        let d = dout[args.dout_base + row * args.c + j];
-        dw += (inp[args.inp_base + row * args.c + j] - mu) * rs * d;
-        db += d;
+    red_a[lid.y * PCOLS + lid.x] = dw;
+    red_b[lid.y * PCOLS + lid.x] = db;
+    workgroupBarrier();
+    if (lid.y == 0u && j < args.c) {
+        var sw = 0.0;
+        var sb = 0.0;
+        for (var l = 0u; l < PLANES; l++) {
+            sw += red_a[l * PCOLS + lid.x];
+            sb += red_b[l * PCOLS + lid.x];
+        }
+        dweight[j] += sw;
+        dbias[j] += sb;
     }
-    dweight[j] = dw;
-    dbias[j] = db;
 }

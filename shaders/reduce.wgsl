@@ -4,8 +4,10 @@
 // partial. Pass 2 (`reduce_final`): one workgroup folds the partials the same
 // way into out[out_base] * scale. `grad_clip_scale` turns the per-tensor
 // squared norms into the global norm and the clipping factor.
-// `reduce_columns` adds the column sums of an (n, cols) window into out,
-// rows in order (the bias gradient).
+// `reduce_columns` adds the column sums of an (n, cols) window into out (the
+// bias gradient): a workgroup of 32 × 8 invocations per 32 columns,
+// invocation (x, y) summing rows y, y + 8, … of column x in order and (x, 0)
+// adding the eight partials in order of y.
 
 const WG: u32 = 256u;
 const ITEMS: u32 = 16u;
@@ -92,16 +94,29 @@ fn grad_clip_scale() {
     out[args.scale_slot] = factor;
 }
 
-// out[j] += Σ_i inp[i * cols + j], one invocation per column, rows in order.
-@compute @workgroup_size(64)
-fn reduce_columns(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let j = gid.x;
-    if (j >= args.cols) {
-        return;
+// out[j] += Σ_i inp[i * cols + j]; a workgroup per COLS columns, LANES row lanes.
+const COLS: u32 = 32u;
+const LANES: u32 = 8u; // COLS · LANES = WG: the partials live in scratch
+
+@compute @workgroup_size(32, 8)
+fn reduce_columns(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_id) lid: vec3<u32>,
+) {
+    let j = wid.x * COLS + lid.x;
+    var acc = 0.0;
+    if (j < args.cols) {
+        for (var i = lid.y; i < args.n; i += LANES) {
+            acc += inp[args.inp_base + i * args.cols + j];
+        }
     }
-    var acc = out[args.out_base + j];
-    for (var i = 0u; i < args.n; i++) {
-        acc += inp[args.inp_base + i * args.cols + j];
+    scratch[lid.y * COLS + lid.x] = acc;
+    workgroupBarrier();
+    if (lid.y == 0u && j < args.cols) {
+        var sum = 0.0;
+        for (var l = 0u; l < LANES; l++) {
+            sum += scratch[l * COLS + lid.x];
+        }
+        out[args.out_base + j] += sum;
     }
-    out[args.out_base + j] = acc;
 }

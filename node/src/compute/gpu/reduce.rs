@@ -54,7 +54,8 @@ impl GpuBackend {
         self.rec.dispatch(&self.pipeline(Kernel::GradClipScale), &args, &[(1, sv), (2, pv)], (1, 1, 1));
     }
 
-    /// out[j] += Σᵢ x[i·cols + j] for rows i in order (x is rows × cols).
+    /// out[j] += Σᵢ x[i·cols + j] in a fixed order (x is rows × cols; one
+    /// workgroup per 32 columns, reduce.wgsl).
     pub(super) fn column_sums_into(&self, out: &mut GpuTensor, x: &GpuTensor, rows: usize, cols: usize) {
         let pipeline = self.pipeline(Kernel::ReduceColumns);
         let per = (self.rules.max_elems / cols.max(1)).max(1);
@@ -62,7 +63,7 @@ impl GpuBackend {
         for (s, e) in chunks(rows, per) {
             let (xv, xb) = self.rules.window(&x.buffer, s * cols, e * cols);
             let args = [(e - s) as u32, xb, ob, 0, 0, 0, 0, 0, cols as u32];
-            self.rec.dispatch(&pipeline, &args, &[(1, ov), (2, xv)], (cols.div_ceil(64) as u32, 1, 1));
+            self.rec.dispatch(&pipeline, &args, &[(1, ov), (2, xv)], (cols.div_ceil(32) as u32, 1, 1));
         }
     }
 }

@@ -140,7 +140,8 @@ impl GpuBackend {
             let views = [(1, ov), (2, mv), (3, rv), (4, iv), (5, wv), (7, gv)];
             self.rec.dispatch(&input, &args, &views, ((r1 - r0) as u32, 1, 1));
             let views = [(2, mv), (3, rv), (4, iv), (7, gv), (8, dwv), (9, dbv)];
-            self.rec.dispatch(&params, &args, &views, (c.div_ceil(64) as u32, 1, 1));
+            // One workgroup per 32 channels (layernorm.wgsl).
+            self.rec.dispatch(&params, &args, &views, (c.div_ceil(32) as u32, 1, 1));
         }
     }
 

@@ -29,6 +29,7 @@ fn layernorm_matches_cpu() {
     let Some(g) = gpu_or_skip("layernorm_matches_cpu") else { return };
     layernorm_case(g, 7, 37, 10);
     layernorm_case(g, 1, 130, 11); // one row wider than the workgroup
+    layernorm_case(g, 70, 45, 13); // rows beyond the parameter sums' lanes, a part column workgroup
     let Some(w) = windowed("layernorm_matches_cpu (windowed)") else { return };
     layernorm_case(&w, 60, 37, 12);
 }
