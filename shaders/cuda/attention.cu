@@ -1,8 +1,8 @@
 // Causal multi-head self-attention (llm.c's attention_forward /
 // attention_backward), naive and deterministic: qkv is (b, t, 3c) laid out
 // [q | k | v], att (b, nh, t, t) keeps the softmaxed scores. Every output
-// element is one thread summing in a fixed order; softmax rows are one block
-// with a fixed tree. No atomics.
+// element is one thread summing in a fixed order (the scores in shared-memory
+// tiles); softmax rows are one block with a fixed tree. No atomics.
 
 #define BLOCK 256
 
@@ -31,30 +31,60 @@ __device__ float block_max(float x, float* sh) {
 }
 
 // scores[bh, t, t2] = q[t]·k[t2] · scale for t2 ≤ t (0 above the diagonal);
-// with `from_dout`, datt[bh, t, t2] = dout[t]·v[t2] instead.
+// with `from_dout`, datt[bh, t, t2] = dout[t]·v[t2] instead. A block owns a
+// TILE × TILE tile of (t, t2) for one bh (grid: bh, tile of t, tile of t2):
+// the tile's TILE left rows (q or dout) and TILE right rows (k or v) pass
+// through shared memory CHUNK channels at a time, and each of its TILE × TROWS
+// threads sums TILE / TROWS outputs over the channels in order (the same
+// order as one thread per output, so the same bits). Tiles wholly above the
+// diagonal only write their zeros.
+#define TILE 32
+#define TROWS 8
+#define CHUNK 64
 extern "C" __global__ void attention_scores(float* scores, const float* qkv, const float* dout, unsigned b,
                                             unsigned t_len, unsigned c, unsigned nh, float scale,
                                             unsigned from_dout) {
+    __shared__ float left[TILE][CHUNK + 1];
+    __shared__ float right[TILE][CHUNK + 1];
     size_t T = t_len;
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)b * nh * T * T) return;
-    size_t t2 = i % T, t = (i / T) % T, bh = i / (T * T);
-    size_t bi = bh / nh, h = bh % nh, hs = c / nh, c3 = 3 * (size_t)c;
-    if (t2 > t) {
-        scores[i] = 0.0f;
+    size_t bh = blockIdx.x, bi = bh / nh, h = bh % nh;
+    size_t t0 = (size_t)blockIdx.y * TILE, u0 = (size_t)blockIdx.z * TILE;
+    size_t hs = c / nh, c3 = 3 * (size_t)c;
+    unsigned x = threadIdx.x, y = threadIdx.y;
+    float* out = scores + bh * T * T;
+    if (u0 > t0 + TILE - 1) {
+        for (unsigned r = y; r < TILE; r += TROWS) {
+            size_t t = t0 + r, t2 = u0 + x;
+            if (t < T && t2 < T) out[t * T + t2] = 0.0f;
+        }
         return;
     }
-    float acc = 0.0f;
-    if (from_dout) {
-        const float* d = dout + (bi * T + t) * c + h * hs;
-        const float* v = qkv + (bi * T + t2) * c3 + 2 * (size_t)c + h * hs;
-        for (size_t k = 0; k < hs; k++) acc += d[k] * v[k];
-        scores[i] = acc;
-    } else {
-        const float* q = qkv + (bi * T + t) * c3 + h * hs;
-        const float* kk = qkv + (bi * T + t2) * c3 + c + h * hs;
-        for (size_t k = 0; k < hs; k++) acc += q[k] * kk[k];
-        scores[i] = acc * scale;
+    // Left rows: dout (b, t, c) or q; right rows: v or k, both in qkv (b, t, 3c).
+    const float* lbase = from_dout ? dout + h * hs : qkv + h * hs;
+    size_t lstride = from_dout ? (size_t)c : c3;
+    const float* rbase = qkv + (from_dout ? 2 * (size_t)c : (size_t)c) + h * hs;
+    float acc[TILE / TROWS];
+    for (unsigned j = 0; j < TILE / TROWS; j++) acc[j] = 0.0f;
+    for (size_t k0 = 0; k0 < hs; k0 += CHUNK) {
+        for (unsigned r = y; r < TILE; r += TROWS) {
+            size_t t = t0 + r, t2 = u0 + r;
+            for (unsigned kk = x; kk < CHUNK; kk += TILE) {
+                size_t k = k0 + kk;
+                left[r][kk] = (k < hs && t < T) ? lbase[(bi * T + t) * lstride + k] : 0.0f;
+                right[r][kk] = (k < hs && t2 < T) ? rbase[(bi * T + t2) * c3 + k] : 0.0f;
+            }
+        }
+        __syncthreads();
+        size_t kn = hs - k0 < CHUNK ? hs - k0 : CHUNK;
+        for (size_t kk = 0; kk < kn; kk++) {
+            float rv = right[x][kk];
+            for (unsigned j = 0; j < TILE / TROWS; j++) acc[j] += left[y + j * TROWS][kk] * rv;
+        }
+        __syncthreads();
+    }
+    for (unsigned j = 0; j < TILE / TROWS; j++) {
+        size_t t = t0 + y + j * TROWS, t2 = u0 + x;
+        if (t < T && t2 < T) out[t * T + t2] = t2 > t ? 0.0f : (from_dout ? acc[j] : acc[j] * scale);
     }
 }
 

@@ -1,7 +1,8 @@
 //! Host side of the kernels in shaders/cuda: grid sizes, arguments and the
 //! order of launches for each op. Elementwise kernels take one thread per
 //! element; row kernels one block of `BLOCK` threads per row; column
-//! reductions one block of 32 × 32 threads per 32 columns.
+//! reductions one block of 32 × 32 threads per 32 columns; attention scores
+//! one block per 32 × 32 tile.
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
@@ -35,6 +36,15 @@ fn columns(n: usize) -> LaunchConfig {
     let blocks = u32::try_from(n.div_ceil(COLUMN_WIDTH as usize).max(1))
         .unwrap_or_else(|_| panic!("{n} columns: grid too large"));
     LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (COLUMN_WIDTH, COLUMN_LANES, 1), shared_mem_bytes: 0 }
+}
+
+/// `attention_scores`: one block of 32 × 8 threads per 32 × 32 tile of one
+/// head's (t, t2) scores (attention.cu's TILE, TROWS); grid (b·nh, tiles, tiles).
+fn score_tiles(heads: usize, t: usize) -> LaunchConfig {
+    let tiles = u32::try_from(t.div_ceil(32).max(1)).ok().filter(|&n| n <= 65_535);
+    let tiles = tiles.unwrap_or_else(|| panic!("sequence of {t}: score grid too large"));
+    let heads = u32::try_from(heads.max(1)).unwrap_or_else(|_| panic!("{heads} heads: grid too large"));
+    LaunchConfig { grid_dim: (heads, tiles, tiles), block_dim: (32, 8, 1), shared_mem_bytes: 0 }
 }
 
 /// A size as the kernels' `unsigned`.
@@ -156,7 +166,7 @@ impl CudaBackend {
         let AttentionShape { b, t, c, nh } = s;
         let scale = 1.0 / ((c / nh) as f32).sqrt();
         let (bu, tu, cu, nhu, rowsu, no) = (u(b), u(t), u(c), u(nh), u(b * nh * t), 0u32);
-        launch!(self, "attention_scores", elements(b * nh * t * t);
+        launch!(self, "attention_scores", score_tiles(b * nh, t);
             &mut att.buf, &qkv.buf, &qkv.buf, &bu, &tu, &cu, &nhu, &scale, &no);
         launch!(self, "attention_softmax", rows(b * nh * t); &mut att.buf, &rowsu, &tu);
         launch!(self, "attention_values", elements(b * t * c); &mut out.buf, &att.buf, &qkv.buf, &bu, &tu, &cu, &nhu);
@@ -175,7 +185,7 @@ impl CudaBackend {
         let (bu, tu, cu, nhu, rowsu, yes) = (u(b), u(t), u(c), u(nh), u(b * nh * t), 1u32);
         let mut guard = self.scratch(Scratch::scores_slot, b * nh * t * t);
         let Some(datt) = guard.scores.as_mut() else { unreachable!("scratch() fills the slot") };
-        launch!(self, "attention_scores", elements(b * nh * t * t);
+        launch!(self, "attention_scores", score_tiles(b * nh, t);
             &mut *datt, &qkv.buf, &dout.buf, &bu, &tu, &cu, &nhu, &scale, &yes);
         launch!(self, "attention_softmax_backward", rows(b * nh * t); &mut *datt, &att.buf, &rowsu, &tu, &scale);
         launch!(self, "attention_backward_q", elements(b * t * c); &mut dqkv.buf, &*datt, &qkv.buf, &bu, &tu, &cu, &nhu);

@@ -57,6 +57,7 @@ fn attention_matches_cpu() {
     attention_case(&g, AttentionShape { b: 2, t: 5, c: 12, nh: 3 }, 50);
     attention_case(&g, AttentionShape { b: 3, t: 1, c: 8, nh: 2 }, 51);
     attention_case(&g, AttentionShape { b: 1, t: 300, c: 8, nh: 2 }, 52); // rows wider than a block
+    attention_case(&g, AttentionShape { b: 2, t: 45, c: 140, nh: 2 }, 53); // part score tiles, head size past one chunk
 }
 
 #[test]
