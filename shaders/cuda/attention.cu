@@ -35,9 +35,9 @@ __device__ float block_max(float x, float* sh) {
 // TILE × TILE tile of (t, t2) for one bh (grid: bh, tile of t, tile of t2):
 // the tile's TILE left rows (q or dout) and TILE right rows (k or v) pass
 // through shared memory CHUNK channels at a time, and each of its TILE × TROWS
-// threads sums TILE / TROWS outputs over the channels in order (the same
-// order as one thread per output, so the same bits). Tiles wholly above the
-// diagonal only write their zeros.
+// threads sums TILE / TROWS outputs over the channels in order (the order
+// one thread per output used). Tiles wholly above the diagonal only write
+// their zeros.
 #define TILE 32
 #define TROWS 8
 #define CHUNK 64
