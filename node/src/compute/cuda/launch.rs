@@ -38,13 +38,20 @@ fn columns(n: usize) -> LaunchConfig {
     LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (COLUMN_WIDTH, COLUMN_LANES, 1), shared_mem_bytes: 0 }
 }
 
-/// `attention_scores`: one block of 32 × 8 threads per 32 × 32 tile of one
-/// head's (t, t2) scores (attention.cu's TILE, TROWS); grid (b·nh, tiles, tiles).
+/// `attention_scores`: one block of `SCORE_TILE × SCORE_ROWS` threads per
+/// `SCORE_TILE²` tile of one head's (t, t2) scores (attention.cu's TILE,
+/// TROWS); grid (b·nh, tiles, tiles).
+const SCORE_TILE: u32 = 32;
+const SCORE_ROWS: u32 = 8;
 fn score_tiles(heads: usize, t: usize) -> LaunchConfig {
-    let tiles = u32::try_from(t.div_ceil(32).max(1)).ok().filter(|&n| n <= 65_535);
+    let tiles = u32::try_from(t.div_ceil(SCORE_TILE as usize).max(1)).ok().filter(|&n| n <= 65_535);
     let tiles = tiles.unwrap_or_else(|| panic!("sequence of {t}: score grid too large"));
     let heads = u32::try_from(heads.max(1)).unwrap_or_else(|_| panic!("{heads} heads: grid too large"));
-    LaunchConfig { grid_dim: (heads, tiles, tiles), block_dim: (32, 8, 1), shared_mem_bytes: 0 }
+    LaunchConfig {
+        grid_dim: (heads, tiles, tiles),
+        block_dim: (SCORE_TILE, SCORE_ROWS, 1),
+        shared_mem_bytes: 0,
+    }
 }
 
 /// A size as the kernels' `unsigned`.

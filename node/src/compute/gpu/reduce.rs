@@ -8,6 +8,9 @@ use super::{GpuBackend, GpuTensor};
 
 /// Elements per partial (reduce.wgsl's BLOCK = WG * ITEMS).
 const BLOCK: usize = 256 * 16;
+/// Columns per workgroup of the column reductions (`reduce_columns` here,
+/// `layernorm_backward_params` in rows.rs): the shaders' COLS and PCOLS.
+pub(super) const COLUMN_GROUP: usize = 32;
 
 impl GpuBackend {
     /// out[slot] = scale · Σ x (or Σ x² when `square`).
@@ -63,7 +66,12 @@ impl GpuBackend {
         for (s, e) in chunks(rows, per) {
             let (xv, xb) = self.rules.window(&x.buffer, s * cols, e * cols);
             let args = [(e - s) as u32, xb, ob, 0, 0, 0, 0, 0, cols as u32];
-            self.rec.dispatch(&pipeline, &args, &[(1, ov), (2, xv)], (cols.div_ceil(32) as u32, 1, 1));
+            self.rec.dispatch(
+                &pipeline,
+                &args,
+                &[(1, ov), (2, xv)],
+                (cols.div_ceil(COLUMN_GROUP) as u32, 1, 1),
+            );
         }
     }
 }

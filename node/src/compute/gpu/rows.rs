@@ -4,6 +4,7 @@
 
 use super::memory::chunks;
 use super::pipelines::Kernel;
+use super::reduce::COLUMN_GROUP;
 use super::{GpuBackend, GpuTensor, GpuTokens};
 use crate::compute::{EncoderShape, LogitsShape};
 
@@ -140,8 +141,7 @@ impl GpuBackend {
             let views = [(1, ov), (2, mv), (3, rv), (4, iv), (5, wv), (7, gv)];
             self.rec.dispatch(&input, &args, &views, ((r1 - r0) as u32, 1, 1));
             let views = [(2, mv), (3, rv), (4, iv), (7, gv), (8, dwv), (9, dbv)];
-            // One workgroup per 32 channels (layernorm.wgsl).
-            self.rec.dispatch(&params, &args, &views, (c.div_ceil(32) as u32, 1, 1));
+            self.rec.dispatch(&params, &args, &views, (c.div_ceil(COLUMN_GROUP) as u32, 1, 1));
         }
     }
 
