@@ -159,7 +159,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
 }
 
 fn bench_gemm(a: BenchGemmArgs) -> Result<()> {
-    use crate::compute::cpu::bench::{bench_gemm, bench_paths, default_shapes};
+    use crate::compute::cpu::bench::{bench_gemm, bench_paths, default_shapes, has_image};
     use crate::compute::cpu::Isa;
     let isa = match a.isa.as_deref() {
         Some(name) => Some(name.parse::<Isa>()?.checked()?),
@@ -174,13 +174,18 @@ fn bench_gemm(a: BenchGemmArgs) -> Result<()> {
         anyhow::bail!("--only {:?} matches no shape; names contain square, 124m or c256", a.only);
     }
     for shape in shapes {
-        for &opts in &paths {
-            let r = bench_gemm(shape, opts, a.iters);
+        // Where the GEMM reads a weight through its image (as training
+        // does), it is timed both ways, the image second.
+        let runs = paths
+            .iter()
+            .flat_map(|&o| [(o, false)].into_iter().chain(has_image(shape, o).then_some((o, true))));
+        for (opts, image) in runs {
+            let r = bench_gemm(shape, opts, a.iters, image);
             if a.json {
                 println!("{}", serde_json::to_string(&r)?);
             } else {
                 println!(
-                    "gemm {:<14} {:?} {}x{}x{} {:>10} {}, {} threads: {:8.2} ms, {:7.1} GFLOP/s",
+                    "gemm {:<14} {:?} {}x{}x{} {:>10} {}, B {:<15} {} threads: {:8.2} ms, {:7.1} GFLOP/s",
                     r.shape.name,
                     r.shape.layout,
                     r.shape.m,
@@ -188,6 +193,7 @@ fn bench_gemm(a: BenchGemmArgs) -> Result<()> {
                     r.shape.k,
                     r.isa,
                     r.precision,
+                    r.b,
                     r.threads,
                     r.ms,
                     r.gflops

@@ -112,6 +112,29 @@ pub struct AdamWStep {
     pub step: u32,
 }
 
+impl AdamWStep {
+    /// The bias corrections `1 − β1^step` and `1 − β2^step`, the powers by
+    /// squaring in f32 (the multiplications compiler-rt's `powi` does),
+    /// written out so that a call the compiler folds at build time gives the
+    /// bits of one run at run time (LLVM folds `powi` with other rounding).
+    pub fn bias_corrections(&self) -> (f32, f32) {
+        fn pow(mut a: f32, mut e: u32) -> f32 {
+            let mut r = 1.0f32;
+            loop {
+                if e & 1 == 1 {
+                    r *= a;
+                }
+                e /= 2;
+                if e == 0 {
+                    return r;
+                }
+                a *= a;
+            }
+        }
+        (1.0 - pow(self.beta1, self.step), 1.0 - pow(self.beta2, self.step))
+    }
+}
+
 /// The operations the GPT model needs from a device.
 ///
 /// `Tensor` holds `f32`s, `Tokens` holds `u32` token ids; both live on the
@@ -218,6 +241,51 @@ pub trait Backend: Sync {
     ) {
         self.zero(dinp);
         self.matmul_backward(dinp, dweight, dbias, dout, inp, weight, s);
+    }
+
+    // ---- weight images: a backend's own copy of a matmul weight, laid out
+    // as its GEMMs read it (the CPU's bf16 GEMM: packed bf16 pairs). The
+    // caller allocates `weight_image_len` floats, has the image written
+    // whenever the weight changes other than through
+    // `adamw_update_zero_grad_imaged`, and passes it beside the weight.
+    /// Floats of the image of an `oc × c` weight; 0 when the backend keeps none
+    /// (then the `_imaged` ops are never called).
+    fn weight_image_len(&self, oc: usize, c: usize) -> usize {
+        let _ = (oc, c);
+        0
+    }
+    /// Writes `image` from `weight` (`oc × c`).
+    fn write_weight_image(&self, image: &mut Self::Tensor, weight: &Self::Tensor, oc: usize, c: usize) {
+        let _ = (image, weight, oc, c);
+    }
+    /// [`matmul_forward`](Backend::matmul_forward) reading `weight`'s image.
+    fn matmul_forward_imaged(
+        &self,
+        out: &mut Self::Tensor,
+        inp: &Self::Tensor,
+        weight: &Self::Tensor,
+        image: &Self::Tensor,
+        bias: Option<&Self::Tensor>,
+        s: MatmulShape,
+    ) {
+        let _ = image;
+        self.matmul_forward(out, inp, weight, bias, s);
+    }
+    /// [`matmul_backward_fresh_dinp`](Backend::matmul_backward_fresh_dinp)
+    /// reading `weight`'s image.
+    fn matmul_backward_fresh_dinp_imaged(
+        &self,
+        dinp: &mut Self::Tensor,
+        dweight: &mut Self::Tensor,
+        dbias: Option<&mut Self::Tensor>,
+        dout: &Self::Tensor,
+        inp: &Self::Tensor,
+        weight: &Self::Tensor,
+        image: &Self::Tensor,
+        s: MatmulShape,
+    ) {
+        let _ = image;
+        self.matmul_backward_fresh_dinp(dinp, dweight, dbias, dout, inp, weight, s);
     }
 
     // ---- causal multi-head attention ----
@@ -337,5 +405,22 @@ pub trait Backend: Sync {
     ) {
         self.adamw_update(param, grad, m, v, stats, scale_slot, hp);
         self.zero(grad);
+    }
+    /// [`adamw_update_zero_grad`](Backend::adamw_update_zero_grad) for an
+    /// `oc × c` matmul weight, rewriting its image from the new values.
+    fn adamw_update_zero_grad_imaged(
+        &self,
+        param: &mut Self::Tensor,
+        grad: &mut Self::Tensor,
+        m: &mut Self::Tensor,
+        v: &mut Self::Tensor,
+        image: &mut Self::Tensor,
+        (oc, c): (usize, usize),
+        stats: &Self::Tensor,
+        scale_slot: usize,
+        hp: AdamWStep,
+    ) {
+        self.adamw_update_zero_grad(param, grad, m, v, stats, scale_slot, hp);
+        self.write_weight_image(image, param, oc, c);
     }
 }

@@ -86,6 +86,13 @@ pub struct Gpt<B: Backend> {
     grads: Vec<B::Tensor>,
     adam_m: Vec<B::Tensor>,
     adam_v: Vec<B::Tensor>,
+    /// The backend's images of the matmul weights (`Backend::weight_image_len`)
+    /// by parameter index: None for other tensors, or all None when the
+    /// backend keeps no images.
+    images: Vec<Option<B::Tensor>>,
+    /// The images hold the current weights (false after an upload; AdamW
+    /// rewrites them as it updates).
+    images_fresh: bool,
     /// Per-tensor squared gradient norms.
     partials: B::Tensor,
     stats: B::Tensor,
@@ -100,6 +107,51 @@ pub struct Gpt<B: Backend> {
     /// `optimizer_step`, which zeroes them as it reads them).
     grads_zeroed: bool,
     max_micro: usize,
+}
+
+/// `(out, in)` of tensor `i` when it is a matmul weight (the 2-D tensors
+/// but the position table, which is only added).
+fn matmul_weight_dims(i: usize, spec: &ParamSpec) -> Option<(usize, usize)> {
+    match spec.shape[..] {
+        [oc, c] if i != WPE => Some((oc, c)),
+        _ => None,
+    }
+}
+
+/// `matmul_forward`, through the weight's image when there is one.
+fn forward_matmul<B: Backend>(
+    backend: &B,
+    out: &mut B::Tensor,
+    inp: &B::Tensor,
+    weight: &B::Tensor,
+    image: Option<&B::Tensor>,
+    bias: Option<&B::Tensor>,
+    s: MatmulShape,
+) {
+    match image {
+        Some(image) => backend.matmul_forward_imaged(out, inp, weight, image, bias, s),
+        None => backend.matmul_forward(out, inp, weight, bias, s),
+    }
+}
+
+/// `matmul_backward_fresh_dinp`, through the weight's image when there is one.
+#[allow(clippy::too_many_arguments)]
+fn backward_matmul<B: Backend>(
+    backend: &B,
+    dinp: &mut B::Tensor,
+    dweight: &mut B::Tensor,
+    dbias: Option<&mut B::Tensor>,
+    dout: &B::Tensor,
+    inp: &B::Tensor,
+    (weight, image): (&B::Tensor, Option<&B::Tensor>),
+    s: MatmulShape,
+) {
+    match image {
+        Some(image) => {
+            backend.matmul_backward_fresh_dinp_imaged(dinp, dweight, dbias, dout, inp, weight, image, s)
+        }
+        None => backend.matmul_backward_fresh_dinp(dinp, dweight, dbias, dout, inp, weight, s),
+    }
 }
 
 /// Splits two distinct mutable elements out of one slice.
@@ -121,7 +173,18 @@ impl<B: Backend> Gpt<B> {
             backend.upload(p, v);
         }
         let max_micro = max_micro.max(1);
+        let images = specs
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let (oc, c) = matmul_weight_dims(i, s)?;
+                let len = backend.weight_image_len(oc, c);
+                (len > 0).then(|| backend.tensor(len))
+            })
+            .collect();
         Gpt {
+            images,
+            images_fresh: false,
             grads: specs.iter().map(alloc).collect(),
             adam_m: specs.iter().map(alloc).collect(),
             adam_v: specs.iter().map(alloc).collect(),
@@ -154,6 +217,7 @@ impl<B: Backend> Gpt<B> {
         for (p, v) in self.params.iter_mut().zip(values) {
             backend.upload(p, v);
         }
+        self.images_fresh = false;
     }
 
     /// Current parameter values as one flat vector (canonical order).
@@ -174,6 +238,20 @@ impl<B: Backend> Gpt<B> {
             backend.upload(p, &flat[at..at + n]);
             at += n;
         }
+        self.images_fresh = false;
+    }
+
+    /// Rewrites the weight images if the weights changed since they were written.
+    fn refresh_images(&mut self, backend: &B) {
+        if self.images_fresh {
+            return;
+        }
+        for (i, image) in self.images.iter_mut().enumerate() {
+            if let (Some(image), Some((oc, c))) = (image, matmul_weight_dims(i, &self.specs[i])) {
+                backend.write_weight_image(image, &self.params[i], oc, c);
+            }
+        }
+        self.images_fresh = true;
     }
 
     /// AdamW moments (m then v per tensor), for checkpoints.
@@ -257,10 +335,12 @@ impl<B: Backend> Gpt<B> {
         assert!(t <= self.config.max_seq_len, "sequence longer than the model's context");
         assert_eq!(inputs.len(), b * t);
         self.ensure_shape(backend, b, t);
+        self.refresh_images(backend);
         backend.upload_tokens(&mut self.inputs, inputs);
         let cfg = &self.config;
         let (c, nh, bt) = (cfg.n_embd, cfg.n_head, b * t);
         let p = &self.params;
+        let img = |i: usize| self.images[i].as_ref();
         let acts = &mut self.acts.as_mut().expect("activations allocated").acts;
         backend.encoder_forward(&mut acts.encoded, &self.inputs, &p[WTE], &p[WPE], EncoderShape { b, t, c });
         for l in 0..cfg.n_layer {
@@ -279,9 +359,13 @@ impl<B: Backend> Gpt<B> {
                 c,
             );
             let mm = |oc, ic| MatmulShape { n: bt, c: ic, oc };
-            backend.matmul_forward(&mut a.qkv, &a.ln1, w(P::QkvW), Some(w(P::QkvB)), mm(3 * c, c));
+            let i = |k: P| layer_index(l, k);
+            let (qkv, attproj, fc, fcproj) = (i(P::QkvW), i(P::AttProjW), i(P::FcW), i(P::FcProjW));
+            let qkv_bias = Some(w(P::QkvB));
+            forward_matmul(backend, &mut a.qkv, &a.ln1, &p[qkv], img(qkv), qkv_bias, mm(3 * c, c));
             backend.attention_forward(&mut a.atty, &mut a.att, &a.qkv, AttentionShape { b, t, c, nh });
-            backend.matmul_forward(&mut a.attproj, &a.atty, w(P::AttProjW), Some(w(P::AttProjB)), mm(c, c));
+            let (pw, pb) = (&p[attproj], Some(w(P::AttProjB)));
+            forward_matmul(backend, &mut a.attproj, &a.atty, pw, img(attproj), pb, mm(c, c));
             backend.residual_forward(&mut a.residual2, residual, &a.attproj);
             backend.layernorm_forward(
                 &mut a.ln2,
@@ -293,15 +377,10 @@ impl<B: Backend> Gpt<B> {
                 bt,
                 c,
             );
-            backend.matmul_forward(&mut a.fch, &a.ln2, w(P::FcW), Some(w(P::FcB)), mm(4 * c, c));
+            forward_matmul(backend, &mut a.fch, &a.ln2, &p[fc], img(fc), Some(w(P::FcB)), mm(4 * c, c));
             backend.gelu_forward(&mut a.fch_gelu, &a.fch);
-            backend.matmul_forward(
-                &mut a.fcproj,
-                &a.fch_gelu,
-                w(P::FcProjW),
-                Some(w(P::FcProjB)),
-                mm(c, 4 * c),
-            );
+            let (pw, pb) = (&p[fcproj], Some(w(P::FcProjB)));
+            forward_matmul(backend, &mut a.fcproj, &a.fch_gelu, pw, img(fcproj), pb, mm(c, 4 * c));
             backend.residual_forward(&mut a.residual3, &a.residual2, &a.fcproj);
         }
         let last = match acts.layers.last() {
@@ -320,7 +399,8 @@ impl<B: Backend> Gpt<B> {
             c,
         );
         let vp = cfg.padded_vocab_size;
-        backend.matmul_forward(&mut acts.logits, &acts.lnf, &p[WTE], None, MatmulShape { n: bt, c, oc: vp });
+        let head = MatmulShape { n: bt, c, oc: vp };
+        forward_matmul(backend, &mut acts.logits, &acts.lnf, &p[WTE], img(WTE), None, head);
         if let Some(targets) = targets {
             assert_eq!(targets.len(), bt);
             backend.upload_tokens(&mut self.targets, targets);
@@ -356,6 +436,7 @@ impl<B: Backend> Gpt<B> {
         let cfg = &self.config;
         let (c, nh, bt, vp) = (cfg.n_embd, cfg.n_head, b * t, cfg.padded_vocab_size);
         let p = &self.params;
+        let img = |i: usize| self.images[i].as_ref();
         let gp = &mut self.grads;
         let Workspace { acts, grads: g } = self.acts.as_mut().expect("forward before backward");
         self.grads_zeroed = false;
@@ -363,13 +444,14 @@ impl<B: Backend> Gpt<B> {
         let dloss = 1.0 / (bt * accum.max(1)) as f32;
         let ls = LogitsShape { n: bt, v: cfg.vocab_size, vp };
         backend.softmax_xent_backward(&mut g.logits, &acts.probs, &self.targets, dloss, ls);
-        backend.matmul_backward_fresh_dinp(
+        backward_matmul(
+            backend,
             &mut g.lnf,
             &mut gp[WTE],
             None,
             &g.logits,
             &acts.lnf,
-            &p[WTE],
+            (&p[WTE], img(WTE)),
             MatmulShape { n: bt, c, oc: vp },
         );
         let lnf = lnf_index(cfg);
@@ -403,24 +485,26 @@ impl<B: Backend> Gpt<B> {
 
             // MLP branch: its output gradient is the block's (residual3 = residual2 + fcproj).
             let (dw, db) = two_mut(gp, idx(P::FcProjW), idx(P::FcProjB));
-            backend.matmul_backward_fresh_dinp(
+            backward_matmul(
+                backend,
                 &mut gl.fch_gelu,
                 dw,
                 Some(db),
                 dres,
                 &a.fch_gelu,
-                w(P::FcProjW),
+                (w(P::FcProjW), img(idx(P::FcProjW))),
                 mm(c, 4 * c),
             );
             backend.gelu_backward_fresh(&mut gl.fch, &a.fch, &gl.fch_gelu);
             let (dw, db) = two_mut(gp, idx(P::FcW), idx(P::FcB));
-            backend.matmul_backward_fresh_dinp(
+            backward_matmul(
+                backend,
                 &mut gl.ln2,
                 dw,
                 Some(db),
                 &gl.fch,
                 &a.ln2,
-                w(P::FcW),
+                (w(P::FcW), img(idx(P::FcW))),
                 mm(4 * c, c),
             );
             // dres becomes residual2's gradient: the pass-through plus LayerNorm 2's.
@@ -439,13 +523,14 @@ impl<B: Backend> Gpt<B> {
             );
             // Attention branch: its output gradient is residual2's.
             let (dw, db) = two_mut(gp, idx(P::AttProjW), idx(P::AttProjB));
-            backend.matmul_backward_fresh_dinp(
+            backward_matmul(
+                backend,
                 &mut gl.atty,
                 dw,
                 Some(db),
                 dres,
                 &a.atty,
-                w(P::AttProjW),
+                (w(P::AttProjW), img(idx(P::AttProjW))),
                 mm(c, c),
             );
             backend.attention_backward_fresh(
@@ -456,13 +541,14 @@ impl<B: Backend> Gpt<B> {
                 AttentionShape { b, t, c, nh },
             );
             let (dw, db) = two_mut(gp, idx(P::QkvW), idx(P::QkvB));
-            backend.matmul_backward_fresh_dinp(
+            backward_matmul(
+                backend,
                 &mut gl.ln1,
                 dw,
                 Some(db),
                 &gl.qkv,
                 &a.ln1,
-                w(P::QkvW),
+                (w(P::QkvW), img(idx(P::QkvW))),
                 mm(3 * c, c),
             );
             // dres becomes the block input's gradient: the pass-through plus LayerNorm 1's.
@@ -497,16 +583,25 @@ impl<B: Backend> Gpt<B> {
         // in cache when the next forward starts (tensors update independently).
         for (i, spec) in self.specs.iter().enumerate().rev() {
             let hp = AdamWStep { weight_decay: if spec.decay { hp.weight_decay } else { 0.0 }, ..hp };
-            backend.adamw_update_zero_grad(
-                &mut self.params[i],
-                &mut self.grads[i],
-                &mut self.adam_m[i],
-                &mut self.adam_v[i],
-                &self.stats,
-                STAT_SCALE,
-                hp,
-            );
+            let (p, g, m, v) =
+                (&mut self.params[i], &mut self.grads[i], &mut self.adam_m[i], &mut self.adam_v[i]);
+            match (&mut self.images[i], matmul_weight_dims(i, spec)) {
+                (Some(image), Some(dims)) => backend.adamw_update_zero_grad_imaged(
+                    p,
+                    g,
+                    m,
+                    v,
+                    image,
+                    dims,
+                    &self.stats,
+                    STAT_SCALE,
+                    hp,
+                ),
+                _ => backend.adamw_update_zero_grad(p, g, m, v, &self.stats, STAT_SCALE, hp),
+            }
         }
+        // Every image was rewritten from the new weights.
+        self.images_fresh = true;
         self.grads_zeroed = true;
     }
 

@@ -200,3 +200,57 @@ fn gradient_accumulation_equals_one_big_batch() {
         }
     }
 }
+
+/// With weight images (bf16 on AVX-512-BF16), a model whose weights were
+/// replaced reads the new weights: uploading another run's parameters
+/// gives that run's loss bit for bit, and a run that re-uploads its own
+/// weights after every step (images written whole, not by AdamW) trains
+/// to the same bits as one whose AdamW writes them.
+#[test]
+fn weight_images_follow_every_change_of_the_weights() {
+    use crate::compute::Backend;
+    let be = CpuBackend::with_options(Isa::widest(), Precision::Bf16).expect("widest path");
+    let cfg = small_cfg();
+    let has_images = be.weight_image_len(cfg.padded_vocab_size, cfg.n_embd) > 0;
+    assert_eq!(has_images, Isa::widest() == Isa::Avx512Bf16, "images exactly where the bf16 pairs plan runs");
+    let (b, t) = (3, 7);
+    let hp = |step| AdamWStep { lr: 1e-2, beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1, step };
+    let run = |reupload: bool| {
+        let mut model = Gpt::new(&be, cfg.clone(), &params(&cfg, 3), 1);
+        let mut losses = Vec::new();
+        for step in 1..=4u32 {
+            let (x, y) = batch(&cfg, b, t, step as u64);
+            model.zero_grad(&be);
+            model.forward(&be, &x, Some(&y), b, t);
+            model.backward(&be, 1);
+            model.optimizer_step(&be, hp(step), 1.0);
+            losses.push(model.read_stats(&be).mean_loss().to_bits());
+            if reupload {
+                let p = model.download_params(&be);
+                model.upload_params(&be, &p);
+            }
+        }
+        (losses, model)
+    };
+    let (by_adamw, trained) = run(false);
+    let (by_upload, _) = run(true);
+    assert_eq!(by_adamw, by_upload);
+    // A fresh model (its images written from other weights) given the
+    // trained weights, flat and per tensor.
+    let (x, y) = batch(&cfg, b, t, 99);
+    let loss = |model: &mut Gpt<CpuBackend>| {
+        model.zero_grad(&be);
+        model.forward(&be, &x, Some(&y), b, t);
+        model.read_stats(&be).mean_loss().to_bits()
+    };
+    let mut trained = trained;
+    let want = loss(&mut trained);
+    let mut fresh = Gpt::new(&be, cfg.clone(), &params(&cfg, 4), 1);
+    assert_ne!(loss(&mut fresh), want, "different weights give a different loss");
+    fresh.upload_params(&be, &trained.download_params(&be));
+    assert_eq!(loss(&mut fresh), want, "upload_params");
+    let mut flat = Gpt::new(&be, cfg.clone(), &params(&cfg, 5), 1);
+    let _ = loss(&mut flat);
+    flat.upload_params_flat(&be, &trained.download_params_flat(&be));
+    assert_eq!(loss(&mut flat), want, "upload_params_flat");
+}

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::gemm::{gemm, GemmOpts, Init, MatRef};
+use super::gemm::{gemm, gemm_packed_b, GemmOpts, Init, MatRef, WeightImage};
 use super::isa::{Isa, Precision};
 
 /// Which of the model's three products a GEMM is.
@@ -68,13 +68,36 @@ pub struct GemmBench {
     pub isa: String,
     pub precision: String,
     pub threads: usize,
+    /// How B reaches the kernel: `packed per call`, or `image` (a weight
+    /// image written beforehand, as a training step's bf16 GEMMs read the
+    /// weights: `WeightImage`).
+    pub b: &'static str,
     /// Best time of the timed runs.
     pub ms: f64,
     pub gflops: f64,
 }
 
-/// Times `shape` (best of `iters` after one warm-up) on one path.
-pub fn bench_gemm(shape: GemmShape, opts: GemmOpts, iters: usize) -> GemmBench {
+/// Whether `shape`'s B is a weight (NT, NN) that `opts`' GEMMs read from an image.
+pub fn has_image(shape: GemmShape, opts: GemmOpts) -> bool {
+    weight_image(shape, opts).is_some()
+}
+
+/// The weight image of `shape`'s B, if it is a weight read through one.
+fn weight_image(shape: GemmShape, opts: GemmOpts) -> Option<WeightImage> {
+    let GemmShape { n, k, layout, .. } = shape;
+    match layout {
+        Layout::NT => WeightImage::new(n, k, opts),
+        Layout::NN => WeightImage::new(k, n, opts),
+        Layout::TN => None,
+    }
+}
+
+/// Times `shape` (best of `iters` after one warm-up) on one path; with
+/// `image`, B is read from its weight image (written before the timing).
+///
+/// # Panics
+/// With `image` on a shape `has_image` says has none.
+pub fn bench_gemm(shape: GemmShape, opts: GemmOpts, iters: usize, image: bool) -> GemmBench {
     let GemmShape { m, n, k, layout, .. } = shape;
     let fill = |len: usize, seed: u64| -> Vec<f32> {
         (0..len as u64).map(|i| ((i.wrapping_mul(2654435761) ^ seed) % 1000) as f32 / 500.0 - 1.0).collect()
@@ -88,13 +111,27 @@ pub fn bench_gemm(shape: GemmShape, opts: GemmOpts, iters: usize) -> GemmBench {
     };
     let mut c = vec![0f32; m * n];
     let init = if layout == Layout::NT { Init::Overwrite } else { Init::Accumulate };
+    let mut buf = Vec::new();
+    let packed = image.then(|| {
+        let img = weight_image(shape, opts).expect("bench gemm: this shape has no weight image");
+        buf = vec![0f32; img.buffer_len()];
+        img.write(&mut buf, &b);
+        match layout {
+            Layout::NT => img.nt(&buf),
+            _ => img.nn(&buf),
+        }
+    });
+    let run = |c: &mut [f32]| match packed {
+        Some(pb) => gemm_packed_b(m, n, k, av, pb, c, n, init, opts),
+        None => gemm(m, n, k, av, bv, c, n, init, opts),
+    };
     // Timed on a pool worker, as a training step calls it (`on_worker`).
     let best = rayon::scope(|_| {
-        gemm(m, n, k, av, bv, &mut c, n, init, opts);
+        run(&mut c);
         let mut best = f64::INFINITY;
         for _ in 0..iters.max(1) {
             let t = Instant::now();
-            gemm(m, n, k, av, bv, &mut c, n, init, opts);
+            run(&mut c);
             best = best.min(t.elapsed().as_secs_f64());
         }
         best
@@ -104,6 +141,7 @@ pub fn bench_gemm(shape: GemmShape, opts: GemmOpts, iters: usize) -> GemmBench {
         isa: opts.isa.to_string(),
         precision: opts.precision.to_string(),
         threads: rayon::current_num_threads(),
+        b: if image { "image" } else { "packed per call" },
         ms: best * 1e3,
         gflops: 2.0 * (m * n * k) as f64 / best / 1e9,
     }

@@ -24,8 +24,10 @@ use rayon::prelude::*;
 use super::isa::{Isa, Precision};
 use super::microkernel::{self as mk, KernelFn};
 use super::simd;
+pub use image::{ImageLayout, WeightImage};
 use pack::{pack, PackMode};
 
+mod image;
 mod pack;
 
 /// Width of one packed B panel (columns).
@@ -183,6 +185,66 @@ pub fn gemm(
     init: Init<'_>,
     opts: GemmOpts,
 ) {
+    gemm_from(m, n, k, a, BInput::Matrix(b), c, ldc, init, opts)
+}
+
+/// [`gemm`] with B already packed (`image::pack_b` for the same `k`, `n`
+/// and `opts`): the panels are read in place, nothing of B is packed.
+///
+/// # Panics
+/// When `b` was not packed for this `k`, `n` and plan (`ImageLayout::new`).
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_packed_b(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: MatRef<'_>,
+    b: &[f32],
+    c: &mut [f32],
+    ldc: usize,
+    init: Init<'_>,
+    opts: GemmOpts,
+) {
+    let layout = ImageLayout::new(k, n, opts).expect("gemm: this plan reads no packed B");
+    assert!(b.len() >= layout.len(), "gemm: packed B too short");
+    gemm_from(m, n, k, a, BInput::Packed(b, layout), c, ldc, init, opts)
+}
+
+/// Where B's panels come from.
+#[derive(Clone, Copy)]
+enum BInput<'a> {
+    /// Packed panel by panel, per call.
+    Matrix(MatRef<'a>),
+    /// Packed beforehand, in `ImageLayout` order.
+    Packed(&'a [f32], ImageLayout),
+}
+
+impl<'a> BInput<'a> {
+    /// The panel for columns `jc..` at depth `pc..`: `bpack` (where it was
+    /// just packed) or the packed B's own.
+    fn panel<'p>(&self, bpack: &'p [f32], jc: usize, pc: usize) -> &'p [f32]
+    where
+        'a: 'p,
+    {
+        match *self {
+            BInput::Matrix(_) => bpack,
+            BInput::Packed(image, layout) => &image[layout.panel_offset(jc, pc)..],
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn gemm_from(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: MatRef<'_>,
+    b: BInput<'_>,
+    c: &mut [f32],
+    ldc: usize,
+    init: Init<'_>,
+    opts: GemmOpts,
+) {
     if m == 0 || n == 0 {
         return;
     }
@@ -200,16 +262,19 @@ pub fn gemm(
         }
         return;
     }
-    if m < SMALL_M && a.cs == 1 && b.rs == 1 && opts.precision == Precision::Fp32 {
-        return gemm_small_nt(m, n, k, a, b, c, ldc, init, opts.isa);
+    if let BInput::Matrix(b) = b {
+        if m < SMALL_M && a.cs == 1 && b.rs == 1 && opts.precision == Precision::Fp32 {
+            return gemm_small_nt(m, n, k, a, b, c, ldc, init, opts.isa);
+        }
     }
     let plan = Plan::new(opts);
     let (mr, nr) = (plan.mr, plan.nr);
-    // Bᵀ as a matrix whose rows are B's columns: B strips pack like A strips.
-    let bt = MatRef { data: b.data, rs: b.cs, cs: b.rs };
     let split = Split::new(m, mr, plan.mc_tiles, rayon::current_num_threads().max(1));
     let steps_kc = plan.mode.steps(plan.kc);
-    let panel_len = steps_kc * NC.min(n.next_multiple_of(nr));
+    let panel_len = match b {
+        BInput::Matrix(_) => steps_kc * NC.min(n.next_multiple_of(nr)),
+        BInput::Packed(..) => 0,
+    };
     let (a_len, shared_a_len) = match split {
         Split::Rows { blocks } => (steps_kc * m.div_ceil(mr).div_ceil(blocks) * mr, 0),
         Split::Columns { .. } => (0, steps_kc * m.next_multiple_of(mr)),
@@ -222,7 +287,15 @@ pub fn gemm(
                 for pc in (0..k).step_by(plan.kc) {
                     let kc = plan.kc.min(k - pc);
                     let steps = plan.mode.steps(kc);
-                    let pack_panel = |bpack: &mut [f32]| pack_parallel(&plan, bpack, bt, jc, nc, pc, kc, nr);
+                    // This panel of B: packed now into `bpack`, or read in place.
+                    let pack_panel = |bpack: &mut [f32]| {
+                        if let BInput::Matrix(b) = b {
+                            // Bᵀ as a matrix whose rows are B's columns: B strips pack like A strips.
+                            let bt = MatRef { data: b.data, rs: b.cs, cs: b.rs };
+                            pack_parallel(&plan, bpack, bt, jc, nc, pc, kc, nr);
+                        }
+                    };
+                    let panel = |bpack| b.panel(bpack, jc, pc);
                     let first = pc == 0 && !matches!(init, Init::Accumulate);
                     let bias = match init {
                         Init::Bias(bias) if first => bias[jc..].as_ptr(),
@@ -232,7 +305,7 @@ pub fn gemm(
                     match split {
                         Split::Rows { blocks } => {
                             pack_panel(bpack);
-                            let bp = &bpack[..];
+                            let bp = panel(bpack);
                             (0..blocks).into_par_iter().for_each(|blk| {
                                 let (ic, rows) = row_block(blk, blocks, m, mr);
                                 with_scratch(&PACK_A, a_len, |apack| {
@@ -264,7 +337,7 @@ pub fn gemm(
                                 || pack_panel(bpack),
                                 || pack_parallel(&plan, apack, a, 0, m, pc, kc, mr),
                             );
-                            let (ap, bp) = (&apack[..], &bpack[..]);
+                            let (ap, bp) = (&apack[..], panel(bpack));
                             let strips = nc.div_ceil(nr);
                             let groups = groups.min(strips);
                             (0..groups).into_par_iter().for_each(|g| {

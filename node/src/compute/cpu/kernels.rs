@@ -5,7 +5,7 @@
 
 use rayon::prelude::*;
 
-use super::gemm::{gemm, GemmOpts, Init, MatRef};
+use super::gemm::{gemm, gemm_packed_b, GemmOpts, Init, MatRef, WeightImage};
 use super::isa::Isa;
 use super::simd;
 use crate::compute::{AdamWStep, EncoderShape, LogitsShape, MatmulShape};
@@ -121,22 +121,49 @@ pub fn layernorm_backward(
     });
 }
 
+/// A matmul weight as the GEMMs read it: the `oc × c` values, and the
+/// buffer of its images (`WeightImage`, written since the weight last
+/// changed) when the caller keeps one.
+#[derive(Clone, Copy)]
+pub struct Weight<'a> {
+    pub values: &'a [f32],
+    pub image: Option<&'a [f32]>,
+}
+
+impl<'a> Weight<'a> {
+    /// A weight with no image: the GEMMs pack it per call.
+    pub fn plain(values: &'a [f32]) -> Self {
+        Weight { values, image: None }
+    }
+
+    /// The image layout to read, when there is an image and `opts`' plan reads one.
+    fn image(&self, oc: usize, c: usize, opts: GemmOpts) -> Option<(WeightImage, &'a [f32])> {
+        let buf = self.image?;
+        WeightImage::new(oc, c, opts).map(|img| (img, buf))
+    }
+}
+
 pub fn matmul_forward(
     opts: GemmOpts,
     out: &mut [f32],
     inp: &[f32],
-    weight: &[f32],
+    weight: Weight<'_>,
     bias: Option<&[f32]>,
     s: MatmulShape,
 ) {
     let MatmulShape { n, c, oc } = s;
     let a = MatRef { data: inp, rs: c, cs: 1 };
-    let b = MatRef { data: weight, rs: 1, cs: c }; // weightᵀ
     let init = match bias {
         Some(bias) => Init::Bias(bias),
         None => Init::Overwrite,
     };
-    gemm(n, oc, c, a, b, out, oc, init, opts);
+    match weight.image(oc, c, opts) {
+        Some((img, buf)) => gemm_packed_b(n, oc, c, a, img.nt(buf), out, oc, init, opts),
+        None => {
+            let b = MatRef { data: weight.values, rs: 1, cs: c }; // weightᵀ
+            gemm(n, oc, c, a, b, out, oc, init, opts)
+        }
+    }
 }
 
 /// The backward of [`matmul_forward`]; `dinp_init` says whether dinp is
@@ -150,22 +177,19 @@ pub fn matmul_backward(
     dbias: Option<&mut [f32]>,
     dout: &[f32],
     inp: &[f32],
-    weight: &[f32],
+    weight: Weight<'_>,
     s: MatmulShape,
 ) {
     let MatmulShape { n, c, oc } = s;
     // NN: dinp(n,c) += dout(n,oc) · weight(oc,c)
-    gemm(
-        n,
-        c,
-        oc,
-        MatRef { data: dout, rs: oc, cs: 1 },
-        MatRef { data: weight, rs: c, cs: 1 },
-        dinp,
-        c,
-        dinp_init,
-        opts,
-    );
+    let a = MatRef { data: dout, rs: oc, cs: 1 };
+    match weight.image(oc, c, opts) {
+        Some((img, buf)) => gemm_packed_b(n, c, oc, a, img.nn(buf), dinp, c, dinp_init, opts),
+        None => {
+            let b = MatRef { data: weight.values, rs: c, cs: 1 };
+            gemm(n, c, oc, a, b, dinp, c, dinp_init, opts)
+        }
+    }
     // TN: dweight(oc,c) += dout(n,oc)ᵀ · inp(n,c)
     gemm(
         oc,
@@ -272,7 +296,8 @@ pub fn adamw_update(
     grad_scale: f32,
     hp: AdamWStep,
 ) {
-    let k = [grad_scale, 1.0 - hp.beta1.powi(hp.step as i32), 1.0 - hp.beta2.powi(hp.step as i32)];
+    let (bc1, bc2) = hp.bias_corrections();
+    let k = [grad_scale, bc1, bc2];
     const CH: usize = 8192;
     let chunks = p.par_chunks_mut(CH).zip(m.par_chunks_mut(CH).zip(v.par_chunks_mut(CH)));
     match g {
@@ -283,6 +308,51 @@ pub fn adamw_update(
             .zip(g.par_chunks_mut(CH))
             .for_each(|((p, (m, v)), g)| simd::adamw_zero_grad(isa, p, g, m, v, k, hp)),
     }
+}
+
+/// [`adamw_update`] with the gradient zeroed as it is read, for an `oc × c`
+/// matmul weight whose images `image` rewrites into `buf`: each 32-row
+/// chunk is updated a KC block of columns at a time, and that tile's images
+/// are written while it is still in cache. The updated values are the bits
+/// `adamw_update` gives (AdamW is element by element).
+#[allow(clippy::too_many_arguments)]
+pub fn adamw_update_imaged(
+    isa: Isa,
+    p: &mut [f32],
+    g: &mut [f32],
+    m: &mut [f32],
+    v: &mut [f32],
+    grad_scale: f32,
+    hp: AdamWStep,
+    image: WeightImage,
+    buf: &mut [f32],
+    c: usize,
+) {
+    let (bc1, bc2) = hp.bias_corrections();
+    let k = [grad_scale, bc1, bc2];
+    let chunk = WeightImage::CHUNK_ROWS * c;
+    let writer = image.begin_write(buf);
+    let chunks = p
+        .par_chunks_mut(chunk)
+        .zip(g.par_chunks_mut(chunk).zip(m.par_chunks_mut(chunk).zip(v.par_chunks_mut(chunk))));
+    chunks.enumerate().for_each(|(ch, (p, (g, (m, v))))| {
+        for tile in 0..image.tiles_per_chunk() {
+            let cols = image.tile_columns(tile);
+            for r in 0..p.len() / c {
+                let at = r * c + cols.start..r * c + cols.end;
+                simd::adamw_zero_grad(
+                    isa,
+                    &mut p[at.clone()],
+                    &mut g[at.clone()],
+                    &mut m[at.clone()],
+                    &mut v[at],
+                    k,
+                    hp,
+                );
+            }
+            writer.write_tile(p, ch * WeightImage::CHUNK_ROWS, tile);
+        }
+    });
 }
 
 /// The gradient AdamW reads: kept, or zeroed once read.
@@ -340,5 +410,54 @@ mod tests {
         let mut got = vec![f32::NAN; 2 * 9 * 48];
         be.attention_backward_fresh(&mut got, &d, &qkv, &att, a);
         assert_eq!(bits(&got), bits(&want), "attention");
+    }
+
+    /// AdamW that writes the weight's images updates every value, moment
+    /// and gradient to the bits of plain AdamW, and leaves the images a
+    /// whole write of the new weight gives (bf16 on AVX-512-BF16 only).
+    #[test]
+    fn imaged_adamw_updates_like_adamw_and_leaves_the_new_images() {
+        use super::super::gemm::{GemmOpts, WeightImage};
+        use super::super::isa::{Isa, Precision};
+        use super::{adamw_update, adamw_update_imaged, GradIn};
+        use crate::compute::AdamWStep;
+        let opts = GemmOpts { isa: Isa::Avx512Bf16, precision: Precision::Bf16 };
+        if !Isa::Avx512Bf16.supported() {
+            assert!(WeightImage::new(64, 64, opts).is_none());
+            return;
+        }
+        let hp = AdamWStep { lr: 3e-3, beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1, step: 7 };
+        // A second KC block of columns, a partial last row chunk.
+        for (oc, c) in [(83, 530), (64, 256), (3, 5)] {
+            let n = oc * c;
+            let (p, g, m) = (values(n, 11), values(n, 12), values(n, 13));
+            let v: Vec<f32> = values(n, 14).iter().map(|x| x.abs()).collect();
+            let (mut pw, mut gw, mut mw, mut vw) = (p.clone(), g.clone(), m.clone(), v.clone());
+            adamw_update(Isa::Avx512Bf16, &mut pw, GradIn::Zero(&mut gw), &mut mw, &mut vw, 0.7, hp);
+            let img = WeightImage::new(oc, c, opts).expect("bf16 pairs plan");
+            let mut want_img = vec![0.0; img.buffer_len()];
+            img.write(&mut want_img, &pw);
+            let (mut pg, mut gg, mut mg, mut vg) = (p, g, m, v);
+            let mut got_img = vec![f32::NAN; img.buffer_len()];
+            adamw_update_imaged(
+                Isa::Avx512Bf16,
+                &mut pg,
+                &mut gg,
+                &mut mg,
+                &mut vg,
+                0.7,
+                hp,
+                img,
+                &mut got_img,
+                c,
+            );
+            let ctx = format!("oc{oc} c{c}");
+            assert_eq!(bits(&pg), bits(&pw), "{ctx} weights");
+            assert_eq!(bits(&mg), bits(&mw), "{ctx} m");
+            assert_eq!(bits(&vg), bits(&vw), "{ctx} v");
+            assert!(gg.iter().all(|x| *x == 0.0), "{ctx} gradient zeroed");
+            assert_eq!(bits(img.nt(&got_img)), bits(img.nt(&want_img)), "{ctx} NT image");
+            assert_eq!(bits(img.nn(&got_img)), bits(img.nn(&want_img)), "{ctx} NN image");
+        }
     }
 }

@@ -15,9 +15,9 @@ pub mod microkernel;
 pub mod simd;
 
 use super::{AdamWStep, AttentionShape, Backend, EncoderShape, LogitsShape, MatmulShape};
-use gemm::{GemmOpts, Init};
+use gemm::{GemmOpts, Init, WeightImage};
 pub use isa::{Isa, IsaError, Precision};
-use kernels::GradIn;
+use kernels::{GradIn, Weight};
 
 /// The CPU backend: an instruction-set path and a GEMM input precision; all
 /// data lives in the tensors.
@@ -67,6 +67,11 @@ impl CpuBackend {
 
     fn gemm_opts(&self) -> GemmOpts {
         GemmOpts { isa: self.isa, precision: self.precision }
+    }
+
+    /// The images this backend's GEMMs read for an `oc × c` weight, if any.
+    fn weight_image(&self, oc: usize, c: usize) -> Option<WeightImage> {
+        WeightImage::new(oc, c, self.gemm_opts())
     }
 }
 
@@ -159,7 +164,8 @@ impl Backend for CpuBackend {
         bias: Option<&Vec<f32>>,
         s: MatmulShape,
     ) {
-        kernels::matmul_forward(self.gemm_opts(), out, inp, weight, bias.map(|b| b.as_slice()), s);
+        let w = Weight::plain(weight);
+        kernels::matmul_forward(self.gemm_opts(), out, inp, w, bias.map(|b| b.as_slice()), s);
     }
     fn matmul_backward(
         &self,
@@ -179,7 +185,7 @@ impl Backend for CpuBackend {
             dbias.map(|b| b.as_mut_slice()),
             dout,
             inp,
-            weight,
+            Weight::plain(weight),
             s,
         );
     }
@@ -202,9 +208,82 @@ impl Backend for CpuBackend {
             dbias.map(|b| b.as_mut_slice()),
             dout,
             inp,
-            weight,
+            Weight::plain(weight),
             s,
         );
+    }
+
+    /// bf16 on AVX-512-BF16: both packed images (`gemm::WeightImage`).
+    fn weight_image_len(&self, oc: usize, c: usize) -> usize {
+        self.weight_image(oc, c).map_or(0, |img| img.buffer_len())
+    }
+    fn write_weight_image(&self, image: &mut Vec<f32>, weight: &Vec<f32>, oc: usize, c: usize) {
+        if let Some(img) = self.weight_image(oc, c) {
+            img.write(image, weight);
+        }
+    }
+    fn matmul_forward_imaged(
+        &self,
+        out: &mut Vec<f32>,
+        inp: &Vec<f32>,
+        weight: &Vec<f32>,
+        image: &Vec<f32>,
+        bias: Option<&Vec<f32>>,
+        s: MatmulShape,
+    ) {
+        let w = Weight { values: weight, image: Some(image) };
+        kernels::matmul_forward(self.gemm_opts(), out, inp, w, bias.map(|b| b.as_slice()), s);
+    }
+    fn matmul_backward_fresh_dinp_imaged(
+        &self,
+        dinp: &mut Vec<f32>,
+        dweight: &mut Vec<f32>,
+        dbias: Option<&mut Vec<f32>>,
+        dout: &Vec<f32>,
+        inp: &Vec<f32>,
+        weight: &Vec<f32>,
+        image: &Vec<f32>,
+        s: MatmulShape,
+    ) {
+        kernels::matmul_backward(
+            self.gemm_opts(),
+            Init::Overwrite,
+            dinp,
+            dweight,
+            dbias.map(|b| b.as_mut_slice()),
+            dout,
+            inp,
+            Weight { values: weight, image: Some(image) },
+            s,
+        );
+    }
+    fn adamw_update_zero_grad_imaged(
+        &self,
+        param: &mut Vec<f32>,
+        grad: &mut Vec<f32>,
+        m: &mut Vec<f32>,
+        v: &mut Vec<f32>,
+        image: &mut Vec<f32>,
+        (oc, c): (usize, usize),
+        stats: &Vec<f32>,
+        scale_slot: usize,
+        hp: AdamWStep,
+    ) {
+        match self.weight_image(oc, c) {
+            Some(img) => kernels::adamw_update_imaged(
+                self.isa,
+                param,
+                grad,
+                m,
+                v,
+                stats[scale_slot],
+                hp,
+                img,
+                image,
+                c,
+            ),
+            None => self.adamw_update_zero_grad(param, grad, m, v, stats, scale_slot, hp),
+        }
     }
 
     /// The fused kernels keep one logsumexp per row, not the T×T matrix.

@@ -284,9 +284,8 @@ impl CudaBackend {
         scale_slot: usize,
         hp: AdamWStep,
     ) {
-        // bias corrections as the CPU backend computes them (f32 powi)
-        let bc1 = 1.0 - hp.beta1.powi(hp.step as i32);
-        let bc2 = 1.0 - hp.beta2.powi(hp.step as i32);
+        // bias corrections as the CPU backend computes them
+        let (bc1, bc2) = hp.bias_corrections();
         let (slot, n) = (u(scale_slot), u(param.len.min(grad.len)));
         launch!(self, "adamw_update", elements(n as usize);
             &mut param.buf, &grad.buf, &mut m.buf, &mut v.buf, &stats.buf, &slot, &n,

@@ -69,8 +69,7 @@ impl GpuBackend {
     ) {
         let n = param.len.min(grad.len).min(m.len).min(v.len);
         // Bias corrections computed exactly as the CPU backend does.
-        let bc1 = 1.0 - hp.beta1.powi(hp.step as i32);
-        let bc2 = 1.0 - hp.beta2.powi(hp.step as i32);
+        let (bc1, bc2) = hp.bias_corrections();
         let extra = [
             scale_slot as u32,
             hp.lr.to_bits(),

@@ -155,3 +155,85 @@ fn threads_share_tiles_evenly() {
     assert_eq!(covered, 1024);
     assert_eq!(row_block(7, 8, 1024, 14), (896, 128));
 }
+
+/// The bf16 plan on AVX-512-BF16, when this CPU has it (the only plan with
+/// weight images).
+fn image_opts() -> Option<GemmOpts> {
+    let opts = GemmOpts { isa: Isa::Avx512Bf16, precision: Precision::Bf16 };
+    Isa::Avx512Bf16.supported().then_some(opts)
+}
+
+/// Weights with partial strips and tiles, odd KC tails in both images (c
+/// 601: blocks of 512 and 89; oc 531: a last row chunk of 19 in a second
+/// block), and one of the model's whole-tile shapes.
+const IMAGE_SHAPES: &[(usize, usize)] = &[(45, 70), (531, 37), (70, 601), (64, 256), (1, 1)];
+
+/// A GEMM reading a weight's images gives exactly the bits of packing the
+/// weight per call, forward (NT) and input gradient (NN), on any rows.
+#[test]
+fn weight_images_give_the_bits_of_packing_per_call() {
+    let Some(opts) = image_opts() else {
+        // Without AVX-512-BF16 no plan reads an image.
+        for isa in Isa::supported_paths() {
+            for precision in [Precision::Fp32, Precision::Bf16] {
+                assert!(WeightImage::new(64, 64, GemmOpts { isa, precision }).is_none());
+            }
+        }
+        return;
+    };
+    assert!(WeightImage::new(64, 64, GemmOpts { precision: Precision::Fp32, ..opts }).is_none());
+    for &(oc, c) in IMAGE_SHAPES {
+        let w = fill(oc * c, 11);
+        let img = WeightImage::new(oc, c, opts).expect("bf16 pairs plan");
+        let mut buf = vec![f32::NAN; img.buffer_len()];
+        img.write(&mut buf, &w);
+        for m in [1, 19, 256] {
+            let (x, dy) = (fill(m * c, 12), fill(m * oc, 13));
+            let bias = fill(oc, 14);
+            let ctx = format!("oc{oc} c{c} m{m}");
+            // NT: out = x · Wᵀ + bias
+            let (mut want, mut got) = (vec![0f32; m * oc], vec![f32::NAN; m * oc]);
+            let (xv, wt) = (MatRef { data: &x, rs: c, cs: 1 }, MatRef { data: &w, rs: 1, cs: c });
+            gemm(m, oc, c, xv, wt, &mut want, oc, Init::Bias(&bias), opts);
+            gemm_packed_b(m, oc, c, xv, img.nt(&buf), &mut got, oc, Init::Bias(&bias), opts);
+            assert_eq!(bits(&got), bits(&want), "{ctx} NT");
+            // NN: dx += dy · W
+            let (mut want, mut got) = (fill(m * c, 15), fill(m * c, 15));
+            let (dyv, wv) = (MatRef { data: &dy, rs: oc, cs: 1 }, MatRef { data: &w, rs: c, cs: 1 });
+            gemm(m, c, oc, dyv, wv, &mut want, c, Init::Accumulate, opts);
+            gemm_packed_b(m, c, oc, dyv, img.nn(&buf), &mut got, c, Init::Accumulate, opts);
+            assert_eq!(bits(&got), bits(&want), "{ctx} NN");
+        }
+    }
+}
+
+/// Tiles written in any order, and a buffer moved to another address, give
+/// the same images as one whole write.
+#[test]
+fn weight_images_do_not_depend_on_tile_order_or_address() {
+    let Some(opts) = image_opts() else { return };
+    let (oc, c) = (531, 601);
+    let w = fill(oc * c, 21);
+    let img = WeightImage::new(oc, c, opts).expect("bf16 pairs plan");
+    let mut whole = vec![0f32; img.buffer_len()];
+    img.write(&mut whole, &w);
+    // A buffer one float further on, written tile by tile, last tile first.
+    let mut shifted = vec![f32::NAN; img.buffer_len() + 1];
+    let buf = &mut shifted[1..];
+    let writer = img.begin_write(buf);
+    let chunks: Vec<_> = w.chunks(WeightImage::CHUNK_ROWS * c).enumerate().collect();
+    for (ch, rows) in chunks.into_iter().rev() {
+        for tile in (0..img.tiles_per_chunk()).rev() {
+            writer.write_tile(rows, ch * WeightImage::CHUNK_ROWS, tile);
+        }
+    }
+    assert_eq!(bits(img.nt(buf)), bits(img.nt(&whole)), "NT");
+    assert_eq!(bits(img.nn(buf)), bits(img.nn(&whole)), "NN");
+    let moved = buf.to_vec();
+    assert_eq!(bits(img.nt(&moved)), bits(img.nt(&whole)), "NT after a move");
+    assert_eq!(bits(img.nn(&moved)), bits(img.nn(&whole)), "NN after a move");
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|x| x.to_bits()).collect()
+}
