@@ -412,20 +412,46 @@ mod tests {
         assert_eq!(bits(&got), bits(&want), "attention");
     }
 
+    /// The written-out bias corrections are what `powi` gives at run time
+    /// (the bits every earlier run used), for small and large steps.
+    #[test]
+    fn bias_corrections_are_run_time_powi() {
+        use crate::compute::AdamWStep;
+        use std::hint::black_box;
+        for step in [1u32, 2, 3, 7, 100, 1000, 4097, 123_457] {
+            let hp = AdamWStep { lr: 1e-3, beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.0, step };
+            let (bc1, bc2) = hp.bias_corrections();
+            let powi = |b: f32| 1.0 - black_box(b).powi(black_box(step as i32));
+            assert_eq!(bc1.to_bits(), powi(0.9).to_bits(), "β1 step {step}");
+            assert_eq!(bc2.to_bits(), powi(0.95).to_bits(), "β2 step {step}");
+        }
+    }
+
     /// AdamW that writes the weight's images updates every value, moment
     /// and gradient to the bits of plain AdamW, and leaves the images a
-    /// whole write of the new weight gives (bf16 on AVX-512-BF16 only).
+    /// whole write of the new weight gives (every plan with images).
     #[test]
     fn imaged_adamw_updates_like_adamw_and_leaves_the_new_images() {
         use super::super::gemm::{GemmOpts, WeightImage};
         use super::super::isa::{Isa, Precision};
+        let mut cases = 0;
+        for isa in Isa::supported_paths() {
+            for precision in [Precision::Fp32, Precision::Bf16] {
+                let opts = GemmOpts { isa, precision };
+                if WeightImage::new(64, 64, opts).is_some() {
+                    imaged_adamw_case(opts);
+                    cases += 1;
+                }
+            }
+        }
+        assert_eq!(cases > 0, Isa::widest().is_avx512(), "images exactly on the AVX-512 plans");
+    }
+
+    fn imaged_adamw_case(opts: super::super::gemm::GemmOpts) {
+        use super::super::gemm::WeightImage;
         use super::{adamw_update, adamw_update_imaged, GradIn};
         use crate::compute::AdamWStep;
-        let opts = GemmOpts { isa: Isa::Avx512Bf16, precision: Precision::Bf16 };
-        if !Isa::Avx512Bf16.supported() {
-            assert!(WeightImage::new(64, 64, opts).is_none());
-            return;
-        }
+        let isa = opts.isa;
         let hp = AdamWStep { lr: 3e-3, beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1, step: 7 };
         // A second KC block of columns, a partial last row chunk.
         for (oc, c) in [(83, 530), (64, 256), (3, 5)] {
@@ -433,25 +459,14 @@ mod tests {
             let (p, g, m) = (values(n, 11), values(n, 12), values(n, 13));
             let v: Vec<f32> = values(n, 14).iter().map(|x| x.abs()).collect();
             let (mut pw, mut gw, mut mw, mut vw) = (p.clone(), g.clone(), m.clone(), v.clone());
-            adamw_update(Isa::Avx512Bf16, &mut pw, GradIn::Zero(&mut gw), &mut mw, &mut vw, 0.7, hp);
-            let img = WeightImage::new(oc, c, opts).expect("bf16 pairs plan");
+            adamw_update(isa, &mut pw, GradIn::Zero(&mut gw), &mut mw, &mut vw, 0.7, hp);
+            let img = WeightImage::new(oc, c, opts).expect("a plan with images");
             let mut want_img = vec![0.0; img.buffer_len()];
             img.write(&mut want_img, &pw);
             let (mut pg, mut gg, mut mg, mut vg) = (p, g, m, v);
             let mut got_img = vec![f32::NAN; img.buffer_len()];
-            adamw_update_imaged(
-                Isa::Avx512Bf16,
-                &mut pg,
-                &mut gg,
-                &mut mg,
-                &mut vg,
-                0.7,
-                hp,
-                img,
-                &mut got_img,
-                c,
-            );
-            let ctx = format!("oc{oc} c{c}");
+            adamw_update_imaged(isa, &mut pg, &mut gg, &mut mg, &mut vg, 0.7, hp, img, &mut got_img, c);
+            let ctx = format!("{opts:?} oc{oc} c{c}");
             assert_eq!(bits(&pg), bits(&pw), "{ctx} weights");
             assert_eq!(bits(&mg), bits(&mw), "{ctx} m");
             assert_eq!(bits(&vg), bits(&vw), "{ctx} v");

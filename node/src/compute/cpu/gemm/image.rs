@@ -32,6 +32,7 @@ pub struct ImageLayout {
     n: usize,
     kc: usize,
     nr: usize,
+    mode: PackMode,
 }
 
 impl ImageLayout {
@@ -39,11 +40,12 @@ impl ImageLayout {
     /// B (it does not pack bf16 pairs).
     pub fn new(k: usize, n: usize, opts: GemmOpts) -> Option<ImageLayout> {
         let plan = Plan::new(opts);
-        (plan.mode == PackMode::Bf16Pairs).then_some(ImageLayout { k, n, kc: plan.kc, nr: plan.nr })
+        let fits = plan.nr == TILE_ROWS && plan.kc.is_multiple_of(TILE_ROWS);
+        fits.then_some(ImageLayout { k, n, kc: plan.kc, nr: plan.nr, mode: plan.mode })
     }
 
-    fn steps(kc: usize) -> usize {
-        PackMode::Bf16Pairs.steps(kc)
+    fn steps(&self, kc: usize) -> usize {
+        self.mode.steps(kc)
     }
 
     fn strips(&self) -> usize {
@@ -53,7 +55,7 @@ impl ImageLayout {
     /// Slots (f32-sized) the packed B takes.
     pub fn len(&self) -> usize {
         let blocks = self.k / self.kc;
-        self.strips() * self.nr * (blocks * Self::steps(self.kc) + Self::steps(self.k % self.kc))
+        self.strips() * self.nr * (blocks * self.steps(self.kc) + self.steps(self.k % self.kc))
     }
 
     pub fn is_empty(&self) -> bool {
@@ -63,8 +65,8 @@ impl ImageLayout {
     /// Offset of strip `strip` of the block starting at depth `pc` (a
     /// multiple of KC).
     fn strip_offset(&self, pc: usize, strip: usize) -> usize {
-        let block_steps = Self::steps(self.kc.min(self.k - pc));
-        (pc / self.kc) * self.strips() * self.nr * Self::steps(self.kc) + strip * self.nr * block_steps
+        let block_steps = self.steps(self.kc.min(self.k - pc));
+        (pc / self.kc) * self.strips() * self.nr * self.steps(self.kc) + strip * self.nr * block_steps
     }
 
     /// Offset of the panel for columns from `jc` (a multiple of NR) at depth `pc`.
@@ -97,10 +99,6 @@ impl WeightImage {
             return None;
         }
         let (nt, nn) = (ImageLayout::new(c, oc, opts)?, ImageLayout::new(oc, c, opts)?);
-        assert!(
-            nt.nr == TILE_ROWS && nt.kc.is_multiple_of(TILE_ROWS),
-            "weight image: tiles must match the plan's strips and blocks"
-        );
         Some(WeightImage { oc, c, nt, nn, isa: Plan::new(opts).isa })
     }
 
@@ -192,23 +190,23 @@ impl ImageWriter<'_> {
         let w = |rs, cs| MatRef { data: rows, rs, cs };
         // Nt: strip oc0/32 of the block at depth c0: the chunk's rows along k.
         let at = nt.strip_offset(c0, oc0 / TILE_ROWS);
-        let len = ImageLayout::steps(width) * nt.nr;
+        let len = nt.steps(width) * nt.nr;
         // SAFETY: (block c0, strip oc0/32) is this tile's alone; it lies
         // inside the Nt image, which the buffer holds (`begin_write`).
         let dst = unsafe { std::slice::from_raw_parts_mut(self.base.add(at), len) };
-        pack(isa, dst, w(c, 1), 0, h, c0, width, nt.nr, PackMode::Bf16Pairs);
+        pack(isa, dst, w(c, 1), 0, h, c0, width, nt.nr, nt.mode);
         // Nn: steps q0.. of every strip under columns c0..c0+width in the
         // block holding row oc0: the chunk's rows are k, in pairs.
         let pc = oc0 - oc0 % nn.kc;
-        let q0 = (oc0 - pc) / 2;
-        let steps = ImageLayout::steps(h);
+        let q0 = nn.steps(oc0 - pc);
+        let steps = nn.steps(h);
         for strip in c0 / nn.nr..(c0 + width).div_ceil(nn.nr) {
             let at = nt.len() + nn.strip_offset(pc, strip) + q0 * nn.nr;
             let j0 = strip * nn.nr;
             // SAFETY: (row chunk, strip) owns steps q0..q0+steps of the
             // strip; they lie inside the Nn image, after the Nt image.
             let dst = unsafe { std::slice::from_raw_parts_mut(self.base.add(at), steps * nn.nr) };
-            pack(isa, dst, w(1, c), j0, nn.nr.min(c - j0), 0, h, nn.nr, PackMode::Bf16Pairs);
+            pack(isa, dst, w(1, c), j0, nn.nr.min(c - j0), 0, h, nn.nr, nn.mode);
         }
     }
 }

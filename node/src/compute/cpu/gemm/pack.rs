@@ -20,7 +20,7 @@ use super::super::isa::{bf16_bits, round_bf16, Isa};
 use super::MatRef;
 
 /// How packing writes an element.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum PackMode {
     F32,
     /// f32 slots holding values rounded to bf16 (bf16 on paths without `vdpbf16ps`).
