@@ -25,7 +25,7 @@ use super::isa::{Isa, Precision};
 use super::microkernel::{self as mk, KernelFn};
 use super::simd;
 pub use image::{ImageLayout, WeightImage};
-use pack::{pack, PackMode};
+use pack::{pack, pack_rows, PackMode};
 
 mod image;
 mod pack;
@@ -86,6 +86,10 @@ struct Plan {
     mc_tiles: usize,
     mode: PackMode,
     kernel: KernelFn,
+    /// The kernel reading A packed in rows (`mk::A_ROW` apart), where the
+    /// path has one: used when A is stored along k, which then packs as
+    /// row copies instead of a transpose.
+    row_kernel: Option<KernelFn>,
     /// The path packing runs on (the kernel's).
     isa: Isa,
 }
@@ -103,6 +107,7 @@ impl Plan {
             mc_tiles: 16,
             mode: rounded,
             kernel,
+            row_kernel: None,
             isa,
         };
         match isa {
@@ -117,6 +122,7 @@ impl Plan {
                 mc_tiles: 10,
                 mode: PackMode::Bf16Pairs,
                 kernel: mk::avx512bf16,
+                row_kernel: Some(mk::avx512bf16_a_rows),
                 isa,
             },
             #[cfg(target_arch = "x86_64")]
@@ -127,6 +133,7 @@ impl Plan {
                 mc_tiles: 10,
                 mode: rounded,
                 kernel: mk::avx512,
+                row_kernel: Some(mk::avx512_a_rows),
                 isa,
             },
             #[cfg(not(target_arch = "x86_64"))]
@@ -271,6 +278,7 @@ fn gemm_from(
     let (mr, nr) = (plan.mr, plan.nr);
     let split = Split::new(m, mr, plan.mc_tiles, rayon::current_num_threads().max(1));
     let steps_kc = plan.mode.steps(plan.kc);
+    let a_rows = ALayout::choose(&plan, a);
     let panel_len = match b {
         BInput::Matrix(_) => steps_kc * NC.min(n.next_multiple_of(nr)),
         BInput::Packed(..) => 0,
@@ -309,12 +317,13 @@ fn gemm_from(
                             (0..blocks).into_par_iter().for_each(|blk| {
                                 let (ic, rows) = row_block(blk, blocks, m, mr);
                                 with_scratch(&PACK_A, a_len, |apack| {
-                                    pack(plan.isa, apack, a, ic, rows, pc, kc, mr, plan.mode);
+                                    pack_a(&plan, a_rows, apack, a, ic, rows, pc, kc);
                                     // SAFETY: block `blk` owns rows ic..ic+rows of C
                                     // (checked against c.len() above); blocks never overlap.
                                     unsafe {
                                         macro_block(
                                             &plan,
+                                            a_rows.layout(&plan, steps),
                                             rows,
                                             nc,
                                             steps,
@@ -332,10 +341,11 @@ fn gemm_from(
                         Split::Columns { groups } => {
                             // A (all rows) and the panel packed side by side, then
                             // each task takes a run of the panel's strips.
-                            let apack = &mut apack_all[..steps * m.next_multiple_of(mr)];
+                            let a_layout = a_rows.layout(&plan, steps);
+                            let apack = &mut apack_all[..a_layout.strip * m.div_ceil(mr)];
                             rayon::join(
                                 || pack_panel(bpack),
-                                || pack_parallel(&plan, apack, a, 0, m, pc, kc, mr),
+                                || pack_a_parallel(&plan, a_layout, apack, a, m, pc, kc),
                             );
                             let (ap, bp) = (&apack[..], panel(bpack));
                             let strips = nc.div_ceil(nr);
@@ -350,6 +360,7 @@ fn gemm_from(
                                 unsafe {
                                     macro_block(
                                         &plan,
+                                        a_layout,
                                         m,
                                         j1 - j0,
                                         steps,
@@ -368,6 +379,84 @@ fn gemm_from(
             }
         });
     });
+}
+
+/// How A's strips are packed for one GEMM: as the kernel's steps (`MR`
+/// values per step), or in rows for the `_a_rows` kernel.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ARows {
+    Steps,
+    Rows,
+}
+
+/// An A strip's kernel and length (slots between strips) for one K block.
+#[derive(Clone, Copy)]
+struct ALayout {
+    kernel: KernelFn,
+    strip: usize,
+    rows: ARows,
+}
+
+impl ALayout {
+    /// Rows where the plan has a row kernel and A is stored along k.
+    fn choose(plan: &Plan, a: MatRef<'_>) -> ARows {
+        if a.cs == 1 && plan.row_kernel.is_some() {
+            debug_assert_eq!(plan.mode.steps(plan.kc), mk::A_ROW, "a packed row holds one K block");
+            ARows::Rows
+        } else {
+            ARows::Steps
+        }
+    }
+}
+
+impl ARows {
+    /// The layout for a K block of `steps` steps.
+    fn layout(self, plan: &Plan, steps: usize) -> ALayout {
+        match (self, plan.row_kernel) {
+            (ARows::Rows, Some(kernel)) => ALayout { kernel, strip: plan.mr * mk::A_ROW, rows: self },
+            _ => ALayout { kernel: plan.kernel, strip: steps * plan.mr, rows: ARows::Steps },
+        }
+    }
+}
+
+/// Packs rows `ic..ic+rows` of A (k from `pc`, `kc` of them) in `rows`' layout.
+#[allow(clippy::too_many_arguments)]
+fn pack_a(
+    plan: &Plan,
+    rows_layout: ARows,
+    dst: &mut [f32],
+    a: MatRef<'_>,
+    ic: usize,
+    rows: usize,
+    pc: usize,
+    kc: usize,
+) {
+    match rows_layout {
+        ARows::Rows => pack_rows(plan.isa, dst, a, ic, rows, pc, kc, plan.mr, mk::A_ROW, plan.mode),
+        ARows::Steps => pack(plan.isa, dst, a, ic, rows, pc, kc, plan.mr, plan.mode),
+    }
+}
+
+/// Packs all `m` rows of A in `layout`, in parallel, a few strips per task.
+fn pack_a_parallel(
+    plan: &Plan,
+    layout: ALayout,
+    dst: &mut [f32],
+    a: MatRef<'_>,
+    m: usize,
+    pc: usize,
+    kc: usize,
+) {
+    match layout.rows {
+        ARows::Steps => pack_parallel(plan, dst, a, 0, m, pc, kc, plan.mr),
+        ARows::Rows => {
+            let group = 4 * plan.mr;
+            dst.par_chunks_mut(4 * layout.strip).enumerate().for_each(|(g, dst)| {
+                let i0 = g * group;
+                pack_rows(plan.isa, dst, a, i0, group.min(m - i0), pc, kc, plan.mr, mk::A_ROW, plan.mode);
+            });
+        }
+    }
 }
 
 /// Packs rows `r0..r0+rows` of X (k from `pc`, `kc` of them) into `dst` as
@@ -453,6 +542,7 @@ impl SharedBias {
 #[allow(clippy::too_many_arguments)]
 unsafe fn macro_block(
     plan: &Plan,
+    a_layout: ALayout,
     rows: usize,
     nc: usize,
     steps: usize,
@@ -469,12 +559,22 @@ unsafe fn macro_block(
         let w = nr.min(nc - j0);
         let bias_j = if bias.is_null() { bias } else { bias.add(j0) };
         for (si, i0) in (0..rows).step_by(mr).enumerate() {
-            let as_ = &apack[si * steps * mr..(si + 1) * steps * mr];
+            let as_ = &apack[si * a_layout.strip..(si + 1) * a_layout.strip];
             let h = mr.min(rows - i0);
             // SAFETY: the strips hold steps·MR and steps·NR packed values; the
             // tile's h × w corner lies inside the caller's block of C; the
             // plan only names kernels the CPU supports.
-            (plan.kernel)(steps, as_.as_ptr(), bs.as_ptr(), c.add(i0 * ldc + j0), ldc, h, w, first, bias_j);
+            (a_layout.kernel)(
+                steps,
+                as_.as_ptr(),
+                bs.as_ptr(),
+                c.add(i0 * ldc + j0),
+                ldc,
+                h,
+                w,
+                first,
+                bias_j,
+            );
         }
     }
 }

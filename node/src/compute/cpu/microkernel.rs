@@ -10,8 +10,11 @@
 //!
 //! Packed layout: an A strip is `steps × MR` elements, a B strip `steps × NR`;
 //! a step is one k for f32 and a pair (k, k+1) for bf16, both halves in one
-//! 32-bit slot (the even k in the low half). Every kernel walks the steps in
-//! order, so each element of C sees its products in a fixed order.
+//! 32-bit slot (the even k in the low half). The AVX-512 kernels also come
+//! in an `_a_rows` version that reads A's strip as rows (`MR` rows of
+//! `A_ROW` slots, step p of row i at `i·A_ROW + p`), the same products in
+//! the same order. Every kernel walks the steps in order, so each element
+//! of C sees its products in a fixed order.
 //!
 //! Each kernel writes the tile to C: `first` overwrites (adding `bias[j]` when
 //! one is given), otherwise adds to what C holds. Only the top-left `h × w` of
@@ -184,6 +187,14 @@ pub unsafe fn avx2(
 pub const MR_14: usize = 14;
 pub const NR_32: usize = 32;
 
+/// Slots between rows of an A strip packed in rows (the `_a_rows` kernels):
+/// one KC block's steps on the AVX-512 plans (256 floats, or 256 pairs of
+/// a 512-deep bf16 block), fixed so each row's address is an immediate
+/// offset. Such strips are straight copies of A's rows where A is stored
+/// along k (the forward's activations, the input gradient's output
+/// gradient), with no transpose.
+pub const A_ROW: usize = 256;
+
 /// Writes the 14 × 32 accumulators to C with masked loads/stores. Always
 /// inlined into the kernels (whose target features it then runs under), so
 /// the accumulators go from registers to C: as a call, they were spilled to
@@ -257,20 +268,46 @@ pub unsafe fn avx512(
     bias: *const f32,
 ) {
     match h {
-        0..=4 => avx512_rows::<4>(steps, a, b, c, ldc, h, w, first, bias),
-        5..=8 => avx512_rows::<8>(steps, a, b, c, ldc, h, w, first, bias),
-        _ => avx512_rows::<MR_14>(steps, a, b, c, ldc, h, w, first, bias),
+        0..=4 => avx512_rows::<4, MR_14, 1>(steps, a, b, c, ldc, h, w, first, bias),
+        5..=8 => avx512_rows::<8, MR_14, 1>(steps, a, b, c, ldc, h, w, first, bias),
+        _ => avx512_rows::<MR_14, MR_14, 1>(steps, a, b, c, ldc, h, w, first, bias),
     }
 }
 
-/// The fp32 kernel on the first `R` rows of a 14-row strip.
+/// [`avx512`] with A in rows (`A_ROW` slots apart, see [`A_ROW`]).
+///
+/// # Safety
+/// As for [`avx512`], with A holding `h` rows of `steps` values `A_ROW` apart.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn avx512_a_rows(
+    steps: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    h: usize,
+    w: usize,
+    first: bool,
+    bias: *const f32,
+) {
+    match h {
+        0..=4 => avx512_rows::<4, 1, A_ROW>(steps, a, b, c, ldc, h, w, first, bias),
+        5..=8 => avx512_rows::<8, 1, A_ROW>(steps, a, b, c, ldc, h, w, first, bias),
+        _ => avx512_rows::<MR_14, 1, A_ROW>(steps, a, b, c, ldc, h, w, first, bias),
+    }
+}
+
+/// The fp32 kernel on the first `R` rows of a 14-row strip; row i's value
+/// at step p is `a[p·STEP + i·ROW]`.
 ///
 /// # Safety
 /// As for [`avx512`], with `h ≤ R ≤ 14`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn avx512_rows<const R: usize>(
+unsafe fn avx512_rows<const R: usize, const STEP: usize, const ROW: usize>(
     steps: usize,
     a: *const f32,
     b: *const f32,
@@ -289,11 +326,11 @@ unsafe fn avx512_rows<const R: usize>(
         let b0 = _mm512_loadu_ps(bp);
         let b1 = _mm512_loadu_ps(bp.add(16));
         for (i, row) in acc.iter_mut().enumerate() {
-            let av = _mm512_set1_ps(*ap.add(i));
+            let av = _mm512_set1_ps(*ap.add(i * ROW));
             row[0] = _mm512_fmadd_ps(av, b0, row[0]);
             row[1] = _mm512_fmadd_ps(av, b1, row[1]);
         }
-        ap = ap.add(MR_14);
+        ap = ap.add(STEP);
         bp = bp.add(NR_32);
     }
     store_zmm(&acc, c, ldc, h, w, first, bias);
@@ -320,20 +357,46 @@ pub unsafe fn avx512bf16(
     bias: *const f32,
 ) {
     match h {
-        0..=4 => avx512bf16_rows::<4>(steps, a, b, c, ldc, h, w, first, bias),
-        5..=8 => avx512bf16_rows::<8>(steps, a, b, c, ldc, h, w, first, bias),
-        _ => avx512bf16_rows::<MR_14>(steps, a, b, c, ldc, h, w, first, bias),
+        0..=4 => avx512bf16_rows::<4, MR_14, 1>(steps, a, b, c, ldc, h, w, first, bias),
+        5..=8 => avx512bf16_rows::<8, MR_14, 1>(steps, a, b, c, ldc, h, w, first, bias),
+        _ => avx512bf16_rows::<MR_14, MR_14, 1>(steps, a, b, c, ldc, h, w, first, bias),
     }
 }
 
-/// The bf16 kernel on the first `R` rows of a 14-row strip.
+/// [`avx512bf16`] with A in rows of pairs (`A_ROW` slots apart).
+///
+/// # Safety
+/// As for [`avx512bf16`], with A holding `h` rows of `steps` pairs `A_ROW` apart.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512bf16,avx512f,avx512bw,avx512vl,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn avx512bf16_a_rows(
+    steps: usize,
+    a: *const f32,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    h: usize,
+    w: usize,
+    first: bool,
+    bias: *const f32,
+) {
+    match h {
+        0..=4 => avx512bf16_rows::<4, 1, A_ROW>(steps, a, b, c, ldc, h, w, first, bias),
+        5..=8 => avx512bf16_rows::<8, 1, A_ROW>(steps, a, b, c, ldc, h, w, first, bias),
+        _ => avx512bf16_rows::<MR_14, 1, A_ROW>(steps, a, b, c, ldc, h, w, first, bias),
+    }
+}
+
+/// The bf16 kernel on the first `R` rows of a 14-row strip; row i's pair
+/// at step p is `a[p·STEP + i·ROW]`.
 ///
 /// # Safety
 /// As for [`avx512bf16`], with `h ≤ R ≤ 14`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512bf16,avx512f,avx512bw,avx512vl,avx2,fma")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn avx512bf16_rows<const R: usize>(
+unsafe fn avx512bf16_rows<const R: usize, const STEP: usize, const ROW: usize>(
     steps: usize,
     a: *const f32,
     b: *const f32,
@@ -352,11 +415,11 @@ unsafe fn avx512bf16_rows<const R: usize>(
         let b0: __m512bh = std::mem::transmute(_mm512_loadu_si512(bp));
         let b1: __m512bh = std::mem::transmute(_mm512_loadu_si512(bp.add(1)));
         for (i, row) in acc.iter_mut().enumerate() {
-            let av: __m512bh = std::mem::transmute(_mm512_set1_epi32(*ap.add(i)));
+            let av: __m512bh = std::mem::transmute(_mm512_set1_epi32(*ap.add(i * ROW)));
             row[0] = _mm512_dpbf16_ps(row[0], av, b0);
             row[1] = _mm512_dpbf16_ps(row[1], av, b1);
         }
-        ap = ap.add(MR_14);
+        ap = ap.add(STEP);
         bp = bp.add(2);
     }
     store_zmm(&acc, c, ldc, h, w, first, bias);

@@ -98,6 +98,55 @@ pub(super) fn pack(
     }
 }
 
+/// Packs `X[r0..r0+rows, p0..p0+kc]` from a source contiguous along k
+/// (`x.cs == 1`) as strips of `r` rows, each row `row` slots after the
+/// last (the `_a_rows` kernels' A): strip s at `s·r·row`, its row i at
+/// `i·row`, `steps` slots of it written (pairs for `Bf16Pairs`). Rows of
+/// the last strip past `rows` are left as they are: the kernels compute
+/// them but never store them.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn pack_rows(
+    isa: Isa,
+    dst: &mut [f32],
+    x: MatRef<'_>,
+    r0: usize,
+    rows: usize,
+    p0: usize,
+    kc: usize,
+    r: usize,
+    row: usize,
+    mode: PackMode,
+) {
+    let steps = mode.steps(kc);
+    assert!(x.cs == 1 && steps <= row, "pack: rows not contiguous along k, or longer than a packed row");
+    for i in 0..rows {
+        let src = &x.data[(r0 + i) * x.rs + p0..][..kc];
+        let d = &mut dst[(i / r) * r * row + (i % r) * row..][..steps];
+        match mode {
+            PackMode::F32 => d.copy_from_slice(src),
+            PackMode::F32RoundedBf16 => {
+                for (d, v) in d.iter_mut().zip(src) {
+                    *d = round_bf16(*v);
+                }
+            }
+            PackMode::Bf16Pairs => pair_row(isa, d, src),
+        }
+    }
+}
+
+/// One row's bf16 pairs: `d[q]` = (bf16 of `src[2q]`, of `src[2q+1]` or 0).
+fn pair_row(isa: Isa, d: &mut [f32], src: &[f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if isa.is_avx512() && isa.supported() {
+        // SAFETY: the CPU has this AVX-512 path, so AVX-512 F and BW.
+        return unsafe { avx512::pair_row(d, src) };
+    }
+    let _ = isa;
+    for (q, d) in d.iter_mut().enumerate() {
+        *d = pair_bits(src[2 * q], src.get(2 * q + 1).copied().unwrap_or(0.0));
+    }
+}
+
 #[inline(always)]
 fn conv(v: f32, round: bool) -> f32 {
     if round {

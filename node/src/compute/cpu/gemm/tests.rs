@@ -81,6 +81,34 @@ fn every_path_matches_f64_for_all_layouts_and_odd_shapes() {
     }
 }
 
+/// A stored along k (packed in rows for the AVX-512 `_a_rows` kernels) and
+/// the same A stored along the rows (packed as steps) give the same bits:
+/// the kernels form the same products in the same order either way.
+#[test]
+fn a_packed_in_rows_gives_the_bits_of_a_packed_in_steps() {
+    for opts in every_opts() {
+        for &(m, n, k) in SHAPES {
+            let a_rm = fill(m * k, 1);
+            let a_cm: Vec<f32> = (0..m * k).map(|x| a_rm[(x % m) * k + x / m]).collect();
+            let b_rm = fill(k * n, 2);
+            let b_cm: Vec<f32> = (0..k * n).map(|x| b_rm[(x % k) * n + x / k]).collect();
+            let along_k = MatRef { data: &a_rm, rs: k, cs: 1 };
+            let along_rows = MatRef { data: &a_cm, rs: 1, cs: m };
+            for b in [MatRef { data: &b_rm, rs: n, cs: 1 }, MatRef { data: &b_cm, rs: 1, cs: k }] {
+                if m < SMALL_M && b.rs == 1 && opts.precision == Precision::Fp32 {
+                    continue; // dot products, no packing (another order of sums)
+                }
+                let run = |a| {
+                    let mut c = fill(m * n, 3);
+                    gemm(m, n, k, a, b, &mut c, n, Init::Accumulate, opts);
+                    bits(&c)
+                };
+                assert_eq!(run(along_k), run(along_rows), "{opts:?} m{m} n{n} k{k} b.rs{}", b.rs);
+            }
+        }
+    }
+}
+
 #[test]
 fn bf16_really_rounds_the_inputs() {
     // 1 + 2^-9 rounds to 1 in bf16: the product must be exactly 1.

@@ -83,6 +83,31 @@ unsafe fn transpose16(r: &[__m512i; 16]) -> [__m512i; 16] {
     out
 }
 
+/// One source row's bf16 pairs (`pack_rows`): 32 floats to 16 pairs at a
+/// time, the tail one pair at a time.
+///
+/// # Safety
+/// The CPU supports AVX-512 F and BW.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(super) unsafe fn pair_row(d: &mut [f32], src: &[f32]) {
+    let steps = src.len().div_ceil(2);
+    assert!(d.len() >= steps, "pack: pair row too short");
+    let idx = _mm512_loadu_epi16(HIGH_WORDS.as_ptr());
+    let blocks = src.len() / 32;
+    for blk in 0..blocks {
+        // SAFETY: blk·32 + 32 ≤ src.len(), blk·16 + 16 ≤ steps ≤ d.len().
+        let s = src.as_ptr().add(blk * 32);
+        let (a, b) = (rounded16(_mm512_loadu_ps(s)), rounded16(_mm512_loadu_ps(s.add(16))));
+        _mm512_storeu_si512(
+            d.as_mut_ptr().add(blk * 16) as *mut __m512i,
+            _mm512_permutex2var_epi16(a, idx, b),
+        );
+    }
+    for (q, d) in d[..steps].iter_mut().enumerate().skip(blocks * 16) {
+        *d = pair_bits(src[2 * q], src.get(2 * q + 1).copied().unwrap_or(0.0));
+    }
+}
+
 /// `pair_strip` for a source contiguous along k (`cs == 1`; sources
 /// contiguous along the strip go a block at a time through `pair_block`).
 ///
