@@ -182,6 +182,31 @@ pub unsafe fn avx2(
     store_tile(&tile, c, ldc, h, w, first, bias);
 }
 
+/// Defines a kernel entry point with the [`KernelFn`] signature that runs
+/// `$tile::<STEP, ROW>` (A's row i at step p at `a[p·STEP + i·ROW]`) under
+/// `$features`.
+macro_rules! kernel_entry {
+    ($(#[$doc:meta])* $name:ident = $tile:ident::<$step:tt, $row:tt>, $features:literal) => {
+        $(#[$doc])*
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $features)]
+        #[allow(clippy::too_many_arguments)]
+        pub unsafe fn $name(
+            steps: usize,
+            a: *const f32,
+            b: *const f32,
+            c: *mut f32,
+            ldc: usize,
+            h: usize,
+            w: usize,
+            first: bool,
+            bias: *const f32,
+        ) {
+            $tile::<$step, $row>(steps, a, b, c, ldc, h, w, first, bias)
+        }
+    };
+}
+
 /// Tile of the AVX-512 kernels: 14 rows × 2 vectors of 16 uses 28 of the 32
 /// zmm registers for accumulators, 2 for B and 1 for the broadcast of A.
 pub const MR_14: usize = 14;
@@ -246,42 +271,34 @@ unsafe fn store_zmm<const R: usize>(
     }
 }
 
-/// AVX-512 fp32 micro-kernel, 14 × 32. A tile of at most 4 or 8 rows (the
-/// last of a block whose rows are not a multiple of 14: 256 = 18·14 + 4)
-/// runs a kernel of that many rows instead of multiplying padding; every
-/// row's products are the same, in the same order, so the bits are too.
-///
-/// # Safety
-/// As for [`KernelFn`]; needs AVX-512 F/BW/VL.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn avx512(
-    steps: usize,
-    a: *const f32,
-    b: *const f32,
-    c: *mut f32,
-    ldc: usize,
-    h: usize,
-    w: usize,
-    first: bool,
-    bias: *const f32,
-) {
-    match h {
-        0..=4 => avx512_rows::<4, MR_14, 1>(steps, a, b, c, ldc, h, w, first, bias),
-        5..=8 => avx512_rows::<8, MR_14, 1>(steps, a, b, c, ldc, h, w, first, bias),
-        _ => avx512_rows::<MR_14, MR_14, 1>(steps, a, b, c, ldc, h, w, first, bias),
-    }
+kernel_entry! {
+    /// AVX-512 fp32 micro-kernel, 14 × 32. A tile of at most 4 or 8 rows (the
+    /// last of a block whose rows are not a multiple of 14: 256 = 18·14 + 4)
+    /// runs a kernel of that many rows instead of multiplying padding; every
+    /// row's products are the same, in the same order, so the bits are too.
+    ///
+    /// # Safety
+    /// As for [`KernelFn`]; needs AVX-512 F/BW/VL.
+    avx512 = avx512_tile::<MR_14, 1>, "avx512f,avx512bw,avx512vl,avx2,fma"
 }
 
-/// [`avx512`] with A in rows (`A_ROW` slots apart, see [`A_ROW`]).
+kernel_entry! {
+    /// [`avx512`] with A in rows (`A_ROW` slots apart, see [`A_ROW`]).
+    ///
+    /// # Safety
+    /// As for [`avx512`], with A holding `h` rows of `steps` values `A_ROW` apart.
+    avx512_a_rows = avx512_tile::<1, A_ROW>, "avx512f,avx512bw,avx512vl,avx2,fma"
+}
+
+/// The fp32 kernel with as many rows as the tile needs (4, 8 or 14), A's
+/// row i at step p at `a[p·STEP + i·ROW]`.
 ///
 /// # Safety
-/// As for [`avx512`], with A holding `h` rows of `steps` values `A_ROW` apart.
+/// As for [`avx512`].
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn avx512_a_rows(
+unsafe fn avx512_tile<const STEP: usize, const ROW: usize>(
     steps: usize,
     a: *const f32,
     b: *const f32,
@@ -293,9 +310,9 @@ pub unsafe fn avx512_a_rows(
     bias: *const f32,
 ) {
     match h {
-        0..=4 => avx512_rows::<4, 1, A_ROW>(steps, a, b, c, ldc, h, w, first, bias),
-        5..=8 => avx512_rows::<8, 1, A_ROW>(steps, a, b, c, ldc, h, w, first, bias),
-        _ => avx512_rows::<MR_14, 1, A_ROW>(steps, a, b, c, ldc, h, w, first, bias),
+        0..=4 => avx512_rows::<4, STEP, ROW>(steps, a, b, c, ldc, h, w, first, bias),
+        5..=8 => avx512_rows::<8, STEP, ROW>(steps, a, b, c, ldc, h, w, first, bias),
+        _ => avx512_rows::<MR_14, STEP, ROW>(steps, a, b, c, ldc, h, w, first, bias),
     }
 }
 
@@ -336,41 +353,33 @@ unsafe fn avx512_rows<const R: usize, const STEP: usize, const ROW: usize>(
     store_zmm(&acc, c, ldc, h, w, first, bias);
 }
 
-/// AVX-512-BF16 micro-kernel, 14 × 32: each step multiplies a pair of k's
-/// in bf16 and adds both products to fp32 accumulators (`vdpbf16ps`). Short
-/// tiles run fewer rows, as in [`avx512`].
-///
-/// # Safety
-/// As for [`KernelFn`], with A and B packed as bf16 pairs; needs AVX-512-BF16.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512bf16,avx512f,avx512bw,avx512vl,avx2,fma")]
-#[allow(clippy::too_many_arguments)]
-pub unsafe fn avx512bf16(
-    steps: usize,
-    a: *const f32,
-    b: *const f32,
-    c: *mut f32,
-    ldc: usize,
-    h: usize,
-    w: usize,
-    first: bool,
-    bias: *const f32,
-) {
-    match h {
-        0..=4 => avx512bf16_rows::<4, MR_14, 1>(steps, a, b, c, ldc, h, w, first, bias),
-        5..=8 => avx512bf16_rows::<8, MR_14, 1>(steps, a, b, c, ldc, h, w, first, bias),
-        _ => avx512bf16_rows::<MR_14, MR_14, 1>(steps, a, b, c, ldc, h, w, first, bias),
-    }
+kernel_entry! {
+    /// AVX-512-BF16 micro-kernel, 14 × 32: each step multiplies a pair of k's
+    /// in bf16 and adds both products to fp32 accumulators (`vdpbf16ps`). Short
+    /// tiles run fewer rows, as in [`avx512`].
+    ///
+    /// # Safety
+    /// As for [`KernelFn`], with A and B packed as bf16 pairs; needs AVX-512-BF16.
+    avx512bf16 = avx512bf16_tile::<MR_14, 1>, "avx512bf16,avx512f,avx512bw,avx512vl,avx2,fma"
 }
 
-/// [`avx512bf16`] with A in rows of pairs (`A_ROW` slots apart).
+kernel_entry! {
+    /// [`avx512bf16`] with A in rows of pairs (`A_ROW` slots apart).
+    ///
+    /// # Safety
+    /// As for [`avx512bf16`], with A holding `h` rows of `steps` pairs `A_ROW` apart.
+    avx512bf16_a_rows = avx512bf16_tile::<1, A_ROW>, "avx512bf16,avx512f,avx512bw,avx512vl,avx2,fma"
+}
+
+/// The bf16 kernel with as many rows as the tile needs (4, 8 or 14), A's
+/// row i at step p at `a[p·STEP + i·ROW]`.
 ///
 /// # Safety
-/// As for [`avx512bf16`], with A holding `h` rows of `steps` pairs `A_ROW` apart.
+/// As for [`avx512bf16`].
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512bf16,avx512f,avx512bw,avx512vl,avx2,fma")]
 #[allow(clippy::too_many_arguments)]
-pub unsafe fn avx512bf16_a_rows(
+unsafe fn avx512bf16_tile<const STEP: usize, const ROW: usize>(
     steps: usize,
     a: *const f32,
     b: *const f32,
@@ -382,9 +391,9 @@ pub unsafe fn avx512bf16_a_rows(
     bias: *const f32,
 ) {
     match h {
-        0..=4 => avx512bf16_rows::<4, 1, A_ROW>(steps, a, b, c, ldc, h, w, first, bias),
-        5..=8 => avx512bf16_rows::<8, 1, A_ROW>(steps, a, b, c, ldc, h, w, first, bias),
-        _ => avx512bf16_rows::<MR_14, 1, A_ROW>(steps, a, b, c, ldc, h, w, first, bias),
+        0..=4 => avx512bf16_rows::<4, STEP, ROW>(steps, a, b, c, ldc, h, w, first, bias),
+        5..=8 => avx512bf16_rows::<8, STEP, ROW>(steps, a, b, c, ldc, h, w, first, bias),
+        _ => avx512bf16_rows::<MR_14, STEP, ROW>(steps, a, b, c, ldc, h, w, first, bias),
     }
 }
 

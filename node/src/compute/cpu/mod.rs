@@ -69,6 +69,23 @@ impl CpuBackend {
         GemmOpts { isa: self.isa, precision: self.precision }
     }
 
+    /// `kernels::matmul_backward` with this backend's GEMM options.
+    #[allow(clippy::too_many_arguments)]
+    fn backward(
+        &self,
+        dinp_init: Init<'_>,
+        dinp: &mut [f32],
+        dweight: &mut [f32],
+        dbias: Option<&mut Vec<f32>>,
+        dout: &[f32],
+        inp: &[f32],
+        weight: Weight<'_>,
+        s: MatmulShape,
+    ) {
+        let dbias = dbias.map(|b| b.as_mut_slice());
+        kernels::matmul_backward(self.gemm_opts(), dinp_init, dinp, dweight, dbias, dout, inp, weight, s);
+    }
+
     /// The images this backend's GEMMs read for an `oc × c` weight, if any.
     fn weight_image(&self, oc: usize, c: usize) -> Option<WeightImage> {
         WeightImage::new(oc, c, self.gemm_opts())
@@ -177,17 +194,7 @@ impl Backend for CpuBackend {
         weight: &Vec<f32>,
         s: MatmulShape,
     ) {
-        kernels::matmul_backward(
-            self.gemm_opts(),
-            Init::Accumulate,
-            dinp,
-            dweight,
-            dbias.map(|b| b.as_mut_slice()),
-            dout,
-            inp,
-            Weight::plain(weight),
-            s,
-        );
+        self.backward(Init::Accumulate, dinp, dweight, dbias, dout, inp, Weight::plain(weight), s);
     }
 
     fn matmul_backward_fresh_dinp(
@@ -200,20 +207,10 @@ impl Backend for CpuBackend {
         weight: &Vec<f32>,
         s: MatmulShape,
     ) {
-        kernels::matmul_backward(
-            self.gemm_opts(),
-            Init::Overwrite,
-            dinp,
-            dweight,
-            dbias.map(|b| b.as_mut_slice()),
-            dout,
-            inp,
-            Weight::plain(weight),
-            s,
-        );
+        self.backward(Init::Overwrite, dinp, dweight, dbias, dout, inp, Weight::plain(weight), s);
     }
 
-    /// bf16 on AVX-512-BF16: both packed images (`gemm::WeightImage`).
+    /// The AVX-512 plans: both packed images (`gemm::WeightImage`).
     fn weight_image_len(&self, oc: usize, c: usize) -> usize {
         self.weight_image(oc, c).map_or(0, |img| img.buffer_len())
     }
@@ -245,12 +242,11 @@ impl Backend for CpuBackend {
         image: &Vec<f32>,
         s: MatmulShape,
     ) {
-        kernels::matmul_backward(
-            self.gemm_opts(),
+        self.backward(
             Init::Overwrite,
             dinp,
             dweight,
-            dbias.map(|b| b.as_mut_slice()),
+            dbias,
             dout,
             inp,
             Weight { values: weight, image: Some(image) },
