@@ -278,7 +278,7 @@ fn gemm_from(
     let (mr, nr) = (plan.mr, plan.nr);
     let split = Split::new(m, mr, plan.mc_tiles, rayon::current_num_threads().max(1));
     let steps_kc = plan.mode.steps(plan.kc);
-    let a_rows = ALayout::choose(&plan, a);
+    let a_rows = ARows::for_a(&plan, a);
     let panel_len = match b {
         BInput::Matrix(_) => steps_kc * NC.min(n.next_multiple_of(nr)),
         BInput::Packed(..) => 0,
@@ -397,9 +397,9 @@ struct ALayout {
     rows: ARows,
 }
 
-impl ALayout {
+impl ARows {
     /// Rows where the plan has a row kernel and A is stored along k.
-    fn choose(plan: &Plan, a: MatRef<'_>) -> ARows {
+    fn for_a(plan: &Plan, a: MatRef<'_>) -> ARows {
         if a.cs == 1 && plan.row_kernel.is_some() {
             debug_assert_eq!(plan.mode.steps(plan.kc), mk::A_ROW, "a packed row holds one K block");
             ARows::Rows
@@ -407,9 +407,7 @@ impl ALayout {
             ARows::Steps
         }
     }
-}
 
-impl ARows {
     /// The layout for a K block of `steps` steps.
     fn layout(self, plan: &Plan, steps: usize) -> ALayout {
         match (self, plan.row_kernel) {

@@ -135,14 +135,17 @@ pub(super) fn pack_rows(
 }
 
 /// One row's bf16 pairs: `d[q]` = (bf16 of `src[2q]`, of `src[2q+1]` or 0).
+/// With AVX-512 the whole blocks of 32 floats go 16 pairs at a time, the
+/// rest (and every pair on other paths) one at a time.
 fn pair_row(isa: Isa, d: &mut [f32], src: &[f32]) {
+    let mut done = 0;
     #[cfg(target_arch = "x86_64")]
     if isa.is_avx512() && isa.supported() {
         // SAFETY: the CPU has this AVX-512 path, so AVX-512 F and BW.
-        return unsafe { avx512::pair_row(d, src) };
+        done = unsafe { avx512::pair_blocks(d, src) };
     }
     let _ = isa;
-    for (q, d) in d.iter_mut().enumerate() {
+    for (q, d) in d[..src.len().div_ceil(2)].iter_mut().enumerate().skip(done) {
         *d = pair_bits(src[2 * q], src.get(2 * q + 1).copied().unwrap_or(0.0));
     }
 }

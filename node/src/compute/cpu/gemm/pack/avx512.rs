@@ -83,19 +83,19 @@ unsafe fn transpose16(r: &[__m512i; 16]) -> [__m512i; 16] {
     out
 }
 
-/// One source row's bf16 pairs (`pack_rows`): 32 floats to 16 pairs at a
-/// time, the tail one pair at a time.
+/// One source row's bf16 pairs (`pack_rows`) for its whole blocks of 32
+/// floats, 16 pairs at a time; returns the pairs written (the caller
+/// writes the tail).
 ///
 /// # Safety
 /// The CPU supports AVX-512 F and BW.
 #[target_feature(enable = "avx512f,avx512bw")]
-pub(super) unsafe fn pair_row(d: &mut [f32], src: &[f32]) {
-    let steps = src.len().div_ceil(2);
-    assert!(d.len() >= steps, "pack: pair row too short");
-    let idx = _mm512_loadu_epi16(HIGH_WORDS.as_ptr());
+pub(super) unsafe fn pair_blocks(d: &mut [f32], src: &[f32]) -> usize {
     let blocks = src.len() / 32;
+    assert!(d.len() >= blocks * 16, "pack: pair row too short");
+    let idx = _mm512_loadu_epi16(HIGH_WORDS.as_ptr());
     for blk in 0..blocks {
-        // SAFETY: blk·32 + 32 ≤ src.len(), blk·16 + 16 ≤ steps ≤ d.len().
+        // SAFETY: blk·32 + 32 ≤ src.len(), blk·16 + 16 ≤ d.len().
         let s = src.as_ptr().add(blk * 32);
         let (a, b) = (rounded16(_mm512_loadu_ps(s)), rounded16(_mm512_loadu_ps(s.add(16))));
         _mm512_storeu_si512(
@@ -103,9 +103,7 @@ pub(super) unsafe fn pair_row(d: &mut [f32], src: &[f32]) {
             _mm512_permutex2var_epi16(a, idx, b),
         );
     }
-    for (q, d) in d[..steps].iter_mut().enumerate().skip(blocks * 16) {
-        *d = pair_bits(src[2 * q], src.get(2 * q + 1).copied().unwrap_or(0.0));
-    }
+    blocks * 16
 }
 
 /// `pair_strip` for a source contiguous along k (`cs == 1`; sources
