@@ -23,6 +23,7 @@ use crate::compute::AttentionShape;
 
 mod reference;
 mod tiles;
+mod wide;
 pub use reference::{reference_backward, reference_forward};
 use tiles::{backward_block, forward_block};
 
@@ -51,12 +52,15 @@ struct Head<'a> {
     tq: usize,
     tk: usize,
     hp: usize,
+    /// The tiles run `wide`'s AVX-512 forms (an AVX-512 path).
+    wide: bool,
 }
 
 impl<'a> Head<'a> {
-    fn new(qkv: &'a [f32], s: AttentionShape, bh: usize) -> Head<'a> {
+    fn new(isa: Isa, qkv: &'a [f32], s: AttentionShape, bh: usize) -> Head<'a> {
         let hs = s.c / s.nh;
         Head {
+            wide: isa.is_avx512() && isa.supported(),
             qkv,
             bi: bh / s.nh,
             h: bh % s.nh,
@@ -126,7 +130,7 @@ pub fn forward(isa: Isa, out: &mut [f32], lse: &mut [f32], qkv: &[f32], s: Atten
     assert!(out.len() >= b * tt * c && lse.len() >= b * nh * tt && qkv.len() >= b * tt * 3 * c);
     let outp = SharedMut(out.as_mut_ptr());
     lse[..b * nh * tt].par_chunks_mut(tt).enumerate().for_each_init(Scratch::default, |ws, (bh, lse_bh)| {
-        let hd = Head::new(qkv, s, bh);
+        let hd = Head::new(isa, qkv, s, bh);
         let (hs, hp) = (hd.hs, hd.hp);
         hd.rows(0, zeroed(&mut ws.q, hd.tq * hp));
         hd.rows(2, zeroed(&mut ws.v, hd.tk * hp));
@@ -169,7 +173,7 @@ pub fn backward(
     assert!(dqkv.len() >= b * tt * 3 * c && lse.len() >= b * nh * tt && dout.len() >= b * tt * c);
     let dp = SharedMut(dqkv.as_mut_ptr());
     (0..b * nh).into_par_iter().for_each_init(Scratch::default, |ws, bh| {
-        let hd = Head::new(qkv, s, bh);
+        let hd = Head::new(isa, qkv, s, bh);
         let (hs, hp, tk) = (hd.hs, hd.hp, hd.tk);
         hd.rows(0, zeroed(&mut ws.q, hd.tq * hp));
         hd.rows(1, zeroed(&mut ws.k, tk * hp));

@@ -278,7 +278,7 @@ fn gemm_from(
     let (mr, nr) = (plan.mr, plan.nr);
     let split = Split::new(m, mr, plan.mc_tiles, rayon::current_num_threads().max(1));
     let steps_kc = plan.mode.steps(plan.kc);
-    let a_rows = ARows::for_a(&plan, a);
+    let a_rows = ARows::for_a(&plan, a, m, k);
     let panel_len = match b {
         BInput::Matrix(_) => steps_kc * NC.min(n.next_multiple_of(nr)),
         BInput::Packed(..) => 0,
@@ -317,7 +317,13 @@ fn gemm_from(
                             (0..blocks).into_par_iter().for_each(|blk| {
                                 let (ic, rows) = row_block(blk, blocks, m, mr);
                                 with_scratch(&PACK_A, a_len, |apack| {
-                                    pack_a(&plan, a_rows, apack, a, ic, rows, pc, kc);
+                                    let apack = match a_rows {
+                                        ARows::InPlace => &a.data[ic * a.rs + pc..],
+                                        _ => {
+                                            pack_a(&plan, a_rows, apack, a, ic, rows, pc, kc);
+                                            &apack[..]
+                                        }
+                                    };
                                     // SAFETY: block `blk` owns rows ic..ic+rows of C
                                     // (checked against c.len() above); blocks never overlap.
                                     unsafe {
@@ -342,12 +348,18 @@ fn gemm_from(
                             // A (all rows) and the panel packed side by side, then
                             // each task takes a run of the panel's strips.
                             let a_layout = a_rows.layout(&plan, steps);
-                            let apack = &mut apack_all[..a_layout.strip * m.div_ceil(mr)];
-                            rayon::join(
-                                || pack_panel(bpack),
-                                || pack_a_parallel(&plan, a_layout, apack, a, m, pc, kc),
-                            );
-                            let (ap, bp) = (&apack[..], panel(bpack));
+                            let ap = if a_rows == ARows::InPlace {
+                                pack_panel(bpack);
+                                &a.data[pc..]
+                            } else {
+                                let apack = &mut apack_all[..a_layout.strip * m.div_ceil(mr)];
+                                rayon::join(
+                                    || pack_panel(bpack),
+                                    || pack_a_parallel(&plan, a_layout, apack, a, m, pc, kc),
+                                );
+                                &apack[..]
+                            };
+                            let bp = panel(bpack);
                             let strips = nc.div_ceil(nr);
                             let groups = groups.min(strips);
                             (0..groups).into_par_iter().for_each(|g| {
@@ -382,11 +394,14 @@ fn gemm_from(
 }
 
 /// How A's strips are packed for one GEMM: as the kernel's steps (`MR`
-/// values per step), or in rows for the `_a_rows` kernel.
+/// values per step), or in rows for the `_a_rows` kernel, or not at all:
+/// an fp32 A whose rows are already `A_ROW` apart is the rows layout as it
+/// stands, so the `_a_rows` kernel reads it in place.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum ARows {
     Steps,
     Rows,
+    InPlace,
 }
 
 /// An A strip's kernel and length (slots between strips) for one K block.
@@ -398,20 +413,31 @@ struct ALayout {
 }
 
 impl ARows {
-    /// Rows where the plan has a row kernel and A is stored along k.
-    fn for_a(plan: &Plan, a: MatRef<'_>) -> ARows {
-        if a.cs == 1 && plan.row_kernel.is_some() {
-            debug_assert_eq!(plan.mode.steps(plan.kc), mk::A_ROW, "a packed row holds one K block");
-            ARows::Rows
+    /// Rows where the plan has a row kernel and A (`m × k`) is stored along
+    /// k; in place where those rows are fp32 `A_ROW` apart and the kernel's
+    /// reads past A's last row (a tile of `h` rows reads
+    /// `mk::tile_rows_read(h)`) stay inside `a.data`.
+    fn for_a(plan: &Plan, a: MatRef<'_>, m: usize, k: usize) -> ARows {
+        if a.cs != 1 || plan.row_kernel.is_none() {
+            return ARows::Steps;
+        }
+        debug_assert_eq!(plan.mode.steps(plan.kc), mk::A_ROW, "a packed row holds one K block");
+        let last = (m - 1) / plan.mr * plan.mr;
+        let read = last + mk::tile_rows_read(m - last);
+        let inside = (read - 1) * a.rs + k <= a.data.len();
+        if plan.mode == PackMode::F32 && a.rs == mk::A_ROW && inside {
+            ARows::InPlace
         } else {
-            ARows::Steps
+            ARows::Rows
         }
     }
 
     /// The layout for a K block of `steps` steps.
     fn layout(self, plan: &Plan, steps: usize) -> ALayout {
         match (self, plan.row_kernel) {
-            (ARows::Rows, Some(kernel)) => ALayout { kernel, strip: plan.mr * mk::A_ROW, rows: self },
+            (ARows::Rows | ARows::InPlace, Some(kernel)) => {
+                ALayout { kernel, strip: plan.mr * mk::A_ROW, rows: self }
+            }
             _ => ALayout { kernel: plan.kernel, strip: steps * plan.mr, rows: ARows::Steps },
         }
     }
@@ -430,7 +456,9 @@ fn pack_a(
     kc: usize,
 ) {
     match rows_layout {
-        ARows::Rows => pack_rows(plan.isa, dst, a, ic, rows, pc, kc, plan.mr, mk::A_ROW, plan.mode),
+        ARows::Rows | ARows::InPlace => {
+            pack_rows(plan.isa, dst, a, ic, rows, pc, kc, plan.mr, mk::A_ROW, plan.mode)
+        }
         ARows::Steps => pack(plan.isa, dst, a, ic, rows, pc, kc, plan.mr, plan.mode),
     }
 }
@@ -447,7 +475,7 @@ fn pack_a_parallel(
 ) {
     match layout.rows {
         ARows::Steps => pack_parallel(plan, dst, a, 0, m, pc, kc, plan.mr),
-        ARows::Rows => {
+        ARows::Rows | ARows::InPlace => {
             let group = 4 * plan.mr;
             dst.par_chunks_mut(4 * layout.strip).enumerate().for_each(|(g, dst)| {
                 let i0 = g * group;
@@ -557,9 +585,10 @@ unsafe fn macro_block(
         let w = nr.min(nc - j0);
         let bias_j = if bias.is_null() { bias } else { bias.add(j0) };
         for (si, i0) in (0..rows).step_by(mr).enumerate() {
-            let as_ = &apack[si * a_layout.strip..(si + 1) * a_layout.strip];
+            let as_ = &apack[si * a_layout.strip..];
             let h = mr.min(rows - i0);
-            // SAFETY: the strips hold steps·MR and steps·NR packed values; the
+            // SAFETY: the strips hold steps·MR and steps·NR packed values (or A,
+            // read in place, holds every row the kernel reads: `ARows::for_a`); the
             // tile's h × w corner lies inside the caller's block of C; the
             // plan only names kernels the CPU supports.
             (a_layout.kernel)(

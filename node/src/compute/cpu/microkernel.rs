@@ -290,6 +290,16 @@ kernel_entry! {
     avx512_a_rows = avx512_tile::<1, A_ROW>, "avx512f,avx512bw,avx512vl,avx2,fma"
 }
 
+/// Rows of A the AVX-512 kernels read for a tile of `h` rows: 4, 8 or 14
+/// (the rows past `h` only feed accumulators that are never stored).
+pub const fn tile_rows_read(h: usize) -> usize {
+    match h {
+        0..=4 => 4,
+        5..=8 => 8,
+        _ => MR_14,
+    }
+}
+
 /// The fp32 kernel with as many rows as the tile needs (4, 8 or 14), A's
 /// row i at step p at `a[p·STEP + i·ROW]`.
 ///
@@ -309,9 +319,9 @@ unsafe fn avx512_tile<const STEP: usize, const ROW: usize>(
     first: bool,
     bias: *const f32,
 ) {
-    match h {
-        0..=4 => avx512_rows::<4, STEP, ROW>(steps, a, b, c, ldc, h, w, first, bias),
-        5..=8 => avx512_rows::<8, STEP, ROW>(steps, a, b, c, ldc, h, w, first, bias),
+    match tile_rows_read(h) {
+        4 => avx512_rows::<4, STEP, ROW>(steps, a, b, c, ldc, h, w, first, bias),
+        8 => avx512_rows::<8, STEP, ROW>(steps, a, b, c, ldc, h, w, first, bias),
         _ => avx512_rows::<MR_14, STEP, ROW>(steps, a, b, c, ldc, h, w, first, bias),
     }
 }
@@ -390,9 +400,9 @@ unsafe fn avx512bf16_tile<const STEP: usize, const ROW: usize>(
     first: bool,
     bias: *const f32,
 ) {
-    match h {
-        0..=4 => avx512bf16_rows::<4, STEP, ROW>(steps, a, b, c, ldc, h, w, first, bias),
-        5..=8 => avx512bf16_rows::<8, STEP, ROW>(steps, a, b, c, ldc, h, w, first, bias),
+    match tile_rows_read(h) {
+        4 => avx512bf16_rows::<4, STEP, ROW>(steps, a, b, c, ldc, h, w, first, bias),
+        8 => avx512bf16_rows::<8, STEP, ROW>(steps, a, b, c, ldc, h, w, first, bias),
         _ => avx512bf16_rows::<MR_14, STEP, ROW>(steps, a, b, c, ldc, h, w, first, bias),
     }
 }

@@ -21,7 +21,7 @@ multiversion! {
         let mut sum = [0f32; QB];
         let mut p = [[0f32; W]; QB];
         for j0 in (0..keys).step_by(W) {
-            let s = tile_dots(&q[t0 * hp..], hp, kt, tk, j0, hs);
+            let s = tile_dots(hd.wide, &q[t0 * hp..], hp, kt, tk, j0, hs);
             for i in 0..QB {
                 // keys j0..j0+seen of this tile are at or before query t0+i
                 let seen = if i < n { (t0 + i + 1).saturating_sub(j0).min(W) } else { 0 };
@@ -49,7 +49,7 @@ multiversion! {
             let kn = W.min(keys - j0);
             for c0 in (0..hp).step_by(W) {
                 let mut acc: [[f32; W]; QB] = std::array::from_fn(|i| tile(&o[i * hp + c0..]));
-                tile_axpys(&mut acc, &flat, W, &v[j0 * hp..], hp, c0, kn);
+                tile_axpys(hd.wide, &mut acc, &flat, W, &v[j0 * hp..], hp, c0, kn);
                 for (i, a) in acc.iter().enumerate() {
                     o[i * hp + c0..][..W].copy_from_slice(a);
                 }
@@ -69,8 +69,8 @@ multiversion! {
         let keys = t0 + n;
         let (q, d) = (&ws.q[t0 * hp..], &ws.dout[t0 * hp..]);
         for j0 in (0..keys).step_by(W) {
-            let s = tile_dots(q, hp, &ws.kt, tk, j0, hs);
-            let g = tile_dots(d, hp, &ws.vt, tk, j0, hs);
+            let s = tile_dots(hd.wide, q, hp, &ws.kt, tk, j0, hs);
+            let g = tile_dots(hd.wide, d, hp, &ws.vt, tk, j0, hs);
             for i in 0..QB {
                 let seen = if i < n { (t0 + i + 1).saturating_sub(j0).min(W) } else { 0 };
                 let (p, dp) = (&mut ws.p[i * tk + j0..][..W], &mut ws.dp[i * tk + j0..][..W]);
@@ -100,12 +100,12 @@ multiversion! {
         for c0 in (0..hp).step_by(W) {
             let dq = &mut ws.dq[t0 * hp..];
             let mut acc: [[f32; W]; QB] = std::array::from_fn(|i| tile(&dq[i * hp + c0..]));
-            tile_axpys(&mut acc, &ws.dp, tk, &ws.k, hp, c0, keys);
+            tile_axpys(hd.wide, &mut acc, &ws.dp, tk, &ws.k, hp, c0, keys);
             for (i, a) in acc.iter().enumerate() {
                 dq[i * hp + c0..][..W].copy_from_slice(a);
             }
-            spread_rows(&mut ws.dk, hp, &ws.dp, tk, q, hp, c0, keys);
-            spread_rows(&mut ws.dv, hp, &ws.p, tk, d, hp, c0, keys);
+            spread_rows(hd.wide, &mut ws.dk, hp, &ws.dp, tk, q, hp, c0, keys);
+            spread_rows(hd.wide, &mut ws.dv, hp, &ws.p, tk, d, hp, c0, keys);
         }
     }
 }
@@ -142,8 +142,22 @@ fn tile(x: &[f32]) -> [f32; W] {
 
 /// `QB × W` dot products: row i of `a` (rows `lda` apart) with columns
 /// j0..j0+W of `bt` (rows `ldb` apart), summed over `depth` in order.
+/// `wide`: through `wide`'s AVX-512 form (the same bits).
 #[inline(always)]
-fn tile_dots(a: &[f32], lda: usize, bt: &[f32], ldb: usize, j0: usize, depth: usize) -> [[f32; W]; QB] {
+fn tile_dots(
+    wide: bool,
+    a: &[f32],
+    lda: usize,
+    bt: &[f32],
+    ldb: usize,
+    j0: usize,
+    depth: usize,
+) -> [[f32; W]; QB] {
+    #[cfg(target_arch = "x86_64")]
+    if wide {
+        // SAFETY: `wide` is set only on AVX-512 paths, which the CPU runs.
+        return unsafe { super::wide::tile_dots(a, lda, bt, ldb, j0, depth) };
+    }
     let rows: [&[f32]; QB] = std::array::from_fn(|i| &a[i * lda..][..depth]);
     let mut acc = [[0f32; W]; QB];
     for dd in 0..depth {
@@ -160,8 +174,23 @@ fn tile_dots(a: &[f32], lda: usize, bt: &[f32], ldb: usize, j0: usize, depth: us
 
 /// acc[i] += Σ_j p[i][j]·x_j[c0..c0+W] over j in 0..n in order (`p` rows
 /// `ldp` apart, `x` rows `ldx` apart).
+#[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn tile_axpys(acc: &mut [[f32; W]; QB], p: &[f32], ldp: usize, x: &[f32], ldx: usize, c0: usize, n: usize) {
+fn tile_axpys(
+    wide: bool,
+    acc: &mut [[f32; W]; QB],
+    p: &[f32],
+    ldp: usize,
+    x: &[f32],
+    ldx: usize,
+    c0: usize,
+    n: usize,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if wide {
+        // SAFETY: as in `tile_dots`.
+        return unsafe { super::wide::tile_axpys(acc, p, ldp, x, ldx, c0, n) };
+    }
     let rows: [&[f32]; QB] = std::array::from_fn(|i| &p[i * ldp..][..n]);
     for j in 0..n {
         let xr = tile(&x[j * ldx + c0..]);
@@ -178,7 +207,22 @@ fn tile_axpys(acc: &mut [[f32; W]; QB], p: &[f32], ldp: usize, x: &[f32], ldx: u
 /// rows i in order (`y`, `x` rows `ldy`, `ldx` apart; `a` rows `lda` apart).
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn spread_rows(y: &mut [f32], ldy: usize, a: &[f32], lda: usize, x: &[f32], ldx: usize, c0: usize, n: usize) {
+fn spread_rows(
+    wide: bool,
+    y: &mut [f32],
+    ldy: usize,
+    a: &[f32],
+    lda: usize,
+    x: &[f32],
+    ldx: usize,
+    c0: usize,
+    n: usize,
+) {
+    #[cfg(target_arch = "x86_64")]
+    if wide {
+        // SAFETY: as in `tile_dots`.
+        return unsafe { super::wide::spread_rows(y, ldy, a, lda, x, ldx, c0, n) };
+    }
     let xs: [[f32; W]; QB] = std::array::from_fn(|i| tile(&x[i * ldx + c0..]));
     let rows: [&[f32]; QB] = std::array::from_fn(|i| &a[i * lda..][..n]);
     for j in 0..n {

@@ -109,6 +109,58 @@ fn a_packed_in_rows_gives_the_bits_of_a_packed_in_steps() {
     }
 }
 
+/// An fp32 A whose rows are `A_ROW` apart is read in place (no packing)
+/// where the kernel's reads past its last row stay inside the buffer, and
+/// packed otherwise; both give the bits of the same A packed from another
+/// stride, on one thread (row blocks) and two (column groups).
+#[test]
+fn a_read_in_place_gives_the_bits_of_a_packed() {
+    let row = mk::A_ROW;
+    for opts in every_opts() {
+        let plan = Plan::new(opts);
+        for (m, n, k) in [
+            (1, 40, 256),
+            (5, 33, 200),
+            (13, 70, 256),
+            (14, 32, 256),
+            (19, 64, 7),
+            (256, 96, 256),
+            (257, 40, 100),
+        ] {
+            // rows k + 3 apart: never A_ROW, so always packed
+            let ks = k + 3;
+            let tight = fill(m * ks, 4);
+            let b = fill(k * n, 5);
+            let b = MatRef { data: &b, rs: n, cs: 1 };
+            // The same rows `row` apart: the buffer ends at the last row's
+            // k-th value, or runs on past the kernel's last read.
+            for extra in [0, 14 * row] {
+                let mut spaced = vec![f32::NAN; (m - 1) * row + k + extra];
+                for i in 0..m {
+                    spaced[i * row..i * row + k].copy_from_slice(&tight[i * ks..i * ks + k]);
+                }
+                let a = MatRef { data: &spaced, rs: row, cs: 1 };
+                let last = (m - 1) / plan.mr * plan.mr;
+                let reads_past = last + mk::tile_rows_read(m - last) > m;
+                let want_in_place =
+                    plan.row_kernel.is_some() && plan.mode == PackMode::F32 && (extra > 0 || !reads_past);
+                let in_place = ARows::for_a(&plan, a, m, k) == ARows::InPlace;
+                assert_eq!(in_place, want_in_place, "{opts:?} m{m} k{k} extra{extra}");
+                for threads in [1, 2] {
+                    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
+                    let run = |a| {
+                        let mut c = fill(m * n, 6);
+                        pool.install(|| gemm(m, n, k, a, b, &mut c, n, Init::Accumulate, opts));
+                        bits(&c)
+                    };
+                    let ctx = format!("{opts:?} m{m} n{n} k{k} extra{extra} threads{threads}");
+                    assert_eq!(run(a), run(MatRef { data: &tight, rs: ks, cs: 1 }), "{ctx}");
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn bf16_really_rounds_the_inputs() {
     // 1 + 2^-9 rounds to 1 in bf16: the product must be exactly 1.
