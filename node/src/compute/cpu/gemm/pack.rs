@@ -50,6 +50,8 @@ struct Source<'a> {
     h: usize,
     /// Round to bf16 (f32 slots).
     round: bool,
+    /// Non-temporal stores where a whole aligned vector is written (see `pack_streaming`).
+    stream: bool,
 }
 
 impl Source<'_> {
@@ -73,6 +75,42 @@ pub(super) fn pack(
     r: usize,
     mode: PackMode,
 ) {
+    pack_to(isa, dst, x, r0, rows, p0, kc, r, mode, false)
+}
+
+/// [`pack`] for a destination read much later (a weight image, read by the
+/// next step's GEMMs): the AVX-512 f32 paths write whole aligned vectors
+/// with non-temporal stores, which skip reading the destination's lines
+/// into cache first (AdamW, which writes the images, is bound by memory
+/// traffic). The values are the same.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn pack_streaming(
+    isa: Isa,
+    dst: &mut [f32],
+    x: MatRef<'_>,
+    r0: usize,
+    rows: usize,
+    p0: usize,
+    kc: usize,
+    r: usize,
+    mode: PackMode,
+) {
+    pack_to(isa, dst, x, r0, rows, p0, kc, r, mode, true)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn pack_to(
+    isa: Isa,
+    dst: &mut [f32],
+    x: MatRef<'_>,
+    r0: usize,
+    rows: usize,
+    p0: usize,
+    kc: usize,
+    r: usize,
+    mode: PackMode,
+    stream: bool,
+) {
     let steps = mode.steps(kc);
     let round = mode == PackMode::F32RoundedBf16;
     #[cfg(target_arch = "x86_64")]
@@ -80,15 +118,15 @@ pub(super) fn pack(
         // SAFETY: the CPU has this AVX-512 path, so AVX-512 F and BW.
         return unsafe {
             match mode {
-                PackMode::Bf16Pairs => avx512::pair_block(dst, x, r0 + p0 * x.cs, rows, kc, r),
-                _ => avx512::copy_block(dst, x, r0 + p0 * x.cs, rows, kc, r, round),
+                PackMode::Bf16Pairs => avx512::pair_block(dst, x, r0 + p0 * x.cs, rows, kc, r, stream),
+                _ => avx512::copy_block(dst, x, r0 + p0 * x.cs, rows, kc, r, round, stream),
             }
         };
     }
     for (s, i0) in (0..rows).step_by(r).enumerate() {
         let strip = &mut dst[s * steps * r..(s + 1) * steps * r];
         let h = r.min(rows - i0);
-        let src = Source { x, base: (r0 + i0) * x.rs + p0 * x.cs, kc, r, h, round };
+        let src = Source { x, base: (r0 + i0) * x.rs + p0 * x.cs, kc, r, h, round, stream };
         match mode {
             PackMode::F32 | PackMode::F32RoundedBf16 if x.rs == 1 => copy_strip(strip, src),
             PackMode::F32 | PackMode::F32RoundedBf16 if x.cs == 1 => transpose_strip(isa, strip, src),
@@ -304,7 +342,8 @@ mod tests {
                             for (s, i0) in (0..rows).step_by(r).enumerate() {
                                 let strip = &mut want[s * steps * r..(s + 1) * steps * r];
                                 let base = (r0 + i0) * x.rs + p0 * x.cs;
-                                let src = Source { x, base, kc, r, h: r.min(rows - i0), round };
+                                let src =
+                                    Source { x, base, kc, r, h: r.min(rows - i0), round, stream: false };
                                 if mode == PackMode::Bf16Pairs {
                                     pair_strip_scalar(strip, src);
                                 } else {

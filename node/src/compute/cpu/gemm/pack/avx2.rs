@@ -57,7 +57,7 @@ unsafe fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
 /// The CPU supports AVX2.
 #[target_feature(enable = "avx2")]
 pub(super) unsafe fn transpose_strip(strip: &mut [f32], s: Source<'_>) {
-    let Source { x, base, kc, r, h, round } = s;
+    let Source { x, base, kc, r, h, round, .. } = s;
     assert!(strip.len() >= kc * r && h <= r && r <= 32, "pack: strip too small or wider than 32");
     // Bounds-checked once: every read below stays inside these rows.
     let rows: [&[f32]; 32] =

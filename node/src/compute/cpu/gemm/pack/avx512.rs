@@ -113,13 +113,13 @@ pub(super) unsafe fn pair_blocks(d: &mut [f32], src: &[f32]) -> usize {
 /// The CPU supports AVX-512 F and BW.
 #[target_feature(enable = "avx512f,avx512bw")]
 pub(super) unsafe fn pair_strip(strip: &mut [f32], s: Source<'_>) {
-    let Source { x, base, kc, r, h, .. } = s;
+    let Source { x, base, kc, r, h, stream, .. } = s;
     let steps = kc.div_ceil(2);
     assert!(
         x.cs == 1 && strip.len() >= steps * r && h <= r && r <= 32,
         "pack: source not contiguous along k, strip too small or wider than 32"
     );
-    let out = strip.as_mut_ptr() as *mut i32;
+    let out = strip.as_mut_ptr();
     let rows: [&[f32]; 32] =
         std::array::from_fn(|i| if i < h { &x.data[base + i * x.rs..][..kc] } else { &[] });
     let idx = _mm512_loadu_epi16(HIGH_WORDS.as_ptr());
@@ -140,7 +140,7 @@ pub(super) unsafe fn pair_strip(strip: &mut [f32], s: Source<'_>) {
             }
             for (j, t) in transpose16(&v).into_iter().enumerate() {
                 // SAFETY: (blk·16 + j)·r + g + lanes ≤ steps·r ≤ strip.len().
-                _mm512_mask_storeu_epi32(out.add((blk * 16 + j) * r + g), store, t);
+                self::store(out.add((blk * 16 + j) * r + g), store, t, stream);
             }
         }
     }
@@ -153,6 +153,9 @@ pub(super) unsafe fn pair_strip(strip: &mut [f32], s: Source<'_>) {
                 0.0
             };
         }
+    }
+    if stream {
+        _mm_sfence();
     }
 }
 
@@ -170,6 +173,7 @@ pub(super) unsafe fn pair_block(
     rows: usize,
     kc: usize,
     r: usize,
+    stream: bool,
 ) {
     let steps = kc.div_ceil(2);
     let strips = rows.div_ceil(r);
@@ -177,7 +181,7 @@ pub(super) unsafe fn pair_block(
         x.rs == 1 && dst.len() >= strips * steps * r && r <= 32,
         "pack: block too small or strips wider than 32"
     );
-    let out = dst.as_mut_ptr() as *mut i32;
+    let out = dst.as_mut_ptr();
     let high = _mm512_set1_epi32(0xffff_0000u32 as i32);
     for q in 0..steps {
         // Bounds-checked once: the masked loads below stay inside these.
@@ -195,9 +199,12 @@ pub(super) unsafe fn pair_block(
                 };
                 let v = _mm512_or_si512(_mm512_srli_epi32::<16>(lo), _mm512_and_si512(hi, high));
                 // SAFETY: s·steps·r + q·r + g + lanes ≤ strips·steps·r ≤ dst.len().
-                _mm512_mask_storeu_epi32(out.add(s * steps * r + q * r + g), lanes(r - g), v);
+                store(out.add(s * steps * r + q * r + g), lanes(r - g), v, stream);
             }
         }
+    }
+    if stream {
+        _mm_sfence();
     }
 }
 
@@ -218,6 +225,7 @@ pub(super) unsafe fn copy_block(
     kc: usize,
     r: usize,
     round: bool,
+    stream: bool,
 ) {
     let strips = rows.div_ceil(r);
     assert!(
@@ -238,9 +246,26 @@ pub(super) unsafe fn copy_block(
                     v = rounded_f32(v);
                 }
                 // SAFETY: s·kc·r + p·r + g + lanes ≤ strips·kc·r ≤ dst.len().
-                _mm512_mask_storeu_ps(out.add(s * kc * r + p * r + g), lanes(r - g), v);
+                store(out.add(s * kc * r + p * r + g), lanes(r - g), _mm512_castps_si512(v), stream);
             }
         }
+    }
+    if stream {
+        _mm_sfence();
+    }
+}
+
+/// Stores the `mask` lanes of `v` at `p`: a non-temporal store when
+/// `stream` asks for one and the vector is whole and 64-byte aligned.
+///
+/// # Safety
+/// The `mask` lanes at `p` are writable; the CPU supports AVX-512 F.
+#[inline(always)]
+unsafe fn store(p: *mut f32, mask: __mmask16, v: __m512i, stream: bool) {
+    if stream && mask == 0xffff && (p as usize).is_multiple_of(64) {
+        _mm512_stream_si512(p as *mut __m512i, v);
+    } else {
+        _mm512_mask_storeu_epi32(p as *mut i32, mask, v);
     }
 }
 
@@ -257,7 +282,7 @@ const AHEAD: usize = 64;
 /// The CPU supports AVX-512 F and BW.
 #[target_feature(enable = "avx512f,avx512bw")]
 pub(super) unsafe fn transpose_strip(strip: &mut [f32], s: Source<'_>) {
-    let Source { x, base, kc, r, h, round } = s;
+    let Source { x, base, kc, r, h, round, stream } = s;
     assert!(
         x.cs == 1 && strip.len() >= kc * r && h <= r && r <= 32,
         "pack: source not contiguous along k, strip too small or wider than 32"
@@ -265,7 +290,7 @@ pub(super) unsafe fn transpose_strip(strip: &mut [f32], s: Source<'_>) {
     // Bounds-checked once: every masked load below stays inside these rows.
     let rows: [&[f32]; 32] =
         std::array::from_fn(|i| if i < h { &x.data[base + i * x.rs..][..kc] } else { &[] });
-    let out = strip.as_mut_ptr() as *mut i32;
+    let out = strip.as_mut_ptr();
     for g in (0..r).step_by(16) {
         let store = lanes(r - g);
         for p in (0..kc).step_by(16) {
@@ -288,8 +313,11 @@ pub(super) unsafe fn transpose_strip(strip: &mut [f32], s: Source<'_>) {
             }
             for (q, t) in transpose16(&v).into_iter().take(steps).enumerate() {
                 // SAFETY: (p+q)·r + g + lanes ≤ kc·r ≤ strip.len().
-                _mm512_mask_storeu_epi32(out.add((p + q) * r + g), store, t);
+                self::store(out.add((p + q) * r + g), store, t, stream);
             }
         }
+    }
+    if stream {
+        _mm_sfence();
     }
 }
