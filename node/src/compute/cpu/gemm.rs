@@ -318,7 +318,7 @@ fn gemm_from(
                                 let (ic, rows) = row_block(blk, blocks, m, mr);
                                 with_scratch(&PACK_A, a_len, |apack| {
                                     let apack = match a_rows {
-                                        ARows::InPlace => &a.data[ic * a.rs + pc..],
+                                        ARows::InPlace(_) => &a.data[ic * a.rs + pc..],
                                         _ => {
                                             pack_a(&plan, a_rows, apack, a, ic, rows, pc, kc);
                                             &apack[..]
@@ -348,7 +348,7 @@ fn gemm_from(
                             // A (all rows) and the panel packed side by side, then
                             // each task takes a run of the panel's strips.
                             let a_layout = a_rows.layout(&plan, steps);
-                            let ap = if a_rows == ARows::InPlace {
+                            let ap = if let ARows::InPlace(_) = a_rows {
                                 pack_panel(bpack);
                                 &a.data[pc..]
                             } else {
@@ -395,28 +395,38 @@ fn gemm_from(
 
 /// How A's strips are packed for one GEMM: as the kernel's steps (`MR`
 /// values per step), or in rows for the `_a_rows` kernel, or not at all:
-/// an fp32 A whose rows are already `A_ROW` apart is the rows layout as it
-/// stands, so the `_a_rows` kernel reads it in place.
-#[derive(Clone, Copy, PartialEq, Eq)]
+/// an fp32 A stored along k is already rows, which the fp32 `_a_rows`
+/// kernel reads in place, this many slots apart.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum ARows {
     Steps,
     Rows,
-    InPlace,
+    InPlace(usize),
 }
 
-/// An A strip's kernel and length (slots between strips) for one K block.
+/// Row strides (in floats) that A is not read in place at, nor at their
+/// multiples: 14 rows 2 KiB apart fall into two of L1's 4 KiB-periodic
+/// sets, seven lines to a set, and 4 KiB apart all into one, more than its
+/// ways (8). At 1024 floats, reading in place ran the small shape's GEMMs
+/// at 124 GFLOP/s against 195 packed; at 256 and 768 (four sets) in place
+/// ran 225 and 221 against 227 and 195.
+const IN_PLACE_ALIAS: usize = 512;
+
+/// An A strip's kernel and length (slots between strips) for one K block,
+/// and the slots between its rows (for a row kernel).
 #[derive(Clone, Copy)]
 struct ALayout {
     kernel: KernelFn,
     strip: usize,
+    a_row: usize,
     rows: ARows,
 }
 
 impl ARows {
     /// Rows where the plan has a row kernel and A (`m × k`) is stored along
-    /// k; in place where those rows are fp32 `A_ROW` apart and the kernel's
-    /// reads past A's last row (a tile of `h` rows reads
-    /// `mk::tile_rows_read(h)`) stay inside `a.data`.
+    /// k; in place where the plan is fp32, the rows do not alias in L1 (see
+    /// [`IN_PLACE_ALIAS`]) and the kernel's reads past A's last row (a tile
+    /// of `h` rows reads `mk::tile_rows_read(h)`) stay inside `a.data`.
     fn for_a(plan: &Plan, a: MatRef<'_>, m: usize, k: usize) -> ARows {
         if a.cs != 1 || plan.row_kernel.is_none() {
             return ARows::Steps;
@@ -425,8 +435,8 @@ impl ARows {
         let last = (m - 1) / plan.mr * plan.mr;
         let read = last + mk::tile_rows_read(m - last);
         let inside = (read - 1) * a.rs + k <= a.data.len();
-        if plan.mode == PackMode::F32 && a.rs == mk::A_ROW && inside {
-            ARows::InPlace
+        if plan.mode == PackMode::F32 && inside && !a.rs.is_multiple_of(IN_PLACE_ALIAS) {
+            ARows::InPlace(a.rs)
         } else {
             ARows::Rows
         }
@@ -435,10 +445,13 @@ impl ARows {
     /// The layout for a K block of `steps` steps.
     fn layout(self, plan: &Plan, steps: usize) -> ALayout {
         match (self, plan.row_kernel) {
-            (ARows::Rows | ARows::InPlace, Some(kernel)) => {
-                ALayout { kernel, strip: plan.mr * mk::A_ROW, rows: self }
+            (ARows::Rows, Some(kernel)) => {
+                ALayout { kernel, strip: plan.mr * mk::A_ROW, a_row: mk::A_ROW, rows: self }
             }
-            _ => ALayout { kernel: plan.kernel, strip: steps * plan.mr, rows: ARows::Steps },
+            (ARows::InPlace(row), Some(kernel)) => {
+                ALayout { kernel, strip: plan.mr * row, a_row: row, rows: self }
+            }
+            _ => ALayout { kernel: plan.kernel, strip: steps * plan.mr, a_row: 0, rows: ARows::Steps },
         }
     }
 }
@@ -456,7 +469,7 @@ fn pack_a(
     kc: usize,
 ) {
     match rows_layout {
-        ARows::Rows | ARows::InPlace => {
+        ARows::Rows | ARows::InPlace(_) => {
             pack_rows(plan.isa, dst, a, ic, rows, pc, kc, plan.mr, mk::A_ROW, plan.mode)
         }
         ARows::Steps => pack(plan.isa, dst, a, ic, rows, pc, kc, plan.mr, plan.mode),
@@ -475,7 +488,7 @@ fn pack_a_parallel(
 ) {
     match layout.rows {
         ARows::Steps => pack_parallel(plan, dst, a, 0, m, pc, kc, plan.mr),
-        ARows::Rows | ARows::InPlace => {
+        ARows::Rows | ARows::InPlace(_) => {
             let group = 4 * plan.mr;
             dst.par_chunks_mut(4 * layout.strip).enumerate().for_each(|(g, dst)| {
                 let i0 = g * group;
@@ -594,6 +607,7 @@ unsafe fn macro_block(
             (a_layout.kernel)(
                 steps,
                 as_.as_ptr(),
+                a_layout.a_row,
                 bs.as_ptr(),
                 c.add(i0 * ldc + j0),
                 ldc,

@@ -20,15 +20,20 @@
 //! one is given), otherwise adds to what C holds. Only the top-left `h × w` of
 //! the tile reaches C.
 
-/// A kernel's entry point (all share one signature).
+/// A kernel's entry point (all share one signature). `a_row` is the slots
+/// between A's rows for the fp32 `_a_rows` kernel (A in place, or packed
+/// `A_ROW` apart); the other kernels ignore it.
 ///
 /// # Safety
-/// `a` holds `steps·MR` and `b` `steps·NR` packed elements; `c` addresses an
-/// `h × w` block with row stride `ldc` (`h ≤ MR`, `w ≤ NR`); `bias`, when not
-/// null, holds `w` floats; the CPU supports the kernel's target features.
+/// `a` holds `steps·MR` and `b` `steps·NR` packed elements (for a row
+/// kernel: rows `a_row` apart, each with `steps` values, as many rows as
+/// [`tile_rows_read`] of `h`); `c` addresses an `h × w` block with row
+/// stride `ldc` (`h ≤ MR`, `w ≤ NR`); `bias`, when not null, holds `w`
+/// floats; the CPU supports the kernel's target features.
 pub type KernelFn = unsafe fn(
     steps: usize,
     a: *const f32,
+    a_row: usize,
     b: *const f32,
     c: *mut f32,
     ldc: usize,
@@ -83,6 +88,7 @@ pub const NR_16: usize = 16;
 pub unsafe fn portable(
     steps: usize,
     a: *const f32,
+    _a_row: usize,
     b: *const f32,
     c: *mut f32,
     ldc: usize,
@@ -116,6 +122,7 @@ pub unsafe fn portable(
 pub unsafe fn avx2(
     steps: usize,
     a: *const f32,
+    _a_row: usize,
     b: *const f32,
     c: *mut f32,
     ldc: usize,
@@ -183,8 +190,8 @@ pub unsafe fn avx2(
 }
 
 /// Defines a kernel entry point with the [`KernelFn`] signature that runs
-/// `$tile::<STEP, ROW>` (A's row i at step p at `a[p·STEP + i·ROW]`) under
-/// `$features`.
+/// `$tile::<STEP, ROW>` (A's row i at step p at `a[p·STEP + i·ROW]`, or
+/// `a[p·STEP + i·a_row]` where ROW is [`RUNTIME_ROW`]) under `$features`.
 macro_rules! kernel_entry {
     ($(#[$doc:meta])* $name:ident = $tile:ident::<$step:tt, $row:tt>, $features:literal) => {
         $(#[$doc])*
@@ -194,6 +201,7 @@ macro_rules! kernel_entry {
         pub unsafe fn $name(
             steps: usize,
             a: *const f32,
+            a_row: usize,
             b: *const f32,
             c: *mut f32,
             ldc: usize,
@@ -202,7 +210,7 @@ macro_rules! kernel_entry {
             first: bool,
             bias: *const f32,
         ) {
-            $tile::<$step, $row>(steps, a, b, c, ldc, h, w, first, bias)
+            $tile::<$step, $row>(steps, a, a_row, b, c, ldc, h, w, first, bias)
         }
     };
 }
@@ -282,12 +290,16 @@ kernel_entry! {
     avx512 = avx512_tile::<MR_14, 1>, "avx512f,avx512bw,avx512vl,avx2,fma"
 }
 
+/// `ROW` of a kernel whose A rows are `a_row` apart, read at run time.
+const RUNTIME_ROW: usize = 0;
+
 kernel_entry! {
-    /// [`avx512`] with A in rows (`A_ROW` slots apart, see [`A_ROW`]).
+    /// [`avx512`] with A in rows `a_row` apart: packed ([`A_ROW`]) or A
+    /// itself, read in place.
     ///
     /// # Safety
-    /// As for [`avx512`], with A holding `h` rows of `steps` values `A_ROW` apart.
-    avx512_a_rows = avx512_tile::<1, A_ROW>, "avx512f,avx512bw,avx512vl,avx2,fma"
+    /// As for [`avx512`], with A holding rows of `steps` values `a_row` apart.
+    avx512_a_rows = avx512_tile::<1, RUNTIME_ROW>, "avx512f,avx512bw,avx512vl,avx2,fma"
 }
 
 /// Rows of A the AVX-512 kernels read for a tile of `h` rows: 4, 8 or 14
@@ -311,6 +323,7 @@ pub const fn tile_rows_read(h: usize) -> usize {
 unsafe fn avx512_tile<const STEP: usize, const ROW: usize>(
     steps: usize,
     a: *const f32,
+    a_row: usize,
     b: *const f32,
     c: *mut f32,
     ldc: usize,
@@ -320,9 +333,9 @@ unsafe fn avx512_tile<const STEP: usize, const ROW: usize>(
     bias: *const f32,
 ) {
     match tile_rows_read(h) {
-        4 => avx512_rows::<4, STEP, ROW>(steps, a, b, c, ldc, h, w, first, bias),
-        8 => avx512_rows::<8, STEP, ROW>(steps, a, b, c, ldc, h, w, first, bias),
-        _ => avx512_rows::<MR_14, STEP, ROW>(steps, a, b, c, ldc, h, w, first, bias),
+        4 => avx512_rows::<4, STEP, ROW>(steps, a, a_row, b, c, ldc, h, w, first, bias),
+        8 => avx512_rows::<8, STEP, ROW>(steps, a, a_row, b, c, ldc, h, w, first, bias),
+        _ => avx512_rows::<MR_14, STEP, ROW>(steps, a, a_row, b, c, ldc, h, w, first, bias),
     }
 }
 
@@ -337,6 +350,7 @@ unsafe fn avx512_tile<const STEP: usize, const ROW: usize>(
 unsafe fn avx512_rows<const R: usize, const STEP: usize, const ROW: usize>(
     steps: usize,
     a: *const f32,
+    a_row: usize,
     b: *const f32,
     c: *mut f32,
     ldc: usize,
@@ -347,18 +361,61 @@ unsafe fn avx512_rows<const R: usize, const STEP: usize, const ROW: usize>(
 ) {
     use std::arch::x86_64::*;
     let mut acc = [[_mm512_setzero_ps(); 2]; R];
-    let mut ap = a;
     let mut bp = b;
-    for _ in 0..steps {
-        let b0 = _mm512_loadu_ps(bp);
-        let b1 = _mm512_loadu_ps(bp.add(16));
-        for (i, row) in acc.iter_mut().enumerate() {
-            let av = _mm512_set1_ps(*ap.add(i * ROW));
-            row[0] = _mm512_fmadd_ps(av, b0, row[0]);
-            row[1] = _mm512_fmadd_ps(av, b1, row[1]);
+    if ROW == RUNTIME_ROW {
+        // Rows 3j, 3j+1, 3j+2 from one pointer each (`+ a_row`, `+ 2·a_row`:
+        // one scaled index register), so the run-time stride costs five
+        // pointers, not fourteen. Written out row by row (locals, not
+        // arrays) so that LLVM keeps pointers and accumulators in registers.
+        let at = |j: usize| a.wrapping_add(3 * j * a_row);
+        let (mut p0, mut p3, mut p6, mut p9, mut p12) = (at(0), at(1), at(2), at(3), at(4));
+        let (r1, r2) = (a_row, 2 * a_row);
+        for _ in 0..steps {
+            let b0 = _mm512_loadu_ps(bp);
+            let b1 = _mm512_loadu_ps(bp.add(16));
+            macro_rules! row {
+                ($i:literal, $p:ident, $off:expr) => {
+                    if let Some(acc) = acc.get_mut($i) {
+                        let av = _mm512_set1_ps(*$p.add($off));
+                        acc[0] = _mm512_fmadd_ps(av, b0, acc[0]);
+                        acc[1] = _mm512_fmadd_ps(av, b1, acc[1]);
+                    }
+                };
+            }
+            row!(0, p0, 0);
+            row!(1, p0, r1);
+            row!(2, p0, r2);
+            row!(3, p3, 0);
+            row!(4, p3, r1);
+            row!(5, p3, r2);
+            row!(6, p6, 0);
+            row!(7, p6, r1);
+            row!(8, p6, r2);
+            row!(9, p9, 0);
+            row!(10, p9, r1);
+            row!(11, p9, r2);
+            row!(12, p12, 0);
+            row!(13, p12, r1);
+            p0 = p0.wrapping_add(STEP);
+            p3 = p3.wrapping_add(STEP);
+            p6 = p6.wrapping_add(STEP);
+            p9 = p9.wrapping_add(STEP);
+            p12 = p12.wrapping_add(STEP);
+            bp = bp.add(NR_32);
         }
-        ap = ap.add(STEP);
-        bp = bp.add(NR_32);
+    } else {
+        let mut ap = a;
+        for _ in 0..steps {
+            let b0 = _mm512_loadu_ps(bp);
+            let b1 = _mm512_loadu_ps(bp.add(16));
+            for (i, acc) in acc.iter_mut().enumerate() {
+                let av = _mm512_set1_ps(*ap.add(i * ROW));
+                acc[0] = _mm512_fmadd_ps(av, b0, acc[0]);
+                acc[1] = _mm512_fmadd_ps(av, b1, acc[1]);
+            }
+            ap = ap.add(STEP);
+            bp = bp.add(NR_32);
+        }
     }
     store_zmm(&acc, c, ldc, h, w, first, bias);
 }
@@ -392,6 +449,7 @@ kernel_entry! {
 unsafe fn avx512bf16_tile<const STEP: usize, const ROW: usize>(
     steps: usize,
     a: *const f32,
+    a_row: usize,
     b: *const f32,
     c: *mut f32,
     ldc: usize,
@@ -401,9 +459,9 @@ unsafe fn avx512bf16_tile<const STEP: usize, const ROW: usize>(
     bias: *const f32,
 ) {
     match tile_rows_read(h) {
-        4 => avx512bf16_rows::<4, STEP, ROW>(steps, a, b, c, ldc, h, w, first, bias),
-        8 => avx512bf16_rows::<8, STEP, ROW>(steps, a, b, c, ldc, h, w, first, bias),
-        _ => avx512bf16_rows::<MR_14, STEP, ROW>(steps, a, b, c, ldc, h, w, first, bias),
+        4 => avx512bf16_rows::<4, STEP, ROW>(steps, a, a_row, b, c, ldc, h, w, first, bias),
+        8 => avx512bf16_rows::<8, STEP, ROW>(steps, a, a_row, b, c, ldc, h, w, first, bias),
+        _ => avx512bf16_rows::<MR_14, STEP, ROW>(steps, a, a_row, b, c, ldc, h, w, first, bias),
     }
 }
 
@@ -418,6 +476,7 @@ unsafe fn avx512bf16_tile<const STEP: usize, const ROW: usize>(
 unsafe fn avx512bf16_rows<const R: usize, const STEP: usize, const ROW: usize>(
     steps: usize,
     a: *const f32,
+    _a_row: usize,
     b: *const f32,
     c: *mut f32,
     ldc: usize,

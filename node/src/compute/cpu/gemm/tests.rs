@@ -109,14 +109,17 @@ fn a_packed_in_rows_gives_the_bits_of_a_packed_in_steps() {
     }
 }
 
-/// An fp32 A whose rows are `A_ROW` apart is read in place (no packing)
-/// where the kernel's reads past its last row stay inside the buffer, and
-/// packed otherwise; both give the bits of the same A packed from another
+/// An fp32 A stored along k is read in place (no packing) where its rows
+/// do not alias in L1 and the kernel's reads past its last row stay inside
+/// the buffer, and packed otherwise; both give the bits of the same A packed from another
 /// stride, on one thread (row blocks) and two (column groups).
 #[test]
 fn a_read_in_place_gives_the_bits_of_a_packed() {
-    let row = mk::A_ROW;
-    for opts in every_opts() {
+    // packed rows' stride, a stride of its own, the 124M shape's qkv, and
+    // one that aliases in L1 (packed)
+    for (row, opts) in
+        [mk::A_ROW, 300, 768, 1024].into_iter().flat_map(|r| every_opts().into_iter().map(move |o| (r, o)))
+    {
         let plan = Plan::new(opts);
         for (m, n, k) in [
             (1, 40, 256),
@@ -142,10 +145,12 @@ fn a_read_in_place_gives_the_bits_of_a_packed() {
                 let a = MatRef { data: &spaced, rs: row, cs: 1 };
                 let last = (m - 1) / plan.mr * plan.mr;
                 let reads_past = last + mk::tile_rows_read(m - last) > m;
-                let want_in_place =
-                    plan.row_kernel.is_some() && plan.mode == PackMode::F32 && (extra > 0 || !reads_past);
-                let in_place = ARows::for_a(&plan, a, m, k) == ARows::InPlace;
-                assert_eq!(in_place, want_in_place, "{opts:?} m{m} k{k} extra{extra}");
+                let want_in_place = plan.row_kernel.is_some()
+                    && plan.mode == PackMode::F32
+                    && (extra > 0 || !reads_past)
+                    && !row.is_multiple_of(IN_PLACE_ALIAS);
+                let in_place = ARows::for_a(&plan, a, m, k) == ARows::InPlace(row);
+                assert_eq!(in_place, want_in_place, "{opts:?} row{row} m{m} k{k} extra{extra}");
                 for threads in [1, 2] {
                     let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
                     let run = |a| {
@@ -153,7 +158,7 @@ fn a_read_in_place_gives_the_bits_of_a_packed() {
                         pool.install(|| gemm(m, n, k, a, b, &mut c, n, Init::Accumulate, opts));
                         bits(&c)
                     };
-                    let ctx = format!("{opts:?} m{m} n{n} k{k} extra{extra} threads{threads}");
+                    let ctx = format!("{opts:?} row{row} m{m} n{n} k{k} extra{extra} threads{threads}");
                     assert_eq!(run(a), run(MatRef { data: &tight, rs: ks, cs: 1 }), "{ctx}");
                 }
             }
