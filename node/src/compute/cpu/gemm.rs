@@ -28,6 +28,7 @@ pub use image::{ImageLayout, WeightImage};
 use pack::{pack, pack_rows, PackMode};
 
 mod image;
+mod in_place;
 mod pack;
 
 /// Width of one packed B panel (columns).
@@ -90,6 +91,9 @@ struct Plan {
     /// path has one: used when A is stored along k, which then packs as
     /// row copies instead of a transpose.
     row_kernel: Option<KernelFn>,
+    /// The kernel reading A and B where they lie (`in_place`), where the
+    /// path has one (fp32 on AVX-512).
+    strided_kernel: Option<mk::StridedFn>,
     /// The path packing runs on (the kernel's).
     isa: Isa,
 }
@@ -108,6 +112,7 @@ impl Plan {
             mode: rounded,
             kernel,
             row_kernel: None,
+            strided_kernel: None,
             isa,
         };
         match isa {
@@ -123,6 +128,7 @@ impl Plan {
                 mode: PackMode::Bf16Pairs,
                 kernel: mk::avx512bf16,
                 row_kernel: Some(mk::avx512bf16_a_rows),
+                strided_kernel: None,
                 isa,
             },
             #[cfg(target_arch = "x86_64")]
@@ -134,6 +140,7 @@ impl Plan {
                 mode: rounded,
                 kernel: mk::avx512,
                 row_kernel: Some(mk::avx512_a_rows),
+                strided_kernel: (!bf16).then_some(mk::avx512_strided as mk::StridedFn),
                 isa,
             },
             #[cfg(not(target_arch = "x86_64"))]
@@ -275,6 +282,11 @@ fn gemm_from(
         }
     }
     let plan = Plan::new(opts);
+    if let BInput::Matrix(b) = b {
+        if in_place::gemm_in_place(&plan, m, n, k, a, b, c, ldc, init) {
+            return;
+        }
+    }
     let (mr, nr) = (plan.mr, plan.nr);
     let split = Split::new(m, mr, plan.mc_tiles, rayon::current_num_threads().max(1));
     let steps_kc = plan.mode.steps(plan.kc);

@@ -43,6 +43,21 @@ pub type KernelFn = unsafe fn(
     bias: *const f32,
 );
 
+/// The entry point of a kernel reading A and B in place ([`avx512_strided`]).
+pub type StridedFn = unsafe fn(
+    steps: usize,
+    a: *const f32,
+    a_step: usize,
+    b: *const f32,
+    b_step: usize,
+    c: *mut f32,
+    ldc: usize,
+    h: usize,
+    w: usize,
+    first: bool,
+    bias: *const f32,
+);
+
 /// Writes a finished tile (held in an array) to C.
 ///
 /// # Safety
@@ -416,6 +431,91 @@ unsafe fn avx512_rows<const R: usize, const STEP: usize, const ROW: usize>(
             ap = ap.add(STEP);
             bp = bp.add(NR_32);
         }
+    }
+    store_zmm(&acc, c, ldc, h, w, first, bias);
+}
+
+/// Rows of A [`avx512_strided`] reads for a tile of `h` rows: exactly `h`
+/// for 1–4, 8 and 14 rows, else [`tile_rows_read`].
+pub const fn strided_rows_read(h: usize) -> usize {
+    if h < 4 {
+        h
+    } else {
+        tile_rows_read(h)
+    }
+}
+
+/// The fp32 AVX-512 kernel with both operands read where they lie (no
+/// packing): A's row i at step p at `a[p·a_step + i]` (A stored along its
+/// rows), B's step p at `b[p·b_step..][..w]` (B stored along n, read with
+/// masked loads, so nothing past column w). The products and their order
+/// are [`avx512`]'s, so the bits are too.
+///
+/// # Safety
+/// `a` holds `steps` steps of [`strided_rows_read`]`(h)` values `a_step`
+/// apart, `b` `steps` rows of `w` values `b_step` apart; otherwise as for
+/// [`avx512`].
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn avx512_strided(
+    steps: usize,
+    a: *const f32,
+    a_step: usize,
+    b: *const f32,
+    b_step: usize,
+    c: *mut f32,
+    ldc: usize,
+    h: usize,
+    w: usize,
+    first: bool,
+    bias: *const f32,
+) {
+    match strided_rows_read(h) {
+        1 => avx512_strided_rows::<1>(steps, a, a_step, b, b_step, c, ldc, h, w, first, bias),
+        2 => avx512_strided_rows::<2>(steps, a, a_step, b, b_step, c, ldc, h, w, first, bias),
+        3 => avx512_strided_rows::<3>(steps, a, a_step, b, b_step, c, ldc, h, w, first, bias),
+        4 => avx512_strided_rows::<4>(steps, a, a_step, b, b_step, c, ldc, h, w, first, bias),
+        8 => avx512_strided_rows::<8>(steps, a, a_step, b, b_step, c, ldc, h, w, first, bias),
+        _ => avx512_strided_rows::<MR_14>(steps, a, a_step, b, b_step, c, ldc, h, w, first, bias),
+    }
+}
+
+/// [`avx512_strided`] on the first `R` rows.
+///
+/// # Safety
+/// As for [`avx512_strided`], with `h ≤ R ≤ 14`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn avx512_strided_rows<const R: usize>(
+    steps: usize,
+    a: *const f32,
+    a_step: usize,
+    b: *const f32,
+    b_step: usize,
+    c: *mut f32,
+    ldc: usize,
+    h: usize,
+    w: usize,
+    first: bool,
+    bias: *const f32,
+) {
+    use std::arch::x86_64::*;
+    let m0: __mmask16 = if w >= 16 { 0xffff } else { ((1u32 << w) - 1) as u16 };
+    let m1: __mmask16 = if w >= 32 { 0xffff } else { ((1u32 << w.saturating_sub(16)) - 1) as u16 };
+    let mut acc = [[_mm512_setzero_ps(); 2]; R];
+    let (mut ap, mut bp) = (a, b);
+    for _ in 0..steps {
+        let b0 = _mm512_maskz_loadu_ps(m0, bp);
+        let b1 = _mm512_maskz_loadu_ps(m1, bp.wrapping_add(16));
+        for (i, acc) in acc.iter_mut().enumerate() {
+            let av = _mm512_set1_ps(*ap.add(i));
+            acc[0] = _mm512_fmadd_ps(av, b0, acc[0]);
+            acc[1] = _mm512_fmadd_ps(av, b1, acc[1]);
+        }
+        ap = ap.wrapping_add(a_step);
+        bp = bp.wrapping_add(b_step);
     }
     store_zmm(&acc, c, ldc, h, w, first, bias);
 }

@@ -166,6 +166,60 @@ fn a_read_in_place_gives_the_bits_of_a_packed() {
     }
 }
 
+/// A stored along its rows and B along n (the weight gradient's layout)
+/// are read in place on the fp32 AVX-512 plans; the same matrices stored
+/// the other way round are packed. Both give the same bits: K blocks,
+/// masked column tails, short row tiles, every `Init`, 1–3 threads.
+#[test]
+fn operands_read_in_place_give_the_bits_of_packed_ones() {
+    let mut in_place_plans = 0;
+    for opts in every_opts() {
+        let plan = Plan::new(opts);
+        in_place_plans += plan.strided_kernel.is_some() as usize;
+        // Last strips of 1 (m = 1, 29), 5 (4 + 1: m = 5, 19), 12 (8 + 4:
+        // m = 26, 12) and 4 rows (256).
+        for &(m, n, k) in &[
+            (1, 1, 1),
+            (5, 33, 300),
+            (19, 70, 513),
+            (256, 96, 256),
+            (29, 17, 40),
+            (26, 50, 300),
+            (12, 32, 64),
+        ] {
+            let (a_rows, b_rows) = (fill(m * k, 7), fill(k * n, 8));
+            // A(i, p) and B(p, j) both ways: along rows / n, and along k.
+            let a_cm: Vec<f32> = (0..m * k).map(|x| a_rows[(x % m) * k + x / m]).collect();
+            let b_cm: Vec<f32> = (0..k * n).map(|x| b_rows[(x % n) * k + x / n]).collect();
+            let lying = (MatRef { data: &a_cm, rs: 1, cs: m }, MatRef { data: &b_cm, rs: n, cs: 1 });
+            let packed = (MatRef { data: &a_rows, rs: k, cs: 1 }, MatRef { data: &b_rows, rs: 1, cs: k });
+            let bias = fill(n, 9);
+            for threads in [1, 2, 3] {
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().expect("pool");
+                for (name, init) in
+                    [("acc", Init::Accumulate), ("over", Init::Overwrite), ("bias", Init::Bias(&bias))]
+                {
+                    let run = |(a, b): (MatRef, MatRef)| {
+                        let mut c = fill(m * n, 10);
+                        pool.install(|| gemm(m, n, k, a, b, &mut c, n, init, opts));
+                        bits(&c)
+                    };
+                    let ctx = format!("{opts:?} m{m} n{n} k{k} {name} threads{threads}");
+                    assert_eq!(run(lying), run(packed), "{ctx}");
+                    let mut c = fill(m * n, 10);
+                    let (a, b) = lying;
+                    let ran = pool.install(|| in_place::gemm_in_place(&plan, m, n, k, a, b, &mut c, n, init));
+                    assert_eq!(ran, plan.strided_kernel.is_some(), "{ctx}: read in place");
+                    if ran {
+                        assert_eq!(bits(&c), run(packed), "{ctx}: in place directly");
+                    }
+                }
+            }
+        }
+    }
+    assert_eq!(in_place_plans > 0, Isa::widest().is_avx512(), "in place exactly on the AVX-512 fp32 plans");
+}
+
 #[test]
 fn bf16_really_rounds_the_inputs() {
     // 1 + 2^-9 rounds to 1 in bf16: the product must be exactly 1.
