@@ -80,20 +80,27 @@ impl<'a> Head<'a> {
         (self.bi * self.tt + t) * 3 * self.c + part * self.c + self.h * self.hs
     }
 
-    /// Copies part `part` into `rows`, one padded row per t.
+    /// Copies part `part` into `rows`, one padded row per t, zeros in the
+    /// padding (channels past hs, rows past tt).
     fn rows(&self, part: usize, rows: &mut [f32]) {
-        let (hs, hp) = (self.hs, self.hp);
-        for t in 0..self.tt {
+        let (hs, hp, tt) = (self.hs, self.hp, self.tt);
+        for t in 0..tt {
             rows[t * hp..t * hp + hs].copy_from_slice(&self.qkv[self.at(t, part)..][..hs]);
+            rows[t * hp + hs..(t + 1) * hp].fill(0.0);
         }
+        rows[tt * hp..].fill(0.0);
     }
 
-    /// Copies part `part` transposed into `cols`: channel d's row holds every t.
+    /// Copies part `part` transposed into `cols`: channel d's row holds
+    /// every t, zeros past tt.
     fn cols(&self, part: usize, cols: &mut [f32]) {
         for t in 0..self.tt {
             for (d, x) in self.qkv[self.at(t, part)..][..self.hs].iter().enumerate() {
                 cols[d * self.tk + t] = *x;
             }
+        }
+        for d in 0..self.hs {
+            cols[d * self.tk + self.tt..(d + 1) * self.tk].fill(0.0);
         }
     }
 }
@@ -123,6 +130,13 @@ fn zeroed(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
     &mut v[..]
 }
 
+/// `v` as `len` floats, holding whatever it held: for buffers written
+/// whole (padding included) before they are read.
+fn sized(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
+    v.resize(len, 0.0);
+    &mut v[..len]
+}
+
 /// out(b, t, c) = softmax(q·kᵀ·scale, causal)·v per head; `lse` (b, nh, t)
 /// gets each row's logsumexp of the scaled scores.
 pub fn forward(isa: Isa, out: &mut [f32], lse: &mut [f32], qkv: &[f32], s: AttentionShape) {
@@ -132,10 +146,11 @@ pub fn forward(isa: Isa, out: &mut [f32], lse: &mut [f32], qkv: &[f32], s: Atten
     lse[..b * nh * tt].par_chunks_mut(tt).enumerate().for_each_init(Scratch::default, |ws, (bh, lse_bh)| {
         let hd = Head::new(isa, qkv, s, bh);
         let (hs, hp) = (hd.hs, hd.hp);
-        hd.rows(0, zeroed(&mut ws.q, hd.tq * hp));
-        hd.rows(2, zeroed(&mut ws.v, hd.tk * hp));
-        hd.cols(1, zeroed(&mut ws.kt, hs * hd.tk));
-        let o = zeroed(&mut ws.p, QB * hp);
+        hd.rows(0, sized(&mut ws.q, hd.tq * hp));
+        hd.rows(2, sized(&mut ws.v, hd.tk * hp));
+        hd.cols(1, sized(&mut ws.kt, hs * hd.tk));
+        // `forward_block` clears its outputs first.
+        let o = sized(&mut ws.p, QB * hp);
         for t0 in (0..tt).step_by(QB) {
             let n = QB.min(tt - t0);
             let (maxv, sum) = forward_block(isa, hd, t0, &ws.q, &ws.kt, &ws.v, o);
@@ -175,19 +190,23 @@ pub fn backward(
     (0..b * nh).into_par_iter().for_each_init(Scratch::default, |ws, bh| {
         let hd = Head::new(isa, qkv, s, bh);
         let (hs, hp, tk) = (hd.hs, hd.hp, hd.tk);
-        hd.rows(0, zeroed(&mut ws.q, hd.tq * hp));
-        hd.rows(1, zeroed(&mut ws.k, tk * hp));
-        hd.cols(1, zeroed(&mut ws.kt, hs * tk));
-        hd.cols(2, zeroed(&mut ws.vt, hs * tk));
-        let d = zeroed(&mut ws.dout, hd.tq * hp);
+        hd.rows(0, sized(&mut ws.q, hd.tq * hp));
+        hd.rows(1, sized(&mut ws.k, tk * hp));
+        hd.cols(1, sized(&mut ws.kt, hs * tk));
+        hd.cols(2, sized(&mut ws.vt, hs * tk));
+        let d = sized(&mut ws.dout, hd.tq * hp);
         for t in 0..tt {
             d[t * hp..t * hp + hs].copy_from_slice(&dout[(hd.bi * tt + t) * c + hd.h * hs..][..hs]);
+            d[t * hp + hs..(t + 1) * hp].fill(0.0);
         }
+        d[tt * hp..].fill(0.0);
         zeroed(&mut ws.dq, hd.tq * hp);
         zeroed(&mut ws.dk, tk * hp);
         zeroed(&mut ws.dv, tk * hp);
-        zeroed(&mut ws.p, QB * tk);
-        zeroed(&mut ws.dp, QB * tk);
+        // A block writes its probabilities and score gradients for every key
+        // tile it sees before reading them.
+        sized(&mut ws.p, QB * tk);
+        sized(&mut ws.dp, QB * tk);
         let lse_bh = &lse[bh * tt..(bh + 1) * tt];
         for t0 in (0..tt).step_by(QB) {
             backward_block(isa, hd, t0, lse_bh, ws);
