@@ -75,6 +75,7 @@ pub fn layernorm_forward(
 
 #[allow(clippy::too_many_arguments)]
 pub fn layernorm_backward(
+    isa: Isa,
     dinp: &mut [f32],
     dw: &mut [f32],
     db: &mut [f32],
@@ -86,37 +87,20 @@ pub fn layernorm_backward(
     n: usize,
     c: usize,
 ) {
+    let w = &w[..c];
     dinp[..n * c].par_chunks_mut(c).enumerate().for_each(|(i, di)| {
         let (x, d) = (&inp[i * c..(i + 1) * c], &dout[i * c..(i + 1) * c]);
         let (mu, rs) = (mean[i], rstd[i]);
-        let mut dnorm_mean = 0f32;
-        let mut dnorm_norm_mean = 0f32;
-        for j in 0..c {
-            let norm = (x[j] - mu) * rs;
-            let dnorm = w[j] * d[j];
-            dnorm_mean += dnorm;
-            dnorm_norm_mean += dnorm * norm;
-        }
-        dnorm_mean /= c as f32;
-        dnorm_norm_mean /= c as f32;
-        for j in 0..c {
-            let norm = (x[j] - mu) * rs;
-            let dnorm = w[j] * d[j];
-            di[j] += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * rs;
-        }
+        let (sum, sum_norm) = simd::ln_backward_sums(isa, x, d, w, mu, rs);
+        simd::ln_backward_row(isa, di, x, d, w, [mu, rs, sum / c as f32, sum_norm / c as f32]);
     });
     // Parameter gradients: parallel over channel blocks, rows in order.
     const CB: usize = 64;
     dw[..c].par_chunks_mut(CB).zip(db[..c].par_chunks_mut(CB)).enumerate().for_each(|(blk, (dwb, dbb))| {
         let j0 = blk * CB;
         for i in 0..n {
-            let (mu, rs) = (mean[i], rstd[i]);
-            let row = i * c + j0;
-            for k in 0..dwb.len() {
-                let d = dout[row + k];
-                dwb[k] += (inp[row + k] - mu) * rs * d;
-                dbb[k] += d;
-            }
+            let row = i * c + j0..i * c + j0 + dwb.len();
+            simd::ln_param_grads(isa, dwb, dbb, &inp[row.clone()], &dout[row], mean[i], rstd[i]);
         }
     });
 }

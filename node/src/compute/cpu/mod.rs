@@ -170,7 +170,7 @@ impl Backend for CpuBackend {
         n: usize,
         c: usize,
     ) {
-        kernels::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, n, c);
+        kernels::layernorm_backward(self.isa, dinp, dweight, dbias, dout, inp, weight, mean, rstd, n, c);
     }
 
     fn matmul_forward(

@@ -184,6 +184,56 @@ multiversion! {
 }
 
 multiversion! {
+    /// LayerNorm backward's two row sums, Σ w·d and Σ w·d·(x − mu)·rs, in 8
+    /// interleaved partial sums each, combined in a fixed order.
+    fn ln_backward_sums(x: &[f32], d: &[f32], w: &[f32], mu: f32, rs: f32) -> (f32, f32) {
+        let n = x.len().min(d.len()).min(w.len());
+        let (x, d, w) = (&x[..n], &d[..n], &w[..n]);
+        let (mut a, mut b) = ([0f32; LANES], [0f32; LANES]);
+        let split = n - n % LANES;
+        for j0 in (0..split).step_by(LANES) {
+            for l in 0..LANES {
+                let dnorm = w[j0 + l] * d[j0 + l];
+                a[l] += dnorm;
+                b[l] += dnorm * ((x[j0 + l] - mu) * rs);
+            }
+        }
+        let (mut sa, mut sb) = (hsum(a), hsum(b));
+        for j in split..n {
+            let dnorm = w[j] * d[j];
+            sa += dnorm;
+            sb += dnorm * ((x[j] - mu) * rs);
+        }
+        (sa, sb)
+    }
+}
+
+multiversion! {
+    /// LayerNorm backward's input gradient for one row: di += (w·d −
+    /// dnorm_mean − (x − mu)·rs·dnorm_norm_mean)·rs, with `stats` = [mu, rs,
+    /// dnorm_mean, dnorm_norm_mean].
+    fn ln_backward_row(di: &mut [f32], x: &[f32], d: &[f32], w: &[f32], stats: [f32; 4]) {
+        let [mu, rs, dnorm_mean, dnorm_norm_mean] = stats;
+        for (((di, x), d), w) in di.iter_mut().zip(x).zip(d).zip(w) {
+            let norm = (x - mu) * rs;
+            let dnorm = w * d;
+            *di += (dnorm - dnorm_mean - norm * dnorm_norm_mean) * rs;
+        }
+    }
+}
+
+multiversion! {
+    /// One row's share of LayerNorm's parameter gradients: dw += (x − mu)·rs·d,
+    /// db += d.
+    fn ln_param_grads(dw: &mut [f32], db: &mut [f32], x: &[f32], d: &[f32], mu: f32, rs: f32) {
+        for (((dw, db), x), d) in dw.iter_mut().zip(db.iter_mut()).zip(x).zip(d) {
+            *dw += (x - mu) * rs * d;
+            *db += d;
+        }
+    }
+}
+
+multiversion! {
     /// Σ (x[i] − mu)², in 8 interleaved partial sums combined in a fixed order.
     fn sum_sq_dev(x: &[f32], mu: f32) -> f32 {
         let mut acc = [0f32; LANES];
@@ -375,7 +425,13 @@ mod tests {
             gelu_backward(isa, &mut gb, &v, &d, 10.0, true);
             let mut y = d.clone();
             axpy(isa, &mut y, 0.3, &v);
-            (sum(isa, &v), dot(isa, &v, &d), sum_squares(isa, &v), g, gb, y)
+            // LayerNorm backward's pieces (w: the gradient's values again).
+            let sums = ln_backward_sums(isa, &v, &d, &g, 0.1, 1.3);
+            let mut di = d.clone();
+            ln_backward_row(isa, &mut di, &v, &d, &g, [0.1, 1.3, sums.0, sums.1]);
+            let (mut dw, mut db) = (g.clone(), d.clone());
+            ln_param_grads(isa, &mut dw, &mut db, &v, &d, 0.1, 1.3);
+            (sum(isa, &v), dot(isa, &v, &d), sum_squares(isa, &v), g, gb, y, (sums, di, dw, db))
         };
         let want = run(Isa::Portable);
         for isa in Isa::supported_paths() {
