@@ -7,7 +7,11 @@
 //! register-tiled `MR × NR` micro-kernel of the chosen instruction-set path
 //! (`microkernel`) runs over the packed data (packing itself: `pack`). In bf16
 //! precision the packing rounds the inputs to bfloat16 (pairs of k for
-//! `vdpbf16ps`), so there is no extra conversion pass. Threads split C's
+//! `vdpbf16ps`), so there is no extra conversion pass. In fp32 on AVX-512,
+//! operands already laid out as a kernel reads them are not packed: an A
+//! stored along k whose rows do not alias in L1 (`ARows::InPlace`), and
+//! both operands of A-along-rows times B-along-n (`in_place`, the weight
+//! gradients). Threads split C's
 //! tiles evenly (`Split`: blocks of rows, or, when the rows are too few to
 //! split evenly, runs of columns over the whole of A) and the K loop runs in
 //! a fixed order, so every element of C sees the same sums in the same order

@@ -11,10 +11,12 @@
 //! Packed layout: an A strip is `steps × MR` elements, a B strip `steps × NR`;
 //! a step is one k for f32 and a pair (k, k+1) for bf16, both halves in one
 //! 32-bit slot (the even k in the low half). The AVX-512 kernels also come
-//! in an `_a_rows` version that reads A's strip as rows (`MR` rows of
-//! `A_ROW` slots, step p of row i at `i·A_ROW + p`), the same products in
-//! the same order. Every kernel walks the steps in order, so each element
-//! of C sees its products in a fixed order.
+//! in an `_a_rows` version that reads A's strip as rows (step p of row i at
+//! `i·a_row + p`: packed `A_ROW` apart, or, fp32, A itself in place), and
+//! fp32 in `avx512_strided`, which reads A stored along its rows and B
+//! along n where they lie; the same products in the same order. Every
+//! kernel walks the steps in order, so each element of C sees its products
+//! in a fixed order.
 //!
 //! Each kernel writes the tile to C: `first` overwrites (adding `bias[j]` when
 //! one is given), otherwise adds to what C holds. Only the top-left `h × w` of
