@@ -300,6 +300,7 @@ fn gemm_from(
         BInput::Packed(..) => 0,
     };
     let (a_len, shared_a_len) = match split {
+        _ if matches!(a_rows, ARows::InPlace(_)) => (0, 0),
         Split::Rows { blocks } => (steps_kc * m.div_ceil(mr).div_ceil(blocks) * mr, 0),
         Split::Columns { .. } => (0, steps_kc * m.next_multiple_of(mr)),
     };

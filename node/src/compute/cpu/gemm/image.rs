@@ -17,10 +17,10 @@
 //! The AVX-512 plans (NR = 32) have images: bf16 pairs on AVX-512-BF16 in
 //! bf16 precision (a slot holds two values of W, half of W's bytes), f32
 //! strips otherwise. Tiles are written with non-temporal stores
-//! (`pack_streaming`): the next step's GEMMs read them, long after AdamW,
+//! (`pack_to` with `stream`): the next step's GEMMs read them, long after AdamW,
 //! whose time goes to memory traffic, has moved on.
 
-use super::pack::{pack_streaming, PackMode};
+use super::pack::{pack_to, PackMode};
 use super::{GemmOpts, MatRef, Plan};
 use crate::compute::cpu::isa::Isa;
 
@@ -197,7 +197,7 @@ impl ImageWriter<'_> {
         // SAFETY: (block c0, strip oc0/32) is this tile's alone; it lies
         // inside the Nt image, which the buffer holds (`begin_write`).
         let dst = unsafe { std::slice::from_raw_parts_mut(self.base.add(at), len) };
-        pack_streaming(isa, dst, w(c, 1), 0, h, c0, width, nt.nr, nt.mode);
+        pack_to(isa, dst, w(c, 1), 0, h, c0, width, nt.nr, nt.mode, true);
         // Nn: steps q0.. of every strip under columns c0..c0+width in the
         // block holding row oc0: the chunk's rows are k, in pairs.
         let pc = oc0 - oc0 % nn.kc;
@@ -209,7 +209,7 @@ impl ImageWriter<'_> {
             // SAFETY: (row chunk, strip) owns steps q0..q0+steps of the
             // strip; they lie inside the Nn image, after the Nt image.
             let dst = unsafe { std::slice::from_raw_parts_mut(self.base.add(at), steps * nn.nr) };
-            pack_streaming(isa, dst, w(1, c), j0, nn.nr.min(c - j0), 0, h, nn.nr, nn.mode);
+            pack_to(isa, dst, w(1, c), j0, nn.nr.min(c - j0), 0, h, nn.nr, nn.mode, true);
         }
     }
 }

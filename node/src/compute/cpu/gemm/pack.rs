@@ -50,7 +50,7 @@ struct Source<'a> {
     h: usize,
     /// Round to bf16 (f32 slots).
     round: bool,
-    /// Non-temporal stores where a whole aligned vector is written (see `pack_streaming`).
+    /// Non-temporal stores where a whole aligned vector is written (see `pack_to`).
     stream: bool,
 }
 
@@ -78,28 +78,13 @@ pub(super) fn pack(
     pack_to(isa, dst, x, r0, rows, p0, kc, r, mode, false)
 }
 
-/// [`pack`] for a destination read much later (a weight image, read by the
-/// next step's GEMMs): the AVX-512 f32 paths write whole aligned vectors
-/// with non-temporal stores, which skip reading the destination's lines
-/// into cache first (AdamW, which writes the images, is bound by memory
-/// traffic). The values are the same.
+/// [`pack`], with `stream` for a destination read much later (a weight
+/// image, read by the next step's GEMMs): the AVX-512 paths then write
+/// whole aligned vectors with non-temporal stores, which skip reading the
+/// destination's lines into cache first (AdamW, which writes the images,
+/// is bound by memory traffic). The values are the same either way.
 #[allow(clippy::too_many_arguments)]
-pub(super) fn pack_streaming(
-    isa: Isa,
-    dst: &mut [f32],
-    x: MatRef<'_>,
-    r0: usize,
-    rows: usize,
-    p0: usize,
-    kc: usize,
-    r: usize,
-    mode: PackMode,
-) {
-    pack_to(isa, dst, x, r0, rows, p0, kc, r, mode, true)
-}
-
-#[allow(clippy::too_many_arguments)]
-fn pack_to(
+pub(super) fn pack_to(
     isa: Isa,
     dst: &mut [f32],
     x: MatRef<'_>,
