@@ -100,13 +100,16 @@ pub(super) fn pack_to(
     let round = mode == PackMode::F32RoundedBf16;
     #[cfg(target_arch = "x86_64")]
     if x.rs == 1 && isa.is_avx512() && isa.supported() {
-        // SAFETY: the CPU has this AVX-512 path, so AVX-512 F and BW.
-        return unsafe {
-            match mode {
-                PackMode::Bf16Pairs => avx512::pair_block(dst, x, r0 + p0 * x.cs, rows, kc, r, stream),
-                _ => avx512::copy_block(dst, x, r0 + p0 * x.cs, rows, kc, r, round, stream),
+        let base = r0 + p0 * x.cs;
+        match mode {
+            // SAFETY: the CPU has the AVX-512-BF16 path, so AVX-512 F, BW and BF16.
+            PackMode::Bf16Pairs if simd_pairs(isa) => {
+                return unsafe { avx512::pair_block(dst, x, base, rows, kc, r, stream) }
             }
-        };
+            PackMode::Bf16Pairs => {}
+            // SAFETY: the CPU has this AVX-512 path, so AVX-512 F and BW.
+            _ => return unsafe { avx512::copy_block(dst, x, base, rows, kc, r, round, stream) },
+        }
     }
     for (s, i0) in (0..rows).step_by(r).enumerate() {
         let strip = &mut dst[s * steps * r..(s + 1) * steps * r];
@@ -163,8 +166,8 @@ pub(super) fn pack_rows(
 fn pair_row(isa: Isa, d: &mut [f32], src: &[f32]) {
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
-    if isa.is_avx512() && isa.supported() {
-        // SAFETY: the CPU has this AVX-512 path, so AVX-512 F and BW.
+    if simd_pairs(isa) {
+        // SAFETY: the CPU has the AVX-512-BF16 path, so AVX-512 F, BW and BF16.
         done = unsafe { avx512::pair_blocks(d, src) };
     }
     let _ = isa;
@@ -238,10 +241,26 @@ fn gather_strip(strip: &mut [f32], s: Source<'_>) {
     }
 }
 
-/// One packed pair: bf16(lo) in the low half, bf16(hi) in the high half.
+/// One packed pair: bf16(lo) in the low half, bf16(hi) in the high half,
+/// as `vcvtne2ps2bf16` converts: ties to even, NaN kept quiet, and a
+/// denormal input flushed to zero of its sign (`vdpbf16ps` reads bf16
+/// denormals as zero anyway; only inputs that would round up to the
+/// smallest normal bf16 change).
 #[inline(always)]
 fn pair_bits(lo: f32, hi: f32) -> f32 {
-    f32::from_bits(bf16_bits(lo) as u32 | (bf16_bits(hi) as u32) << 16)
+    let word = |x: f32| {
+        let x = if x.is_subnormal() { f32::from_bits(x.to_bits() & 0x8000_0000) } else { x };
+        bf16_bits(x) as u32
+    };
+    f32::from_bits(word(lo) | word(hi) << 16)
+}
+
+/// Whether bf16 pairs are made with `vcvtne2ps2bf16` (the AVX-512-BF16
+/// path, the only one whose plans pack pairs; others, in tests, pack them
+/// one element at a time).
+#[inline(always)]
+fn simd_pairs(isa: Isa) -> bool {
+    cfg!(target_arch = "x86_64") && isa == Isa::Avx512Bf16 && isa.supported()
 }
 
 /// bf16 pairs for `vdpbf16ps`: bf16(k) in the low half, bf16(k+1) high.
@@ -251,8 +270,8 @@ fn pair_bits(lo: f32, hi: f32) -> f32 {
 /// read step by step, others row by row (each read in address order).
 fn pair_strip(isa: Isa, strip: &mut [f32], s: Source<'_>) {
     #[cfg(target_arch = "x86_64")]
-    if s.x.cs == 1 && isa.is_avx512() && isa.supported() {
-        // SAFETY: the CPU has this AVX-512 path, so AVX-512 F and BW.
+    if s.x.cs == 1 && simd_pairs(isa) {
+        // SAFETY: the CPU has the AVX-512-BF16 path, so AVX-512 F, BW and BF16.
         return unsafe { avx512::pair_strip(strip, s) };
     }
     let _ = isa;
@@ -303,8 +322,11 @@ mod tests {
         vals[50] = f32::INFINITY;
         vals[77] = 1.0 + 1.0 / 256.0; // a tie: rounds to even
         vals[100] = -0.0;
-        vals[120] = f32::from_bits(0x0000_8001); // a denormal: kept, not flushed
-        vals[2 * n_k + 5] = -f32::from_bits(0x0040_0001); // one inside a 32-float block
+        // Denormals: kept in f32 slots, flushed to signed zero in pairs.
+        vals[120] = f32::from_bits(0x0000_8001);
+        vals[121] = f32::from_bits(0x007f_c000); // would round up to the smallest normal
+        vals[2 * n_k + 5] = -f32::from_bits(0x0040_0001); // inside a 32-float block
+        vals[2 * n_k + 6] = -f32::from_bits(0x007f_c000);
         vals[3 * n_k + 40] = 3.0e38; // rounds up to infinity
         let cm: Vec<f32> = (0..n_rows * n_k).map(|x| vals[(x % n_rows) * n_k + x / n_rows]).collect();
         let layouts = [MatRef { data: &vals, rs: n_k, cs: 1 }, MatRef { data: &cm, rs: 1, cs: n_rows }];
@@ -348,6 +370,61 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// `pack_rows` (the `_a_rows` kernels' A) gives every path the bits of
+    /// the element-wise conversions, in whole 32-float blocks and tails,
+    /// with NaN, ties and denormals among the values.
+    #[test]
+    fn pack_rows_gives_the_element_wise_bits_on_every_path() {
+        let (n_rows, n_k, row) = (9, 101, 112);
+        let mut vals: Vec<f32> = (0..n_rows * n_k)
+            .map(|i| ((i as u32).wrapping_mul(2654435761) % 3001) as f32 / 1499.0 - 1.0)
+            .collect();
+        vals[4] = f32::NAN;
+        vals[n_k + 33] = 1.0 + 1.0 / 256.0;
+        vals[2 * n_k + 7] = f32::from_bits(0x007f_c000);
+        vals[3 * n_k + 70] = -f32::from_bits(0x0000_0101);
+        let x = MatRef { data: &vals, rs: n_k, cs: 1 };
+        for isa in Isa::supported_paths() {
+            for mode in [PackMode::F32, PackMode::F32RoundedBf16, PackMode::Bf16Pairs] {
+                for (r0, rows, p0, kc, r) in
+                    [(0usize, 9usize, 0usize, 101usize, 14usize), (2, 5, 3, 64, 4), (1, 7, 0, 33, 6)]
+                {
+                    let steps = mode.steps(kc);
+                    let len = rows.div_ceil(r) * r * row;
+                    let mut got = vec![f32::MIN; len];
+                    pack_rows(isa, &mut got, x, r0, rows, p0, kc, r, row, mode);
+                    for i in 0..rows {
+                        let d = &got[(i / r) * r * row + (i % r) * row..][..steps];
+                        let src = |p: usize| vals[(r0 + i) * n_k + p0 + p];
+                        for (q, d) in d.iter().enumerate() {
+                            let want = match mode {
+                                PackMode::F32 => src(q),
+                                PackMode::F32RoundedBf16 => round_bf16(src(q)),
+                                PackMode::Bf16Pairs => {
+                                    pair_bits(src(2 * q), if 2 * q + 1 < kc { src(2 * q + 1) } else { 0.0 })
+                                }
+                            };
+                            assert_eq!(d.to_bits(), want.to_bits(), "{isa} {mode:?} row {i} slot {q}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// A pair's words are `vcvtne2ps2bf16`'s: ties to even, quiet NaN, and
+    /// denormal inputs (even one that would round up to a normal) zero of
+    /// their sign; normal inputs as `bf16_bits` rounds them.
+    #[test]
+    fn pair_bits_convert_as_vcvtne2ps2bf16_does() {
+        let pair = |lo: f32, hi: f32| pair_bits(lo, hi).to_bits();
+        assert_eq!(pair(f32::from_bits(0x007f_c000), -f32::from_bits(0x0000_0001)), 0x8000_0000);
+        assert_eq!(pair(1.0 + 1.0 / 256.0, 1.0 + 3.0 / 256.0), 0x3f82_3f80);
+        assert_eq!(pair(f32::from_bits(0x0080_0000), f32::NAN), 0x7fc0_0080);
+        assert_eq!(pair(3.0e38, -0.0), 0x8000_7f62);
+        assert_eq!(pair(f32::from_bits(0x7f7f_ffff), 1.5), 0x3fc0_7f80);
     }
 
     /// bf16 pairs: bf16(k) low, bf16(k+1) high (0 past an odd kc), zero rows

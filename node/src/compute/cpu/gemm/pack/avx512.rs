@@ -1,8 +1,10 @@
 //! AVX-512 packing, 16 lanes at a time with masked loads and stores: f32
-//! strips (copied a block at a time, or transposed in 16 × 16 blocks) and
-//! bf16 pairs (the AVX-512-BF16 kernel's operands), with the rounding of
-//! `bf16_bits` done in integer lanes (ties to even, NaN kept quiet,
-//! denormals kept) so the bits equal the element-wise path's.
+//! strips (copied a block at a time, or transposed in 16 × 16 blocks), with
+//! the rounding of `round_bf16` done in integer lanes (ties to even, NaN
+//! kept quiet, denormals kept) so the bits equal the element-wise path's;
+//! and bf16 pairs (the AVX-512-BF16 kernel's operands), converted by
+//! `vcvtne2ps2bf16`, whose bits are `pair_bits`' (ties to even, NaN kept
+//! quiet, denormal inputs flushed to signed zero).
 
 use std::arch::x86_64::*;
 
@@ -37,18 +39,27 @@ fn lanes(n: usize) -> __mmask16 {
     }
 }
 
-/// High halves of the 32 rounded floats of `v0` then `v1`: word w of the
-/// result is word 2w+1 of the pair, so 32-bit lane j holds
-/// (bf16 of float 2j, bf16 of float 2j+1).
-const HIGH_WORDS: [i16; 32] = {
+/// Word w of `vcvtne2ps2bf16(hi, lo)` for w < 16 is bf16(lo[w]), for
+/// w ≥ 16 bf16(hi[w − 16]); this index puts bf16(lo[j]) and bf16(hi[j])
+/// side by side in 32-bit lane j.
+const INTERLEAVE: [i16; 32] = {
     let mut idx = [0i16; 32];
-    let mut w = 0;
-    while w < 32 {
-        idx[w] = (2 * w + 1) as i16;
-        w += 1;
+    let mut j = 0;
+    while j < 16 {
+        idx[2 * j] = j as i16;
+        idx[2 * j + 1] = (j + 16) as i16;
+        j += 1;
     }
     idx
 };
+
+/// 32 consecutive floats at `src` as 32 bf16 words, in order: 16 pairs
+/// (k, k+1) along k.
+#[inline(always)]
+unsafe fn pairs32(src: *const f32) -> __m512i {
+    let (lo, hi) = (_mm512_loadu_ps(src), _mm512_loadu_ps(src.add(16)));
+    std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(hi, lo))
+}
 
 /// 16 transposed 32-bit lanes: `out[j]` lane l = `r[l]` lane j.
 #[inline(always)]
@@ -88,19 +99,16 @@ unsafe fn transpose16(r: &[__m512i; 16]) -> [__m512i; 16] {
 /// writes the tail).
 ///
 /// # Safety
-/// The CPU supports AVX-512 F and BW.
-#[target_feature(enable = "avx512f,avx512bw")]
+/// The CPU supports AVX-512 F, BW and BF16.
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
 pub(super) unsafe fn pair_blocks(d: &mut [f32], src: &[f32]) -> usize {
     let blocks = src.len() / 32;
     assert!(d.len() >= blocks * 16, "pack: pair row too short");
-    let idx = _mm512_loadu_epi16(HIGH_WORDS.as_ptr());
     for blk in 0..blocks {
         // SAFETY: blk·32 + 32 ≤ src.len(), blk·16 + 16 ≤ d.len().
-        let s = src.as_ptr().add(blk * 32);
-        let (a, b) = (rounded16(_mm512_loadu_ps(s)), rounded16(_mm512_loadu_ps(s.add(16))));
         _mm512_storeu_si512(
             d.as_mut_ptr().add(blk * 16) as *mut __m512i,
-            _mm512_permutex2var_epi16(a, idx, b),
+            pairs32(src.as_ptr().add(blk * 32)),
         );
     }
     blocks * 16
@@ -110,8 +118,8 @@ pub(super) unsafe fn pair_blocks(d: &mut [f32], src: &[f32]) -> usize {
 /// contiguous along the strip go a block at a time through `pair_block`).
 ///
 /// # Safety
-/// The CPU supports AVX-512 F and BW.
-#[target_feature(enable = "avx512f,avx512bw")]
+/// The CPU supports AVX-512 F, BW and BF16.
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
 pub(super) unsafe fn pair_strip(strip: &mut [f32], s: Source<'_>) {
     let Source { x, base, kc, r, h, stream, .. } = s;
     let steps = kc.div_ceil(2);
@@ -122,7 +130,6 @@ pub(super) unsafe fn pair_strip(strip: &mut [f32], s: Source<'_>) {
     let out = strip.as_mut_ptr();
     let rows: [&[f32]; 32] =
         std::array::from_fn(|i| if i < h { &x.data[base + i * x.rs..][..kc] } else { &[] });
-    let idx = _mm512_loadu_epi16(HIGH_WORDS.as_ptr());
     // Blocks of 16 pairs (32 floats of k) from 16 rows at a time.
     let blocks = kc / 32;
     for g in (0..r).step_by(16) {
@@ -133,9 +140,7 @@ pub(super) unsafe fn pair_strip(strip: &mut [f32], s: Source<'_>) {
             for (l, v) in v.iter_mut().enumerate() {
                 if g + l < h {
                     // SAFETY: rows[g+l] holds kc ≥ p + 32 floats.
-                    let src = rows[g + l].as_ptr().add(p);
-                    let (a, b) = (rounded16(_mm512_loadu_ps(src)), rounded16(_mm512_loadu_ps(src.add(16))));
-                    *v = _mm512_permutex2var_epi16(a, idx, b);
+                    *v = pairs32(rows[g + l].as_ptr().add(p));
                 }
             }
             for (j, t) in transpose16(&v).into_iter().enumerate() {
@@ -159,13 +164,16 @@ pub(super) unsafe fn pair_strip(strip: &mut [f32], s: Source<'_>) {
     }
 }
 
+/// How many pair steps ahead `pair_block` prefetches its source rows.
+const PAIR_AHEAD: usize = 2;
+
 /// Every strip of a block at once, for a source contiguous along the strip
 /// (`rs == 1`): step q reads the block's two source rows (k = 2q, 2q+1)
 /// once, start to end, and writes their pairs into step q of each strip.
 ///
 /// # Safety
-/// The CPU supports AVX-512 F and BW.
-#[target_feature(enable = "avx512f,avx512bw")]
+/// The CPU supports AVX-512 F, BW and BF16.
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
 pub(super) unsafe fn pair_block(
     dst: &mut [f32],
     x: MatRef<'_>,
@@ -182,8 +190,18 @@ pub(super) unsafe fn pair_block(
         "pack: block too small or strips wider than 32"
     );
     let out = dst.as_mut_ptr();
-    let high = _mm512_set1_epi32(0xffff_0000u32 as i32);
+    let idx = _mm512_loadu_epi16(INTERLEAVE.as_ptr());
     for q in 0..steps {
+        // The source rows PAIR_AHEAD steps on, a line at a time: each row
+        // is its own stream (often its own page), which the hardware
+        // prefetcher picks up late.
+        if 2 * (q + PAIR_AHEAD) + 1 < kc {
+            let ahead = x.data.as_ptr().wrapping_add(base + 2 * (q + PAIR_AHEAD) * x.cs);
+            for line in (0..rows).step_by(16) {
+                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(line) as *const i8);
+                _mm_prefetch::<_MM_HINT_T0>(ahead.wrapping_add(x.cs + line) as *const i8);
+            }
+        }
         // Bounds-checked once: the masked loads below stay inside these.
         let lo_row = &x.data[base + 2 * q * x.cs..][..rows];
         let hi_row = (2 * q + 1 < kc).then(|| &x.data[base + (2 * q + 1) * x.cs..][..rows]);
@@ -192,12 +210,13 @@ pub(super) unsafe fn pair_block(
             let h = r.min(rows - i0);
             for g in (0..r).step_by(16) {
                 let load = lanes(h.saturating_sub(g));
-                let lo = rounded16(_mm512_maskz_loadu_ps(load, lo_row.as_ptr().wrapping_add(i0 + g)));
+                let lo = _mm512_maskz_loadu_ps(load, lo_row.as_ptr().wrapping_add(i0 + g));
                 let hi = match hi_row {
-                    Some(row) => rounded16(_mm512_maskz_loadu_ps(load, row.as_ptr().wrapping_add(i0 + g))),
-                    None => _mm512_setzero_si512(),
+                    Some(row) => _mm512_maskz_loadu_ps(load, row.as_ptr().wrapping_add(i0 + g)),
+                    None => _mm512_setzero_ps(),
                 };
-                let v = _mm512_or_si512(_mm512_srli_epi32::<16>(lo), _mm512_and_si512(hi, high));
+                let words = std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(hi, lo));
+                let v = _mm512_permutexvar_epi16(idx, words);
                 // SAFETY: s·steps·r + q·r + g + lanes ≤ strips·steps·r ≤ dst.len().
                 store(out.add(s * steps * r + q * r + g), lanes(r - g), v, stream);
             }
