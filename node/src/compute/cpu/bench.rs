@@ -7,6 +7,7 @@ use serde::Serialize;
 
 use super::gemm::{gemm, gemm_packed_b, GemmOpts, Init, MatRef, WeightImage};
 use super::isa::{Isa, Precision};
+use crate::compute::awake::with_awake_workers;
 
 /// Which of the model's three products a GEMM is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -125,8 +126,11 @@ pub fn bench_gemm(shape: GemmShape, opts: GemmOpts, iters: usize, image: bool) -
         Some(pb) => gemm_packed_b(m, n, k, av, pb, c, n, init, opts),
         None => gemm(m, n, k, av, bv, c, n, init, opts),
     };
-    // Timed on a pool worker, as a training step calls it (`on_worker`).
-    let best = rayon::scope(|_| {
+    // Timed on a pool worker with the others kept awake, as a training step
+    // runs its GEMMs (`on_worker`) and as torch.matmul's OpenMP threads
+    // spin between calls: otherwise each timed GEMM would start by waking a
+    // sleeping worker.
+    let best = with_awake_workers(|| {
         run(&mut c);
         let mut best = f64::INFINITY;
         for _ in 0..iters.max(1) {
