@@ -93,7 +93,10 @@ fn weight_image(shape: GemmShape, opts: GemmOpts) -> Option<WeightImage> {
     }
 }
 
-/// Times `shape` (best of `iters` after one warm-up) on one path; with
+/// How long `bench_gemm` runs a GEMM before timing it.
+const WARM_UP: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Times `shape` (best of `iters` after at least `WARM_UP` of warm-up) on one path; with
 /// `image`, B is read from its weight image (written before the timing).
 ///
 /// # Panics
@@ -131,7 +134,14 @@ pub fn bench_gemm(shape: GemmShape, opts: GemmOpts, iters: usize, image: bool) -
     // spin between calls: otherwise each timed GEMM would start by waking a
     // sleeping worker.
     let best = with_awake_workers(|| {
+        // Warm up for WARM_UP, not one call: right after the workers wake,
+        // the OS may still run both on one core (in 5 timed calls of a
+        // 0.3 ms GEMM, a third of the processes timed the one-thread rate).
+        let warm = Instant::now();
         run(&mut c);
+        while warm.elapsed() < WARM_UP {
+            run(&mut c);
+        }
         let mut best = f64::INFINITY;
         for _ in 0..iters.max(1) {
             let t = Instant::now();
