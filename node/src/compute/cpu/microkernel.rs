@@ -240,9 +240,9 @@ pub const NR_32: usize = 32;
 /// Slots between rows of an A strip packed in rows (the `_a_rows` kernels):
 /// one KC block's steps on the AVX-512 plans (256 floats, or 256 pairs of
 /// a 512-deep bf16 block; the bf16 kernel has it as a constant, the fp32
-/// one takes any stride at run time). Such strips are straight copies of A's rows where A is stored
-/// along k (the forward's activations, the input gradient's output
-/// gradient), with no transpose.
+/// one takes any stride at run time). Such strips are straight copies of
+/// A's rows where A is stored along k (the forward's activations, the input
+/// gradient's output gradient), with no transpose.
 pub const A_ROW: usize = 256;
 
 /// Writes the 14 × 32 accumulators to C with masked loads/stores. Always

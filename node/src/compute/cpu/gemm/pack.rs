@@ -258,9 +258,10 @@ fn pair_bits(lo: f32, hi: f32) -> f32 {
 /// Whether bf16 pairs are made with `vcvtne2ps2bf16` (the AVX-512-BF16
 /// path, the only one whose plans pack pairs; others, in tests, pack them
 /// one element at a time).
+#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn simd_pairs(isa: Isa) -> bool {
-    cfg!(target_arch = "x86_64") && isa == Isa::Avx512Bf16 && isa.supported()
+    isa == Isa::Avx512Bf16 && isa.supported()
 }
 
 /// bf16 pairs for `vdpbf16ps`: bf16(k) in the low half, bf16(k+1) high.

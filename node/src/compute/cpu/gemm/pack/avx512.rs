@@ -11,22 +11,17 @@ use std::arch::x86_64::*;
 use super::super::MatRef;
 use super::{pair_bits, Source};
 
-/// Each lane's f32 bits rounded so that the high half is `bf16_bits` of it
-/// (the low half is left over from the rounding).
+/// `v` rounded to bf16 precision in f32 slots, as `round_bf16` rounds: ties
+/// to even in integer lanes, NaN kept quiet, denormals kept.
 #[inline(always)]
-unsafe fn rounded16(v: __m512) -> __m512i {
+unsafe fn rounded_f32(v: __m512) -> __m512 {
     let b = _mm512_castps_si512(v);
     let lsb = _mm512_and_si512(_mm512_srli_epi32::<16>(b), _mm512_set1_epi32(1));
     let rounded = _mm512_add_epi32(b, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff)));
     let nan = _mm512_or_si512(b, _mm512_set1_epi32(0x0040_0000));
     let is_nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(v, v);
-    _mm512_mask_blend_epi32(is_nan, rounded, nan)
-}
-
-/// `v` rounded to bf16 precision in f32 slots, as `round_bf16` rounds.
-#[inline(always)]
-unsafe fn rounded_f32(v: __m512) -> __m512 {
-    _mm512_castsi512_ps(_mm512_and_si512(rounded16(v), _mm512_set1_epi32(0xffff_0000u32 as i32)))
+    let high = _mm512_mask_blend_epi32(is_nan, rounded, nan);
+    _mm512_castsi512_ps(_mm512_and_si512(high, _mm512_set1_epi32(0xffff_0000u32 as i32)))
 }
 
 /// The first `n` (≤ 16) lanes.
@@ -53,12 +48,17 @@ const INTERLEAVE: [i16; 32] = {
     idx
 };
 
+/// `vcvtne2ps2bf16`: words 0–15 are bf16 of `lo`'s lanes, 16–31 of `hi`'s.
+#[inline(always)]
+unsafe fn bf16_words(hi: __m512, lo: __m512) -> __m512i {
+    std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(hi, lo))
+}
+
 /// 32 consecutive floats at `src` as 32 bf16 words, in order: 16 pairs
 /// (k, k+1) along k.
 #[inline(always)]
 unsafe fn pairs32(src: *const f32) -> __m512i {
-    let (lo, hi) = (_mm512_loadu_ps(src), _mm512_loadu_ps(src.add(16)));
-    std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(hi, lo))
+    bf16_words(_mm512_loadu_ps(src.add(16)), _mm512_loadu_ps(src))
 }
 
 /// 16 transposed 32-bit lanes: `out[j]` lane l = `r[l]` lane j.
@@ -215,8 +215,7 @@ pub(super) unsafe fn pair_block(
                     Some(row) => _mm512_maskz_loadu_ps(load, row.as_ptr().wrapping_add(i0 + g)),
                     None => _mm512_setzero_ps(),
                 };
-                let words = std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(hi, lo));
-                let v = _mm512_permutexvar_epi16(idx, words);
+                let v = _mm512_permutexvar_epi16(idx, bf16_words(hi, lo));
                 // SAFETY: s·steps·r + q·r + g + lanes ≤ strips·steps·r ≤ dst.len().
                 store(out.add(s * steps * r + q * r + g), lanes(r - g), v, stream);
             }
