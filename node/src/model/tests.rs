@@ -176,6 +176,21 @@ fn twenty_steps_with_one_seed_are_bit_identical() {
     }
 }
 
+/// In bf16 every path trains to the same bits: the GEMMs give every path's
+/// bits (`gemm::tests::bf16_gives_the_same_bits_on_every_path`), as do the
+/// other kernels, so a bf16 run does not depend on which CPU ran it.
+#[test]
+fn bf16_training_gives_the_same_bits_on_every_path() {
+    let portable = CpuBackend::with_options(Isa::Portable, Precision::Bf16).expect("portable");
+    let (want_losses, want) = train_run(portable, 12);
+    for path in cpu_paths() {
+        let be = CpuBackend::with_options(path.isa(), Precision::Bf16).expect("supported path");
+        let (losses, got) = train_run(be, 12);
+        assert_eq!(losses, want_losses, "{}: losses", be.isa());
+        assert_eq!(got, want, "{}: weights after 12 steps", be.isa());
+    }
+}
+
 #[test]
 fn gradient_accumulation_equals_one_big_batch() {
     let cfg = small_cfg();

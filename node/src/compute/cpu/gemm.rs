@@ -39,6 +39,8 @@ mod pack;
 const NC: usize = 1536;
 /// Rows of C below which the NT layout skips packing (row · column dots).
 const SMALL_M: usize = 4;
+/// Depth of a bf16 K block on every path (256 pairs of the AVX-512-BF16 kernel).
+const BF16_KC: usize = 512;
 
 /// A read-only matrix view: element (i, j) lives at `data[i*rs + j*cs]`.
 #[derive(Clone, Copy)]
@@ -108,10 +110,14 @@ impl Plan {
         let isa = if opts.isa.supported() { opts.isa } else { Isa::Portable };
         let bf16 = opts.precision == Precision::Bf16;
         let rounded = if bf16 { PackMode::F32RoundedBf16 } else { PackMode::F32 };
+        // bf16 blocks are 512 deep on every path: each block's sum is added to
+        // C as a whole, so equal blocks (and pairs summed in ascending k) give
+        // every path the same bits (the products of bf16 values are exact).
+        let kc = if bf16 { BF16_KC } else { 256 };
         let narrow = |kernel: KernelFn| Plan {
             mr: mk::MR_6,
             nr: mk::NR_16,
-            kc: 256,
+            kc,
             mc_tiles: 16,
             mode: rounded,
             kernel,
@@ -127,7 +133,7 @@ impl Plan {
             Isa::Avx512Bf16 if bf16 => Plan {
                 mr: mk::MR_14,
                 nr: mk::NR_32,
-                kc: 512,
+                kc: BF16_KC,
                 mc_tiles: 10,
                 mode: PackMode::Bf16Pairs,
                 kernel: mk::avx512bf16,
@@ -139,11 +145,12 @@ impl Plan {
             Isa::Avx512 | Isa::Avx512Bf16 => Plan {
                 mr: mk::MR_14,
                 nr: mk::NR_32,
-                kc: 256,
+                kc,
                 mc_tiles: 10,
                 mode: rounded,
                 kernel: mk::avx512,
-                row_kernel: Some(mk::avx512_a_rows),
+                // Packed rows hold one 256-step block (`mk::A_ROW`): fp32 only.
+                row_kernel: (!bf16).then_some(mk::avx512_a_rows as KernelFn),
                 strided_kernel: (!bf16).then_some(mk::avx512_strided as mk::StridedFn),
                 isa,
             },

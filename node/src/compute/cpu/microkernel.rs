@@ -10,7 +10,8 @@
 //!
 //! Packed layout: an A strip is `steps × MR` elements, a B strip `steps × NR`;
 //! a step is one k for f32 and a pair (k, k+1) for bf16, both halves in one
-//! 32-bit slot (the even k in the low half). The AVX-512 kernels also come
+//! 32-bit slot (the even k in the high half, whose product `vdpbf16ps` adds
+//! first, so every kernel adds C's terms in ascending k). The AVX-512 kernels also come
 //! in an `_a_rows` version that reads A's strip as rows (step p of row i at
 //! `i·a_row + p`: packed `A_ROW` apart, or, fp32, A itself in place), and
 //! fp32 in `avx512_strided`, which reads A stored along its rows and B

@@ -25,7 +25,8 @@ pub(super) enum PackMode {
     F32,
     /// f32 slots holding values rounded to bf16 (bf16 on paths without `vdpbf16ps`).
     F32RoundedBf16,
-    /// One 32-bit slot per pair of k: bf16(k) low, bf16(k+1) high.
+    /// One 32-bit slot per pair of k: bf16(k) high, bf16(k+1) low (`vdpbf16ps`
+    /// adds the high half's product first, so C's terms go in ascending k).
     Bf16Pairs,
 }
 
@@ -241,18 +242,19 @@ fn gather_strip(strip: &mut [f32], s: Source<'_>) {
     }
 }
 
-/// One packed pair: bf16(lo) in the low half, bf16(hi) in the high half,
+/// One packed pair: bf16(first) in the high half, bf16(next) in the low
+/// half (first is k, next k+1: `vdpbf16ps` adds the high product first),
 /// as `vcvtne2ps2bf16` converts: ties to even, NaN kept quiet, and a
 /// denormal input flushed to zero of its sign (`vdpbf16ps` reads bf16
 /// denormals as zero anyway; only inputs that would round up to the
 /// smallest normal bf16 change).
 #[inline(always)]
-fn pair_bits(lo: f32, hi: f32) -> f32 {
+fn pair_bits(first: f32, next: f32) -> f32 {
     let word = |x: f32| {
         let x = if x.is_subnormal() { f32::from_bits(x.to_bits() & 0x8000_0000) } else { x };
         bf16_bits(x) as u32
     };
-    f32::from_bits(word(lo) | word(hi) << 16)
+    f32::from_bits(word(first) << 16 | word(next))
 }
 
 /// Whether bf16 pairs are made with `vcvtne2ps2bf16` (the AVX-512-BF16
@@ -264,7 +266,7 @@ fn simd_pairs(isa: Isa) -> bool {
     isa == Isa::Avx512Bf16 && isa.supported()
 }
 
-/// bf16 pairs for `vdpbf16ps`: bf16(k) in the low half, bf16(k+1) high.
+/// bf16 pairs for `vdpbf16ps`: bf16(k) in the high half, bf16(k+1) low.
 /// With AVX-512, a source contiguous along k goes 16 lanes at a time
 /// (`avx512`; one contiguous along the strip never gets here, `pack` takes
 /// it a block at a time); otherwise sources contiguous along the strip are
@@ -420,15 +422,15 @@ mod tests {
     /// their sign; normal inputs as `bf16_bits` rounds them.
     #[test]
     fn pair_bits_convert_as_vcvtne2ps2bf16_does() {
-        let pair = |lo: f32, hi: f32| pair_bits(lo, hi).to_bits();
-        assert_eq!(pair(f32::from_bits(0x007f_c000), -f32::from_bits(0x0000_0001)), 0x8000_0000);
-        assert_eq!(pair(1.0 + 1.0 / 256.0, 1.0 + 3.0 / 256.0), 0x3f82_3f80);
-        assert_eq!(pair(f32::from_bits(0x0080_0000), f32::NAN), 0x7fc0_0080);
-        assert_eq!(pair(3.0e38, -0.0), 0x8000_7f62);
-        assert_eq!(pair(f32::from_bits(0x7f7f_ffff), 1.5), 0x3fc0_7f80);
+        let pair = |first: f32, next: f32| pair_bits(first, next).to_bits();
+        assert_eq!(pair(-f32::from_bits(0x0000_0001), f32::from_bits(0x007f_c000)), 0x8000_0000);
+        assert_eq!(pair(1.0 + 3.0 / 256.0, 1.0 + 1.0 / 256.0), 0x3f82_3f80);
+        assert_eq!(pair(f32::NAN, f32::from_bits(0x0080_0000)), 0x7fc0_0080);
+        assert_eq!(pair(-0.0, 3.0e38), 0x8000_7f62);
+        assert_eq!(pair(1.5, f32::from_bits(0x7f7f_ffff)), 0x3fc0_7f80);
     }
 
-    /// bf16 pairs: bf16(k) low, bf16(k+1) high (0 past an odd kc), zero rows
+    /// bf16 pairs: bf16(k) high, bf16(k+1) low (0 past an odd kc), zero rows
     /// past the block, from either source layout.
     #[test]
     fn bf16_pairs_hold_k_and_k_plus_one() {
@@ -448,9 +450,9 @@ mod tests {
                         for l in 0..r {
                             let i = s * r + l;
                             let want = if i < rows {
-                                let hi =
+                                let next =
                                     if 2 * q + 1 < kc { bf16_bits(at(r0 + i, p0 + 2 * q + 1)) } else { 0 };
-                                bf16_bits(at(r0 + i, p0 + 2 * q)) as u32 | (hi as u32) << 16
+                                (bf16_bits(at(r0 + i, p0 + 2 * q)) as u32) << 16 | next as u32
                             } else {
                                 0
                             };

@@ -279,6 +279,53 @@ fn each_path_gives_the_same_bits_with_any_thread_count() {
     }
 }
 
+/// bf16 GEMMs give the same bits on every path: products of bf16 values are
+/// exact in fp32, every path adds them in ascending k (`vdpbf16ps` adds a
+/// pair's high half, k, first) in blocks of the same depth (`BF16_KC`), and
+/// each block's sum reaches C the same way. Values and sums stay in fp32's
+/// normal range, where `vdpbf16ps`'s flushing of denormals changes nothing.
+#[test]
+fn bf16_gives_the_same_bits_on_every_path() {
+    let spread = |v: Vec<f32>| -> Vec<f32> {
+        v.into_iter().enumerate().map(|(i, x)| x * (1.0 + (i % 7) as f32 * 13.7) + 1e-3).collect()
+    };
+    for &(m, n, k) in SHAPES.iter().chain(&[(40, 70, 1100), (256, 64, 512)]) {
+        let a_rm = spread(fill(m * k, 11));
+        let b_rm = spread(fill(k * n, 12));
+        let a_cm: Vec<f32> = (0..m * k).map(|x| a_rm[(x % m) * k + x / m]).collect();
+        let b_cm: Vec<f32> = (0..k * n).map(|x| b_rm[(x % k) * n + x / k]).collect();
+        let bias = fill(n, 13);
+        for a in [MatRef { data: &a_rm, rs: k, cs: 1 }, MatRef { data: &a_cm, rs: 1, cs: m }] {
+            for b in [MatRef { data: &b_rm, rs: n, cs: 1 }, MatRef { data: &b_cm, rs: 1, cs: k }] {
+                let run = |isa: Isa| {
+                    let opts = GemmOpts { isa, precision: Precision::Bf16 };
+                    let mut c = fill(m * n, 14);
+                    gemm(m, n, k, a, b, &mut c, n, Init::Accumulate, opts);
+                    let mut over = vec![0f32; m * n];
+                    gemm(m, n, k, a, b, &mut over, n, Init::Overwrite, opts);
+                    let mut biased = vec![0f32; m * n];
+                    gemm(m, n, k, a, b, &mut biased, n, Init::Bias(&bias), opts);
+                    [bits(&c), bits(&over), bits(&biased)]
+                };
+                let portable = run(Isa::Portable);
+                for isa in Isa::supported_paths() {
+                    let got = run(isa);
+                    for (init, (g, p)) in
+                        ["accumulate", "overwrite", "bias"].iter().zip(got.iter().zip(&portable))
+                    {
+                        let diff = g.iter().zip(p).filter(|(x, y)| x != y).count();
+                        assert_eq!(
+                            diff, 0,
+                            "{isa} m{m} n{n} k{k} a.rs{} b.rs{} {init}: {diff} elements differ",
+                            a.rs, b.rs
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn threads_share_tiles_evenly() {
     // B·T = 256 rows are 19 tiles of 14: two row blocks would do 10 and 9.

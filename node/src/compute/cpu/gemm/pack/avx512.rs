@@ -35,8 +35,8 @@ fn lanes(n: usize) -> __mmask16 {
 }
 
 /// Word w of `vcvtne2ps2bf16(hi, lo)` for w < 16 is bf16(lo[w]), for
-/// w ≥ 16 bf16(hi[w − 16]); this index puts bf16(lo[j]) and bf16(hi[j])
-/// side by side in 32-bit lane j.
+/// w ≥ 16 bf16(hi[w − 16]); this index puts bf16(lo[j]) (low half) and
+/// bf16(hi[j]) (high half) side by side in 32-bit lane j.
 const INTERLEAVE: [i16; 32] = {
     let mut idx = [0i16; 32];
     let mut j = 0;
@@ -54,11 +54,12 @@ unsafe fn bf16_words(hi: __m512, lo: __m512) -> __m512i {
     std::mem::transmute::<__m512bh, __m512i>(_mm512_cvtne2ps_pbh(hi, lo))
 }
 
-/// 32 consecutive floats at `src` as 32 bf16 words, in order: 16 pairs
-/// (k, k+1) along k.
+/// 32 consecutive floats at `src` as 16 pairs along k: lane j holds
+/// bf16(src[2j]) high and bf16(src[2j+1]) low (the converted words come in
+/// memory order, k low; one rotate per lane swaps the halves).
 #[inline(always)]
 unsafe fn pairs32(src: *const f32) -> __m512i {
-    bf16_words(_mm512_loadu_ps(src.add(16)), _mm512_loadu_ps(src))
+    _mm512_rol_epi32::<16>(bf16_words(_mm512_loadu_ps(src.add(16)), _mm512_loadu_ps(src)))
 }
 
 /// 16 transposed 32-bit lanes: `out[j]` lane l = `r[l]` lane j.
@@ -152,8 +153,8 @@ pub(super) unsafe fn pair_strip(strip: &mut [f32], s: Source<'_>) {
     for q in blocks * 16..steps {
         for (i, d) in strip[q * r..(q + 1) * r].iter_mut().enumerate() {
             *d = if i < h {
-                let hi = if 2 * q + 1 < kc { rows[i][2 * q + 1] } else { 0.0 };
-                pair_bits(rows[i][2 * q], hi)
+                let next = if 2 * q + 1 < kc { rows[i][2 * q + 1] } else { 0.0 };
+                pair_bits(rows[i][2 * q], next)
             } else {
                 0.0
             };
@@ -203,19 +204,20 @@ pub(super) unsafe fn pair_block(
             }
         }
         // Bounds-checked once: the masked loads below stay inside these.
-        let lo_row = &x.data[base + 2 * q * x.cs..][..rows];
-        let hi_row = (2 * q + 1 < kc).then(|| &x.data[base + (2 * q + 1) * x.cs..][..rows]);
+        let first_row = &x.data[base + 2 * q * x.cs..][..rows];
+        let next_row = (2 * q + 1 < kc).then(|| &x.data[base + (2 * q + 1) * x.cs..][..rows]);
         for s in 0..strips {
             let i0 = s * r;
             let h = r.min(rows - i0);
             for g in (0..r).step_by(16) {
                 let load = lanes(h.saturating_sub(g));
-                let lo = _mm512_maskz_loadu_ps(load, lo_row.as_ptr().wrapping_add(i0 + g));
-                let hi = match hi_row {
+                let first = _mm512_maskz_loadu_ps(load, first_row.as_ptr().wrapping_add(i0 + g));
+                let next = match next_row {
                     Some(row) => _mm512_maskz_loadu_ps(load, row.as_ptr().wrapping_add(i0 + g)),
                     None => _mm512_setzero_ps(),
                 };
-                let v = _mm512_permutexvar_epi16(idx, bf16_words(hi, lo));
+                // Row k's words go to the high halves, row k+1's to the low.
+                let v = _mm512_permutexvar_epi16(idx, bf16_words(first, next));
                 // SAFETY: s·steps·r + q·r + g + lanes ≤ strips·steps·r ≤ dst.len().
                 store(out.add(s * steps * r + q * r + g), lanes(r - g), v, stream);
             }
