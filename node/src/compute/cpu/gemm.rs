@@ -149,8 +149,9 @@ impl Plan {
                 mc_tiles: 10,
                 mode: rounded,
                 kernel: mk::avx512,
-                // Packed rows hold one 256-step block (`mk::A_ROW`): fp32 only.
-                row_kernel: (!bf16).then_some(mk::avx512_a_rows as KernelFn),
+                // Packed rows hold one K block of `mk::A_ROW` steps (fp32's;
+                // bf16's 512-deep blocks in f32 slots are twice that).
+                row_kernel: (rounded.steps(kc) == mk::A_ROW).then_some(mk::avx512_a_rows as KernelFn),
                 strided_kernel: (!bf16).then_some(mk::avx512_strided as mk::StridedFn),
                 isa,
             },

@@ -308,7 +308,7 @@ fn bf16_gives_the_same_bits_on_every_path() {
                     [bits(&c), bits(&over), bits(&biased)]
                 };
                 let portable = run(Isa::Portable);
-                for isa in Isa::supported_paths() {
+                for isa in Isa::supported_paths().into_iter().filter(|&isa| isa != Isa::Portable) {
                     let got = run(isa);
                     for (init, (g, p)) in
                         ["accumulate", "overwrite", "bias"].iter().zip(got.iter().zip(&portable))
