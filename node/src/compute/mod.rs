@@ -246,8 +246,10 @@ pub trait Backend: Sync {
     // ---- weight images: a backend's own copy of a matmul weight, laid out
     // as its GEMMs read it (the CPU's bf16 GEMM: packed bf16 pairs). The
     // caller allocates `weight_image_len` floats, has the image written
-    // whenever the weight changes other than through
-    // `adamw_update_zero_grad_imaged`, and passes it beside the weight.
+    // whenever the weight changes other than through `adamw_update_imaged`,
+    // and passes it beside the weight. An imaged weight's gradient is not
+    // zeroed between steps: AdamW leaves it as it was and the next backward
+    // writes it (`fresh_dweight`), one pass over it fewer each way.
     /// Floats of the image of an `oc × c` weight; 0 when the backend keeps none
     /// (then the `_imaged` ops are never called).
     fn weight_image_len(&self, oc: usize, c: usize) -> usize {
@@ -272,7 +274,9 @@ pub trait Backend: Sync {
         self.matmul_forward(out, inp, weight, bias, s);
     }
     /// [`matmul_backward_fresh_dinp`](Backend::matmul_backward_fresh_dinp)
-    /// reading `weight`'s image.
+    /// reading `weight`'s image; with `fresh_dweight`, `dweight` is written,
+    /// not added to (its old contents ignored).
+    #[allow(clippy::too_many_arguments)]
     fn matmul_backward_fresh_dinp_imaged(
         &self,
         dinp: &mut Self::Tensor,
@@ -283,8 +287,12 @@ pub trait Backend: Sync {
         weight: &Self::Tensor,
         image: &Self::Tensor,
         s: MatmulShape,
+        fresh_dweight: bool,
     ) {
         let _ = image;
+        if fresh_dweight {
+            self.zero(dweight);
+        }
         self.matmul_backward_fresh_dinp(dinp, dweight, dbias, dout, inp, weight, s);
     }
 
@@ -406,12 +414,13 @@ pub trait Backend: Sync {
         self.adamw_update(param, grad, m, v, stats, scale_slot, hp);
         self.zero(grad);
     }
-    /// [`adamw_update_zero_grad`](Backend::adamw_update_zero_grad) for an
-    /// `oc × c` matmul weight, rewriting its image from the new values.
-    fn adamw_update_zero_grad_imaged(
+    /// [`adamw_update`](Backend::adamw_update) for an `oc × c` matmul
+    /// weight, rewriting its image from the new values. `grad` is left as it
+    /// was: the next backward writes it (`fresh_dweight`).
+    fn adamw_update_imaged(
         &self,
         param: &mut Self::Tensor,
-        grad: &mut Self::Tensor,
+        grad: &Self::Tensor,
         m: &mut Self::Tensor,
         v: &mut Self::Tensor,
         image: &mut Self::Tensor,
@@ -420,7 +429,7 @@ pub trait Backend: Sync {
         scale_slot: usize,
         hp: AdamWStep,
     ) {
-        self.adamw_update_zero_grad(param, grad, m, v, stats, scale_slot, hp);
+        self.adamw_update(param, grad, m, v, stats, scale_slot, hp);
         self.write_weight_image(image, param, oc, c);
     }
 }

@@ -269,3 +269,57 @@ fn weight_images_follow_every_change_of_the_weights() {
     flat.upload_params_flat(&be, &trained.download_params_flat(&be));
     assert_eq!(loss(&mut flat), want, "upload_params_flat");
 }
+
+/// The imaged weights' gradients are not zeroed between steps (AdamW
+/// leaves them, the next backward overwrites them), yet every reader sees
+/// zeros where it should: the gradients right after a step, the gradients
+/// of two accumulated micro-batches after a step (against a model that
+/// never stepped), and a step with no backward since the last (against a
+/// model with the same weights and moments whose gradients were never
+/// written).
+#[test]
+fn stale_weight_gradients_count_as_zero() {
+    use crate::compute::Backend;
+    let be = CpuBackend::with_options(Isa::widest(), Precision::Fp32).expect("widest path");
+    let cfg = small_cfg();
+    let has_images = be.weight_image_len(cfg.padded_vocab_size, cfg.n_embd) > 0;
+    assert_eq!(has_images, Isa::widest().is_avx512(), "images exactly on the AVX-512 plans");
+    let bits = |g: Vec<Vec<f32>>| g.into_iter().flatten().map(f32::to_bits).collect::<Vec<_>>();
+    let differ = |a: Vec<u32>, b: Vec<u32>| {
+        a.iter().zip(&b).filter(|(x, y)| x != y).count() + a.len().abs_diff(b.len())
+    };
+    let hp = |step| AdamWStep { lr: 1e-2, beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1, step };
+    let (b, t) = (2, 5);
+    let mut model = Gpt::new(&be, cfg.clone(), &params(&cfg, 8), 2);
+    let (x, y) = batch(&cfg, b, t, 1);
+    model.zero_grad(&be);
+    model.forward(&be, &x, Some(&y), b, t);
+    model.backward(&be, 1);
+    assert!(model.download_grads(&be).iter().flatten().any(|g| *g != 0.0), "a backward writes gradients");
+    model.optimizer_step(&be, hp(1), 1.0);
+    assert!(model.download_grads(&be).iter().flatten().all(|g| *g == 0.0), "zero after a step");
+
+    let micro = [batch(&cfg, b, t, 2), batch(&cfg, b, t, 3)];
+    let accumulate = |m: &mut Gpt<CpuBackend>| {
+        m.zero_grad(&be);
+        for (x, y) in &micro {
+            m.forward(&be, x, Some(y), b, t);
+            m.backward(&be, 2);
+        }
+        bits(m.download_grads(&be))
+    };
+    let mut unstepped = Gpt::new(&be, cfg.clone(), &model.download_params(&be), 2);
+    let n = differ(accumulate(&mut model), accumulate(&mut unstepped));
+    assert_eq!(n, 0, "two micro-batches after a step: {n} gradient values differ");
+
+    model.optimizer_step(&be, hp(2), 1.0);
+    let (m, v) = model.download_moments(&be);
+    let mut never_written = Gpt::new(&be, cfg.clone(), &model.download_params(&be), 2);
+    never_written.upload_moments(&be, &m, &v);
+    for s in [&mut model, &mut never_written] {
+        s.zero_grad(&be);
+        s.optimizer_step(&be, hp(3), 1.0);
+    }
+    let n = differ(bits(model.download_params(&be)), bits(never_written.download_params(&be)));
+    assert_eq!(n, 0, "a step with no backward since the last: {n} weights differ");
+}

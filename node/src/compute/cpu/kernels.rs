@@ -155,7 +155,7 @@ pub fn matmul_forward(
 #[allow(clippy::too_many_arguments)]
 pub fn matmul_backward(
     opts: GemmOpts,
-    dinp_init: Init<'_>,
+    (dinp_init, dweight_init): (Init<'_>, Init<'_>),
     dinp: &mut [f32],
     dweight: &mut [f32],
     dbias: Option<&mut [f32]>,
@@ -183,7 +183,7 @@ pub fn matmul_backward(
         MatRef { data: inp, rs: c, cs: 1 },
         dweight,
         c,
-        Init::Accumulate,
+        dweight_init,
         opts,
     );
     if let Some(db) = dbias {
@@ -294,8 +294,8 @@ pub fn adamw_update(
     }
 }
 
-/// [`adamw_update`] with the gradient zeroed as it is read, for an `oc × c`
-/// matmul weight whose images `image` rewrites into `buf`: each 32-row
+/// [`adamw_update`] for an `oc × c` matmul weight (its gradient left as it
+/// was) whose images `image` rewrites into `buf`: each 32-row
 /// chunk is updated a KC block of columns at a time, and that tile's images
 /// are written while it is still in cache. The updated values are the bits
 /// `adamw_update` gives (AdamW is element by element).
@@ -303,7 +303,7 @@ pub fn adamw_update(
 pub fn adamw_update_imaged(
     isa: Isa,
     p: &mut [f32],
-    g: &mut [f32],
+    g: &[f32],
     m: &mut [f32],
     v: &mut [f32],
     grad_scale: f32,
@@ -318,21 +318,13 @@ pub fn adamw_update_imaged(
     let writer = image.begin_write(buf);
     let chunks = p
         .par_chunks_mut(chunk)
-        .zip(g.par_chunks_mut(chunk).zip(m.par_chunks_mut(chunk).zip(v.par_chunks_mut(chunk))));
+        .zip(g.par_chunks(chunk).zip(m.par_chunks_mut(chunk).zip(v.par_chunks_mut(chunk))));
     chunks.enumerate().for_each(|(ch, (p, (g, (m, v))))| {
         for tile in 0..image.tiles_per_chunk() {
             let cols = image.tile_columns(tile);
             for r in 0..p.len() / c {
                 let at = r * c + cols.start..r * c + cols.end;
-                simd::adamw_zero_grad(
-                    isa,
-                    &mut p[at.clone()],
-                    &mut g[at.clone()],
-                    &mut m[at.clone()],
-                    &mut v[at],
-                    k,
-                    hp,
-                );
+                simd::adamw(isa, &mut p[at.clone()], &g[at.clone()], &mut m[at.clone()], &mut v[at], k, hp);
             }
             writer.write_tile(p, ch * WeightImage::CHUNK_ROWS, tile);
         }
@@ -442,19 +434,19 @@ mod tests {
             let n = oc * c;
             let (p, g, m) = (values(n, 11), values(n, 12), values(n, 13));
             let v: Vec<f32> = values(n, 14).iter().map(|x| x.abs()).collect();
-            let (mut pw, mut gw, mut mw, mut vw) = (p.clone(), g.clone(), m.clone(), v.clone());
-            adamw_update(isa, &mut pw, GradIn::Zero(&mut gw), &mut mw, &mut vw, 0.7, hp);
+            let (mut pw, gw, mut mw, mut vw) = (p.clone(), g.clone(), m.clone(), v.clone());
+            adamw_update(isa, &mut pw, GradIn::Keep(&gw), &mut mw, &mut vw, 0.7, hp);
             let img = WeightImage::new(oc, c, opts).expect("a plan with images");
             let mut want_img = vec![0.0; img.buffer_len()];
             img.write(&mut want_img, &pw);
-            let (mut pg, mut gg, mut mg, mut vg) = (p, g, m, v);
+            let (mut pg, gg, mut mg, mut vg) = (p, g, m, v);
             let mut got_img = vec![f32::NAN; img.buffer_len()];
-            adamw_update_imaged(isa, &mut pg, &mut gg, &mut mg, &mut vg, 0.7, hp, img, &mut got_img, c);
+            adamw_update_imaged(isa, &mut pg, &gg, &mut mg, &mut vg, 0.7, hp, img, &mut got_img, c);
             let ctx = format!("{opts:?} oc{oc} c{c}");
             assert_eq!(bits(&pg), bits(&pw), "{ctx} weights");
             assert_eq!(bits(&mg), bits(&mw), "{ctx} m");
             assert_eq!(bits(&vg), bits(&vw), "{ctx} v");
-            assert!(gg.iter().all(|x| *x == 0.0), "{ctx} gradient zeroed");
+            assert_eq!(bits(&gg), bits(&gw), "{ctx} gradient left as it was");
             assert_eq!(bits(img.nt(&got_img)), bits(img.nt(&want_img)), "{ctx} NT image");
             assert_eq!(bits(img.nn(&got_img)), bits(img.nn(&want_img)), "{ctx} NN image");
         }

@@ -73,7 +73,7 @@ impl CpuBackend {
     #[allow(clippy::too_many_arguments)]
     fn backward(
         &self,
-        dinp_init: Init<'_>,
+        (dinp_init, dweight_init): (Init<'_>, Init<'_>),
         dinp: &mut [f32],
         dweight: &mut [f32],
         dbias: Option<&mut Vec<f32>>,
@@ -83,7 +83,8 @@ impl CpuBackend {
         s: MatmulShape,
     ) {
         let dbias = dbias.map(|b| b.as_mut_slice());
-        kernels::matmul_backward(self.gemm_opts(), dinp_init, dinp, dweight, dbias, dout, inp, weight, s);
+        let inits = (dinp_init, dweight_init);
+        kernels::matmul_backward(self.gemm_opts(), inits, dinp, dweight, dbias, dout, inp, weight, s);
     }
 
     /// The images this backend's GEMMs read for an `oc × c` weight, if any.
@@ -194,7 +195,16 @@ impl Backend for CpuBackend {
         weight: &Vec<f32>,
         s: MatmulShape,
     ) {
-        self.backward(Init::Accumulate, dinp, dweight, dbias, dout, inp, Weight::plain(weight), s);
+        self.backward(
+            (Init::Accumulate, Init::Accumulate),
+            dinp,
+            dweight,
+            dbias,
+            dout,
+            inp,
+            Weight::plain(weight),
+            s,
+        );
     }
 
     fn matmul_backward_fresh_dinp(
@@ -207,7 +217,16 @@ impl Backend for CpuBackend {
         weight: &Vec<f32>,
         s: MatmulShape,
     ) {
-        self.backward(Init::Overwrite, dinp, dweight, dbias, dout, inp, Weight::plain(weight), s);
+        self.backward(
+            (Init::Overwrite, Init::Accumulate),
+            dinp,
+            dweight,
+            dbias,
+            dout,
+            inp,
+            Weight::plain(weight),
+            s,
+        );
     }
 
     /// The AVX-512 plans: both packed images (`gemm::WeightImage`).
@@ -241,9 +260,11 @@ impl Backend for CpuBackend {
         weight: &Vec<f32>,
         image: &Vec<f32>,
         s: MatmulShape,
+        fresh_dweight: bool,
     ) {
+        let dweight_init = if fresh_dweight { Init::Overwrite } else { Init::Accumulate };
         self.backward(
-            Init::Overwrite,
+            (Init::Overwrite, dweight_init),
             dinp,
             dweight,
             dbias,
@@ -253,10 +274,10 @@ impl Backend for CpuBackend {
             s,
         );
     }
-    fn adamw_update_zero_grad_imaged(
+    fn adamw_update_imaged(
         &self,
         param: &mut Vec<f32>,
-        grad: &mut Vec<f32>,
+        grad: &Vec<f32>,
         m: &mut Vec<f32>,
         v: &mut Vec<f32>,
         image: &mut Vec<f32>,
@@ -278,7 +299,7 @@ impl Backend for CpuBackend {
                 image,
                 c,
             ),
-            None => self.adamw_update_zero_grad(param, grad, m, v, stats, scale_slot, hp),
+            None => self.adamw_update(param, grad, m, v, stats, scale_slot, hp),
         }
     }
 
