@@ -17,10 +17,11 @@
 //! The AVX-512 plans (NR = 32) have images: bf16 pairs on AVX-512-BF16 in
 //! bf16 precision (a slot holds two values of W, half of W's bytes), f32
 //! strips otherwise. Tiles are written with non-temporal stores
-//! (`pack_to` with `stream`): the next step's GEMMs read them, long after AdamW,
-//! whose time goes to memory traffic, has moved on.
+//! (`pack_to` with `stream`, one `sfence` per tile): the next step's GEMMs
+//! read them, long after AdamW, whose time goes to memory traffic, has
+//! moved on.
 
-use super::pack::{pack_to, PackMode};
+use super::pack::{fence_streams, pack_to, PackMode};
 use super::{GemmOpts, MatRef, Plan};
 use crate::compute::cpu::isa::Isa;
 
@@ -211,5 +212,7 @@ impl ImageWriter<'_> {
             let dst = unsafe { std::slice::from_raw_parts_mut(self.base.add(at), steps * nn.nr) };
             pack_to(isa, dst, w(1, c), j0, nn.nr.min(c - j0), 0, h, nn.nr, nn.mode, true);
         }
+        // One fence for the tile's packs (nine at C256), not one each.
+        fence_streams();
     }
 }

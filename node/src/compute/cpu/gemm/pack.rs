@@ -83,7 +83,9 @@ pub(super) fn pack(
 /// image, read by the next step's GEMMs): the AVX-512 paths then write
 /// whole aligned vectors with non-temporal stores, which skip reading the
 /// destination's lines into cache first (AdamW, which writes the images,
-/// is bound by memory traffic). The values are the same either way.
+/// is bound by memory traffic). The values are the same either way. With
+/// `stream` the caller runs [`fence_streams`] before anything reads `dst`
+/// (once after many packs: each fence waits for the stores to drain).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn pack_to(
     isa: Isa,
@@ -122,6 +124,17 @@ pub(super) fn pack_to(
             PackMode::F32 | PackMode::F32RoundedBf16 => gather_strip(strip, src),
             PackMode::Bf16Pairs => pair_strip(isa, strip, src),
         }
+    }
+}
+
+/// Orders the non-temporal stores of earlier `pack_to` calls with `stream`
+/// before every later store of this thread (`sfence`), so a thread that
+/// sees those later stores sees the packed values.
+pub(super) fn fence_streams() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: SSE, and so `sfence`, is part of every x86-64 CPU.
+    unsafe {
+        std::arch::x86_64::_mm_sfence()
     }
 }
 

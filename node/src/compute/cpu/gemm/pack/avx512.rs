@@ -160,9 +160,6 @@ pub(super) unsafe fn pair_strip(strip: &mut [f32], s: Source<'_>) {
             };
         }
     }
-    if stream {
-        _mm_sfence();
-    }
 }
 
 /// How many pair steps ahead `pair_block` prefetches its source rows.
@@ -223,9 +220,6 @@ pub(super) unsafe fn pair_block(
             }
         }
     }
-    if stream {
-        _mm_sfence();
-    }
 }
 
 /// f32 strips, every strip of a block at once, for a source contiguous
@@ -269,9 +263,6 @@ pub(super) unsafe fn copy_block(
                 store(out.add(s * kc * r + p * r + g), lanes(r - g), _mm512_castps_si512(v), stream);
             }
         }
-    }
-    if stream {
-        _mm_sfence();
     }
 }
 
@@ -336,8 +327,5 @@ pub(super) unsafe fn transpose_strip(strip: &mut [f32], s: Source<'_>) {
                 self::store(out.add((p + q) * r + g), store, t, stream);
             }
         }
-    }
-    if stream {
-        _mm_sfence();
     }
 }
