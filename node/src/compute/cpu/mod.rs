@@ -195,16 +195,8 @@ impl Backend for CpuBackend {
         weight: &Vec<f32>,
         s: MatmulShape,
     ) {
-        self.backward(
-            (Init::Accumulate, Init::Accumulate),
-            dinp,
-            dweight,
-            dbias,
-            dout,
-            inp,
-            Weight::plain(weight),
-            s,
-        );
+        let inits = (Init::Accumulate, Init::Accumulate);
+        self.backward(inits, dinp, dweight, dbias, dout, inp, Weight::plain(weight), s);
     }
 
     fn matmul_backward_fresh_dinp(
@@ -217,16 +209,8 @@ impl Backend for CpuBackend {
         weight: &Vec<f32>,
         s: MatmulShape,
     ) {
-        self.backward(
-            (Init::Overwrite, Init::Accumulate),
-            dinp,
-            dweight,
-            dbias,
-            dout,
-            inp,
-            Weight::plain(weight),
-            s,
-        );
+        let inits = (Init::Overwrite, Init::Accumulate);
+        self.backward(inits, dinp, dweight, dbias, dout, inp, Weight::plain(weight), s);
     }
 
     /// The AVX-512 plans: both packed images (`gemm::WeightImage`).
