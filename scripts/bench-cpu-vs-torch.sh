@@ -5,8 +5,11 @@
 # threads, so the three see the same moments of the machine. Prints every
 # round, then per side the median, range and spread (range over median) of
 # ms/step, and the per-round ratios PyTorch ÷ murmur (tokens/s of murmur over
-# PyTorch's) as median and range. Take figures on a quiet machine (check
-# `uptime`); nothing is dropped.
+# PyTorch's) as median and range. Each murmur run also reports how far apart
+# the host has put the two CPUs (a cross-core round trip before and after
+# its steps: about 60 ns near, 350 ns far on the benchmark VM, where far
+# slows every step); the round prints the largest of the four. Take figures
+# on a quiet machine (check `uptime`); nothing is dropped.
 #
 #   scripts/bench-cpu-vs-torch.sh [--rounds 8] [--steps 60] [--murmur PATH]
 #                                 [-- shape flags, e.g. --layers 12 --channels
@@ -30,16 +33,19 @@ if [ -z "$murmur" ]; then
     cargo build --release --quiet --manifest-path "$root/Cargo.toml" -p murmur-node --bin murmur
     murmur="$root/target/release/murmur"
 fi
-ms() { sed -n 's/.* \([0-9.]*\) ms\/step.*/\1/p' | head -1; }
+ms() { sed -n 's/.* \([0-9.]*\) ms\/step.*/\1/p' <<< "$1" | head -1; }
+apart() { sed -n 's/.*cores \([0-9-]*\)\/\([0-9-]*\) ns apart.*/\1 \2/p' <<< "$1" | head -1; }
 out="$(mktemp)"
 trap 'rm -f "$out"' EXIT
-echo "round  murmur_fp32  torch_fp32  murmur_bf16   (ms/step; load average before the round)"
+echo "round  murmur_fp32  torch_fp32  murmur_bf16   (ms/step; load average before the round; cores apart, ns)"
 for r in $(seq "$rounds"); do
     load="$(cut -d' ' -f1 /proc/loadavg)"
-    f="$(RAYON_NUM_THREADS=2 "$murmur" bench train --device cpu --steps "$steps" "${shape[@]}" | ms)"
-    t="$("$root/scripts/bench-torch.sh" --threads 2 --steps "$steps" "${shape[@]}" | ms)"
-    b="$(RAYON_NUM_THREADS=2 "$murmur" bench train --device cpu --precision bf16 --steps "$steps" "${shape[@]}" | ms)"
-    printf '%5d  %11s  %10s  %11s   (load %s)\n' "$r" "$f" "$t" "$b" "$load"
+    fl="$(RAYON_NUM_THREADS=2 "$murmur" bench train --device cpu --steps "$steps" "${shape[@]}")"
+    t="$("$root/scripts/bench-torch.sh" --threads 2 --steps "$steps" "${shape[@]}")"
+    bl="$(RAYON_NUM_THREADS=2 "$murmur" bench train --device cpu --precision bf16 --steps "$steps" "${shape[@]}")"
+    f="$(ms "$fl")" t="$(ms "$t")" b="$(ms "$bl")"
+    far="$(echo "$(apart "$fl") $(apart "$bl")" | tr ' ' '\n' | { grep -v -- - || true; } | sort -n | tail -1)"
+    printf '%5d  %11s  %10s  %11s   (load %s; cores %s ns apart)\n' "$r" "$f" "$t" "$b" "$load" "${far:--}"
     echo "$f $t $b" >> "$out"
 done
 summary() { # column, label

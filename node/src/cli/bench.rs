@@ -138,8 +138,9 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             if a.json {
                 println!("{}", serde_json::to_string(&r)?);
             } else {
+                let ns = |t: Option<f64>| t.map_or("-".to_string(), |t| format!("{t:.0}"));
                 println!(
-                    "{}: L{} C{} H{} V{} B{} T{} ({:.2}M params): {:.1} ms/step, {:.0} tokens/s, {:.1} GFLOP/s",
+                    "{}: L{} C{} H{} V{} B{} T{} ({:.2}M params): {:.1} ms/step, {:.0} tokens/s, {:.1} GFLOP/s; cores {}/{} ns apart",
                     r.backend,
                     r.layers,
                     r.channels,
@@ -150,7 +151,9 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
                     r.params as f64 / 1e6,
                     r.ms_per_step,
                     r.tokens_per_s,
-                    r.gflops
+                    r.gflops,
+                    ns(r.handoff_ns[0]),
+                    ns(r.handoff_ns[1])
                 );
             }
             Ok(())

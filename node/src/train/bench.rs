@@ -1,10 +1,11 @@
 //! `murmur bench train`: training throughput of one shape on one backend,
 //! counted as llm.c counts it (6N + 6·L·C·T FLOPs per token).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
+use super::handoff;
 use crate::compute::{on_worker, AdamWStep, Backend};
 use crate::model::rng::Rng;
 use crate::model::{init_params, Gpt, ModelConfig};
@@ -24,6 +25,9 @@ pub struct TrainBench {
     pub ms_per_step: f64,
     pub tokens_per_s: f64,
     pub gflops: f64,
+    /// Cross-core round trips (ns) measured just before and just after the
+    /// timed steps (`handoff`): about 60 near, 350 far on the benchmark VM.
+    pub handoff_ns: [Option<f64>; 2],
 }
 
 /// Times `steps` full training steps (forward, backward, AdamW) after
@@ -39,7 +43,11 @@ pub fn bench_train<B: Backend>(
     warmup: usize,
     steps: usize,
 ) -> TrainBench {
-    on_worker::<B, _>(|| bench_steps(backend, cfg, batch, seq, warmup, steps))
+    let patience = Duration::from_secs(1);
+    let before = handoff::round_trip_ns(patience);
+    let mut r = on_worker::<B, _>(|| bench_steps(backend, cfg, batch, seq, warmup, steps));
+    r.handoff_ns = [before, handoff::round_trip_ns(patience)];
+    r
 }
 
 fn bench_steps<B: Backend>(
@@ -87,5 +95,6 @@ fn bench_steps<B: Backend>(
         ms_per_step: secs * 1e3 / steps.max(1) as f64,
         tokens_per_s: tokens / secs,
         gflops: tokens * cfg.flops_per_token(seq) / secs / 1e9,
+        handoff_ns: [None, None],
     }
 }

@@ -2,6 +2,7 @@
 //! with checkpoints, and throughput benchmarks.
 
 pub mod bench;
+pub mod handoff;
 pub mod schedule;
 pub mod trainer;
 
