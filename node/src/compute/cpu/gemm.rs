@@ -169,7 +169,6 @@ struct Line([f32; 16]);
 thread_local! {
     static PACK_A: RefCell<Vec<Line>> = const { RefCell::new(Vec::new()) };
     static PACK_B: RefCell<Vec<Line>> = const { RefCell::new(Vec::new()) };
-    static PACK_A_SHARED: RefCell<Vec<Line>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Runs `f` on this thread's pack buffer of at least `len` floats (a fresh
@@ -307,14 +306,14 @@ fn gemm_from(
         BInput::Matrix(_) => steps_kc * NC.min(n.next_multiple_of(nr)),
         BInput::Packed(..) => 0,
     };
-    let (a_len, shared_a_len) = match split {
-        _ if matches!(a_rows, ARows::InPlace(_)) => (0, 0),
-        Split::Rows { blocks } => (steps_kc * m.div_ceil(mr).div_ceil(blocks) * mr, 0),
-        Split::Columns { .. } => (0, steps_kc * m.next_multiple_of(mr)),
+    let a_len = match split {
+        _ if matches!(a_rows, ARows::InPlace(_)) => 0,
+        Split::Rows { blocks } => steps_kc * m.div_ceil(mr).div_ceil(blocks) * mr,
+        Split::Columns { .. } => steps_kc * m.next_multiple_of(mr),
     };
     let cptr = SharedC(c.as_mut_ptr());
     with_scratch(&PACK_B, panel_len, |bpack| {
-        with_scratch(&PACK_A_SHARED, shared_a_len, |apack_all| {
+        {
             for jc in (0..n).step_by(NC) {
                 let nc = NC.min(n - jc);
                 for pc in (0..k).step_by(plan.kc) {
@@ -370,51 +369,54 @@ fn gemm_from(
                             });
                         }
                         Split::Columns { groups } => {
-                            // A (all rows) and the panel packed side by side, then
-                            // each task takes a run of the panel's strips.
+                            // Each task packs all of A in its own buffer and runs
+                            // it against its own run of the panel's strips, so no
+                            // packed line one core writes is read by the other:
+                            // when the host runs the two CPUs on different dies
+                            // (train/handoff.rs) a shared A cost these GEMMs a
+                            // third of their rate, and on one die a tenth.
                             let a_layout = a_rows.layout(&plan, steps);
-                            let ap = if let ARows::InPlace(_) = a_rows {
-                                pack_panel(bpack);
-                                &a.data[pc..]
-                            } else {
-                                let apack = &mut apack_all[..a_layout.strip * m.div_ceil(mr)];
-                                rayon::join(
-                                    || pack_panel(bpack),
-                                    || pack_a_parallel(&plan, a_layout, apack, a, m, pc, kc),
-                                );
-                                &apack[..]
-                            };
+                            pack_panel(bpack);
                             let bp = panel(bpack);
                             let strips = nc.div_ceil(nr);
                             let groups = groups.min(strips);
                             (0..groups).into_par_iter().for_each(|g| {
-                                let (s0, s1) = (g * strips / groups, (g + 1) * strips / groups);
-                                let (j0, j1) = (s0 * nr, (s1 * nr).min(nc));
-                                let bias = bias.get();
-                                let bias = if bias.is_null() { bias } else { bias.wrapping_add(j0) };
-                                // SAFETY: task `g` owns columns jc+j0..jc+j1 of C's m
-                                // rows (checked against c.len() above); runs never overlap.
-                                unsafe {
-                                    macro_block(
-                                        &plan,
-                                        a_layout,
-                                        m,
-                                        j1 - j0,
-                                        steps,
-                                        ap,
-                                        &bp[s0 * steps * nr..],
-                                        cptr.at(jc + j0),
-                                        ldc,
-                                        first,
-                                        bias,
-                                    )
-                                };
+                                with_scratch(&PACK_A, a_len, |apack| {
+                                    let ap = match a_rows {
+                                        ARows::InPlace(_) => &a.data[pc..],
+                                        _ => {
+                                            pack_a(&plan, a_rows, apack, a, 0, m, pc, kc);
+                                            &apack[..]
+                                        }
+                                    };
+                                    let (s0, s1) = (g * strips / groups, (g + 1) * strips / groups);
+                                    let (j0, j1) = (s0 * nr, (s1 * nr).min(nc));
+                                    let bias = bias.get();
+                                    let bias = if bias.is_null() { bias } else { bias.wrapping_add(j0) };
+                                    // SAFETY: task `g` owns columns jc+j0..jc+j1 of C's m
+                                    // rows (checked against c.len() above); runs never overlap.
+                                    unsafe {
+                                        macro_block(
+                                            &plan,
+                                            a_layout,
+                                            m,
+                                            j1 - j0,
+                                            steps,
+                                            ap,
+                                            &bp[s0 * steps * nr..],
+                                            cptr.at(jc + j0),
+                                            ldc,
+                                            first,
+                                            bias,
+                                        )
+                                    };
+                                });
                             });
                         }
                     }
                 }
             }
-        });
+        }
     });
 }
 
@@ -444,7 +446,6 @@ struct ALayout {
     kernel: KernelFn,
     strip: usize,
     a_row: usize,
-    rows: ARows,
 }
 
 impl ARows {
@@ -470,13 +471,9 @@ impl ARows {
     /// The layout for a K block of `steps` steps.
     fn layout(self, plan: &Plan, steps: usize) -> ALayout {
         match (self, plan.row_kernel) {
-            (ARows::Rows, Some(kernel)) => {
-                ALayout { kernel, strip: plan.mr * mk::A_ROW, a_row: mk::A_ROW, rows: self }
-            }
-            (ARows::InPlace(row), Some(kernel)) => {
-                ALayout { kernel, strip: plan.mr * row, a_row: row, rows: self }
-            }
-            _ => ALayout { kernel: plan.kernel, strip: steps * plan.mr, a_row: 0, rows: ARows::Steps },
+            (ARows::Rows, Some(kernel)) => ALayout { kernel, strip: plan.mr * mk::A_ROW, a_row: mk::A_ROW },
+            (ARows::InPlace(row), Some(kernel)) => ALayout { kernel, strip: plan.mr * row, a_row: row },
+            _ => ALayout { kernel: plan.kernel, strip: steps * plan.mr, a_row: 0 },
         }
     }
 }
@@ -498,28 +495,6 @@ fn pack_a(
             pack_rows(plan.isa, dst, a, ic, rows, pc, kc, plan.mr, mk::A_ROW, plan.mode)
         }
         ARows::Steps => pack(plan.isa, dst, a, ic, rows, pc, kc, plan.mr, plan.mode),
-    }
-}
-
-/// Packs all `m` rows of A in `layout`, in parallel, a few strips per task.
-fn pack_a_parallel(
-    plan: &Plan,
-    layout: ALayout,
-    dst: &mut [f32],
-    a: MatRef<'_>,
-    m: usize,
-    pc: usize,
-    kc: usize,
-) {
-    match layout.rows {
-        ARows::Steps => pack_parallel(plan, dst, a, 0, m, pc, kc, plan.mr),
-        ARows::Rows | ARows::InPlace(_) => {
-            let group = 4 * plan.mr;
-            dst.par_chunks_mut(4 * layout.strip).enumerate().for_each(|(g, dst)| {
-                let i0 = g * group;
-                pack_rows(plan.isa, dst, a, i0, group.min(m - i0), pc, kc, plan.mr, mk::A_ROW, plan.mode);
-            });
-        }
     }
 }
 
@@ -551,8 +526,8 @@ enum Split {
     /// differing by at most one tile) and runs it against the whole panel.
     Rows { blocks: usize },
     /// Too few rows for even row blocks (the model's B·T = 256 rows are 19
-    /// tiles of 14, so two row blocks do 10 and 9 tiles): A is packed whole,
-    /// once, and each task runs all rows against its own run of the panel's strips.
+    /// tiles of 14, so two row blocks do 10 and 9 tiles): each task packs A
+    /// whole for itself and runs all rows against its own run of the panel's strips.
     Columns { groups: usize },
 }
 
