@@ -313,106 +313,104 @@ fn gemm_from(
     };
     let cptr = SharedC(c.as_mut_ptr());
     with_scratch(&PACK_B, panel_len, |bpack| {
-        {
-            for jc in (0..n).step_by(NC) {
-                let nc = NC.min(n - jc);
-                for pc in (0..k).step_by(plan.kc) {
-                    let kc = plan.kc.min(k - pc);
-                    let steps = plan.mode.steps(kc);
-                    // This panel of B: packed now into `bpack`, or read in place.
-                    let pack_panel = |bpack: &mut [f32]| {
-                        if let BInput::Matrix(b) = b {
-                            // Bᵀ as a matrix whose rows are B's columns: B strips pack like A strips.
-                            let bt = MatRef { data: b.data, rs: b.cs, cs: b.rs };
-                            pack_parallel(&plan, bpack, bt, jc, nc, pc, kc, nr);
-                        }
-                    };
-                    let panel = |bpack| b.panel(bpack, jc, pc);
-                    let first = pc == 0 && !matches!(init, Init::Accumulate);
-                    let bias = match init {
-                        Init::Bias(bias) if first => bias[jc..].as_ptr(),
-                        _ => std::ptr::null(),
-                    };
-                    let bias = SharedBias(bias);
-                    match split {
-                        Split::Rows { blocks } => {
-                            pack_panel(bpack);
-                            let bp = panel(bpack);
-                            (0..blocks).into_par_iter().for_each(|blk| {
-                                let (ic, rows) = row_block(blk, blocks, m, mr);
-                                with_scratch(&PACK_A, a_len, |apack| {
-                                    let apack = match a_rows {
-                                        ARows::InPlace(_) => &a.data[ic * a.rs + pc..],
-                                        _ => {
-                                            pack_a(&plan, a_rows, apack, a, ic, rows, pc, kc);
-                                            &apack[..]
-                                        }
-                                    };
-                                    // SAFETY: block `blk` owns rows ic..ic+rows of C
-                                    // (checked against c.len() above); blocks never overlap.
-                                    unsafe {
-                                        macro_block(
-                                            &plan,
-                                            a_rows.layout(&plan, steps),
-                                            rows,
-                                            nc,
-                                            steps,
-                                            apack,
-                                            bp,
-                                            cptr.at(ic * ldc + jc),
-                                            ldc,
-                                            first,
-                                            bias.get(),
-                                        )
-                                    };
-                                });
+        for jc in (0..n).step_by(NC) {
+            let nc = NC.min(n - jc);
+            for pc in (0..k).step_by(plan.kc) {
+                let kc = plan.kc.min(k - pc);
+                let steps = plan.mode.steps(kc);
+                // This panel of B: packed now into `bpack`, or read in place.
+                let pack_panel = |bpack: &mut [f32]| {
+                    if let BInput::Matrix(b) = b {
+                        // Bᵀ as a matrix whose rows are B's columns: B strips pack like A strips.
+                        let bt = MatRef { data: b.data, rs: b.cs, cs: b.rs };
+                        pack_parallel(&plan, bpack, bt, jc, nc, pc, kc, nr);
+                    }
+                };
+                let panel = |bpack| b.panel(bpack, jc, pc);
+                let first = pc == 0 && !matches!(init, Init::Accumulate);
+                let bias = match init {
+                    Init::Bias(bias) if first => bias[jc..].as_ptr(),
+                    _ => std::ptr::null(),
+                };
+                let bias = SharedBias(bias);
+                match split {
+                    Split::Rows { blocks } => {
+                        pack_panel(bpack);
+                        let bp = panel(bpack);
+                        (0..blocks).into_par_iter().for_each(|blk| {
+                            let (ic, rows) = row_block(blk, blocks, m, mr);
+                            with_scratch(&PACK_A, a_len, |apack| {
+                                let apack = match a_rows {
+                                    ARows::InPlace(_) => &a.data[ic * a.rs + pc..],
+                                    _ => {
+                                        pack_a(&plan, a_rows, apack, a, ic, rows, pc, kc);
+                                        &apack[..]
+                                    }
+                                };
+                                // SAFETY: block `blk` owns rows ic..ic+rows of C
+                                // (checked against c.len() above); blocks never overlap.
+                                unsafe {
+                                    macro_block(
+                                        &plan,
+                                        a_rows.layout(&plan, steps),
+                                        rows,
+                                        nc,
+                                        steps,
+                                        apack,
+                                        bp,
+                                        cptr.at(ic * ldc + jc),
+                                        ldc,
+                                        first,
+                                        bias.get(),
+                                    )
+                                };
                             });
-                        }
-                        Split::Columns { groups } => {
-                            // Each task packs all of A in its own buffer and runs
-                            // it against its own run of the panel's strips, so no
-                            // packed line one core writes is read by the other:
-                            // when the host runs the two CPUs on different dies
-                            // (train/handoff.rs) a shared A cost these GEMMs a
-                            // third of their rate, and on one die a tenth.
-                            let a_layout = a_rows.layout(&plan, steps);
-                            pack_panel(bpack);
-                            let bp = panel(bpack);
-                            let strips = nc.div_ceil(nr);
-                            let groups = groups.min(strips);
-                            (0..groups).into_par_iter().for_each(|g| {
-                                with_scratch(&PACK_A, a_len, |apack| {
-                                    let ap = match a_rows {
-                                        ARows::InPlace(_) => &a.data[pc..],
-                                        _ => {
-                                            pack_a(&plan, a_rows, apack, a, 0, m, pc, kc);
-                                            &apack[..]
-                                        }
-                                    };
-                                    let (s0, s1) = (g * strips / groups, (g + 1) * strips / groups);
-                                    let (j0, j1) = (s0 * nr, (s1 * nr).min(nc));
-                                    let bias = bias.get();
-                                    let bias = if bias.is_null() { bias } else { bias.wrapping_add(j0) };
-                                    // SAFETY: task `g` owns columns jc+j0..jc+j1 of C's m
-                                    // rows (checked against c.len() above); runs never overlap.
-                                    unsafe {
-                                        macro_block(
-                                            &plan,
-                                            a_layout,
-                                            m,
-                                            j1 - j0,
-                                            steps,
-                                            ap,
-                                            &bp[s0 * steps * nr..],
-                                            cptr.at(jc + j0),
-                                            ldc,
-                                            first,
-                                            bias,
-                                        )
-                                    };
-                                });
+                        });
+                    }
+                    Split::Columns { groups } => {
+                        // Each task packs all of A in its own buffer and runs
+                        // it against its own run of the panel's strips, so no
+                        // packed line one core writes is read by the other:
+                        // when the host runs the two CPUs on different dies
+                        // (train/handoff.rs) a shared A cost these GEMMs a
+                        // third of their rate, and on one die a tenth.
+                        let a_layout = a_rows.layout(&plan, steps);
+                        pack_panel(bpack);
+                        let bp = panel(bpack);
+                        let strips = nc.div_ceil(nr);
+                        let groups = groups.min(strips);
+                        (0..groups).into_par_iter().for_each(|g| {
+                            with_scratch(&PACK_A, a_len, |apack| {
+                                let ap = match a_rows {
+                                    ARows::InPlace(_) => &a.data[pc..],
+                                    _ => {
+                                        pack_a(&plan, a_rows, apack, a, 0, m, pc, kc);
+                                        &apack[..]
+                                    }
+                                };
+                                let (s0, s1) = (g * strips / groups, (g + 1) * strips / groups);
+                                let (j0, j1) = (s0 * nr, (s1 * nr).min(nc));
+                                let bias = bias.get();
+                                let bias = if bias.is_null() { bias } else { bias.wrapping_add(j0) };
+                                // SAFETY: task `g` owns columns jc+j0..jc+j1 of C's m
+                                // rows (checked against c.len() above); runs never overlap.
+                                unsafe {
+                                    macro_block(
+                                        &plan,
+                                        a_layout,
+                                        m,
+                                        j1 - j0,
+                                        steps,
+                                        ap,
+                                        &bp[s0 * steps * nr..],
+                                        cptr.at(jc + j0),
+                                        ldc,
+                                        first,
+                                        bias,
+                                    )
+                                };
                             });
-                        }
+                        });
                     }
                 }
             }
