@@ -15,12 +15,72 @@
 # oneDNN, fp32 accumulation inside); murmur's bf16 GEMM writes fp32.
 # Best of --iters after one warm-up, as `murmur bench gemm`. Take figures
 # on a quiet machine (OpenMP spin-waits under load).
+#
+# Each line ends, as `murmur bench gemm`'s do, with how far apart the two
+# CPUs were just before it: a cross-core round trip (node/src/train/
+# handoff.rs, in C here, built with the system's cc into the venv; "-"
+# without one). On the benchmark VM about 60 ns while the host keeps both
+# vCPUs on one die and 350 ns while it does not (docs/benchmarks.md).
 set -euo pipefail
 # shellcheck source=scripts/torch-venv.sh
 . "$(dirname "$0")/torch-venv.sh"
-exec "$venv/bin/python" - "$@" <<'PY'
-import argparse, time
+probe="$venv/murmur-handoff-probe.so"
+if [ ! -e "$probe" ] && command -v cc >/dev/null; then
+    cc -O2 -shared -fPIC -o "$probe" -x c - -lpthread <<'C' || rm -f "$probe"
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <time.h>
+enum { TRIPS = 2000, BATCHES = 5 };
+static _Atomic unsigned flag;
+static void *answer(void *unused) {
+    for (unsigned i = 0; i < TRIPS * BATCHES; i++) {
+        while (atomic_load_explicit(&flag, memory_order_acquire) != 2 * i + 1) __builtin_ia32_pause();
+        atomic_store_explicit(&flag, 2 * i + 2, memory_order_release);
+    }
+    return unused;
+}
+static double now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e9 + t.tv_nsec;
+}
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+/* The median batch's round trip in ns. */
+double round_trip_ns(void) {
+    double times[BATCHES];
+    pthread_t peer;
+    atomic_store(&flag, 0);
+    if (pthread_create(&peer, 0, answer, 0)) return -1;
+    for (unsigned b = 0, i = 0; b < BATCHES; b++) {
+        double start = now_ns();
+        for (unsigned j = 0; j < TRIPS; j++, i++) {
+            atomic_store_explicit(&flag, 2 * i + 1, memory_order_release);
+            while (atomic_load_explicit(&flag, memory_order_acquire) != 2 * i + 2) __builtin_ia32_pause();
+        }
+        times[b] = (now_ns() - start) / TRIPS;
+    }
+    pthread_join(peer, 0);
+    qsort(times, BATCHES, sizeof times[0], by_value);
+    return times[BATCHES / 2];
+}
+C
+fi
+MURMUR_HANDOFF_PROBE="$probe" exec "$venv/bin/python" - "$@" <<'PY'
+import argparse, ctypes, os, time
 import torch
+
+try:
+    _probe = ctypes.CDLL(os.environ["MURMUR_HANDOFF_PROBE"]).round_trip_ns
+    _probe.restype = ctypes.c_double
+    def cores_apart():
+        return f"{_probe():.0f}"
+except OSError:
+    def cores_apart():
+        return "-"
 
 ap = argparse.ArgumentParser(prog="bench-torch-matmul.sh")
 ap.add_argument("--threads", type=int, default=2)
@@ -38,8 +98,11 @@ SHAPES = [
     ("124m fcproj", "NT", 256, 768, 3072), ("124m fc dinp", "NN", 256, 768, 3072),
     ("124m fc dW", "TN", 3072, 768, 256), ("124m lm head", "NT", 256, 50304, 768),
     ("124m lm dinp", "NN", 256, 768, 50304), ("124m lm dW", "TN", 50304, 768, 256),
-    ("c256 qkv", "NT", 256, 768, 256), ("c256 fc", "NT", 256, 1024, 256),
-    ("c256 fcproj", "NT", 256, 256, 1024), ("c256 fc dW", "TN", 1024, 256, 256),
+    ("c256 qkv", "NT", 256, 768, 256), ("c256 attproj", "NT", 256, 256, 256), ("c256 fc", "NT", 256, 1024, 256),
+    ("c256 fcproj", "NT", 256, 256, 1024), ("c256 qkv dinp", "NN", 256, 256, 768),
+    ("c256 fc dinp", "NN", 256, 256, 1024), ("c256 fcproj dinp", "NN", 256, 1024, 256),
+    ("c256 qkv dW", "TN", 768, 256, 256), ("c256 fc dW", "TN", 1024, 256, 256),
+    ("c256 fcproj dW", "TN", 256, 1024, 256),
 ]
 
 def fill(n, seed):
@@ -66,6 +129,7 @@ for name, layout, m, n, k in SHAPES:
                 torch.addmm(C, A, B, out=C)
             else:
                 torch.addmm(C, A.t(), B, out=C)
+        apart = cores_apart()
         run()
         best = float("inf")
         for _ in range(max(1, a.iters)):
@@ -74,5 +138,5 @@ for name, layout, m, n, k in SHAPES:
             best = min(best, time.perf_counter() - t)
         gflops = 2.0 * m * n * k / best / 1e9
         print(f"gemm {name:<14} {layout} {m}x{n}x{k} {'torch':>10} {prec}, {a.threads} threads: "
-              f"{best * 1e3:8.2f} ms, {gflops:7.1f} GFLOP/s", flush=True)
+              f"{best * 1e3:8.2f} ms, {gflops:7.1f} GFLOP/s; cores {apart} ns apart", flush=True)
 PY

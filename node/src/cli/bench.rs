@@ -162,7 +162,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
 }
 
 fn bench_gemm(a: BenchGemmArgs) -> Result<()> {
-    use crate::compute::cpu::bench::{bench_gemm, bench_paths, default_shapes, has_image};
+    use crate::compute::cpu::bench::{bench_gemm, bench_paths, default_shapes, has_image, GemmBench};
     use crate::compute::cpu::Isa;
     let isa = match a.isa.as_deref() {
         Some(name) => Some(name.parse::<Isa>()?.checked()?),
@@ -183,12 +183,15 @@ fn bench_gemm(a: BenchGemmArgs) -> Result<()> {
             .iter()
             .flat_map(|&o| [(o, false)].into_iter().chain(has_image(shape, o).then_some((o, true))));
         for (opts, image) in runs {
-            let r = bench_gemm(shape, opts, a.iters, image);
+            // Which state the host is in (train/handoff.rs): taken before
+            // each GEMM, as the GEMMs most sensitive to it are short.
+            let handoff_ns = crate::train::handoff::round_trip_ns(std::time::Duration::from_secs(1));
+            let r = GemmBench { handoff_ns, ..bench_gemm(shape, opts, a.iters, image) };
             if a.json {
                 println!("{}", serde_json::to_string(&r)?);
             } else {
                 println!(
-                    "gemm {:<14} {:?} {}x{}x{} {:>10} {}, B {:<15} {} threads: {:8.2} ms, {:7.1} GFLOP/s",
+                    "gemm {:<14} {:?} {}x{}x{} {:>10} {}, B {:<15} {} threads: {:8.2} ms, {:7.1} GFLOP/s; cores {} ns apart",
                     r.shape.name,
                     r.shape.layout,
                     r.shape.m,
@@ -199,7 +202,8 @@ fn bench_gemm(a: BenchGemmArgs) -> Result<()> {
                     r.b,
                     r.threads,
                     r.ms,
-                    r.gflops
+                    r.gflops,
+                    r.handoff_ns.map_or("-".to_string(), |t| format!("{t:.0}"))
                 );
             }
         }

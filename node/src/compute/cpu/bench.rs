@@ -76,6 +76,10 @@ pub struct GemmBench {
     /// Best time of the timed runs.
     pub ms: f64,
     pub gflops: f64,
+    /// Cross-core round trip just before the timing (`train::handoff`),
+    /// where the caller measured it: about 60 ns near, 350 far on the
+    /// benchmark VM.
+    pub handoff_ns: Option<f64>,
 }
 
 /// Whether `shape`'s B is a weight (NT, NN) that `opts`' GEMMs read from an image.
@@ -158,6 +162,7 @@ pub fn bench_gemm(shape: GemmShape, opts: GemmOpts, iters: usize, image: bool) -
         b: if image { "image" } else { "packed per call" },
         ms: best * 1e3,
         gflops: 2.0 * (m * n * k) as f64 / best / 1e9,
+        handoff_ns: None,
     }
 }
 
