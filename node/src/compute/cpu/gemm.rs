@@ -11,11 +11,11 @@
 //! operands already laid out as a kernel reads them are not packed: an A
 //! stored along k whose rows do not alias in L1 (`ARows::InPlace`), and
 //! both operands of A-along-rows times B-along-n (`in_place`, the weight
-//! gradients). Threads split C's
-//! tiles evenly (`Split`: blocks of rows, or, when the rows are too few to
-//! split evenly, runs of columns over the whole of A) and the K loop runs in
-//! a fixed order, so every element of C sees the same sums in the same order
-//! whatever the thread count or split: each path is deterministic.
+//! gradients). Each thread owns one part of C for the whole GEMM (rows,
+//! columns or a grid of both: `partition`) and packs what it reads itself,
+//! so no packed data crosses cores. The K loop runs in a fixed order, so
+//! every element of C sees the same sums in the same order whatever the
+//! thread count or partition: each path is deterministic.
 //!
 //! Pack buffers are per thread and reused across calls (64-byte aligned), so a
 //! training step allocates nothing here.
@@ -30,10 +30,12 @@ use super::microkernel::{self as mk, KernelFn};
 use super::simd;
 pub use image::{ImageLayout, WeightImage};
 use pack::{pack, pack_rows, PackMode};
+use partition::{Part, Partition, Work};
 
 mod image;
 mod in_place;
 mod pack;
+mod partition;
 
 /// Width of one packed B panel (columns).
 const NC: usize = 1536;
@@ -95,8 +97,10 @@ struct Plan {
     kernel: KernelFn,
     /// The kernel reading A packed in rows (`mk::A_ROW` apart), where the
     /// path has one: used when A is stored along k, which then packs as
-    /// row copies instead of a transpose.
+    /// row copies instead of a transpose, or is read in place (fp32).
     row_kernel: Option<KernelFn>,
+    /// Rows of A the row kernel reads for a tile of `h` rows (at least `h`).
+    rows_read: fn(usize) -> usize,
     /// The kernel reading A and B where they lie (`in_place`), where the
     /// path has one (fp32 on AVX-512).
     strided_kernel: Option<mk::StridedFn>,
@@ -114,21 +118,23 @@ impl Plan {
         // C as a whole, so equal blocks (and pairs summed in ascending k) give
         // every path the same bits (the products of bf16 values are exact).
         let kc = if bf16 { BF16_KC } else { 256 };
-        let narrow = |kernel: KernelFn| Plan {
+        let narrow = |kernel: KernelFn, row_kernel: Option<KernelFn>| Plan {
             mr: mk::MR_6,
             nr: mk::NR_16,
             kc,
             mc_tiles: 16,
             mode: rounded,
             kernel,
-            row_kernel: None,
+            // fp32 only: bf16's 512-deep blocks do not fit a packed row.
+            row_kernel: row_kernel.filter(|_| rounded.steps(kc) == mk::A_ROW),
+            rows_read: mk::avx2_rows_read,
             strided_kernel: None,
             isa,
         };
         match isa {
-            Isa::Portable => narrow(mk::portable),
+            Isa::Portable => narrow(mk::portable, None),
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => narrow(mk::avx2),
+            Isa::Avx2 => narrow(mk::avx2, Some(mk::avx2_a_rows)),
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512Bf16 if bf16 => Plan {
                 mr: mk::MR_14,
@@ -138,6 +144,7 @@ impl Plan {
                 mode: PackMode::Bf16Pairs,
                 kernel: mk::avx512bf16,
                 row_kernel: Some(mk::avx512bf16_a_rows),
+                rows_read: mk::tile_rows_read,
                 strided_kernel: None,
                 isa,
             },
@@ -152,11 +159,12 @@ impl Plan {
                 // Packed rows hold one K block of `mk::A_ROW` steps (fp32's;
                 // bf16's 512-deep blocks in f32 slots are twice that).
                 row_kernel: (rounded.steps(kc) == mk::A_ROW).then_some(mk::avx512_a_rows as KernelFn),
+                rows_read: mk::tile_rows_read,
                 strided_kernel: (!bf16).then_some(mk::avx512_strided as mk::StridedFn),
                 isa,
             },
             #[cfg(not(target_arch = "x86_64"))]
-            _ => narrow(mk::portable),
+            _ => narrow(mk::portable, None),
         }
     }
 }
@@ -244,20 +252,6 @@ enum BInput<'a> {
     Packed(&'a [f32], ImageLayout),
 }
 
-impl<'a> BInput<'a> {
-    /// The panel for columns `jc..` at depth `pc..`: `bpack` (where it was
-    /// just packed) or the packed B's own.
-    fn panel<'p>(&self, bpack: &'p [f32], jc: usize, pc: usize) -> &'p [f32]
-    where
-        'a: 'p,
-    {
-        match *self {
-            BInput::Matrix(_) => bpack,
-            BInput::Packed(image, layout) => &image[layout.panel_offset(jc, pc)..],
-        }
-    }
-}
-
 #[allow(clippy::too_many_arguments)]
 fn gemm_from(
     m: usize,
@@ -299,122 +293,115 @@ fn gemm_from(
         }
     }
     let (mr, nr) = (plan.mr, plan.nr);
-    let split = Split::new(m, mr, plan.mc_tiles, rayon::current_num_threads().max(1));
-    let steps_kc = plan.mode.steps(plan.kc);
     let a_rows = ARows::for_a(&plan, a, m, k);
-    let panel_len = match b {
-        BInput::Matrix(_) => steps_kc * NC.min(n.next_multiple_of(nr)),
+    let work = Work {
+        tiles: m.div_ceil(mr),
+        strips: n.div_ceil(nr),
+        mr,
+        nr,
+        panel: NC,
+        pack_a: !matches!(a_rows, ARows::InPlace(_)),
+        pack_b: matches!(b, BInput::Matrix(_)),
+    };
+    let partition = Partition::new(work, rayon::current_num_threads());
+    let cptr = SharedC(c.as_mut_ptr());
+    let bias = SharedBias(match init {
+        Init::Bias(bias) => bias.as_ptr(),
+        _ => std::ptr::null(),
+    });
+    (0..partition.parts()).into_par_iter().for_each(|p| {
+        let part = partition.part(p);
+        // SAFETY: parts own disjoint tiles and strips of C (`Partition`),
+        // and C holds m rows of ldc (checked above).
+        unsafe { gemm_part(&plan, part, m, n, k, a, a_rows, b, cptr, ldc, init, bias) };
+    });
+}
+
+/// One thread's part of `gemm_from`: its tiles × strips of C, over all of
+/// k, packing its own A blocks and B panels (Goto/BLIS order: B panels of
+/// NC columns and KC depth, then A blocks of at most MC tiles).
+///
+/// # Safety
+/// No other thread writes the part's tiles × strips of C while this runs;
+/// `c` addresses m rows `ldc` apart.
+#[allow(clippy::too_many_arguments)]
+unsafe fn gemm_part(
+    plan: &Plan,
+    part: Part,
+    m: usize,
+    n: usize,
+    k: usize,
+    a: MatRef<'_>,
+    a_rows: ARows,
+    b: BInput<'_>,
+    c: SharedC,
+    ldc: usize,
+    init: Init<'_>,
+    bias: SharedBias,
+) {
+    let (mr, nr) = (plan.mr, plan.nr);
+    let (t0, t1) = part.tiles;
+    let (j0, j1) = (part.strips.0 * nr, (part.strips.1 * nr).min(n));
+    let blocks = (t1 - t0).div_ceil(plan.mc_tiles);
+    let steps_kc = plan.mode.steps(plan.kc);
+    let b_len = match b {
+        BInput::Matrix(_) => steps_kc * NC.min(j1 - j0).next_multiple_of(nr),
         BInput::Packed(..) => 0,
     };
-    let a_len = match split {
-        _ if matches!(a_rows, ARows::InPlace(_)) => 0,
-        Split::Rows { blocks } => steps_kc * m.div_ceil(mr).div_ceil(blocks) * mr,
-        Split::Columns { .. } => steps_kc * m.next_multiple_of(mr),
+    let a_len = match a_rows {
+        ARows::InPlace(_) => 0,
+        _ => steps_kc * (t1 - t0).div_ceil(blocks) * mr,
     };
-    let cptr = SharedC(c.as_mut_ptr());
-    with_scratch(&PACK_B, panel_len, |bpack| {
-        for jc in (0..n).step_by(NC) {
-            let nc = NC.min(n - jc);
-            for pc in (0..k).step_by(plan.kc) {
-                let kc = plan.kc.min(k - pc);
-                let steps = plan.mode.steps(kc);
-                // This panel of B: packed now into `bpack`, or read in place.
-                let pack_panel = |bpack: &mut [f32]| {
-                    if let BInput::Matrix(b) = b {
-                        // Bᵀ as a matrix whose rows are B's columns: B strips pack like A strips.
-                        let bt = MatRef { data: b.data, rs: b.cs, cs: b.rs };
-                        pack_parallel(&plan, bpack, bt, jc, nc, pc, kc, nr);
-                    }
-                };
-                let panel = |bpack| b.panel(bpack, jc, pc);
-                let first = pc == 0 && !matches!(init, Init::Accumulate);
-                let bias = match init {
-                    Init::Bias(bias) if first => bias[jc..].as_ptr(),
-                    _ => std::ptr::null(),
-                };
-                let bias = SharedBias(bias);
-                match split {
-                    Split::Rows { blocks } => {
-                        pack_panel(bpack);
-                        let bp = panel(bpack);
-                        (0..blocks).into_par_iter().for_each(|blk| {
-                            let (ic, rows) = row_block(blk, blocks, m, mr);
-                            with_scratch(&PACK_A, a_len, |apack| {
-                                let apack = match a_rows {
-                                    ARows::InPlace(_) => &a.data[ic * a.rs + pc..],
-                                    _ => {
-                                        pack_a(&plan, a_rows, apack, a, ic, rows, pc, kc);
-                                        &apack[..]
-                                    }
-                                };
-                                // SAFETY: block `blk` owns rows ic..ic+rows of C
-                                // (checked against c.len() above); blocks never overlap.
-                                unsafe {
-                                    macro_block(
-                                        &plan,
-                                        a_rows.layout(&plan, steps),
-                                        rows,
-                                        nc,
-                                        steps,
-                                        apack,
-                                        bp,
-                                        cptr.at(ic * ldc + jc),
-                                        ldc,
-                                        first,
-                                        bias.get(),
-                                    )
-                                };
-                            });
-                        });
-                    }
-                    Split::Columns { groups } => {
-                        // Each task packs all of A in its own buffer and runs
-                        // it against its own run of the panel's strips, so no
-                        // packed line one core writes is read by the other:
-                        // when the host runs the two CPUs on different dies
-                        // (train/handoff.rs) a shared A cost these GEMMs a
-                        // third of their rate, and on one die a tenth.
-                        let a_layout = a_rows.layout(&plan, steps);
-                        pack_panel(bpack);
-                        let bp = panel(bpack);
-                        let strips = nc.div_ceil(nr);
-                        let groups = groups.min(strips);
-                        (0..groups).into_par_iter().for_each(|g| {
-                            with_scratch(&PACK_A, a_len, |apack| {
-                                let ap = match a_rows {
-                                    ARows::InPlace(_) => &a.data[pc..],
-                                    _ => {
-                                        pack_a(&plan, a_rows, apack, a, 0, m, pc, kc);
-                                        &apack[..]
-                                    }
-                                };
-                                let (s0, s1) = (g * strips / groups, (g + 1) * strips / groups);
-                                let (j0, j1) = (s0 * nr, (s1 * nr).min(nc));
-                                let bias = bias.get();
-                                let bias = if bias.is_null() { bias } else { bias.wrapping_add(j0) };
-                                // SAFETY: task `g` owns columns jc+j0..jc+j1 of C's m
-                                // rows (checked against c.len() above); runs never overlap.
-                                unsafe {
-                                    macro_block(
-                                        &plan,
-                                        a_layout,
-                                        m,
-                                        j1 - j0,
-                                        steps,
-                                        ap,
-                                        &bp[s0 * steps * nr..],
-                                        cptr.at(jc + j0),
-                                        ldc,
-                                        first,
-                                        bias,
-                                    )
-                                };
-                            });
-                        });
+    with_scratch(&PACK_B, b_len, |bpack| {
+        with_scratch(&PACK_A, a_len, |apack| {
+            for jc in (j0..j1).step_by(NC) {
+                let nc = NC.min(j1 - jc);
+                for pc in (0..k).step_by(plan.kc) {
+                    let kc = plan.kc.min(k - pc);
+                    let steps = plan.mode.steps(kc);
+                    let bp: &[f32] = match b {
+                        BInput::Matrix(b) => {
+                            // Bᵀ as a matrix whose rows are B's columns: B strips pack like A strips.
+                            let bt = MatRef { data: b.data, rs: b.cs, cs: b.rs };
+                            pack(plan.isa, bpack, bt, jc, nc, pc, kc, nr, plan.mode);
+                            bpack
+                        }
+                        BInput::Packed(image, layout) => &image[layout.panel_offset(jc, pc)..],
+                    };
+                    let first = pc == 0 && !matches!(init, Init::Accumulate);
+                    let bias =
+                        if first && !bias.get().is_null() { bias.get().add(jc) } else { std::ptr::null() };
+                    let a_layout = a_rows.layout(plan, steps);
+                    for blk in 0..blocks {
+                        let (b0, b1) = partition::even(blk, blocks, t1 - t0);
+                        let ic = (t0 + b0) * mr;
+                        let rows = ((t0 + b1) * mr).min(m) - ic;
+                        let ap = match a_rows {
+                            ARows::InPlace(_) => &a.data[ic * a.rs + pc..],
+                            _ => {
+                                pack_a(plan, a_rows, apack, a, ic, rows, pc, kc);
+                                &apack[..]
+                            }
+                        };
+                        // SAFETY: rows ic.. and columns jc..jc+nc are this part's
+                        // (the caller's contract).
+                        macro_block(
+                            plan,
+                            a_layout,
+                            rows,
+                            nc,
+                            steps,
+                            ap,
+                            bp,
+                            c.at(ic * ldc + jc),
+                            ldc,
+                            first,
+                            bias,
+                        );
                     }
                 }
             }
-        }
+        })
     });
 }
 
@@ -450,14 +437,14 @@ impl ARows {
     /// Rows where the plan has a row kernel and A (`m × k`) is stored along
     /// k; in place where the plan is fp32, the rows do not alias in L1 (see
     /// [`IN_PLACE_ALIAS`]) and the kernel's reads past A's last row (a tile
-    /// of `h` rows reads `mk::tile_rows_read(h)`) stay inside `a.data`.
+    /// of `h` rows reads `plan.rows_read(h)`) stay inside `a.data`.
     fn for_a(plan: &Plan, a: MatRef<'_>, m: usize, k: usize) -> ARows {
         if a.cs != 1 || plan.row_kernel.is_none() {
             return ARows::Steps;
         }
         debug_assert_eq!(plan.mode.steps(plan.kc), mk::A_ROW, "a packed row holds one K block");
         let last = (m - 1) / plan.mr * plan.mr;
-        let read = last + mk::tile_rows_read(m - last);
+        let read = last + (plan.rows_read)(m - last);
         let inside = (read - 1) * a.rs + k <= a.data.len();
         if plan.mode == PackMode::F32 && inside && !a.rs.is_multiple_of(IN_PLACE_ALIAS) {
             ARows::InPlace(a.rs)
@@ -494,58 +481,6 @@ fn pack_a(
         }
         ARows::Steps => pack(plan.isa, dst, a, ic, rows, pc, kc, plan.mr, plan.mode),
     }
-}
-
-/// Packs rows `r0..r0+rows` of X (k from `pc`, `kc` of them) into `dst` as
-/// strips of `r`, in parallel, a few strips per task.
-#[allow(clippy::too_many_arguments)]
-fn pack_parallel(
-    plan: &Plan,
-    dst: &mut [f32],
-    x: MatRef<'_>,
-    r0: usize,
-    rows: usize,
-    pc: usize,
-    kc: usize,
-    r: usize,
-) {
-    let steps = plan.mode.steps(kc);
-    let group = 4 * r;
-    dst[..steps * rows.next_multiple_of(r)].par_chunks_mut(steps * group).enumerate().for_each(|(g, dst)| {
-        let i0 = g * group;
-        pack(plan.isa, dst, x, r0 + i0, group.min(rows - i0), pc, kc, r, plan.mode);
-    });
-}
-
-/// How the threads share a GEMM's tiles of C.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Split {
-    /// Each task packs its own block of rows (MR-tiles split evenly, blocks
-    /// differing by at most one tile) and runs it against the whole panel.
-    Rows { blocks: usize },
-    /// Too few rows for even row blocks (the model's B·T = 256 rows are 19
-    /// tiles of 14, so two row blocks do 10 and 9 tiles): each task packs A
-    /// whole for itself and runs all rows against its own run of the panel's strips.
-    Columns { groups: usize },
-}
-
-impl Split {
-    fn new(m: usize, mr: usize, mc_tiles: usize, threads: usize) -> Split {
-        let tiles = m.div_ceil(mr);
-        if threads > 1 && tiles <= mc_tiles * threads && !tiles.is_multiple_of(threads) {
-            return Split::Columns { groups: threads };
-        }
-        let mut blocks = tiles.div_ceil(mc_tiles).max(threads);
-        blocks = (blocks.div_ceil(threads) * threads).min(tiles);
-        Split::Rows { blocks }
-    }
-}
-
-/// Row block `blk` of `blocks` (even in MR-tiles): its first row and row count.
-fn row_block(blk: usize, blocks: usize, m: usize, mr: usize) -> (usize, usize) {
-    let tiles = m.div_ceil(mr);
-    let (t0, t1) = (blk * tiles / blocks, (blk + 1) * tiles / blocks);
-    (t0 * mr, (t1 * mr).min(m) - t0 * mr)
 }
 
 /// C's base pointer shared with the tasks that own disjoint row blocks.

@@ -180,11 +180,32 @@ pub unsafe fn avx2(
         ap = ap.add(MR_6);
         bp = bp.add(NR_16);
     }
-    if h == MR_6 && w == NR_16 {
-        // A whole tile: straight from the registers (the same additions as
-        // `store_tile`).
+    store_ymm(&acc, c, ldc, h, w, first, bias);
+}
+
+/// Writes the AVX2 kernels' `R × 16` accumulators (rows past `h` unused) to
+/// C: whole-width tiles straight from the registers (the same additions as
+/// `store_tile`), others through `store_tile`. Always inlined into the
+/// kernels, under their target features.
+///
+/// # Safety
+/// As for [`KernelFn`]; only called from the AVX2 kernels.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn store_ymm<const R: usize>(
+    acc: &[[std::arch::x86_64::__m256; 2]; R],
+    c: *mut f32,
+    ldc: usize,
+    h: usize,
+    w: usize,
+    first: bool,
+    bias: *const f32,
+) {
+    use std::arch::x86_64::*;
+    if w == NR_16 {
         let bias = (first && !bias.is_null()).then(|| (_mm256_loadu_ps(bias), _mm256_loadu_ps(bias.add(8))));
-        for (i, row) in acc.iter().enumerate() {
+        for (i, row) in acc.iter().enumerate().take(h) {
             let cr = c.add(i * ldc);
             let (v0, v1) = match (first, bias) {
                 (true, None) => (row[0], row[1]),
@@ -205,6 +226,110 @@ pub unsafe fn avx2(
         _mm256_storeu_ps(out.as_mut_ptr().add(8), row[1]);
     }
     store_tile(&tile, c, ldc, h, w, first, bias);
+}
+
+/// [`avx2`] with A in rows `a_row` apart, packed ([`A_ROW`]) or A itself
+/// read in place: row i's value at step p is `a[p + i·a_row]`. It reads
+/// exactly the tile's `h` rows ([`avx2_rows_read`]). The products and
+/// their order are [`avx2`]'s, so the bits are too.
+///
+/// # Safety
+/// As for [`avx2`], with A holding `h` rows of `steps` values `a_row` apart.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn avx2_a_rows(
+    steps: usize,
+    a: *const f32,
+    a_row: usize,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    h: usize,
+    w: usize,
+    first: bool,
+    bias: *const f32,
+) {
+    match h {
+        1 => avx2_rows::<1>(steps, a, a_row, b, c, ldc, h, w, first, bias),
+        2 => avx2_rows::<2>(steps, a, a_row, b, c, ldc, h, w, first, bias),
+        3 => avx2_rows::<3>(steps, a, a_row, b, c, ldc, h, w, first, bias),
+        4 => avx2_rows::<4>(steps, a, a_row, b, c, ldc, h, w, first, bias),
+        5 => avx2_rows::<5>(steps, a, a_row, b, c, ldc, h, w, first, bias),
+        _ => avx2_rows::<MR_6>(steps, a, a_row, b, c, ldc, h, w, first, bias),
+    }
+}
+
+/// Rows of A [`avx2_a_rows`] reads for a tile of `h` rows: exactly `h`.
+pub const fn avx2_rows_read(h: usize) -> usize {
+    h
+}
+
+/// The AVX2 kernel on the first `R` rows of a 6-row strip, A in rows
+/// `a_row` apart.
+///
+/// # Safety
+/// As for [`avx2_a_rows`], with `h ≤ R ≤ 6`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[allow(clippy::too_many_arguments)]
+unsafe fn avx2_rows<const R: usize>(
+    steps: usize,
+    a: *const f32,
+    a_row: usize,
+    b: *const f32,
+    c: *mut f32,
+    ldc: usize,
+    h: usize,
+    w: usize,
+    first: bool,
+    bias: *const f32,
+) {
+    use std::arch::x86_64::*;
+    let mut acc = [[_mm256_setzero_ps(); 2]; R];
+    // Rows 0–2 and 3–5 from one pointer each (`+ a_row`, `+ 2·a_row`: one
+    // scaled index register). Rows past R are never read.
+    let (mut p0, mut p3) = (a, a.wrapping_add(3 * a_row));
+    let (r1, r2) = (a_row, 2 * a_row);
+    let mut bp = b;
+    macro_rules! step {
+        ($s:expr) => {{
+            let b0 = _mm256_loadu_ps(bp.add($s * NR_16));
+            let b1 = _mm256_loadu_ps(bp.add($s * NR_16 + 8));
+            macro_rules! row {
+                ($i:literal, $p:ident, $off:expr) => {
+                    if let Some(acc) = acc.get_mut($i) {
+                        let av = _mm256_broadcast_ss(&*$p.add($off + $s));
+                        acc[0] = _mm256_fmadd_ps(av, b0, acc[0]);
+                        acc[1] = _mm256_fmadd_ps(av, b1, acc[1]);
+                    }
+                };
+            }
+            row!(0, p0, 0);
+            row!(1, p0, r1);
+            row!(2, p0, r2);
+            row!(3, p3, 0);
+            row!(4, p3, r1);
+            row!(5, p3, r2);
+        }};
+    }
+    // Four steps an iteration, as [`avx2`]: the same order of steps.
+    for _ in 0..steps / 4 {
+        step!(0);
+        step!(1);
+        step!(2);
+        step!(3);
+        p0 = p0.wrapping_add(4);
+        p3 = p3.wrapping_add(4);
+        bp = bp.add(4 * NR_16);
+    }
+    for _ in 0..steps % 4 {
+        step!(0);
+        p0 = p0.wrapping_add(1);
+        p3 = p3.wrapping_add(1);
+        bp = bp.add(NR_16);
+    }
+    store_ymm(&acc, c, ldc, h, w, first, bias);
 }
 
 /// Defines a kernel entry point with the [`KernelFn`] signature that runs

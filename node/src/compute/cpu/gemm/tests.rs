@@ -81,7 +81,7 @@ fn every_path_matches_f64_for_all_layouts_and_odd_shapes() {
     }
 }
 
-/// A stored along k (packed in rows for the AVX-512 `_a_rows` kernels) and
+/// A stored along k (packed in rows, or read in place, for the `_a_rows` kernels) and
 /// the same A stored along the rows (packed as steps) give the same bits:
 /// the kernels form the same products in the same order either way.
 #[test]
@@ -144,7 +144,7 @@ fn a_read_in_place_gives_the_bits_of_a_packed() {
                 }
                 let a = MatRef { data: &spaced, rs: row, cs: 1 };
                 let last = (m - 1) / plan.mr * plan.mr;
-                let reads_past = last + mk::tile_rows_read(m - last) > m;
+                let reads_past = last + (plan.rows_read)(m - last) > m;
                 let want_in_place = plan.row_kernel.is_some()
                     && plan.mode == PackMode::F32
                     && (extra > 0 || !reads_past)
@@ -258,7 +258,8 @@ fn bf16_really_rounds_the_inputs() {
 
 #[test]
 fn each_path_gives_the_same_bits_with_any_thread_count() {
-    // 200 rows: a column split on 2 and 3 threads, rows on 1; 700 rows: rows.
+    // 200 × 300: rows on 1 and 3 threads, columns on 2 (MR 14), a 2 × 2
+    // grid on 4 (`partition`); 700 × 90: rows; k spans several K blocks.
     for (m, n, k) in [(200, 300, 600), (700, 90, 300)] {
         let a = fill(m * k, 7);
         let b = fill(n * k, 8);
@@ -273,8 +274,9 @@ fn each_path_gives_the_same_bits_with_any_thread_count() {
         };
         for opts in every_opts() {
             let one = run(1, opts);
-            assert_eq!(one, run(2, opts), "{opts:?} m{m}");
-            assert_eq!(one, run(3, opts), "{opts:?} m{m}");
+            for threads in 2..=4 {
+                assert_eq!(one, run(threads, opts), "{opts:?} m{m} threads{threads}");
+            }
         }
     }
 }
@@ -324,22 +326,6 @@ fn bf16_gives_the_same_bits_on_every_path() {
             }
         }
     }
-}
-
-#[test]
-fn threads_share_tiles_evenly() {
-    // B·T = 256 rows are 19 tiles of 14: two row blocks would do 10 and 9.
-    assert_eq!(Split::new(256, 14, 10, 2), Split::Columns { groups: 2 });
-    assert_eq!(Split::new(256, 14, 10, 1), Split::Rows { blocks: 2 });
-    // 280 rows, 20 tiles: two row blocks of 10.
-    assert_eq!(Split::new(280, 14, 10, 2), Split::Rows { blocks: 2 });
-    // 1024 rows, 74 tiles in 8 blocks of 9 or 10 (not 7 of 10 and one of 4).
-    assert_eq!(Split::new(1024, 14, 10, 2), Split::Rows { blocks: 8 });
-    let sizes: Vec<usize> = (0..8).map(|b| row_block(b, 8, 1024, 14).1.div_ceil(14)).collect();
-    assert!(sizes.iter().all(|t| (9..=10).contains(t)), "{sizes:?}");
-    let covered: usize = (0..8).map(|b| row_block(b, 8, 1024, 14).1).sum();
-    assert_eq!(covered, 1024);
-    assert_eq!(row_block(7, 8, 1024, 14), (896, 128));
 }
 
 /// The plans with weight images (the AVX-512 ones, 32-wide strips) and
