@@ -11,11 +11,12 @@
 //! operands already laid out as a kernel reads them are not packed: an A
 //! stored along k whose rows do not alias in L1 (`ARows::InPlace`), and
 //! both operands of A-along-rows times B-along-n (`in_place`, the weight
-//! gradients). Each thread owns one part of C for the whole GEMM (rows,
-//! columns or a grid of both: `partition`) and packs what it reads itself,
-//! so no packed data crosses cores. The K loop runs in a fixed order, so
-//! every element of C sees the same sums in the same order whatever the
-//! thread count or partition: each path is deterministic.
+//! gradients). Each K block of a panel is cut into units, blocks of rows
+//! or groups of columns (`schedule`), that the threads take as they come
+//! for them; each thread packs what it reads itself, so no packed data
+//! crosses cores. The K blocks run in order, one after another, so every
+//! element of C sees the same sums in the same order whatever the thread
+//! count or units: each path is deterministic.
 //!
 //! Pack buffers are per thread and reused across calls (64-byte aligned), so a
 //! training step allocates nothing here.
@@ -30,12 +31,12 @@ use super::microkernel::{self as mk, KernelFn};
 use super::simd;
 pub use image::{ImageLayout, WeightImage};
 use pack::{pack, pack_rows, PackMode};
-use partition::{Part, Partition, Work};
+use schedule::{Claims, Schedule, Unit, Work};
 
 mod image;
 mod in_place;
 mod pack;
-mod partition;
+mod schedule;
 
 /// Width of one packed B panel (columns).
 const NC: usize = 1536;
@@ -294,115 +295,144 @@ fn gemm_from(
     }
     let (mr, nr) = (plan.mr, plan.nr);
     let a_rows = ARows::for_a(&plan, a, m, k);
-    let work = Work {
-        tiles: m.div_ceil(mr),
-        strips: n.div_ceil(nr),
-        mr,
-        nr,
-        panel: NC,
-        pack_a: !matches!(a_rows, ARows::InPlace(_)),
-        pack_b: matches!(b, BInput::Matrix(_)),
-    };
-    let partition = Partition::new(work, rayon::current_num_threads());
+    let threads = rayon::current_num_threads().max(1);
+    let steps_kc = plan.mode.steps(plan.kc);
     let cptr = SharedC(c.as_mut_ptr());
     let bias = SharedBias(match init {
         Init::Bias(bias) => bias.as_ptr(),
         _ => std::ptr::null(),
     });
-    (0..partition.parts()).into_par_iter().for_each(|p| {
-        let part = partition.part(p);
-        // SAFETY: parts own disjoint tiles and strips of C (`Partition`),
-        // and C holds m rows of ldc (checked above).
-        unsafe { gemm_part(&plan, part, m, n, k, a, a_rows, b, cptr, ldc, init, bias) };
-    });
+    for jc in (0..n).step_by(NC) {
+        let nc = NC.min(n - jc);
+        let work = Work {
+            tiles: m.div_ceil(mr),
+            strips: nc.div_ceil(nr),
+            mr,
+            nr,
+            mc_tiles: plan.mc_tiles,
+            pack_a: !matches!(a_rows, ARows::InPlace(_)),
+            pack_b: matches!(b, BInput::Matrix(_)),
+        };
+        let schedule = Schedule::new(work, threads);
+        let (unit_tiles, unit_strips) = schedule.largest_unit();
+        // Each thread's pack buffers: A (a unit's rows, or all of them with
+        // units of columns) and B (the whole panel with units of rows, or a
+        // unit's strips).
+        let a_len = match a_rows {
+            ARows::InPlace(_) => 0,
+            _ => steps_kc * unit_tiles * mr,
+        };
+        let b_len = match b {
+            BInput::Matrix(_) => steps_kc * unit_strips * nr,
+            BInput::Packed(..) => 0,
+        };
+        for pc in (0..k).step_by(plan.kc) {
+            let kc = plan.kc.min(k - pc);
+            let block = Block { jc, panel: nc, pc, kc, first: pc == 0 && !matches!(init, Init::Accumulate) };
+            let tasks = threads.min(schedule.units());
+            let claims = Claims::new(schedule.units(), tasks);
+            (0..tasks).into_par_iter().for_each(|task| {
+                with_scratch(&PACK_B, b_len, |bpack| {
+                    with_scratch(&PACK_A, a_len, |apack| {
+                        let take = || claims.take(task);
+                        // SAFETY: each unit is taken by one task only (`Claims`),
+                        // units cover disjoint tiles and strips of C, and C holds
+                        // m rows of ldc (checked above).
+                        unsafe {
+                            run_units(
+                                &plan, &schedule, take, block, m, a, a_rows, b, apack, bpack, cptr, ldc, bias,
+                            )
+                        };
+                    })
+                })
+            });
+        }
+    }
 }
 
-/// One thread's part of `gemm_from`: its tiles × strips of C, over all of
-/// k, packing its own A blocks and B panels (Goto/BLIS order: B panels of
-/// NC columns and KC depth, then A blocks of at most MC tiles).
+/// Where in the GEMM one round of units is: the panel's `panel` columns
+/// from `jc`, K block `pc..pc+kc`, and whether it is the first block C sees.
+#[derive(Clone, Copy)]
+struct Block {
+    jc: usize,
+    panel: usize,
+    pc: usize,
+    kc: usize,
+    first: bool,
+}
+
+/// Runs the units `take` hands this thread for one K block of one panel,
+/// packing in its own buffers what it reads: with units of rows, the
+/// whole B panel (once) and each unit's A block; with units of columns,
+/// all of A (once) and each unit's B strips.
 ///
 /// # Safety
-/// No other thread writes the part's tiles × strips of C while this runs;
-/// `c` addresses m rows `ldc` apart.
+/// No other thread runs the same unit; `c` addresses m rows `ldc` apart.
 #[allow(clippy::too_many_arguments)]
-unsafe fn gemm_part(
+unsafe fn run_units(
     plan: &Plan,
-    part: Part,
+    schedule: &Schedule,
+    mut take: impl FnMut() -> Option<usize>,
+    blk: Block,
     m: usize,
-    n: usize,
-    k: usize,
     a: MatRef<'_>,
     a_rows: ARows,
     b: BInput<'_>,
+    apack: &mut [f32],
+    bpack: &mut [f32],
     c: SharedC,
     ldc: usize,
-    init: Init<'_>,
     bias: SharedBias,
 ) {
     let (mr, nr) = (plan.mr, plan.nr);
-    let (t0, t1) = part.tiles;
-    let (j0, j1) = (part.strips.0 * nr, (part.strips.1 * nr).min(n));
-    let blocks = (t1 - t0).div_ceil(plan.mc_tiles);
-    let steps_kc = plan.mode.steps(plan.kc);
-    let b_len = match b {
-        BInput::Matrix(_) => steps_kc * NC.min(j1 - j0).next_multiple_of(nr),
-        BInput::Packed(..) => 0,
-    };
-    let a_len = match a_rows {
-        ARows::InPlace(_) => 0,
-        _ => steps_kc * (t1 - t0).div_ceil(blocks) * mr,
-    };
-    with_scratch(&PACK_B, b_len, |bpack| {
-        with_scratch(&PACK_A, a_len, |apack| {
-            for jc in (j0..j1).step_by(NC) {
-                let nc = NC.min(j1 - jc);
-                for pc in (0..k).step_by(plan.kc) {
-                    let kc = plan.kc.min(k - pc);
-                    let steps = plan.mode.steps(kc);
-                    let bp: &[f32] = match b {
-                        BInput::Matrix(b) => {
-                            // Bᵀ as a matrix whose rows are B's columns: B strips pack like A strips.
-                            let bt = MatRef { data: b.data, rs: b.cs, cs: b.rs };
-                            pack(plan.isa, bpack, bt, jc, nc, pc, kc, nr, plan.mode);
-                            bpack
-                        }
-                        BInput::Packed(image, layout) => &image[layout.panel_offset(jc, pc)..],
-                    };
-                    let first = pc == 0 && !matches!(init, Init::Accumulate);
-                    let bias =
-                        if first && !bias.get().is_null() { bias.get().add(jc) } else { std::ptr::null() };
-                    let a_layout = a_rows.layout(plan, steps);
-                    for blk in 0..blocks {
-                        let (b0, b1) = partition::even(blk, blocks, t1 - t0);
-                        let ic = (t0 + b0) * mr;
-                        let rows = ((t0 + b1) * mr).min(m) - ic;
-                        let ap = match a_rows {
-                            ARows::InPlace(_) => &a.data[ic * a.rs + pc..],
-                            _ => {
-                                pack_a(plan, a_rows, apack, a, ic, rows, pc, kc);
-                                &apack[..]
-                            }
-                        };
-                        // SAFETY: rows ic.. and columns jc..jc+nc are this part's
-                        // (the caller's contract).
-                        macro_block(
-                            plan,
-                            a_layout,
-                            rows,
-                            nc,
-                            steps,
-                            ap,
-                            bp,
-                            c.at(ic * ldc + jc),
-                            ldc,
-                            first,
-                            bias,
-                        );
+    let Block { jc, panel, pc, kc, first } = blk;
+    let steps = plan.mode.steps(kc);
+    let a_layout = a_rows.layout(plan, steps);
+    let whole_a = matches!(schedule, Schedule::Columns { .. });
+    let (mut a_ready, mut b_ready) = (false, false);
+    while let Some(u) = take() {
+        let Unit { tiles: (t0, t1), strips: (s0, s1) } = schedule.unit(u);
+        let (ic, rows) = (t0 * mr, (t1 * mr).min(m) - t0 * mr);
+        let (j0, j1) = (jc + s0 * nr, jc + (s1 * nr).min(panel));
+        let nc = j1 - j0;
+        // B: the unit's strips, from the image, or packed (the whole panel
+        // once with units of rows, each unit's strips with units of columns).
+        let bp: &[f32] = match b {
+            BInput::Packed(image, layout) => &image[layout.panel_offset(j0, pc)..],
+            BInput::Matrix(bm) => {
+                // Bᵀ as a matrix whose rows are B's columns: B strips pack like A strips.
+                let bt = MatRef { data: bm.data, rs: bm.cs, cs: bm.rs };
+                if whole_a {
+                    pack(plan.isa, bpack, bt, j0, nc, pc, kc, nr, plan.mode);
+                    &bpack[..]
+                } else {
+                    if !b_ready {
+                        pack(plan.isa, bpack, bt, jc, panel, pc, kc, nr, plan.mode);
+                        b_ready = true;
                     }
+                    &bpack[s0 * steps * nr..]
                 }
             }
-        })
-    });
+        };
+        // A: the unit's rows, in place, or packed (all of A once with units
+        // of columns, each unit's block with units of rows).
+        let ap: &[f32] = match a_rows {
+            ARows::InPlace(_) => &a.data[ic * a.rs + pc..],
+            _ if whole_a => {
+                if !a_ready {
+                    pack_a(plan, a_rows, apack, a, 0, m, pc, kc);
+                    a_ready = true;
+                }
+                &apack[..]
+            }
+            _ => {
+                pack_a(plan, a_rows, apack, a, ic, rows, pc, kc);
+                &apack[..]
+            }
+        };
+        let bias = if first && !bias.get().is_null() { bias.get().add(j0) } else { std::ptr::null() };
+        macro_block(plan, a_layout, rows, nc, steps, ap, bp, c.at(ic * ldc + j0), ldc, first, bias);
+    }
 }
 
 /// How A's strips are packed for one GEMM: as the kernel's steps (`MR`

@@ -258,9 +258,10 @@ fn bf16_really_rounds_the_inputs() {
 
 #[test]
 fn each_path_gives_the_same_bits_with_any_thread_count() {
-    // 200 × 300: rows on 1 and 3 threads, columns on 2 (MR 14), a 2 × 2
-    // grid on 4 (`partition`); 700 × 90: rows; k spans several K blocks.
-    for (m, n, k) in [(200, 300, 600), (700, 90, 300)] {
+    // Units of rows (`schedule`) on one thread and at 700 rows; 256 × 96
+    // with A read in place (fp32 AVX2 and AVX-512) in units of columns on
+    // 2–4 threads; k spans several K blocks.
+    for (m, n, k) in [(200, 300, 600), (700, 90, 300), (256, 96, 300)] {
         let a = fill(m * k, 7);
         let b = fill(n * k, 8);
         let run = |threads: usize, opts: GemmOpts| {
