@@ -326,10 +326,10 @@ fn gemm_from(
             BInput::Matrix(_) => steps_kc * unit_strips * nr,
             BInput::Packed(..) => 0,
         };
+        let tasks = threads.min(schedule.units());
         for pc in (0..k).step_by(plan.kc) {
             let kc = plan.kc.min(k - pc);
             let block = Block { jc, panel: nc, pc, kc, first: pc == 0 && !matches!(init, Init::Accumulate) };
-            let tasks = threads.min(schedule.units());
             let claims = Claims::new(schedule.units(), tasks);
             (0..tasks).into_par_iter().for_each(|task| {
                 with_scratch(&PACK_B, b_len, |bpack| {

@@ -130,7 +130,8 @@ pub unsafe fn portable(
     store_tile(&tile, c, ldc, h, w, first, bias);
 }
 
-/// AVX2+FMA micro-kernel: 12 accumulators (6 rows × 2 vectors of 8).
+/// AVX2+FMA micro-kernel: 12 accumulators (6 rows × 2 vectors of 8), A
+/// packed in steps of 6.
 ///
 /// # Safety
 /// As for [`KernelFn`]; needs AVX2 and FMA.
@@ -149,38 +150,7 @@ pub unsafe fn avx2(
     first: bool,
     bias: *const f32,
 ) {
-    use std::arch::x86_64::*;
-    let mut acc = [[_mm256_setzero_ps(); 2]; MR_6];
-    let mut ap = a;
-    let mut bp = b;
-    // One step: both B vectors times each of the six A values.
-    macro_rules! step {
-        ($s:expr) => {{
-            let b0 = _mm256_loadu_ps(bp.add($s * NR_16));
-            let b1 = _mm256_loadu_ps(bp.add($s * NR_16 + 8));
-            for (i, row) in acc.iter_mut().enumerate() {
-                let av = _mm256_broadcast_ss(&*ap.add($s * MR_6 + i));
-                row[0] = _mm256_fmadd_ps(av, b0, row[0]);
-                row[1] = _mm256_fmadd_ps(av, b1, row[1]);
-            }
-        }};
-    }
-    // Four steps an iteration (less loop overhead per FMA); the order of
-    // the steps, and so every sum, is the same as one at a time.
-    for _ in 0..steps / 4 {
-        step!(0);
-        step!(1);
-        step!(2);
-        step!(3);
-        ap = ap.add(4 * MR_6);
-        bp = bp.add(4 * NR_16);
-    }
-    for _ in 0..steps % 4 {
-        step!(0);
-        ap = ap.add(MR_6);
-        bp = bp.add(NR_16);
-    }
-    store_ymm(&acc, c, ldc, h, w, first, bias);
+    avx2_rows::<MR_6, MR_6, 1>(steps, a, 1, b, c, ldc, h, w, first, bias)
 }
 
 /// Writes the AVX2 kernels' `R × 16` accumulators (rows past `h` unused) to
@@ -251,12 +221,12 @@ pub unsafe fn avx2_a_rows(
     bias: *const f32,
 ) {
     match h {
-        1 => avx2_rows::<1>(steps, a, a_row, b, c, ldc, h, w, first, bias),
-        2 => avx2_rows::<2>(steps, a, a_row, b, c, ldc, h, w, first, bias),
-        3 => avx2_rows::<3>(steps, a, a_row, b, c, ldc, h, w, first, bias),
-        4 => avx2_rows::<4>(steps, a, a_row, b, c, ldc, h, w, first, bias),
-        5 => avx2_rows::<5>(steps, a, a_row, b, c, ldc, h, w, first, bias),
-        _ => avx2_rows::<MR_6>(steps, a, a_row, b, c, ldc, h, w, first, bias),
+        1 => avx2_rows::<1, 1, RUNTIME_ROW>(steps, a, a_row, b, c, ldc, h, w, first, bias),
+        2 => avx2_rows::<2, 1, RUNTIME_ROW>(steps, a, a_row, b, c, ldc, h, w, first, bias),
+        3 => avx2_rows::<3, 1, RUNTIME_ROW>(steps, a, a_row, b, c, ldc, h, w, first, bias),
+        4 => avx2_rows::<4, 1, RUNTIME_ROW>(steps, a, a_row, b, c, ldc, h, w, first, bias),
+        5 => avx2_rows::<5, 1, RUNTIME_ROW>(steps, a, a_row, b, c, ldc, h, w, first, bias),
+        _ => avx2_rows::<MR_6, 1, RUNTIME_ROW>(steps, a, a_row, b, c, ldc, h, w, first, bias),
     }
 }
 
@@ -265,15 +235,16 @@ pub const fn avx2_rows_read(h: usize) -> usize {
     h
 }
 
-/// The AVX2 kernel on the first `R` rows of a 6-row strip, A in rows
-/// `a_row` apart.
+/// The AVX2 kernel on the first `R` rows of a 6-row strip: row i's value
+/// at step p is `a[p·STEP + i·ROW]`, or `a[p·STEP + i·a_row]` where ROW is
+/// [`RUNTIME_ROW`] (packed steps: STEP 6, ROW 1; rows: STEP 1).
 ///
 /// # Safety
-/// As for [`avx2_a_rows`], with `h ≤ R ≤ 6`.
+/// As for [`avx2`] or [`avx2_a_rows`], with `h ≤ R ≤ 6`.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[allow(clippy::too_many_arguments)]
-unsafe fn avx2_rows<const R: usize>(
+unsafe fn avx2_rows<const R: usize, const STEP: usize, const ROW: usize>(
     steps: usize,
     a: *const f32,
     a_row: usize,
@@ -287,10 +258,11 @@ unsafe fn avx2_rows<const R: usize>(
 ) {
     use std::arch::x86_64::*;
     let mut acc = [[_mm256_setzero_ps(); 2]; R];
-    // Rows 0–2 and 3–5 from one pointer each (`+ a_row`, `+ 2·a_row`: one
-    // scaled index register). Rows past R are never read.
-    let (mut p0, mut p3) = (a, a.wrapping_add(3 * a_row));
-    let (r1, r2) = (a_row, 2 * a_row);
+    // Rows 0–2 and 3–5 from one pointer each (`+ row`, `+ 2·row`: one
+    // scaled index register at run time). Rows past R are never read.
+    let row = if ROW == RUNTIME_ROW { a_row } else { ROW };
+    let (mut p0, mut p3) = (a, a.wrapping_add(3 * row));
+    let (r1, r2) = (row, 2 * row);
     let mut bp = b;
     macro_rules! step {
         ($s:expr) => {{
@@ -299,7 +271,7 @@ unsafe fn avx2_rows<const R: usize>(
             macro_rules! row {
                 ($i:literal, $p:ident, $off:expr) => {
                     if let Some(acc) = acc.get_mut($i) {
-                        let av = _mm256_broadcast_ss(&*$p.add($off + $s));
+                        let av = _mm256_broadcast_ss(&*$p.add($off + $s * STEP));
                         acc[0] = _mm256_fmadd_ps(av, b0, acc[0]);
                         acc[1] = _mm256_fmadd_ps(av, b1, acc[1]);
                     }
@@ -313,20 +285,21 @@ unsafe fn avx2_rows<const R: usize>(
             row!(5, p3, r2);
         }};
     }
-    // Four steps an iteration, as [`avx2`]: the same order of steps.
+    // Four steps an iteration (less loop overhead per FMA); the order of
+    // the steps, and so every sum, is the same as one at a time.
     for _ in 0..steps / 4 {
         step!(0);
         step!(1);
         step!(2);
         step!(3);
-        p0 = p0.wrapping_add(4);
-        p3 = p3.wrapping_add(4);
+        p0 = p0.wrapping_add(4 * STEP);
+        p3 = p3.wrapping_add(4 * STEP);
         bp = bp.add(4 * NR_16);
     }
     for _ in 0..steps % 4 {
         step!(0);
-        p0 = p0.wrapping_add(1);
-        p3 = p3.wrapping_add(1);
+        p0 = p0.wrapping_add(STEP);
+        p3 = p3.wrapping_add(STEP);
         bp = bp.add(NR_16);
     }
     store_ymm(&acc, c, ldc, h, w, first, bias);
