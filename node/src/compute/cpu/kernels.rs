@@ -405,22 +405,18 @@ mod tests {
 
     /// AdamW that writes the weight's images updates every value, moment
     /// and gradient to the bits of plain AdamW, and leaves the images a
-    /// whole write of the new weight gives (every plan with images).
+    /// whole write of the new weight gives (every plan has images).
     #[test]
     fn imaged_adamw_updates_like_adamw_and_leaves_the_new_images() {
         use super::super::gemm::{GemmOpts, WeightImage};
         use super::super::isa::{Isa, Precision};
-        let mut cases = 0;
         for isa in Isa::supported_paths() {
             for precision in [Precision::Fp32, Precision::Bf16] {
                 let opts = GemmOpts { isa, precision };
-                if WeightImage::new(64, 64, opts).is_some() {
-                    imaged_adamw_case(opts);
-                    cases += 1;
-                }
+                assert!(WeightImage::new(64, 64, opts).is_some(), "{opts:?}: a plan without images");
+                imaged_adamw_case(opts);
             }
         }
-        assert_eq!(cases > 0, Isa::widest().is_avx512(), "images exactly on the AVX-512 plans");
     }
 
     fn imaged_adamw_case(opts: super::super::gemm::GemmOpts) {

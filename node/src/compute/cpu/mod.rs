@@ -213,7 +213,7 @@ impl Backend for CpuBackend {
         self.backward(inits, dinp, dweight, dbias, dout, inp, Weight::plain(weight), s);
     }
 
-    /// The AVX-512 plans: both packed images (`gemm::WeightImage`).
+    /// Every plan: both packed images (`gemm::WeightImage`).
     fn weight_image_len(&self, oc: usize, c: usize) -> usize {
         self.weight_image(oc, c).map_or(0, |img| img.buffer_len())
     }

@@ -14,9 +14,10 @@
 //! from memory twice a step. Images hold what packing per call would write,
 //! bit for bit, so a GEMM gives the same C either way.
 //!
-//! The AVX-512 plans (NR = 32) have images: bf16 pairs on AVX-512-BF16 in
-//! bf16 precision (a slot holds two values of W, half of W's bytes), f32
-//! strips otherwise. Tiles are written with non-temporal stores
+//! Every plan has images: bf16 pairs on AVX-512-BF16 in bf16 precision (a
+//! slot holds two values of W, half of W's bytes), f32 strips otherwise
+//! (32 wide on AVX-512, 16 on AVX2 and portable; bf16 precision there
+//! keeps the rounded values in f32 slots). Tiles are written with non-temporal stores
 //! (`pack_to` with `stream`, one `sfence` per tile): the next step's GEMMs
 //! read them, long after AdamW, whose time goes to memory traffic, has
 //! moved on.
@@ -25,8 +26,8 @@ use super::pack::{fence_streams, pack_to, PackMode};
 use super::{GemmOpts, MatRef, Plan};
 use crate::compute::cpu::isa::Isa;
 
-/// Rows of W in one tile: one NR strip of the `Nt` image, 16 pair-steps of
-/// the `Nn` image.
+/// Rows of W in one tile: one or two NR strips of the `Nt` image (NR 32
+/// or 16), 32 steps (16 pair-steps) of the `Nn` image.
 const TILE_ROWS: usize = 32;
 
 /// Where a packed `k × n` B keeps its panels (see the module header).
@@ -40,11 +41,12 @@ pub struct ImageLayout {
 }
 
 impl ImageLayout {
-    /// The layout `opts`' plan reads, or None when the plan has no packed
-    /// B (it does not pack bf16 pairs).
+    /// The layout `opts`' plan reads, or None when a tile of W would not
+    /// be whole strips of one image and whole steps of one K block of the
+    /// other (no plan so far).
     pub fn new(k: usize, n: usize, opts: GemmOpts) -> Option<ImageLayout> {
         let plan = Plan::new(opts);
-        let fits = plan.nr == TILE_ROWS && plan.kc.is_multiple_of(TILE_ROWS);
+        let fits = TILE_ROWS.is_multiple_of(plan.nr) && plan.kc.is_multiple_of(TILE_ROWS);
         fits.then_some(ImageLayout { k, n, kc: plan.kc, nr: plan.nr, mode: plan.mode })
     }
 
@@ -97,7 +99,7 @@ const PAD: usize = 16;
 
 impl WeightImage {
     /// The images `opts`' GEMMs read for an `oc × c` weight, or None when
-    /// its plan packs no bf16 pairs (or the weight is empty).
+    /// its plan has no image layout (or the weight is empty).
     pub fn new(oc: usize, c: usize, opts: GemmOpts) -> Option<WeightImage> {
         if oc == 0 || c == 0 {
             return None;
@@ -192,11 +194,14 @@ impl ImageWriter<'_> {
         let cols = self.image.tile_columns(tile);
         let (c0, width) = (cols.start, cols.len());
         let w = |rs, cs| MatRef { data: rows, rs, cs };
-        // Nt: strip oc0/32 of the block at depth c0: the chunk's rows along k.
-        let at = nt.strip_offset(c0, oc0 / TILE_ROWS);
-        let len = nt.steps(width) * nt.nr;
-        // SAFETY: (block c0, strip oc0/32) is this tile's alone; it lies
-        // inside the Nt image, which the buffer holds (`begin_write`).
+        // Nt: the strips from oc0/NR of the block at depth c0 (one with NR
+        // 32, two with 16; consecutive strips of a block are contiguous):
+        // the chunk's rows along k.
+        let at = nt.strip_offset(c0, oc0 / nt.nr);
+        let len = h.div_ceil(nt.nr) * nt.steps(width) * nt.nr;
+        // SAFETY: (block c0, strips of rows oc0..oc0+h) are this tile's
+        // alone; they lie inside the Nt image, which the buffer holds
+        // (`begin_write`).
         let dst = unsafe { std::slice::from_raw_parts_mut(self.base.add(at), len) };
         pack_to(isa, dst, w(c, 1), 0, h, c0, width, nt.nr, nt.mode, true);
         // Nn: steps q0.. of every strip under columns c0..c0+width in the

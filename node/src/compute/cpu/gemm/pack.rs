@@ -119,7 +119,7 @@ pub(super) fn pack_to(
         let h = r.min(rows - i0);
         let src = Source { x, base: (r0 + i0) * x.rs + p0 * x.cs, kc, r, h, round, stream };
         match mode {
-            PackMode::F32 | PackMode::F32RoundedBf16 if x.rs == 1 => copy_strip(strip, src),
+            PackMode::F32 | PackMode::F32RoundedBf16 if x.rs == 1 => copy_strip(isa, strip, src),
             PackMode::F32 | PackMode::F32RoundedBf16 if x.cs == 1 => transpose_strip(isa, strip, src),
             PackMode::F32 | PackMode::F32RoundedBf16 => gather_strip(strip, src),
             PackMode::Bf16Pairs => pair_strip(isa, strip, src),
@@ -200,7 +200,15 @@ fn conv(v: f32, round: bool) -> f32 {
 }
 
 /// Strip rows contiguous along the strip: step p is `h` consecutive floats.
-fn copy_strip(strip: &mut [f32], s: Source<'_>) {
+/// Whole strips written for a weight image (`stream`) go through AVX2's
+/// non-temporal stores where the path has them.
+fn copy_strip(isa: Isa, strip: &mut [f32], s: Source<'_>) {
+    #[cfg(target_arch = "x86_64")]
+    if s.stream && s.h == s.r && s.r.is_multiple_of(8) && s.r <= 32 && isa.runs_avx2() {
+        // SAFETY: `runs_avx2`: this CPU has AVX2.
+        return unsafe { avx2::copy_strip(strip, s) };
+    }
+    let _ = isa;
     /// A whole step of `R` floats: fixed length, so no call to memcpy.
     #[inline(always)]
     fn full<const R: usize>(strip: &mut [f32], s: Source<'_>) {
@@ -381,6 +389,27 @@ mod tests {
                                 "{isa} rs{} r{r} rows{rows} kc{kc} round {round}",
                                 x.rs
                             );
+                            // With non-temporal stores (a weight image's),
+                            // into a 64-byte aligned buffer and one float on.
+                            let mut lines = vec![super::super::Line([f32::MIN; 16]); len.div_ceil(16) + 1];
+                            // SAFETY: `Line` is 16 plain f32s with no padding.
+                            let all = unsafe {
+                                std::slice::from_raw_parts_mut(
+                                    lines.as_mut_ptr() as *mut f32,
+                                    lines.len() * 16,
+                                )
+                            };
+                            for shift in [0, 1] {
+                                let dst = &mut all[shift..shift + len];
+                                pack_to(isa, dst, x, r0, rows, p0, kc, r, mode, true);
+                                fence_streams();
+                                assert_eq!(
+                                    bits(dst),
+                                    bits(&want),
+                                    "{isa} rs{} r{r} rows{rows} kc{kc} round {round} streamed, shift {shift}",
+                                    x.rs
+                                );
+                            }
                         }
                     }
                 }

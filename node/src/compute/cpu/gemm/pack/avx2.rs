@@ -1,5 +1,7 @@
 //! AVX2 packing: the transpose of sources contiguous along k, in 8 × 8
-//! blocks, with bf16 rounding that gives `round_bf16`'s bits.
+//! blocks, and whole strips of sources contiguous along the strip (with
+//! non-temporal stores for weight images), with bf16 rounding that gives
+//! `round_bf16`'s bits.
 
 use std::arch::x86_64::*;
 
@@ -49,27 +51,68 @@ unsafe fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
     ]
 }
 
-/// `transpose_strip` in blocks of 8 rows × 8 steps; the last group of a
-/// strip narrower than 8 is stored through a lane mask, rows past `h`
-/// read as zeros, and steps past the last whole block go one by one.
+/// Stores 8 floats at `d`: non-temporal where `stream` asks for it and
+/// `d` is 32-byte aligned (a weight image's writes, which the next step's
+/// GEMMs read long after), else a plain store.
+#[inline(always)]
+unsafe fn store8(d: *mut f32, v: __m256, stream: bool) {
+    if stream && (d as usize).is_multiple_of(32) {
+        _mm256_stream_ps(d, v);
+    } else {
+        _mm256_storeu_ps(d, v);
+    }
+}
+
+/// `copy_strip` of a whole strip (`h == r`, a multiple of 8 up to 32):
+/// step p is `r` consecutive floats, copied (rounded for bf16) 8 at a
+/// time, with non-temporal stores where `stream` asks for them.
+///
+/// # Safety
+/// The CPU supports AVX2.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn copy_strip(strip: &mut [f32], s: Source<'_>) {
+    let Source { x, base, kc, r, h, round, stream } = s;
+    assert!(h == r && r.is_multiple_of(8) && r <= 32 && strip.len() >= kc * r, "pack: not a whole strip");
+    // Bounds-checked once: step p reads x.data[base + p·cs..][..r].
+    assert!(kc == 0 || base + (kc - 1) * x.cs + r <= x.data.len(), "pack: source too short");
+    let (src, out) = (x.data.as_ptr().add(base), strip.as_mut_ptr());
+    for p in 0..kc {
+        for g in (0..r).step_by(8) {
+            let mut v = _mm256_loadu_ps(src.add(p * x.cs + g));
+            if round {
+                v = round8(v);
+            }
+            store8(out.add(p * r + g), v, stream);
+        }
+    }
+}
+
+/// `transpose_strip` in blocks of 8 rows × 8 steps (all of a strip's row
+/// groups for one block of steps before the next, so each step's `r`
+/// floats are written together: whole lines for non-temporal stores); the
+/// last group of a strip narrower than 8 is stored through a lane mask,
+/// rows past `h` read as zeros, and steps past the last whole block go
+/// one by one.
 ///
 /// # Safety
 /// The CPU supports AVX2.
 #[target_feature(enable = "avx2")]
 pub(super) unsafe fn transpose_strip(strip: &mut [f32], s: Source<'_>) {
-    let Source { x, base, kc, r, h, round, .. } = s;
+    let Source { x, base, kc, r, h, round, stream } = s;
     assert!(strip.len() >= kc * r && h <= r && r <= 32, "pack: strip too small or wider than 32");
     // Bounds-checked once: every read below stays inside these rows.
     let rows: [&[f32]; 32] =
         std::array::from_fn(|i| if i < h { &x.data[base + i * x.rs..][..kc] } else { &[] });
     let blocks = kc / 8;
     let out = strip.as_mut_ptr();
-    for g in (0..r).step_by(8) {
-        let lanes = 8.min(r - g);
-        let mask =
-            _mm256_cmpgt_epi32(_mm256_set1_epi32(lanes as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-        for blk in 0..blocks {
-            let p = blk * 8;
+    for blk in 0..blocks {
+        let p = blk * 8;
+        for g in (0..r).step_by(8) {
+            let lanes = 8.min(r - g);
+            let mask = _mm256_cmpgt_epi32(
+                _mm256_set1_epi32(lanes as i32),
+                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+            );
             let v: [__m256; 8] = std::array::from_fn(|l| {
                 let i = g + l;
                 if i < h {
@@ -87,7 +130,7 @@ pub(super) unsafe fn transpose_strip(strip: &mut [f32], s: Source<'_>) {
                 // SAFETY: (p+q)·r + g + lanes ≤ kc·r ≤ strip.len().
                 let d = out.add((p + q) * r + g);
                 if lanes == 8 {
-                    _mm256_storeu_ps(d, t);
+                    store8(d, t, stream);
                 } else {
                     _mm256_maskstore_ps(d, mask, t);
                 }
