@@ -105,14 +105,14 @@ pub(super) unsafe fn transpose_strip(strip: &mut [f32], s: Source<'_>) {
         std::array::from_fn(|i| if i < h { &x.data[base + i * x.rs..][..kc] } else { &[] });
     let blocks = kc / 8;
     let out = strip.as_mut_ptr();
+    // The lanes of a strip's last group when it is narrower than 8 (the
+    // only group that is).
+    let tail =
+        _mm256_cmpgt_epi32(_mm256_set1_epi32((r % 8) as i32), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     for blk in 0..blocks {
         let p = blk * 8;
         for g in (0..r).step_by(8) {
             let lanes = 8.min(r - g);
-            let mask = _mm256_cmpgt_epi32(
-                _mm256_set1_epi32(lanes as i32),
-                _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
-            );
             let v: [__m256; 8] = std::array::from_fn(|l| {
                 let i = g + l;
                 if i < h {
@@ -132,7 +132,7 @@ pub(super) unsafe fn transpose_strip(strip: &mut [f32], s: Source<'_>) {
                 if lanes == 8 {
                     store8(d, t, stream);
                 } else {
-                    _mm256_maskstore_ps(d, mask, t);
+                    _mm256_maskstore_ps(d, tail, t);
                 }
             }
         }
