@@ -3,14 +3,23 @@
 //! 127.0.0.1 train the tiny preset with committees of k = 4 for 5 rounds.
 //! Every node reports the same StateId for every round; round 0 (no roster
 //! yet) is one committee of everyone and seats every node; from round 1 on
-//! the vector is cut into ⌊N/k⌋ shards; and every node's bytes per
-//! committee round (sent + received) stay below what version 1 moves per
-//! node at the same N: at least (N − 1) whole deltas received and as many
-//! sent on average, so 2 (N − 1) × the delta's payload length is a floor
-//! under version 1's figure (docs/benchmarks.md has it measured). A round's
-//! bytes here leave out catch-up content (states and ledgers served to the
-//! restarted node, which version 1 serves alike and its floor leaves out);
-//! the node reports those apart and they are printed. One
+//! the vector is cut into ⌊N/k⌋ shards; and every node's bytes over the
+//! committee rounds (sent + received), per round, stay below what version 1
+//! moves per node and round at the same N: at least (N − 1) whole deltas
+//! received and as many sent on average, so 2 (N − 1) × the delta's payload
+//! length is a floor under version 1's figure (docs/benchmarks.md has it
+//! measured). A node's round report counts the bytes its transports moved
+//! since its previous report, and rounds overlap across nodes: re-check
+//! inputs and aggregates served to slower nodes after this node closed round
+//! r, and the next round's shards that faster nodes send before it closes
+//! round r, fall in a neighbouring report. One report can so hold well over
+//! one round's traffic while the next holds less (the reports alternate high
+//! and low), so the bound is on each node's reports of rounds 1 to 4 taken
+//! together, which count everything the node moved between closing round 0
+//! and closing round 4. The bytes here leave out catch-up content (states
+//! and ledgers served to the restarted node, which version 1 serves alike
+//! and its floor leaves out); the node reports those apart and they are
+//! printed. One
 //! node is killed after round 1 and started again once the others are two
 //! rounds on: it catches up from the state a majority of committers signed
 //! (parameters and ledger fetched, checked against the v2 StateId) and then
@@ -112,11 +121,17 @@ fn sixteen_nodes_agree_on_every_committee_round_and_move_less_than_version_one()
     let payload =
         murmur_protocol::Codec::Int8Block { block: 256 }.payload_len(params).expect("payload length");
     let v1_floor = 2 * (n as u64 - 1) * payload;
+    let committee_rounds = ROUNDS - 1;
+    // Per node: each committee round's report (bytes less catch-up), and
+    // their sum, which is every byte the node moved between closing round 0
+    // and closing round ROUNDS - 1 however the reports split it.
     let mut worst = 0u64;
+    let mut busiest: Option<(usize, u64)> = None;
     let mut by_round = std::collections::BTreeMap::<u64, u64>::new();
     let mut catch_up = std::collections::BTreeMap::<u64, u64>::new();
     let field = |v: &serde_json::Value, f: &str| v[f].as_u64().expect("round event byte counts");
-    for p in &nodes {
+    for (i, p) in nodes.iter().enumerate() {
+        let mut reported = std::collections::BTreeMap::<u64, u64>::new();
         for v in p.events_of("round") {
             let r = v["round"].as_u64().unwrap_or(0);
             if (1..ROUNDS).contains(&r) {
@@ -125,18 +140,35 @@ fn sixteen_nodes_agree_on_every_committee_round_and_move_less_than_version_one()
                 assert!(caught <= all, "catch-up bytes are a part of the round's: {v}");
                 let bytes = all - caught;
                 worst = worst.max(bytes);
+                reported.insert(r, bytes);
                 let m = by_round.entry(r).or_default();
                 *m = (*m).max(bytes);
                 let c = catch_up.entry(r).or_default();
                 *c = (*c).max(caught);
             }
         }
+        // Every committee round reported, so the reports are contiguous.
+        assert_eq!(
+            reported.len() as u64,
+            committee_rounds,
+            "node {i} reported rounds {:?} of 1..{ROUNDS}\n{}",
+            reported.keys().collect::<Vec<_>>(),
+            p.tail()
+        );
+        let total: u64 = reported.values().sum();
+        eprintln!("node {i}: bytes per committee round {reported:?}, {total} in all");
+        if busiest.is_none_or(|(_, t)| total > t) {
+            busiest = Some((i, total));
+        }
     }
+    let (busiest, total) = busiest.expect("nodes");
     eprintln!("busiest node's bytes per committee round: {by_round:?}");
     eprintln!("most catch-up bytes (states, ledgers) on one node per round, left out above: {catch_up:?}");
     eprintln!(
-        "{n} nodes, k = {K}: largest per-node bytes (sent + received) in a committee round {worst} \
-         ({:.2} MB); version 1's floor {v1_floor} ({:.2} MB)",
+        "{n} nodes, k = {K}: largest per-node bytes (sent + received) over the {committee_rounds} committee \
+         rounds {total} (node {busiest}, {:.2} MB a round; largest single report {:.2} MB); version 1's \
+         floor {v1_floor} a round ({:.2} MB)",
+        total as f64 / committee_rounds as f64 / 1e6,
         worst as f64 / 1e6,
         v1_floor as f64 / 1e6
     );
@@ -144,7 +176,8 @@ fn sixteen_nodes_agree_on_every_committee_round_and_move_less_than_version_one()
     let fetched: u64 = back.events_of("round").iter().map(|v| field(v, "catch_up_recv")).sum();
     assert!(fetched > 0, "the restarted node's state fetch counts as catch-up: {}", back.tail());
     assert!(
-        worst < v1_floor,
-        "committee rounds moved {worst} bytes on some node, version 1 at least {v1_floor}"
+        total < committee_rounds * v1_floor,
+        "committee rounds moved {total} bytes on node {busiest} in {committee_rounds} rounds, version 1 at \
+         least {v1_floor} a round"
     );
 }

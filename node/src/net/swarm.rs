@@ -66,6 +66,9 @@ pub(crate) struct SwarmTask {
     links: HashMap<PeerId, HashMap<ConnectionId, bool>>,
     /// Events that must not be lost, waiting for room in the node's queue.
     backlog: std::collections::VecDeque<NetEvent>,
+    /// When each connection last answered a ping (or opened): one silent
+    /// for `PING_TIMEOUT_SECS` is closed (`close_silent`).
+    alive: HashMap<ConnectionId, (PeerId, Instant)>,
 }
 
 /// The peer id an address ends with (`…/p2p/<id>`), if any.
@@ -125,6 +128,7 @@ impl SwarmTask {
             bootstrap_peers,
             circuit: None,
             links: HashMap::new(),
+            alive: HashMap::new(),
             backlog: Default::default(),
         })
     }
@@ -202,8 +206,35 @@ impl SwarmTask {
         }
     }
 
+    /// Close every connection that has not answered a ping for
+    /// `PING_TIMEOUT_SECS` (a partition, a dead route), so its peer counts
+    /// as gone and is dialled afresh, instead of the link waiting out TCP's
+    /// backed-off retransmissions (tens of seconds after the route
+    /// returns) or minutes for TCP to give up. The silence is measured here
+    /// rather than taken from ping's failures: libp2p's ping handler keeps
+    /// a connection's first failure to itself and reports only the next
+    /// one (a ping interval and another timeout on, over 30 s after the
+    /// link went; and as `Failure::Other` when opening the new ping stream
+    /// is what timed out), so a partition of half a minute was never seen
+    /// and its links stalled on for many seconds after it healed.
+    fn close_silent(&mut self, now: Instant) {
+        let limit = Duration::from_secs(super::behaviour::PING_TIMEOUT_SECS);
+        let silent: Vec<(ConnectionId, PeerId)> = self
+            .alive
+            .iter()
+            .filter(|(_, (_, at))| now.saturating_duration_since(*at) > limit)
+            .map(|(c, (p, _))| (*c, *p))
+            .collect();
+        for (connection, peer) in silent {
+            tracing::info!(%peer, "no ping answered for {limit:?}; closing the connection");
+            self.alive.remove(&connection);
+            self.swarm.close_connection(connection);
+        }
+    }
+
     fn maintain(&mut self) {
         let now = Instant::now();
+        self.close_silent(now);
         self.ledger.decay(now);
         for peer in self.ledger.expired(now) {
             self.swarm.behaviour_mut().blocked.unblock_peer(peer);
@@ -314,6 +345,7 @@ impl SwarmTask {
             } => {
                 let relayed = endpoint.get_remote_address().iter().any(|p| p == Protocol::P2pCircuit);
                 self.links.entry(peer_id).or_default().insert(connection_id, relayed);
+                self.alive.insert(connection_id, (peer_id, Instant::now()));
                 if num_established.get() == 1 {
                     NetStats::add(&self.stats.connected, 1);
                 }
@@ -328,6 +360,7 @@ impl SwarmTask {
                 }
             }
             SwarmEvent::ConnectionClosed { peer_id, connection_id, num_established, .. } => {
+                self.alive.remove(&connection_id);
                 if let Some(c) = self.links.get_mut(&peer_id) {
                     c.remove(&connection_id);
                 }
@@ -419,16 +452,18 @@ impl SwarmTask {
                     DialOpts::peer_id(peer).condition(PeerCondition::DisconnectedAndNotDialing).build();
                 let _ = self.swarm.dial(opts);
             }
+            MurmurBehaviourEvent::Ping(ping::Event { connection, result: Ok(_), .. }) => {
+                if let Some((_, at)) = self.alive.get_mut(&connection) {
+                    *at = Instant::now();
+                }
+            }
             MurmurBehaviourEvent::Ping(ping::Event {
-                peer,
                 connection,
-                result: Err(ping::Failure::Timeout),
+                result: Err(ping::Failure::Unsupported),
+                ..
             }) => {
-                // A link that stopped answering (a partition, a dead route):
-                // close it so the peer counts as gone and is dialled afresh,
-                // instead of waiting minutes for TCP to give up.
-                tracing::info!(%peer, "ping timed out; closing the connection");
-                self.swarm.close_connection(connection);
+                // A peer without ping cannot show it is alive this way.
+                self.alive.remove(&connection);
             }
             MurmurBehaviourEvent::Xfer(ev) => self.on_xfer(ev).await,
             _ => {}
