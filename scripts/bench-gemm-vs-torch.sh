@@ -97,19 +97,17 @@ for prec in ("fp32", "bf16"):
         print(f"\n{prec}, cores {st}:")
         print(f"  {'GEMM':<34} {'murmur':>11} {'image':>11} {'torch':>11}  {'ratio':>6} {'image':>6}")
         for shape in shapes[prec]:
-            cells, ratios = [], []
-            t, _ = med(prec, shape, "torch", st)
+            meds = {side: med(prec, shape, side, st) for side in ("murmur", "image", "torch")}
+            t = meds["torch"][0]
             if t is None:
                 continue
-            for side in ("murmur", "image", "torch"):
-                v, n = med(prec, shape, side, st)
-                cells.append(f"{v:.0f} ({n})" if v else "-")
+            cells = [f"{v:.0f} ({n})" if v else "-" for v, n in meds.values()]
+            ratios = []
             for side in ("murmur", "image"):
-                v, _ = med(prec, shape, side, st)
-                if v and t:
-                    r = v / t
-                    held[(st, side, r >= 0.85)] += 1
-                    ratios.append(f"{r:.2f}{'<' if r < 0.85 else ' '}")
+                v = meds[side][0]
+                if v:
+                    held[(st, side, v / t >= 0.85)] += 1
+                    ratios.append(f"{v / t:.2f}{'<' if v / t < 0.85 else ' '}")
                 else:
                     ratios.append("-")
             print(f"  {shape:<34} {cells[0]:>11} {cells[1]:>11} {cells[2]:>11}  {ratios[0]:>6} {ratios[1]:>6}")

@@ -62,13 +62,21 @@ pub(crate) struct SwarmTask {
     bootstrap_peers: HashSet<PeerId>,
     /// The relay-circuit listener of a private node, while it is open.
     circuit: Option<libp2p::core::transport::ListenerId>,
-    /// Open connections per peer, each marked relayed (through a circuit) or direct.
-    links: HashMap<PeerId, HashMap<ConnectionId, bool>>,
+    /// Open connections per peer.
+    links: HashMap<PeerId, HashMap<ConnectionId, Link>>,
     /// Events that must not be lost, waiting for room in the node's queue.
     backlog: std::collections::VecDeque<NetEvent>,
-    /// When each connection last answered a ping (or opened): one silent
-    /// for `PING_TIMEOUT_SECS` is closed (`close_silent`).
-    alive: HashMap<ConnectionId, (PeerId, Instant)>,
+}
+
+/// One open connection.
+#[derive(Clone, Copy)]
+struct Link {
+    /// Through a relay circuit, or direct.
+    relayed: bool,
+    /// When it last answered a ping (or opened); one silent for
+    /// `PING_TIMEOUT_SECS` is closed (`close_silent`). None where the peer
+    /// does not speak ping and cannot show it is alive this way.
+    last_pong: Option<Instant>,
 }
 
 /// The peer id an address ends with (`…/p2p/<id>`), if any.
@@ -128,7 +136,6 @@ impl SwarmTask {
             bootstrap_peers,
             circuit: None,
             links: HashMap::new(),
-            alive: HashMap::new(),
             backlog: Default::default(),
         })
     }
@@ -219,17 +226,25 @@ impl SwarmTask {
     /// and its links stalled on for many seconds after it healed.
     fn close_silent(&mut self, now: Instant) {
         let limit = Duration::from_secs(super::behaviour::PING_TIMEOUT_SECS);
-        let silent: Vec<(ConnectionId, PeerId)> = self
-            .alive
+        let silent: Vec<(PeerId, ConnectionId)> = self
+            .links
             .iter()
-            .filter(|(_, (_, at))| now.saturating_duration_since(*at) > limit)
-            .map(|(c, (p, _))| (*c, *p))
+            .flat_map(|(peer, links)| links.iter().map(move |(c, link)| (*peer, *c, *link)))
+            .filter(|(_, _, link)| link.last_pong.is_some_and(|at| now.saturating_duration_since(at) > limit))
+            .map(|(peer, c, _)| (peer, c))
             .collect();
-        for (connection, peer) in silent {
+        for (peer, connection) in silent {
             tracing::info!(%peer, "no ping answered for {limit:?}; closing the connection");
-            self.alive.remove(&connection);
+            // Once: the close takes effect at ConnectionClosed.
+            if let Some(link) = self.link(peer, connection) {
+                link.last_pong = None;
+            }
             self.swarm.close_connection(connection);
         }
+    }
+
+    fn link(&mut self, peer: PeerId, connection: ConnectionId) -> Option<&mut Link> {
+        self.links.get_mut(&peer)?.get_mut(&connection)
     }
 
     fn maintain(&mut self) {
@@ -299,7 +314,10 @@ impl SwarmTask {
                     .map(|p| PeerInfo {
                         peer: *p,
                         role: self.roles.get(p).copied(),
-                        relayed: self.links.get(p).is_some_and(|c| !c.is_empty() && c.values().all(|r| *r)),
+                        relayed: self
+                            .links
+                            .get(p)
+                            .is_some_and(|c| !c.is_empty() && c.values().all(|l| l.relayed)),
                     })
                     .collect();
                 let _ = reply.send(peers);
@@ -344,8 +362,8 @@ impl SwarmTask {
                 peer_id, connection_id, num_established, endpoint, ..
             } => {
                 let relayed = endpoint.get_remote_address().iter().any(|p| p == Protocol::P2pCircuit);
-                self.links.entry(peer_id).or_default().insert(connection_id, relayed);
-                self.alive.insert(connection_id, (peer_id, Instant::now()));
+                let link = Link { relayed, last_pong: Some(Instant::now()) };
+                self.links.entry(peer_id).or_default().insert(connection_id, link);
                 if num_established.get() == 1 {
                     NetStats::add(&self.stats.connected, 1);
                 }
@@ -360,7 +378,6 @@ impl SwarmTask {
                 }
             }
             SwarmEvent::ConnectionClosed { peer_id, connection_id, num_established, .. } => {
-                self.alive.remove(&connection_id);
                 if let Some(c) = self.links.get_mut(&peer_id) {
                     c.remove(&connection_id);
                 }
@@ -452,18 +469,19 @@ impl SwarmTask {
                     DialOpts::peer_id(peer).condition(PeerCondition::DisconnectedAndNotDialing).build();
                 let _ = self.swarm.dial(opts);
             }
-            MurmurBehaviourEvent::Ping(ping::Event { connection, result: Ok(_), .. }) => {
-                if let Some((_, at)) = self.alive.get_mut(&connection) {
-                    *at = Instant::now();
+            MurmurBehaviourEvent::Ping(ping::Event { peer, connection, result: Ok(_) }) => {
+                if let Some(link) = self.link(peer, connection) {
+                    link.last_pong = Some(Instant::now());
                 }
             }
             MurmurBehaviourEvent::Ping(ping::Event {
+                peer,
                 connection,
                 result: Err(ping::Failure::Unsupported),
-                ..
             }) => {
-                // A peer without ping cannot show it is alive this way.
-                self.alive.remove(&connection);
+                if let Some(link) = self.link(peer, connection) {
+                    link.last_pong = None;
+                }
             }
             MurmurBehaviourEvent::Xfer(ev) => self.on_xfer(ev).await,
             _ => {}
