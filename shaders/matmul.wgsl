@@ -3,14 +3,16 @@
 // a_base + i*a_rs + k*a_cs), so one kernel serves the NT (forward), NN (input
 // gradient) and TN (weight gradient) layouts; the loads pick the coalesced
 // order from whichever stride is 1. Tile sizes are the consts below; the host
-// rewrites these lines with the configuration chosen for the adapter. Each
-// invocation owns a 4 × 4 register tile: THREAD_M and THREAD_N must be 4.
+// rewrites these lines with the configuration chosen for the adapter and
+// the run's precision. Each invocation owns a 4 × 4 register tile: THREAD_M
+// and THREAD_N must be 4.
 
 const TILE_M: u32 = 64u;
 const TILE_N: u32 = 64u;
 const TILE_K: u32 = 16u;
 const THREAD_M: u32 = 4u;
 const THREAD_N: u32 = 4u;
+const ROUND_F16: bool = false;
 
 const WG_X: u32 = TILE_N / THREAD_N;
 const WG_Y: u32 = TILE_M / THREAD_M;
@@ -41,6 +43,24 @@ struct Args {
 var<workgroup> a_tile: array<f32, TILE_K * TILE_M>; // [k][m]
 var<workgroup> b_tile: array<f32, TILE_K * TILE_N>; // [k][n]
 
+// f16 mode (the host sets ROUND_F16): an input rounded to the nearest f16
+// (ties to even), saturating at ±65504, so every adapter multiplies what the
+// cooperative kernel's f16 fragments hold. In bits, not through
+// pack2x16float, which naga allows only with f16-in-f32 support and which
+// leaves out-of-range values undefined.
+fn round_input(v: f32) -> f32 {
+    if (!ROUND_F16) {
+        return v;
+    }
+    let c = clamp(v, -65504.0, 65504.0);
+    if (abs(c) < 6.103515625e-5) {
+        // f16 subnormals: multiples of 2^-24.
+        return round(c * 16777216.0) / 16777216.0;
+    }
+    let bits = bitcast<u32>(c);
+    return bitcast<f32>((bits + 0xfffu + ((bits >> 13u) & 1u)) & 0xffffe000u);
+}
+
 fn load_a(row0: u32, k0: u32, lid: u32) {
     for (var idx = lid; idx < TILE_M * TILE_K; idx += THREADS) {
         var i: u32;
@@ -58,7 +78,7 @@ fn load_a(row0: u32, k0: u32, lid: u32) {
         if (gi < args.m && gk < args.k) {
             v = a_in[args.a_base + gi * args.a_rs + gk * args.a_cs];
         }
-        a_tile[kk * TILE_M + i] = v;
+        a_tile[kk * TILE_M + i] = round_input(v);
     }
 }
 
@@ -79,7 +99,7 @@ fn load_b(col0: u32, k0: u32, lid: u32) {
         if (gj < args.n && gk < args.k) {
             v = b_in[args.b_base + gk * args.b_rs + gj * args.b_cs];
         }
-        b_tile[kk * TILE_N + j] = v;
+        b_tile[kk * TILE_N + j] = round_input(v);
     }
 }
 

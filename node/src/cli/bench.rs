@@ -29,9 +29,14 @@ pub struct BenchKernelsArgs {
     /// gpu (any adapter, lavapipe included) or auto (hardware GPUs only).
     #[arg(long, value_enum, default_value = "gpu")]
     pub device: DeviceArg,
-    /// Matmul tiling: small or large (default: chosen for the adapter).
+    /// Matmul configuration for every shape: small, large, wide, coop-small
+    /// or coop-large (default: chosen per shape for the adapter).
     #[arg(long)]
     pub tiles: Option<String>,
+    /// Matmul input precision: fp32, or f16 (on cooperative matrices where
+    /// the GPU has them).
+    #[arg(long, value_enum, default_value = "fp32")]
+    pub precision: PrecisionArg,
     /// Matmul rows (batch × sequence).
     #[arg(long, default_value_t = 256)]
     pub rows: usize,
@@ -111,7 +116,7 @@ pub struct BenchTrainArgs {
     pub batch: usize,
     #[arg(long, default_value_t = 64)]
     pub seq: usize,
-    /// GEMM input precision (bf16: CPU backend).
+    /// GEMM input precision (bf16: CPU backend; f16: wgpu backend).
     #[arg(long, value_enum, default_value = "fp32")]
     pub precision: PrecisionArg,
     /// Untimed steps first.
@@ -168,7 +173,7 @@ fn bench_gemm(a: BenchGemmArgs) -> Result<()> {
         Some(name) => Some(name.parse::<Isa>()?.checked()?),
         None => None,
     };
-    let paths = bench_paths(isa, a.precision.map(Into::into));
+    let paths = bench_paths(isa, a.precision.map(PrecisionArg::for_cpu).transpose()?);
     let shapes: Vec<_> = default_shapes()
         .into_iter()
         .filter(|s| a.only.as_deref().is_none_or(|o| s.name.contains(o)))

@@ -18,7 +18,7 @@ pub fn run(a: BenchKernelsArgs) -> Result<()> {
         vocab: a.vocab.max(1),
         iters: a.iters,
     };
-    let r = measure(choose(a.device, super::device::PrecisionArg::Fp32)?, a.tiles.as_deref(), shape)?;
+    let r = measure(choose(a.device, a.precision)?, a.tiles.as_deref(), shape)?;
     if a.json {
         println!("{}", serde_json::to_string(&r)?);
         return Ok(());
@@ -36,7 +36,7 @@ fn measure(chosen: Chosen, tiles: Option<&str>, shape: KernelBenchShape) -> Resu
              (a software adapter will do) or --device cuda"
         )),
         #[cfg(feature = "gpu")]
-        Chosen::Gpu(choice) => on_gpu(choice, tiles, shape),
+        Chosen::Gpu(choice, precision) => on_gpu(choice, precision, tiles, shape),
         #[cfg(feature = "cuda")]
         Chosen::Cuda(ordinal) => {
             if tiles.is_some() {
@@ -51,6 +51,7 @@ fn measure(chosen: Chosen, tiles: Option<&str>, shape: KernelBenchShape) -> Resu
 #[cfg(feature = "gpu")]
 fn on_gpu(
     choice: crate::compute::gpu::AdapterChoice,
+    precision: crate::compute::gpu::GpuPrecision,
     tiles: Option<&str>,
     shape: KernelBenchShape,
 ) -> Result<KernelBench> {
@@ -58,16 +59,23 @@ fn on_gpu(
     use anyhow::Context;
     let tiles = match tiles {
         None => None,
-        Some(name) => Some(TileConfig::by_name(name).context("--tiles: choose small or large")?),
+        Some(name) => Some(
+            TileConfig::by_name(name)
+                .context("--tiles: choose small, large, wide, coop-small or coop-large")?,
+        ),
     };
-    let g = GpuBackend::with_options(choice, GpuOptions { tiles, ..Default::default() })?;
+    let g = GpuBackend::with_options(choice, GpuOptions { tiles, precision, ..Default::default() })?;
     Ok(crate::compute::kernel_bench::bench_kernels(&g, shape))
 }
 
 fn print(r: &KernelBench) {
-    println!("{} (matmul {})", r.device, r.tiles);
+    println!("{}", r.device);
     for m in &r.matmul {
-        println!("  matmul {} {}x{}x{}: {:.2} ms, {:.2} GFLOP/s", m.layout, m.m, m.n, m.k, m.ms, m.gflops);
+        let (layout, kernel) = (m.layout, &m.kernel);
+        println!(
+            "  matmul {layout} {}x{}x{} ({kernel}): {:.3} ms, {:.1} GFLOP/s",
+            m.m, m.n, m.k, m.ms, m.gflops
+        );
     }
     for m in &r.memory {
         println!("  {} ({} floats): {:.2} ms, {:.2} GB/s", m.kernel, m.elems, m.ms, m.gbps);

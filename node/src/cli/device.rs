@@ -1,12 +1,12 @@
-//! `--device auto|cpu|gpu|cuda` and `--precision fp32|bf16`: the flags, their
-//! resolution (by `compute::device`), and running generic code on whichever
-//! backend they chose.
+//! `--device auto|cpu|gpu|cuda` and `--precision fp32|bf16|f16`: the flags,
+//! their resolution (by `compute::device`), and running generic code on
+//! whichever backend they chose.
 
 use anyhow::{bail, Result};
 use clap::ValueEnum;
 
 use crate::compute::cpu::Precision;
-use crate::compute::device::{self, Chosen};
+use crate::compute::device::{self, Chosen, GpuPrecision};
 
 /// The `--precision` flag: the GEMMs' input precision. Master weights,
 /// optimizer state, deltas and states stay fp32 either way.
@@ -14,15 +14,32 @@ use crate::compute::device::{self, Chosen};
 pub enum PrecisionArg {
     #[default]
     Fp32,
-    /// bf16 GEMM inputs with fp32 accumulation (CPU backend only).
+    /// bf16 GEMM inputs with fp32 accumulation (CPU backend).
     Bf16,
+    /// f16 GEMM inputs with fp32 accumulation (wgpu backend: on cooperative
+    /// matrices where the GPU has them).
+    F16,
 }
 
-impl From<PrecisionArg> for Precision {
-    fn from(p: PrecisionArg) -> Precision {
-        match p {
-            PrecisionArg::Fp32 => Precision::Fp32,
-            PrecisionArg::Bf16 => Precision::Bf16,
+impl PrecisionArg {
+    /// The CPU backend's precision, or why it has none such.
+    pub fn for_cpu(self) -> Result<Precision> {
+        match self {
+            PrecisionArg::Fp32 => Ok(Precision::Fp32),
+            PrecisionArg::Bf16 => Ok(Precision::Bf16),
+            PrecisionArg::F16 => {
+                bail!("--precision f16 runs on the wgpu backend; pass --device gpu, or --precision bf16 on the CPU")
+            }
+        }
+    }
+
+    fn for_gpu(self) -> Result<GpuPrecision> {
+        match self {
+            PrecisionArg::Fp32 => Ok(GpuPrecision::Fp32),
+            PrecisionArg::F16 => Ok(GpuPrecision::F16),
+            PrecisionArg::Bf16 => {
+                bail!("--precision bf16 runs on the CPU backend; pass --device cpu, or --precision f16 on a GPU")
+            }
         }
     }
 }
@@ -43,17 +60,18 @@ pub enum DeviceArg {
 }
 
 /// Resolves `--device` and `--precision` to an available backend, or says
-/// why it cannot. bf16 is a CPU-backend mode, so it makes `auto` pick the CPU.
+/// why it cannot. bf16 is a CPU-backend mode and f16 a wgpu one, so they
+/// make `auto` pick that backend.
 pub fn choose(arg: DeviceArg, precision: PrecisionArg) -> Result<Chosen> {
-    let bf16 = precision == PrecisionArg::Bf16;
-    Ok(match arg {
-        DeviceArg::Auto => device::auto(precision.into())?,
-        DeviceArg::Cpu => device::cpu(precision.into())?,
-        DeviceArg::Gpu | DeviceArg::Cuda if bf16 => {
-            bail!("--precision bf16 runs on the CPU backend only; pass --device cpu or --precision fp32")
+    Ok(match (arg, precision) {
+        (DeviceArg::Auto, PrecisionArg::F16) => device::gpu_hardware(precision.for_gpu()?)?,
+        (DeviceArg::Auto, _) => device::auto(precision.for_cpu()?)?,
+        (DeviceArg::Cpu, _) => device::cpu(precision.for_cpu()?)?,
+        (DeviceArg::Gpu, _) => device::gpu(precision.for_gpu()?)?,
+        (DeviceArg::Cuda, PrecisionArg::Fp32) => device::cuda()?,
+        (DeviceArg::Cuda, _) => {
+            bail!("--device cuda runs in fp32; pass --precision fp32, or --device gpu --precision f16")
         }
-        DeviceArg::Gpu => device::gpu()?,
-        DeviceArg::Cuda => device::cuda()?,
     })
 }
 
@@ -73,3 +91,25 @@ macro_rules! with_backend {
     };
 }
 pub(crate) use with_backend;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_precision_names_the_backend_that_has_it() {
+        let err = |d, p| choose(d, p).expect_err("refused").to_string();
+        assert!(err(DeviceArg::Cpu, PrecisionArg::F16).contains("--device gpu"));
+        assert!(err(DeviceArg::Gpu, PrecisionArg::Bf16).contains("--device cpu"));
+        assert!(err(DeviceArg::Cuda, PrecisionArg::F16).contains("fp32"));
+        assert!(err(DeviceArg::Cuda, PrecisionArg::Bf16).contains("fp32"));
+        assert_eq!(choose(DeviceArg::Cpu, PrecisionArg::Bf16).ok(), Some(Chosen::Cpu(Precision::Bf16)));
+    }
+
+    #[cfg(feature = "gpu")]
+    #[test]
+    fn f16_on_any_adapter_is_the_wgpu_backend_in_f16() {
+        let chosen = choose(DeviceArg::Gpu, PrecisionArg::F16).expect("gpu is always resolvable");
+        assert_eq!(chosen, Chosen::Gpu(crate::compute::gpu::AdapterChoice::Any, GpuPrecision::F16));
+    }
+}

@@ -99,6 +99,12 @@ fn print_adapters(adapters: &[crate::compute::gpu::AdapterSummary]) {
             a.subgroup_sizes.0,
             a.subgroup_sizes.1
         );
+        let matmul = if a.cooperative_matrix_f16 {
+            "fp32 tiled; --precision f16 on cooperative matrices (16x16 f16, f32 sums)"
+        } else {
+            "fp32 tiled; --precision f16 in the tiled kernels (no f16 cooperative matrices)"
+        };
+        println!("    matmul: {matmul}");
         println!("    features: {}", if a.features.is_empty() { "-".into() } else { a.features.join(", ") });
     }
 }

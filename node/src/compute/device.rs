@@ -6,7 +6,7 @@
 //! `auto` prefers a CUDA device, then a hardware wgpu adapter, then the CPU
 //! backend; it never picks a software rasterizer (lavapipe) over the CPU.
 //! bf16 GEMM inputs (`Precision::Bf16`) are a CPU-backend mode, so they make
-//! `auto` pick the CPU.
+//! `auto` pick the CPU; f16 inputs (`GpuPrecision::F16`) a wgpu one.
 
 use thiserror::Error;
 
@@ -16,9 +16,10 @@ pub enum Chosen {
     /// The CPU backend, its GEMM input precision, and the ISA path from
     /// `MURMUR_CPU_ISA` (checked when chosen).
     Cpu(crate::compute::cpu::Precision),
-    /// The wgpu backend on an adapter `AdapterChoice` allows.
+    /// The wgpu backend on an adapter `AdapterChoice` allows, and its
+    /// matmul input precision.
     #[cfg(feature = "gpu")]
-    Gpu(crate::compute::gpu::AdapterChoice),
+    Gpu(crate::compute::gpu::AdapterChoice, GpuPrecision),
     /// The CUDA backend on the device with this ordinal.
     #[cfg(feature = "cuda")]
     Cuda(usize),
@@ -30,7 +31,7 @@ impl Chosen {
         match self {
             Chosen::Cpu(_) => "cpu",
             #[cfg(feature = "gpu")]
-            Chosen::Gpu(_) => "gpu",
+            Chosen::Gpu(..) => "gpu",
             #[cfg(feature = "cuda")]
             Chosen::Cuda(_) => "cuda",
         }
@@ -61,16 +62,43 @@ pub fn cpu(precision: crate::compute::cpu::Precision) -> Result<Chosen, DeviceEr
     Ok(Chosen::Cpu(precision))
 }
 
+#[cfg(feature = "gpu")]
+pub use crate::compute::gpu::GpuPrecision;
+
+/// The wgpu backend's matmul precision, in a build without it.
+#[cfg(not(feature = "gpu"))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GpuPrecision {
+    Fp32,
+    F16,
+}
+
 /// `--device gpu`: any wgpu adapter, software ones (lavapipe) included. The
 /// adapter itself is looked for when the backend is opened.
 #[cfg(feature = "gpu")]
-pub fn gpu() -> Result<Chosen, DeviceError> {
-    Ok(Chosen::Gpu(crate::compute::gpu::AdapterChoice::Any))
+pub fn gpu(precision: GpuPrecision) -> Result<Chosen, DeviceError> {
+    Ok(Chosen::Gpu(crate::compute::gpu::AdapterChoice::Any, precision))
+}
+
+/// `--device auto --precision f16`: a hardware wgpu adapter, or why none.
+#[cfg(feature = "gpu")]
+pub fn gpu_hardware(precision: GpuPrecision) -> Result<Chosen, DeviceError> {
+    use crate::compute::gpu::{adapter_available, AdapterChoice, GpuError};
+    if !adapter_available(AdapterChoice::HardwareOnly) {
+        return Err(GpuError::NoAdapter.into());
+    }
+    Ok(Chosen::Gpu(AdapterChoice::HardwareOnly, precision))
 }
 
 /// `--device gpu` in a build without the wgpu backend.
 #[cfg(not(feature = "gpu"))]
-pub fn gpu() -> Result<Chosen, DeviceError> {
+pub fn gpu(_precision: GpuPrecision) -> Result<Chosen, DeviceError> {
+    Err(DeviceError::NotBuilt { backend: "gpu", feature: "gpu" })
+}
+
+/// `--device auto --precision f16` in a build without the wgpu backend.
+#[cfg(not(feature = "gpu"))]
+pub fn gpu_hardware(_precision: GpuPrecision) -> Result<Chosen, DeviceError> {
     Err(DeviceError::NotBuilt { backend: "gpu", feature: "gpu" })
 }
 
@@ -108,7 +136,7 @@ pub fn auto(precision: crate::compute::cpu::Precision) -> Result<Chosen, DeviceE
     {
         use crate::compute::gpu::{adapter_available, AdapterChoice};
         if adapter_available(AdapterChoice::HardwareOnly) {
-            return Ok(Chosen::Gpu(AdapterChoice::HardwareOnly));
+            return Ok(Chosen::Gpu(AdapterChoice::HardwareOnly, GpuPrecision::Fp32));
         }
     }
     cpu(precision)
@@ -130,8 +158,9 @@ macro_rules! on_backend {
                 }
             }
             #[cfg(feature = "gpu")]
-            $crate::compute::device::Chosen::Gpu(choice) => {
-                match $crate::compute::gpu::GpuBackend::new(choice) {
+            $crate::compute::device::Chosen::Gpu(choice, precision) => {
+                let opts = $crate::compute::gpu::GpuOptions { precision, ..Default::default() };
+                match $crate::compute::gpu::GpuBackend::with_options(choice, opts) {
                     Ok($b) => $body,
                     Err(err) => {
                         let $e = $crate::compute::device::DeviceError::from(err);
@@ -170,7 +199,7 @@ mod tests {
     #[cfg(not(feature = "gpu"))]
     #[test]
     fn gpu_in_a_build_without_it_says_how_to_get_it() {
-        let e = gpu().expect_err("no gpu feature").to_string();
+        let e = gpu(GpuPrecision::F16).expect_err("no gpu feature").to_string();
         assert!(e.contains("no gpu backend") && e.contains("--features gpu"), "{e}");
     }
 

@@ -1,8 +1,11 @@
 //! `murmur bench kernels`: device kernel throughput — GFLOP/s of the matmul
 //! in each layout and GB/s of the memory-bound kernels — at given shapes, on
 //! any backend that can time itself (`TimedBackend`: wgpu, CUDA).
-//! Each figure is the best of `iters` timed runs after one warm-up run; a
-//! run ends with `synchronize` so the device's work is inside the timing.
+//! Each figure is the best of `iters` timed runs after one warm-up run. A
+//! timed run records the kernel as many times as fill about 5 ms (at most
+//! 200; as a training step records many kernels before it waits) and ends
+//! with `synchronize`, so the device's work is inside the timing and one
+//! submission's fixed cost is spread over the repeats.
 
 use std::time::Instant;
 
@@ -23,8 +26,8 @@ pub trait TimedBackend: Backend {
         y: &Self::Tensor,
         s: MatmulShape,
     );
-    /// How the matmul is done, e.g. the tile configuration.
-    fn matmul_kind(&self) -> String;
+    /// How a product of `m × n` outputs is done, e.g. the tile configuration.
+    fn matmul_kind(&self, m: usize, n: usize) -> String;
 }
 
 /// Shapes to measure.
@@ -47,6 +50,8 @@ pub struct KernelBenchShape {
 #[derive(Clone, Debug, Serialize)]
 pub struct MatmulFigure {
     pub layout: &'static str,
+    /// The kernel or configuration that ran it.
+    pub kernel: String,
     pub m: usize,
     pub n: usize,
     pub k: usize,
@@ -66,21 +71,25 @@ pub struct MemoryFigure {
 #[derive(Clone, Debug, Serialize)]
 pub struct KernelBench {
     pub device: String,
-    /// The matmul's implementation (wgpu: tile configuration; CUDA: cuBLAS).
-    pub tiles: String,
     pub matmul: Vec<MatmulFigure>,
     pub memory: Vec<MemoryFigure>,
 }
 
+/// Milliseconds per run of `run`: the best of `iters` timed batches.
 fn best_ms<G: TimedBackend>(g: &G, iters: usize, mut run: impl FnMut()) -> f64 {
+    let t = Instant::now();
     run();
     g.synchronize();
+    let first = t.elapsed().as_secs_f64() * 1e3;
+    let repeats = (5.0 / first.max(1e-3)).clamp(1.0, 200.0) as usize;
     let mut best = f64::INFINITY;
     for _ in 0..iters.max(1) {
         let t = Instant::now();
-        run();
+        for _ in 0..repeats {
+            run();
+        }
         g.synchronize();
-        best = best.min(t.elapsed().as_secs_f64() * 1e3);
+        best = best.min(t.elapsed().as_secs_f64() * 1e3 / repeats as f64);
     }
     best
 }
@@ -109,7 +118,15 @@ pub fn bench_kernels<G: TimedBackend>(g: &G, s: KernelBenchShape) -> KernelBench
             MatmulLayout::Tn => (oc, c, n),
         };
         let gflops = 2.0 * (m * nn * k) as f64 / (ms * 1e6);
-        matmul.push(MatmulFigure { layout: layout.name(), m, n: nn, k, ms, gflops });
+        matmul.push(MatmulFigure {
+            layout: layout.name(),
+            kernel: g.matmul_kind(m, nn),
+            m,
+            n: nn,
+            k,
+            ms,
+            gflops,
+        });
     }
 
     let e = s.elems;
@@ -146,5 +163,5 @@ pub fn bench_kernels<G: TimedBackend>(g: &G, s: KernelBenchShape) -> KernelBench
     let ms = best_ms(g, s.iters, || g.softmax_xent_forward(&mut losses, &mut probs, &logits, &targets, ls));
     push("softmax_xent_forward", s.logit_rows * vp, 8 * (s.logit_rows * vp) as u64, ms);
 
-    KernelBench { device: g.describe(), tiles: g.matmul_kind(), matmul, memory }
+    KernelBench { device: g.describe(), matmul, memory }
 }

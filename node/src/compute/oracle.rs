@@ -109,29 +109,57 @@ pub fn layernorm_case<B: Backend>(g: &B, n: usize, c: usize, seed: u64) {
 }
 
 pub fn matmul_case<B: Backend>(g: &B, label: &str, s: MatmulShape, with_bias: bool, seed: u64) {
+    // matmul: atol 1e-4, rtol 1e-4 (K ≤ 200 terms of magnitude ≤ 1, different order)
+    matmul_case_with(g, label, s, with_bias, seed, |x| x, 1e-4);
+}
+
+/// `x` rounded to the nearest f16, saturating at ±65504: what a backend's
+/// f16 mode multiplies.
+pub fn round_f16(x: f32) -> f32 {
+    half::f16::from_f32(x.clamp(-65504.0, 65504.0)).to_f32()
+}
+
+/// A backend whose products round A and B with `round` (f16 modes) against
+/// the CPU on rounded copies of the same inputs: the products are then exact
+/// on both sides and only the order of the f32 sums differs (atol, rtol
+/// `tol`). Accumulated outputs and biases are not rounded.
+pub fn matmul_case_with<B: Backend>(
+    g: &B,
+    label: &str,
+    s: MatmulShape,
+    with_bias: bool,
+    seed: u64,
+    round: fn(f32) -> f32,
+    tol: f32,
+) {
     let MatmulShape { n, c, oc } = s;
+    let rounded = |v: &[f32]| v.iter().map(|&x| round(x)).collect::<Vec<f32>>();
     let inp = values(n * c, seed, 1.0);
     let w = values(oc * c, seed + 1, 1.0);
     let bias = values(oc, seed + 2, 1.0);
     let mut out = vec![0.0; n * oc];
-    CPU.matmul_forward(&mut out, &inp, &w, with_bias.then_some(&bias), s);
+    CPU.matmul_forward(&mut out, &rounded(&inp), &rounded(&w), with_bias.then_some(&bias), s);
     let (gi, gw, gb) = (up(g, &inp), up(g, &w), up(g, &bias));
     let mut go = g.tensor(n * oc);
     g.matmul_forward(&mut go, &gi, &gw, with_bias.then_some(&gb), s);
     let what = format!("matmul NT {s:?} {label}");
-    // matmul: atol 1e-4, rtol 1e-4 (K ≤ 200 terms of magnitude ≤ 1, different order)
-    assert_close(&what, &g.download(&go), &out, 1e-4, 1e-4);
+    assert_close(&what, &g.download(&go), &out, tol, tol);
 
     let dout = values(n * oc, seed + 3, 1.0);
     let (mut di, mut dw, mut db) =
         (values(n * c, seed + 4, 0.5), values(oc * c, seed + 5, 0.5), values(oc, seed + 6, 0.5));
     let (mut gdi, mut gdw, mut gdb) = (up(g, &di), up(g, &dw), up(g, &db));
-    CPU.matmul_backward(&mut di, &mut dw, with_bias.then_some(&mut db), &dout, &inp, &w, s);
+    let (rdout, rinp, rw) = (rounded(&dout), rounded(&inp), rounded(&w));
+    let mut unused_db = db.clone();
+    CPU.matmul_backward(&mut di, &mut dw, with_bias.then_some(&mut unused_db), &rdout, &rinp, &rw, s);
+    // The bias gradient sums the unrounded output gradient.
+    let mut unused = (vec![0.0; n * c], vec![0.0; oc * c]);
+    CPU.matmul_backward(&mut unused.0, &mut unused.1, with_bias.then_some(&mut db), &dout, &inp, &w, s);
     g.matmul_backward(&mut gdi, &mut gdw, with_bias.then_some(&mut gdb), &up(g, &dout), &gi, &gw, s);
-    assert_close(&format!("matmul NN dinp {s:?}"), &g.download(&gdi), &di, 1e-4, 1e-4);
-    assert_close(&format!("matmul TN dweight {s:?}"), &g.download(&gdw), &dw, 1e-4, 1e-4);
+    assert_close(&format!("matmul NN dinp {s:?} {label}"), &g.download(&gdi), &di, tol, tol);
+    assert_close(&format!("matmul TN dweight {s:?} {label}"), &g.download(&gdw), &dw, tol, tol);
     // bias gradient: rows summed in the CPU's order, atol 1e-5, rtol 1e-5
-    assert_close(&format!("matmul dbias {s:?}"), &g.download(&gdb), &db, 1e-5, 1e-5);
+    assert_close(&format!("matmul dbias {s:?} {label}"), &g.download(&gdb), &db, 1e-5, 1e-5);
 }
 
 /// Matmul shapes that are not tile multiples, with and without a bias.

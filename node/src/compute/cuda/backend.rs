@@ -23,7 +23,7 @@ impl TimedBackend for CudaBackend {
         let beta = if layout == MatmulLayout::Nt { 0.0 } else { 1.0 };
         self.blas.gemm(layout, &mut out.buf, &x.buf, &y.buf, s, beta);
     }
-    fn matmul_kind(&self) -> String {
+    fn matmul_kind(&self, _m: usize, _n: usize) -> String {
         "cuBLAS sgemm".into()
     }
 }

@@ -13,6 +13,13 @@ pub enum GpuError {
         "no hardware GPU adapter found (only software adapters: {0}); pass --device gpu to use one anyway"
     )]
     OnlySoftware(String),
+    #[error(
+        "GPU `{0}` has no 16×16 f16 cooperative matrices with 32-wide subgroups (tensor cores through \
+         VK_KHR_cooperative_matrix); choose another matmul configuration"
+    )]
+    NoCooperativeMatrices(String),
+    #[error("MURMUR_GPU_TILES={0}: no such matmul configuration; choose small, large, wide, coop-small or coop-large")]
+    UnknownTiles(String),
     #[error("could not open GPU device `{name}`: {source}")]
     RequestDevice {
         name: String,
@@ -38,6 +45,9 @@ pub struct AdapterSummary {
     pub max_compute_workgroups_per_dimension: u32,
     pub min_storage_buffer_offset_alignment: u32,
     pub subgroup_sizes: (u32, u32),
+    /// 16×16×16 f16→f32 subgroup matrices with 32-wide subgroups: the
+    /// matmul runs on them under `--precision f16`.
+    pub cooperative_matrix_f16: bool,
     pub features: Vec<String>,
 }
 
@@ -124,8 +134,24 @@ fn summarize(a: &wgpu::Adapter) -> AdapterSummary {
         max_compute_workgroups_per_dimension: l.max_compute_workgroups_per_dimension,
         min_storage_buffer_offset_alignment: l.min_storage_buffer_offset_alignment,
         subgroup_sizes: (info.subgroup_min_size, info.subgroup_max_size),
+        cooperative_matrix_f16: has_coop_f16(a),
         features: a.features().iter_names().map(|(name, _)| name.to_string()).collect(),
     }
+}
+
+/// Whether matmul_coop.wgsl runs on the adapter: f16 shaders, cooperative
+/// matrices with a 16×16×16 f16 × f16 → f32 configuration, and subgroups of
+/// exactly 32 (the kernel counts a subgroup as 32 consecutive invocations).
+fn has_coop_f16(a: &wgpu::Adapter) -> bool {
+    use wgpu::CooperativeScalarType as S;
+    let info = a.get_info();
+    let needed = wgpu::Features::SHADER_F16 | wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+    a.features().contains(needed)
+        && info.subgroup_min_size == 32
+        && info.subgroup_max_size == 32
+        && a.cooperative_matrix_properties().iter().any(|p| {
+            (p.m_size, p.n_size, p.k_size) == (16, 16, 16) && p.ab_type == S::F16 && p.cr_type == S::F32
+        })
 }
 
 /// An open device and what the kernels need to know about it.
@@ -134,11 +160,14 @@ pub struct GpuContext {
     pub queue: wgpu::Queue,
     pub info: wgpu::AdapterInfo,
     pub limits: wgpu::Limits,
+    /// The device was opened with f16 cooperative matrices (`has_coop_f16`).
+    pub coop_f16: bool,
 }
 
 impl GpuContext {
-    /// Opens the best adapter allowed by `choice`, with its own limits.
-    pub fn open(choice: AdapterChoice) -> Result<Self, GpuError> {
+    /// Opens the best adapter allowed by `choice`, with its own limits; with
+    /// `want_coop`, also with f16 cooperative matrices where it has them.
+    pub fn open(choice: AdapterChoice, want_coop: bool) -> Result<Self, GpuError> {
         let all = adapters();
         let software: Vec<String> =
             all.iter().filter(|a| is_software(&a.get_info())).map(|a| a.get_info().name).collect();
@@ -154,16 +183,25 @@ impl GpuContext {
         })?;
         let info = adapter.get_info();
         let limits = adapter.limits();
-        let desc = wgpu::DeviceDescriptor {
+        let coop_f16 = want_coop && has_coop_f16(&adapter);
+        let mut desc = wgpu::DeviceDescriptor {
             label: Some("murmur"),
             required_features: wgpu::Features::empty(),
             required_limits: limits.clone(),
             ..Default::default()
         };
+        if coop_f16 {
+            desc.required_features =
+                wgpu::Features::SHADER_F16 | wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+            // SAFETY: the only experimental feature asked for is cooperative
+            // matrices, used by matmul_coop.wgsl alone, whose results the
+            // oracle tests check on the GPU (MURMUR_REQUIRE_COOP=1).
+            desc.experimental_features = unsafe { wgpu::ExperimentalFeatures::enabled() };
+        }
         let (device, queue) = pollster::block_on(adapter.request_device(&desc))
             .map_err(|source| GpuError::RequestDevice { name: info.name.clone(), source })?;
         let limits = device.limits();
-        Ok(GpuContext { device, queue, info, limits })
+        Ok(GpuContext { device, queue, info, limits, coop_f16 })
     }
 
     pub fn is_software(&self) -> bool {

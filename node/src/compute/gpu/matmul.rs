@@ -126,10 +126,10 @@ impl GpuBackend {
         if m == 0 || n == 0 {
             return;
         }
-        let t = self.tiles();
+        let t = self.matmul_tiles(m, n);
         let tile = (t.tile_m as usize, t.tile_n as usize, self.max_groups as usize);
         let (mb, nb, kb) = plan(m, n, k, [a.strides(), b.strides(), c.strides()], self.rules.max_elems, tile);
-        let pipeline = self.pipeline(Kernel::Matmul);
+        let pipeline = self.pipeline(Kernel::Matmul(t));
         for m0 in (0..m).step_by(mb) {
             let m1 = (m0 + mb).min(m);
             for n0 in (0..n).step_by(nb) {

@@ -34,7 +34,7 @@ pub use context::{
     adapter_available, list_adapters, quiet_probe_env, AdapterChoice, AdapterSummary, GpuError,
 };
 pub use memory::{GpuTensor, GpuTokens, TransferStats};
-pub use pipelines::TileConfig;
+pub use pipelines::{MatmulFamily, TileConfig};
 
 use super::{AdamWStep, AttentionShape, Backend, EncoderShape, LogitsShape, MatmulShape};
 use crate::compute::tokens::token_layout;
@@ -43,14 +43,43 @@ use memory::BindingRules;
 use pipelines::{Kernel, Pipelines};
 use recorder::Recorder;
 
+/// The matmul's input precision (`--precision` on the wgpu backend). Master
+/// weights, optimizer state and every other kernel stay fp32 either way.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum GpuPrecision {
+    #[default]
+    Fp32,
+    /// A and B rounded to f16, products summed in f32: on cooperative
+    /// matrices where the adapter has them, else in the tiled kernels.
+    F16,
+}
+
+/// A grid of at least this many 128 × 128 blocks takes the 128-wide
+/// configurations (wide, coop-large); smaller grids keep more, smaller
+/// workgroups in flight with the 64-wide ones.
+const WIDE_GRID: usize = 256;
+
 /// Overrides for tests and benchmarks.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct GpuOptions {
-    /// Matmul tiling; default: chosen from the adapter.
+    /// Matmul tiling for every shape; default: chosen per shape from the
+    /// adapter and the precision (`GpuBackend::matmul_tiles`).
     pub tiles: Option<TileConfig>,
+    pub precision: GpuPrecision,
     /// Pretend storage bindings are at most this many bytes (exercises the
     /// windowed paths on small tensors).
     pub max_binding_bytes: Option<u64>,
+}
+
+/// `MURMUR_GPU_TILES`: one matmul configuration for every shape (small,
+/// large, wide, coop-small, coop-large), for benchmarks and diagnosis, as
+/// `MURMUR_CPU_ISA` forces a CPU path.
+fn tiles_from_env() -> Result<Option<TileConfig>, GpuError> {
+    match std::env::var("MURMUR_GPU_TILES") {
+        Err(_) => Ok(None),
+        Ok(name) if name.is_empty() => Ok(None),
+        Ok(name) => TileConfig::by_name(&name).map(Some).ok_or(GpuError::UnknownTiles(name)),
+    }
 }
 
 /// Device scratch space reused across dispatches.
@@ -66,6 +95,11 @@ pub struct GpuBackend {
     rec: Recorder,
     pipes: Pipelines,
     rules: BindingRules,
+    /// The 64-wide matmul configuration the adapter's limits allow.
+    base_tiles: TileConfig,
+    /// `GpuOptions::tiles`, when set.
+    forced_tiles: Option<TileConfig>,
+    precision: GpuPrecision,
     max_groups: u32,
     scratch: Mutex<Scratch>,
     /// Bound where a kernel's optional input (a bias) is absent.
@@ -79,8 +113,14 @@ impl GpuBackend {
     }
 
     pub fn with_options(choice: AdapterChoice, opts: GpuOptions) -> Result<Self, GpuError> {
-        let ctx = GpuContext::open(choice)?;
-        let tiles = opts.tiles.unwrap_or_else(|| TileConfig::for_adapter(&ctx.info, &ctx.limits));
+        let opts = GpuOptions { tiles: opts.tiles.or(tiles_from_env()?), ..opts };
+        let wants_coop =
+            opts.precision == GpuPrecision::F16 || opts.tiles.is_some_and(|t| t.family == MatmulFamily::Coop);
+        let ctx = GpuContext::open(choice, wants_coop)?;
+        if opts.tiles.is_some_and(|t| t.family == MatmulFamily::Coop) && !ctx.coop_f16 {
+            return Err(GpuError::NoCooperativeMatrices(ctx.info.name.clone()));
+        }
+        let base_tiles = TileConfig::for_adapter(&ctx.info, &ctx.limits);
         let limit = ctx.limits.max_storage_buffer_binding_size.min(ctx.limits.max_buffer_size);
         let limit = opts.max_binding_bytes.map_or(limit, |m| m.min(limit));
         let rules = BindingRules::new(limit, ctx.limits.min_storage_buffer_offset_alignment);
@@ -89,17 +129,50 @@ impl GpuBackend {
         Ok(GpuBackend {
             max_groups: ctx.limits.max_compute_workgroups_per_dimension.max(1),
             rec,
-            pipes: Pipelines::new(tiles),
+            pipes: Pipelines::default(),
             rules,
+            base_tiles,
+            forced_tiles: opts.tiles,
+            precision: opts.precision,
             scratch: Mutex::new(Scratch::default()),
             dummy,
             ctx,
         })
     }
 
-    /// The matmul tiling in use.
-    pub fn tiles(&self) -> TileConfig {
-        self.pipes.tiles()
+    /// The matmul configuration for a product of `m × n` outputs: the
+    /// forced one if any, else the 128-wide configuration for grids of at
+    /// least `WIDE_GRID` blocks on hardware GPUs and the adapter's 64-wide
+    /// one below; cooperative matrices when the precision is f16 and the
+    /// device has them. f16 inputs in every configuration under f16.
+    pub fn matmul_tiles(&self, m: usize, n: usize) -> TileConfig {
+        let f16 = self.precision == GpuPrecision::F16;
+        if let Some(t) = self.forced_tiles {
+            return t.with_f16_inputs(f16);
+        }
+        let coop = f16 && self.ctx.coop_f16;
+        let (wide, narrow) = match coop {
+            true => (TileConfig::COOP_LARGE, TileConfig::COOP_SMALL),
+            false => (TileConfig::WIDE, self.base_tiles),
+        };
+        let blocks = m.div_ceil(wide.tile_m as usize) * n.div_ceil(wide.tile_n as usize);
+        let hardware = !self.ctx.is_software();
+        let t = if hardware && blocks >= WIDE_GRID && wide.fits(&self.ctx.limits) { wide } else { narrow };
+        t.with_f16_inputs(f16)
+    }
+
+    /// How products are done, for logs and `murmur devices`: precision,
+    /// and whether cooperative matrices carry them.
+    pub fn matmul_path(&self) -> String {
+        match (self.precision, self.ctx.coop_f16) {
+            (GpuPrecision::Fp32, _) => {
+                format!("fp32, tiled ({} / {})", self.base_tiles.name, TileConfig::WIDE.name)
+            }
+            (GpuPrecision::F16, true) => "f16 inputs on cooperative matrices, f32 sums".to_string(),
+            (GpuPrecision::F16, false) => {
+                "f16 inputs in the tiled kernels (no cooperative matrices), f32 sums".to_string()
+            }
+        }
     }
 
     pub fn adapter_name(&self) -> &str {
@@ -158,8 +231,8 @@ impl crate::compute::kernel_bench::TimedBackend for GpuBackend {
     ) {
         self.matmul(layout, out, x, y, None, s);
     }
-    fn matmul_kind(&self) -> String {
-        format!("tiles {}", self.tiles().name)
+    fn matmul_kind(&self, m: usize, n: usize) -> String {
+        self.matmul_tiles(m, n).name.to_string()
     }
 }
 
@@ -170,7 +243,7 @@ impl Backend for GpuBackend {
 
     fn describe(&self) -> String {
         let i = &self.ctx.info;
-        format!("gpu ({}, {:?}, {:?}, matmul tiles {})", i.name, i.backend, i.device_type, self.tiles().name)
+        format!("gpu ({}, {:?}, {:?}, matmul {})", i.name, i.backend, i.device_type, self.matmul_path())
     }
 
     fn tensor(&self, len: usize) -> GpuTensor {

@@ -4,8 +4,8 @@
 //! storage-binding limit forces.
 
 use crate::compute::cpu::CpuBackend;
-use crate::compute::gpu::testing::{fresh_gpu_or_skip, gpu_or_skip};
-use crate::compute::gpu::{GpuBackend, GpuOptions, MatmulLayout, TileConfig};
+use crate::compute::gpu::testing::{coop_or_skip, fresh_gpu_or_skip, gpu_or_skip};
+use crate::compute::gpu::{GpuBackend, GpuOptions, GpuPrecision, MatmulLayout, TileConfig};
 use crate::compute::oracle::*;
 use crate::compute::{AttentionShape, Backend, EncoderShape, LogitsShape, MatmulShape};
 
@@ -41,10 +41,50 @@ fn matmul_matches_cpu_with_every_tile_configuration() {
         let Some(g) = fresh_gpu_or_skip("matmul_matches_cpu_with_every_tile_configuration", opts) else {
             return;
         };
-        let label = format!("tiles {}", g.tiles().label());
+        let label = format!("tiles {}", tiles.label());
+        assert_eq!(g.matmul_tiles(7, 29), tiles, "{label}: forced configuration not used");
         for (i, s) in MATMUL_SHAPES.iter().enumerate() {
             matmul_case(&g, &label, *s, i % 2 == 0, 20 + i as u64);
         }
+    }
+}
+
+#[test]
+fn f16_matmul_in_every_tiled_configuration_multiplies_f16_rounded_inputs() {
+    for tiles in TileConfig::ALL {
+        let opts = GpuOptions { tiles: Some(tiles), precision: GpuPrecision::F16, ..Default::default() };
+        let Some(g) = fresh_gpu_or_skip("f16_matmul_in_every_tiled_configuration", opts) else {
+            return;
+        };
+        let label = format!("tiles {} f16", tiles.label());
+        assert!(g.matmul_tiles(7, 29).f16_inputs, "{label}");
+        for (i, s) in MATMUL_SHAPES.iter().enumerate() {
+            matmul_case_with(&g, &label, *s, i % 2 == 1, 60 + i as u64, round_f16, 1e-4);
+        }
+    }
+}
+
+#[test]
+fn matmul_on_cooperative_matrices_matches_cpu_on_f16_rounded_inputs() {
+    for tiles in TileConfig::COOP {
+        let opts = GpuOptions { tiles: Some(tiles), precision: GpuPrecision::F16, ..Default::default() };
+        let Some(g) = coop_or_skip("matmul_on_cooperative_matrices_matches_cpu", opts) else {
+            return;
+        };
+        let label = format!("tiles {}", tiles.label());
+        // Tensor cores sum in f32 in their own order: atol, rtol 1e-3.
+        for (i, s) in MATMUL_SHAPES.iter().enumerate() {
+            matmul_case_with(&g, &label, *s, i % 2 == 0, 70 + i as u64, round_f16, 1e-3);
+        }
+        // Past one K tile, several blocks each way, and a K split.
+        matmul_case_with(&g, &label, MatmulShape { n: 150, c: 100, oc: 270 }, true, 80, round_f16, 1e-3);
+        let Some(w) = coop_or_skip(
+            "matmul_on_cooperative_matrices_matches_cpu (windowed)",
+            GpuOptions { max_binding_bytes: Some(4096), ..opts },
+        ) else {
+            return;
+        };
+        matmul_case_with(&w, &label, MatmulShape { n: 70, c: 20, oc: 60 }, false, 81, round_f16, 1e-3);
     }
 }
 

@@ -1,35 +1,75 @@
 //! Every shader parses and validates with naga — no adapter needed — and
 //! every .wgsl in shaders/ is embedded and reached by some kernel.
 
-use crate::compute::gpu::pipelines::{Kernel, TileConfig, SHADERS};
+use crate::compute::gpu::pipelines::{shader_source, Kernel, MatmulFamily, TileConfig, SHADERS};
 
-fn validate(name: &str, src: &str) -> naga::Module {
+fn validate_with(name: &str, src: &str, caps: naga::valid::Capabilities) -> naga::Module {
     let module = match naga::front::wgsl::parse_str(src) {
         Ok(m) => m,
         Err(e) => panic!("{name}: WGSL parse error:\n{}", e.emit_to_string(src)),
     };
-    let mut validator =
-        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::empty());
+    let mut validator = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), caps);
     if let Err(e) = validator.validate(&module) {
         panic!("{name}: validation error:\n{}", e.emit_to_string(src));
     }
     module
 }
 
-#[test]
-fn every_shader_validates_with_naga() {
-    for (name, src) in SHADERS {
-        validate(name, src);
+/// What matmul_coop.wgsl needs of a device: f16 and cooperative matrices.
+fn coop_caps() -> naga::valid::Capabilities {
+    naga::valid::Capabilities::SHADER_FLOAT16 | naga::valid::Capabilities::COOPERATIVE_MATRIX
+}
+
+fn caps_for(file: &str) -> naga::valid::Capabilities {
+    if file == "matmul_coop.wgsl" {
+        coop_caps()
+    } else {
+        naga::valid::Capabilities::empty()
     }
 }
 
 #[test]
-fn every_matmul_tile_configuration_validates() {
-    let src = SHADERS.iter().find(|(n, _)| *n == "matmul.wgsl").map(|(_, s)| *s).unwrap_or_default();
-    for tiles in TileConfig::ALL {
-        let specialized = tiles.specialize(src);
-        assert!(specialized.contains(&format!("const TILE_M: u32 = {}u;", tiles.tile_m)));
-        validate(tiles.name, &specialized);
+fn every_shader_validates_with_naga() {
+    for (name, src) in SHADERS {
+        validate_with(name, src, caps_for(name));
+    }
+}
+
+#[test]
+fn the_cooperative_kernel_needs_its_capabilities_and_nothing_else_does() {
+    let src = SHADERS.iter().find(|(n, _)| *n == "matmul_coop.wgsl").map(|(_, s)| *s).unwrap_or_default();
+    let module = naga::front::wgsl::parse_str(src).expect("parses");
+    let mut plain =
+        naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::empty());
+    assert!(
+        plain.validate(&module).is_err(),
+        "matmul_coop.wgsl validated without f16 and cooperative matrices"
+    );
+}
+
+#[test]
+fn every_matmul_tile_configuration_validates_in_both_precisions() {
+    for tiles in TileConfig::ALL.into_iter().chain(TileConfig::COOP) {
+        let src = shader_source(tiles.family.file()).unwrap_or_default();
+        for f16 in [false, true] {
+            let t = tiles.with_f16_inputs(f16);
+            let specialized = t.specialize(src);
+            let label = format!("{} f16 {}", t.name, t.f16_inputs);
+            if t.family == MatmulFamily::Tiled {
+                assert!(specialized.contains(&format!("const TILE_M: u32 = {}u;", t.tile_m)), "{label}");
+            }
+            if t.family == MatmulFamily::Coop {
+                assert!(specialized.contains(&format!("const SG_M: u32 = {}u;", t.tile_m / 32)), "{label}");
+            } else {
+                assert!(
+                    specialized.contains(&format!("const ROUND_F16: bool = {};", t.f16_inputs)),
+                    "{label}"
+                );
+            }
+            let module = validate_with(&label, &specialized, caps_for(tiles.family.file()));
+            let wg = module.entry_points[0].workgroup_size;
+            assert_eq!(wg[0] * wg[1] * wg[2], t.invocations(), "{label}: workgroup size");
+        }
     }
 }
 
@@ -51,7 +91,9 @@ fn every_shader_file_is_embedded_and_every_kernel_entry_exists() {
         LayernormForward,
         LayernormBackwardInput,
         LayernormBackwardParams,
-        Matmul,
+        Matmul(TileConfig::LARGE),
+        Matmul(TileConfig::WIDE),
+        Matmul(TileConfig::COOP_LARGE),
         AttentionForward,
         AttentionBackwardScores,
         AttentionBackwardQkv,
@@ -69,7 +111,7 @@ fn every_shader_file_is_embedded_and_every_kernel_entry_exists() {
     for k in all {
         let (file, entry) = k.entry();
         let src = SHADERS.iter().find(|(n, _)| *n == file).map(|(_, s)| *s).unwrap_or_default();
-        let module = validate(file, src);
+        let module = validate_with(file, src, caps_for(file));
         assert!(module.entry_points.iter().any(|e| e.name == entry), "{file} has no entry point {entry}");
     }
 }
