@@ -85,13 +85,14 @@ fn grad_clip_scale() {
     for (var i = 0u; i < args.n; i++) {
         total += inp[args.inp_base + i];
     }
-    let norm = sqrt(total);
+    // Gradients held 1/scale times their value (a loss scale; 1 without).
+    let norm = sqrt(total) * args.scale;
     out[args.norm_slot] = norm;
     var factor = 1.0;
     if (args.max_norm > 0.0 && norm > args.max_norm) {
         factor = args.max_norm / (norm + 1e-6);
     }
-    out[args.scale_slot] = factor;
+    out[args.scale_slot] = args.scale * factor;
 }
 
 // out[j] += Σ_i inp[i * cols + j]; a workgroup per COLS columns, LANES row lanes.

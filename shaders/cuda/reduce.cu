@@ -44,14 +44,17 @@ extern "C" __global__ void reduce_final(float* out, const float* partials, unsig
     if (threadIdx.x == 0) out[slot] = total * scale;
 }
 
-// norm = sqrt(Σ partials[0..count]) (f64, in order); factor min(1, max_norm / (norm + 1e-6)),
-// 1 when max_norm <= 0.
+// Gradients held 1/unscale times their value: norm = sqrt(Σ partials[0..count]) (f64, in
+// order) · unscale; factor unscale · min(1, max_norm / (norm + 1e-6)), unscale when
+// max_norm <= 0.
 extern "C" __global__ void grad_clip_scale(float* stats, const float* partials, unsigned count,
-                                           unsigned norm_slot, unsigned scale_slot, float max_norm) {
+                                           unsigned norm_slot, unsigned scale_slot, float max_norm,
+                                           float unscale) {
     if (blockIdx.x != 0 || threadIdx.x != 0) return;
     double total = 0.0;
     for (unsigned i = 0; i < count; i++) total += (double)partials[i];
-    float norm = (float)sqrt(total);
+    float norm = (float)sqrt(total) * unscale;
     stats[norm_slot] = norm;
-    stats[scale_slot] = (max_norm > 0.0f && norm > max_norm) ? max_norm / (norm + 1e-6f) : 1.0f;
+    float clip = (max_norm > 0.0f && norm > max_norm) ? max_norm / (norm + 1e-6f) : 1.0f;
+    stats[scale_slot] = unscale * clip;
 }

@@ -375,10 +375,13 @@ pub trait Backend: Sync {
     fn sum_into(&self, out: &mut Self::Tensor, slot: usize, x: &Self::Tensor, scale: f32);
     /// out[slot] = Σ x², summed in a fixed order.
     fn sum_squares_into(&self, out: &mut Self::Tensor, slot: usize, x: &Self::Tensor);
-    /// Global gradient-norm clipping: reads the per-tensor squared norms in
-    /// `partials[0..count]`, writes the norm to `stats[norm_slot]` and the
-    /// factor min(1, max_norm / (norm + 1e-6)) to `stats[scale_slot]`
-    /// (`max_norm <= 0` disables clipping: factor 1).
+    /// Global gradient-norm clipping of gradients held `1 / unscale` times
+    /// their value (a loss scale; 1 without one): reads their per-tensor
+    /// squared norms in `partials[0..count]`, writes the true norm (the
+    /// partials' norm × unscale) to `stats[norm_slot]` and the factor
+    /// unscale × min(1, max_norm / (norm + 1e-6)) to `stats[scale_slot]`
+    /// (`max_norm <= 0` disables clipping: factor unscale).
+    #[allow(clippy::too_many_arguments)]
     fn grad_clip_scale(
         &self,
         stats: &mut Self::Tensor,
@@ -387,7 +390,17 @@ pub trait Backend: Sync {
         partials: &Self::Tensor,
         count: usize,
         max_norm: f32,
+        unscale: f32,
     );
+    /// The factor the loss gradient is multiplied by for a micro-batch of
+    /// `tokens` tokens, so that per-token gradients, not their mean, enter
+    /// the backward products: f16 GEMM inputs would lose the mean's small
+    /// values below f16's range. `grad_clip_scale` divides it out. 1 for
+    /// backends whose products take f32 or bf16 inputs.
+    fn loss_scale(&self, tokens: usize) -> f32 {
+        let _ = tokens;
+        1.0
+    }
     /// AdamW on one tensor with grad multiplied by `stats[scale_slot]` first.
     fn adamw_update(
         &self,

@@ -112,6 +112,9 @@ pub struct Gpt<B: Backend> {
     /// the next backward writes them instead of adding (one pass over them
     /// fewer each way, and no dirty lines to write back).
     imaged_grads_stale: bool,
+    /// The gradients are held this many times their value (the backend's
+    /// `loss_scale` for the micro-batches since the last optimizer step).
+    loss_scale: f32,
     max_micro: usize,
 }
 
@@ -216,6 +219,7 @@ impl<B: Backend> Gpt<B> {
             micro: 0,
             grads_zeroed: true,
             imaged_grads_stale: false,
+            loss_scale: 1.0,
             max_micro,
         }
     }
@@ -451,7 +455,8 @@ impl<B: Backend> Gpt<B> {
     }
 
     /// Backward pass of the last forward (which must have had targets),
-    /// accumulating into the parameter gradients scaled by `1/accum`.
+    /// accumulating into the parameter gradients scaled by `1/accum` (and by
+    /// the backend's loss scale, which `optimizer_step` divides out).
     pub fn backward(&mut self, backend: &B, accum: usize) {
         let (b, t) = self.shape;
         let cfg = &self.config;
@@ -465,7 +470,8 @@ impl<B: Backend> Gpt<B> {
         // micro-batch, which writes it when it is stale.
         let fresh = std::mem::take(&mut self.imaged_grads_stale);
         backend.zero(&mut g.logits);
-        let dloss = 1.0 / (bt * accum.max(1)) as f32;
+        self.loss_scale = backend.loss_scale(bt);
+        let dloss = self.loss_scale / (bt * accum.max(1)) as f32;
         let ls = LogitsShape { n: bt, v: cfg.vocab_size, vp };
         backend.softmax_xent_backward(&mut g.logits, &acts.probs, &self.targets, dloss, ls);
         backward_matmul(
@@ -609,7 +615,8 @@ impl<B: Backend> Gpt<B> {
             backend.sum_squares_into(&mut self.partials, i, g);
         }
         let n = self.grads.len();
-        backend.grad_clip_scale(&mut self.stats, STAT_NORM, STAT_SCALE, &self.partials, n, max_norm);
+        let unscale = 1.0 / self.loss_scale;
+        backend.grad_clip_scale(&mut self.stats, STAT_NORM, STAT_SCALE, &self.partials, n, max_norm, unscale);
         // Last tensors first, so the first layers' weights are the ones still
         // in cache when the next forward starts (tensors update independently).
         for (i, spec) in self.specs.iter().enumerate().rev() {
@@ -649,12 +656,15 @@ impl<B: Backend> Gpt<B> {
         StepStats { losses: s[STAT_LOSS0..STAT_LOSS0 + self.micro].to_vec(), grad_norm: s[STAT_NORM] }
     }
 
-    /// Parameter gradients (canonical order), for tests and diagnostics.
+    /// Parameter gradients (canonical order, the loss scale divided out),
+    /// for tests and diagnostics.
     pub fn download_grads(&self, backend: &B) -> Vec<Vec<f32>> {
         let stale = |i: usize| self.imaged_grads_stale && self.images[i].is_some();
+        let unscale = 1.0 / self.loss_scale;
         let grad = |(i, g): (usize, &B::Tensor)| match stale(i) {
             true => vec![0.0; self.specs[i].numel()],
-            false => backend.download(g),
+            false if unscale == 1.0 => backend.download(g),
+            false => backend.download(g).into_iter().map(|x| x * unscale).collect(),
         };
         self.grads.iter().enumerate().map(grad).collect()
     }

@@ -364,11 +364,13 @@ impl Backend for CpuBackend {
         partials: &Vec<f32>,
         count: usize,
         max_norm: f32,
+        unscale: f32,
     ) {
         let total: f64 = partials[..count].iter().map(|x| *x as f64).sum();
-        let norm = total.sqrt() as f32;
+        let norm = total.sqrt() as f32 * unscale;
         stats[norm_slot] = norm;
-        stats[scale_slot] = if max_norm > 0.0 && norm > max_norm { max_norm / (norm + 1e-6) } else { 1.0 };
+        let clip = if max_norm > 0.0 && norm > max_norm { max_norm / (norm + 1e-6) } else { 1.0 };
+        stats[scale_slot] = unscale * clip;
     }
     fn adamw_update(
         &self,

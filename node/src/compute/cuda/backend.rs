@@ -229,8 +229,9 @@ impl Backend for CudaBackend {
         partials: &CudaTensor,
         count: usize,
         max_norm: f32,
+        unscale: f32,
     ) {
-        self.grad_clip_scale_impl(stats, norm_slot, scale_slot, partials, count, max_norm);
+        self.grad_clip_scale_impl(stats, norm_slot, scale_slot, partials, count, max_norm, unscale);
     }
     fn adamw_update(
         &self,

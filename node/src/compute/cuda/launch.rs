@@ -259,6 +259,7 @@ impl CudaBackend {
         launch!(self, "reduce_final", one; &mut out.buf, &*partials, &countu, &slotu, &scale);
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn grad_clip_scale_impl(
         &self,
         stats: &mut CudaTensor,
@@ -267,10 +268,11 @@ impl CudaBackend {
         partials: &CudaTensor,
         count: usize,
         max_norm: f32,
+        unscale: f32,
     ) {
         let (countu, ns, ss) = (u(count), u(norm_slot), u(scale_slot));
         let one = LaunchConfig { grid_dim: (1, 1, 1), block_dim: (1, 1, 1), shared_mem_bytes: 0 };
-        launch!(self, "grad_clip_scale", one; &mut stats.buf, &partials.buf, &countu, &ns, &ss, &max_norm);
+        launch!(self, "grad_clip_scale", one; &mut stats.buf, &partials.buf, &countu, &ns, &ss, &max_norm, &unscale);
     }
 
     #[allow(clippy::too_many_arguments)]

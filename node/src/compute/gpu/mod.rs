@@ -422,8 +422,15 @@ impl Backend for GpuBackend {
         partials: &GpuTensor,
         count: usize,
         max_norm: f32,
+        unscale: f32,
     ) {
-        self.grad_clip_scale_impl(stats, norm_slot, scale_slot, partials, count, max_norm);
+        self.grad_clip_scale_impl(stats, norm_slot, scale_slot, partials, count, max_norm, unscale);
+    }
+    fn loss_scale(&self, tokens: usize) -> f32 {
+        match self.precision {
+            GpuPrecision::F16 => tokens.max(1) as f32,
+            GpuPrecision::Fp32 => 1.0,
+        }
     }
     fn adamw_update(
         &self,

@@ -42,6 +42,7 @@ impl GpuBackend {
         self.rec.dispatch(&self.pipeline(Kernel::ReduceFinal), &args, &[(1, ov), (2, pv)], (1, 1, 1));
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn grad_clip_scale_impl(
         &self,
         stats: &mut GpuTensor,
@@ -50,10 +51,20 @@ impl GpuBackend {
         partials: &GpuTensor,
         count: usize,
         max_norm: f32,
+        unscale: f32,
     ) {
         let (pv, pb) = self.rules.window(&partials.buffer, 0, count.max(1));
         let sv = self.rules.whole(stats);
-        let args = [count as u32, pb, 0, 0, 0, norm_slot as u32, scale_slot as u32, max_norm.to_bits()];
+        let args = [
+            count as u32,
+            pb,
+            0,
+            0,
+            unscale.to_bits(),
+            norm_slot as u32,
+            scale_slot as u32,
+            max_norm.to_bits(),
+        ];
         self.rec.dispatch(&self.pipeline(Kernel::GradClipScale), &args, &[(1, sv), (2, pv)], (1, 1, 1));
     }
 
