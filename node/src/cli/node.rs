@@ -54,8 +54,9 @@ pub struct NodeArgs {
     /// used shards not needed by the current round are evicted).
     #[arg(long, default_value = "4G", value_parser = parse_bytes)]
     pub data_cache: u64,
-    /// GEMM input precision of the inner steps: bf16 (CPU backend) keeps
-    /// fp32 master weights and optimizer state; deltas and states stay fp32.
+    /// GEMM input precision of the inner steps: bf16 (CPU backend) or f16
+    /// (wgpu backend) keep fp32 sums, master weights and optimizer state;
+    /// deltas and states stay fp32.
     #[arg(long, value_enum, default_value = "fp32", env = "MURMUR_PRECISION")]
     pub precision: PrecisionArg,
     /// This node's admission ticket (a file from `murmur ticket issue`), for

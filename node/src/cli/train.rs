@@ -32,8 +32,8 @@ pub struct TrainArgs {
     pub resume_from: Option<PathBuf>,
     #[arg(long, value_enum, default_value = "auto", env = "MURMUR_DEVICE")]
     pub device: DeviceArg,
-    /// GEMM input precision: bf16 (CPU backend) keeps fp32 master weights,
-    /// optimizer state and checkpoints.
+    /// GEMM input precision: bf16 (CPU backend) or f16 (wgpu backend) keep
+    /// fp32 sums, master weights, optimizer state and checkpoints.
     #[arg(long, value_enum, default_value = "fp32", env = "MURMUR_PRECISION")]
     pub precision: PrecisionArg,
     /// Print one JSON object per line instead of human-readable progress.
