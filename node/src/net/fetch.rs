@@ -4,13 +4,24 @@
 //! spec) and capped by the caller; the buffer is allocated only after that
 //! check. For a blob of more than one chunk, the chunk table comes first and
 //! is checked against the blob id (`store::tree`); then chunks are requested
-//! from every offered peer in parallel (a few in flight per peer), each
-//! checked against its table entry as it arrives. A peer that fails, lies or
-//! lacks the blob loses its share, which goes to the others: a fetch resumes
-//! from the chunks it holds, never from scratch. Peers that send bytes not
-//! matching the hash are charged (`NetRejection::BadChunk`).
+//! from every offered peer in parallel (a few in flight per peer, ties going
+//! to the peer the caller listed first), each checked against its table
+//! entry as it arrives. A peer that fails, lies or lacks the blob loses its
+//! share, which goes to the others: a fetch resumes from the chunks it
+//! holds, never from scratch.
+//!
+//! What a peer costs a fetch is counted per peer, never per chunk, so no
+//! peer can use up the fetch for the others: bytes that do not match the
+//! hash drop it at once (`NetRejection::BadChunk`); a `Busy` answer is
+//! charged a little (`NetRejection::Busy`) and backs that peer off alone
+//! (50 ms, doubling), and `MAX_BUSY` of them in a row drop it;
+//! `MAX_FAILURES` failed or timed-out
+//! requests drop it (`NetRejection::Unresponsive`); `NotFound` drops it
+//! uncharged. Every request has its own `REQUEST_TIMEOUT`. The fetch fails
+//! only when no peer is left.
 
 use std::collections::VecDeque;
+use std::time::Duration;
 
 use futures::stream::FuturesUnordered;
 use futures::StreamExt;
@@ -19,13 +30,20 @@ use thiserror::Error;
 
 use super::peers::NetRejection;
 use super::xfer::{XferRequest, XferResponse};
-use super::NetHandle;
+use super::{NetError, NetHandle};
 use crate::store::tree::{self, BlobKind};
 
 /// Chunk requests in flight per peer.
 pub const IN_FLIGHT_PER_PEER: usize = 8;
-/// Attempts per chunk before the fetch gives up.
-const MAX_ATTEMPTS: u32 = 6;
+/// How long one request may take, a 1 MiB chunk over a slow home link
+/// included (libp2p's own request timeout is 60 s).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
+/// `Busy` answers in a row after which a peer leaves the fetch.
+pub const MAX_BUSY: u32 = 4;
+/// Failed or timed-out requests after which a peer leaves the fetch.
+pub const MAX_FAILURES: u32 = 2;
+/// The back-off after a peer's first `Busy` answer, doubled with each next.
+const BUSY_BACKOFF: Duration = Duration::from_millis(50);
 
 /// Why a fetch failed.
 #[derive(Debug, Clone, Error, PartialEq, Eq)]
@@ -48,8 +66,73 @@ pub struct Fetched {
     pub per_peer: Vec<(PeerId, usize)>,
 }
 
+/// One peer's standing in a fetch.
+struct Source {
+    peer: PeerId,
+    in_flight: usize,
+    served: usize,
+    /// `Busy` answers since its last good chunk.
+    busy: u32,
+    failures: u32,
+    /// Not asked again before this (after a `Busy`).
+    resume_at: tokio::time::Instant,
+}
+
+/// What became of one answer, for the peer that gave it.
+enum Verdict {
+    Served,
+    /// Out of this fetch, charged `NetRejection` if any.
+    Dropped(Option<NetRejection>),
+    /// Still in, asked again after its back-off; charged if any.
+    BackedOff(Option<NetRejection>),
+}
+
+impl Source {
+    fn new(peer: PeerId) -> Self {
+        Source { peer, in_flight: 0, served: 0, busy: 0, failures: 0, resume_at: tokio::time::Instant::now() }
+    }
+
+    fn judge(&mut self, answer: &Result<XferResponse, NetError>, good: bool) -> Verdict {
+        match answer {
+            _ if good => {
+                self.served += 1;
+                self.busy = 0;
+                Verdict::Served
+            }
+            Ok(XferResponse::Chunk(_)) => Verdict::Dropped(Some(NetRejection::BadChunk)),
+            Ok(XferResponse::Busy) => {
+                self.busy += 1;
+                if self.busy >= MAX_BUSY {
+                    return Verdict::Dropped(Some(NetRejection::Busy));
+                }
+                self.resume_at = tokio::time::Instant::now() + BUSY_BACKOFF * (1 << (self.busy - 1));
+                Verdict::BackedOff(Some(NetRejection::Busy))
+            }
+            Ok(XferResponse::NotFound) => Verdict::Dropped(None),
+            _ => {
+                self.failures += 1;
+                match self.failures >= MAX_FAILURES {
+                    true => Verdict::Dropped(Some(NetRejection::Unresponsive)),
+                    false => Verdict::BackedOff(None),
+                }
+            }
+        }
+    }
+}
+
+/// `request` with its own deadline (`REQUEST_TIMEOUT`).
+async fn ask(net: &NetHandle, peer: PeerId, request: XferRequest) -> Result<XferResponse, NetError> {
+    match tokio::time::timeout(REQUEST_TIMEOUT, net.request(peer, request)).await {
+        Ok(answer) => answer,
+        Err(_) => {
+            Err(NetError::Request { peer, why: format!("no answer within {} s", REQUEST_TIMEOUT.as_secs()) })
+        }
+    }
+}
+
 /// Fetch blob `id` of `kind`, exactly `len` bytes (at most `cap`), from
-/// `peers` (tried in order for the table; all used for chunks).
+/// `peers` (tried in order for the table; all used for chunks, the earlier
+/// ones first among equally loaded peers).
 pub async fn fetch_blob(
     net: &NetHandle,
     kind: BlobKind,
@@ -69,71 +152,91 @@ pub async fn fetch_blob(
     let size = usize::try_from(len).map_err(|_| FetchError::TooLarge { len, cap })?;
     let mut bytes = vec![0u8; size];
     let mut todo: VecDeque<u64> = (0..n).collect();
-    let mut attempts = vec![0u32; table.len()];
-    let mut pool: Vec<(PeerId, usize, usize)> = peers.iter().map(|p| (*p, 0usize, 0usize)).collect(); // (peer, in flight, served)
-    pool.dedup_by_key(|e| e.0);
+    let mut pool: Vec<Source> = Vec::with_capacity(peers.len());
+    for p in peers {
+        if !pool.iter().any(|s| s.peer == *p) {
+            pool.push(Source::new(*p));
+        }
+    }
+    let mut served: Vec<(PeerId, usize)> = Vec::new();
     let mut in_flight = FuturesUnordered::new();
     let mut missing = n as usize;
     while missing > 0 {
-        // Hand out chunks to peers with room, least-loaded first.
+        // Hand out chunks to peers with room and not backing off, least
+        // loaded first (the earliest listed among equals).
+        let now = tokio::time::Instant::now();
         while let Some(&index) = todo.front() {
-            let Some(slot) = pool.iter_mut().filter(|e| e.1 < IN_FLIGHT_PER_PEER).min_by_key(|e| e.1) else {
+            let ready = pool.iter_mut().filter(|s| s.in_flight < IN_FLIGHT_PER_PEER && s.resume_at <= now);
+            let Some(source) = ready.min_by_key(|s| s.in_flight) else {
                 break;
             };
-            slot.1 += 1;
-            let peer = slot.0;
+            source.in_flight += 1;
+            let peer = source.peer;
             todo.pop_front();
             let net = net.clone();
             in_flight.push(async move {
-                let r = net.request(peer, XferRequest::Chunk { kind, id, len, index }).await;
+                let r = ask(&net, peer, XferRequest::Chunk { kind, id, len, index }).await;
                 (peer, index, r)
             });
         }
-        let Some((peer, index, result)) = in_flight.next().await else {
+        if pool.is_empty() && in_flight.is_empty() {
             return Err(FetchError::NoPeers { missing });
-        };
-        let slot = pool.iter().position(|e| e.0 == peer);
-        if let Some(i) = slot {
-            pool[i].1 = pool[i].1.saturating_sub(1);
         }
+        // Wait for an answer, or for the first backed-off peer to be askable.
+        let wake = pool.iter().map(|s| s.resume_at).filter(|t| *t > now).min();
+        let next = match (wake, in_flight.is_empty()) {
+            (Some(at), true) => {
+                tokio::time::sleep_until(at).await;
+                continue;
+            }
+            (None, true) => return Err(FetchError::NoPeers { missing }),
+            (Some(at), false) if !todo.is_empty() => tokio::select! {
+                answer = in_flight.next() => answer,
+                _ = tokio::time::sleep_until(at) => continue,
+            },
+            _ => in_flight.next().await,
+        };
+        let Some((peer, index, result)) = next else {
+            continue;
+        };
         let entry = usize::try_from(index).ok().and_then(|i| table.get(i).copied());
         let good = match &result {
             Ok(XferResponse::Chunk(b)) => entry.is_some() && tree::chunk_entry(kind, len, index, b) == entry,
             _ => false,
         };
-        if good {
-            if let (Ok(XferResponse::Chunk(b)), Some((offset, _))) = (result, tree::chunk_range(len, index)) {
-                let o = offset as usize;
-                bytes[o..o + b.len()].copy_from_slice(&b);
-                missing -= 1;
-                if let Some(i) = slot {
-                    pool[i].2 += 1;
+        let verdict = match pool.iter_mut().position(|s| s.peer == peer) {
+            Some(i) => {
+                pool[i].in_flight = pool[i].in_flight.saturating_sub(1);
+                let v = pool[i].judge(&result, good);
+                if let Verdict::Dropped(_) = v {
+                    let s = pool.remove(i);
+                    served.push((s.peer, s.served));
+                }
+                v
+            }
+            // Already dropped: its late answers still count if good.
+            None if good => Verdict::Served,
+            None => Verdict::Dropped(None),
+        };
+        match (verdict, result) {
+            (Verdict::Served, Ok(XferResponse::Chunk(b))) => {
+                if let Some((offset, _)) = tree::chunk_range(len, index) {
+                    let o = offset as usize;
+                    bytes[o..o + b.len()].copy_from_slice(&b);
+                    missing -= 1;
                 }
             }
-            continue;
-        }
-        // The chunk goes back to the queue; the peer is charged or dropped.
-        let i = usize::try_from(index).unwrap_or(0).min(attempts.len().saturating_sub(1));
-        attempts[i] += 1;
-        if attempts[i] > MAX_ATTEMPTS {
-            return Err(FetchError::NoPeers { missing });
-        }
-        todo.push_back(index);
-        match result {
-            Ok(XferResponse::Chunk(_)) => {
-                net.penalize(peer, NetRejection::BadChunk);
-                pool.retain(|e| e.0 != peer);
+            (Verdict::Dropped(charge) | Verdict::BackedOff(charge), _) => {
+                if let Some(reason) = charge {
+                    net.penalize(peer, reason);
+                }
+                todo.push_front(index);
             }
-            Ok(XferResponse::Busy) => {
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            }
-            _ => pool.retain(|e| e.0 != peer),
-        }
-        if pool.is_empty() && in_flight.is_empty() {
-            return Err(FetchError::NoPeers { missing });
+            (Verdict::Served, _) => todo.push_front(index),
         }
     }
-    Ok(Fetched { bytes, per_peer: pool.iter().map(|e| (e.0, e.2)).collect() })
+    served.extend(pool.iter().map(|s| (s.peer, s.served)));
+    Ok(Fetched { bytes, per_peer: served })
 }
 
 async fn fetch_table(
@@ -143,11 +246,21 @@ async fn fetch_table(
     len: u64,
     peers: &[PeerId],
 ) -> Result<Vec<[u8; 32]>, FetchError> {
-    for peer in peers {
-        match net.request(*peer, XferRequest::Table { kind, id, len }).await {
-            Ok(XferResponse::Table(t)) if tree::table_matches(kind, &id, len, &t) => return Ok(t),
-            Ok(XferResponse::Table(_)) => net.penalize(*peer, NetRejection::BadChunk),
-            _ => {}
+    // Two passes: a peer that was busy on the first is asked once more.
+    let mut busy: Vec<PeerId> = Vec::new();
+    for pass in 0..2 {
+        let asked: Vec<PeerId> = if pass == 0 { peers.to_vec() } else { std::mem::take(&mut busy) };
+        if pass == 1 && !asked.is_empty() {
+            tokio::time::sleep(BUSY_BACKOFF * 4).await;
+        }
+        for peer in asked {
+            match ask(net, peer, XferRequest::Table { kind, id, len }).await {
+                Ok(XferResponse::Table(t)) if tree::table_matches(kind, &id, len, &t) => return Ok(t),
+                Ok(XferResponse::Table(_)) => net.penalize(peer, NetRejection::BadChunk),
+                Ok(XferResponse::Busy) if pass == 0 => busy.push(peer),
+                Ok(XferResponse::Busy) => net.penalize(peer, NetRejection::Busy),
+                _ => {}
+            }
         }
     }
     Err(FetchError::NoTable)

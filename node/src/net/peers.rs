@@ -38,6 +38,10 @@ pub enum NetRejection {
     BadChunk,
     /// Gossip faster than `GOSSIP_RATE` messages per second.
     Flood,
+    /// A `Busy` answer to a fetch's request.
+    Busy,
+    /// Requests of one fetch that failed or timed out, `fetch::MAX_FAILURES`.
+    Unresponsive,
     /// A refusal decided by the round state machine.
     Round(Rejection),
 }
@@ -52,6 +56,11 @@ impl NetRejection {
             | NetRejection::Flood => 100,
             NetRejection::WrongRun => 5,
             NetRejection::BadChunk => 50,
+            // Honest peers past their serving limit answer Busy too, and
+            // links drop: these cost little (2 per Busy answer; 10 for a
+            // peer a fetch gives up on), and decay away.
+            NetRejection::Busy => 2,
+            NetRejection::Unresponsive => 10,
             NetRejection::Round(r) => r.penalty(),
         }
     }
@@ -65,6 +74,8 @@ impl NetRejection {
             NetRejection::Oversized => "oversized".into(),
             NetRejection::BadChunk => "bad_chunk".into(),
             NetRejection::Flood => "flood".into(),
+            NetRejection::Busy => "busy".into(),
+            NetRejection::Unresponsive => "unresponsive".into(),
             NetRejection::Round(r) => format!("round_{r:?}").to_lowercase(),
         }
     }

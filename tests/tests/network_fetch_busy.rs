@@ -1,0 +1,158 @@
+//! Fetches a hostile peer cannot stall: a peer that answers every request
+//! `Busy` is left and charged, and the blob comes from the honest peers,
+//! whether the hostile peer is first in the list (a one-chunk payload) or
+//! anywhere in it while the honest peer answers slowly (a multi-chunk
+//! state). Real swarms on 127.0.0.1.
+//!
+//! Both tests fail before fetches counted attempts per peer: a `Busy`
+//! answer slept 50 ms and counted against the chunk, the busy peer stayed in
+//! the pool and won the next tie, and after 7 attempts the whole fetch
+//! returned `NoPeers` with nobody charged.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use murmur_node::net::{
+    self, fetch_blob, ContentServer, NetConfig, NetEvent, NetHandle, NetRejection, PeerStatus, Role,
+    XferRequest, XferResponse,
+};
+use murmur_node::runtime::server::StoreServer;
+use murmur_node::store::{BlobKind, Store};
+use murmur_protocol::{NodeKey, RunId};
+use tokio::sync::mpsc;
+
+/// Answers every transfer request `Busy`.
+struct AlwaysBusy;
+
+impl ContentServer for AlwaysBusy {
+    fn status(&self) -> PeerStatus {
+        PeerStatus { trainer: true, ..PeerStatus::default() }
+    }
+    fn serve(&self, _request: &XferRequest) -> XferResponse {
+        XferResponse::Busy
+    }
+}
+
+/// An honest store behind a slow link: each chunk takes `delay`.
+struct Slow {
+    store: StoreServer,
+    delay: Duration,
+}
+
+impl ContentServer for Slow {
+    fn status(&self) -> PeerStatus {
+        self.store.status()
+    }
+    fn serve(&self, request: &XferRequest) -> XferResponse {
+        if let XferRequest::Chunk { .. } = request {
+            std::thread::sleep(self.delay);
+        }
+        self.store.serve(request)
+    }
+}
+
+fn start(seed: u8, server: Arc<dyn ContentServer>) -> (NetHandle, mpsc::Receiver<NetEvent>) {
+    let mut cfg = NetConfig::new(NodeKey::from_seed([seed; 32]), RunId([9; 32]), Role::Trainer);
+    cfg.listen = vec!["/ip4/127.0.0.1/tcp/0".parse().expect("addr")];
+    cfg.mdns = false;
+    net::start(cfg, server).expect("net")
+}
+
+async fn connect(me: &NetHandle, peers: &[&NetHandle]) {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for peer in peers {
+        for a in peer.listen_addrs().await {
+            me.dial(a).await.expect("dial");
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(700)).await;
+}
+
+/// The first peer charged for `reason` within 10 s.
+async fn charged(events: &mut mpsc::Receiver<NetEvent>, reason: NetRejection) -> Option<libp2p::PeerId> {
+    let wait = async {
+        while let Some(ev) = events.recv().await {
+            if let NetEvent::Rejected { peer, reason: r } = ev {
+                if r == reason {
+                    return Some(peer);
+                }
+            }
+        }
+        None
+    };
+    tokio::time::timeout(Duration::from_secs(10), wait).await.ok().flatten()
+}
+
+fn blob(len: usize, seed: u8) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+#[test]
+fn a_busy_peer_first_in_the_list_does_not_stop_a_one_chunk_fetch() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Arc::new(Store::open(dir.path()).expect("store"));
+    let payload = blob(50_000, 1);
+    let id = store.blobs.put(BlobKind::Delta, &payload).expect("put");
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let (honest, _he) = start(1, Arc::new(StoreServer::new(store.clone(), Vec::new(), true)));
+        let (busy, _be) = start(2, Arc::new(AlwaysBusy));
+        let (me, mut events) = start(3, Arc::new(AlwaysBusy));
+        connect(&me, &[&honest, &busy]).await;
+        for round in 0..3 {
+            let len = payload.len() as u64;
+            let got = tokio::time::timeout(
+                Duration::from_secs(30),
+                fetch_blob(&me, BlobKind::Delta, id, len, len, &[busy.local, honest.local]),
+            )
+            .await
+            .expect("the fetch ends within 30 s");
+            let got = got.unwrap_or_else(|e| panic!("fetch {round} failed: {e}"));
+            assert_eq!(got.bytes, payload, "fetch {round}: the verified payload");
+        }
+        assert_eq!(
+            charged(&mut events, NetRejection::Busy).await,
+            Some(busy.local),
+            "the busy peer is charged"
+        );
+    });
+}
+
+#[test]
+fn a_busy_peer_anywhere_in_the_list_does_not_stop_a_slow_state_fetch() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Arc::new(Store::open(dir.path()).expect("store"));
+    // Five chunks of 1 MiB (the last short), each taking 400 ms from the
+    // honest peer: the busy peer answers every one of its shares in between.
+    let state = blob(4 * (1 << 20) + 12_345, 2);
+    let id = store.blobs.put(BlobKind::State, &state).expect("put");
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let slow = Slow {
+            store: StoreServer::new(store.clone(), Vec::new(), true),
+            delay: Duration::from_millis(400),
+        };
+        let (honest, _he) = start(4, Arc::new(slow));
+        let (busy, _be) = start(5, Arc::new(AlwaysBusy));
+        let (me, mut events) = start(6, Arc::new(AlwaysBusy));
+        connect(&me, &[&honest, &busy]).await;
+        let len = state.len() as u64;
+        for peers in [[honest.local, busy.local], [busy.local, honest.local]] {
+            let got = tokio::time::timeout(
+                Duration::from_secs(60),
+                fetch_blob(&me, BlobKind::State, id, len, len, &peers),
+            )
+            .await
+            .expect("the fetch ends within 60 s")
+            .unwrap_or_else(|e| panic!("fetch from {peers:?} failed: {e}"));
+            assert_eq!(got.bytes, state, "the verified state");
+            let from_busy = got.per_peer.iter().find(|(p, _)| *p == busy.local).map_or(0, |e| e.1);
+            assert_eq!(from_busy, 0, "the busy peer served nothing");
+        }
+        assert_eq!(
+            charged(&mut events, NetRejection::Busy).await,
+            Some(busy.local),
+            "the busy peer is charged"
+        );
+    });
+}
