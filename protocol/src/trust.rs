@@ -10,9 +10,11 @@
 //! half of q's counted committers (a tie goes to the smaller StateId, as in
 //! re-sync) and by at least `quorum` of them — or, in an open run with
 //! operators, by at least half of the operators who committed (at least
-//! one). That state opens round q + 1. This is the rule
-//! the round machine applies to commits while it runs (docs/protocol.md §7.4,
-//! §7.6), applied to what a joiner can see.
+//! one) — and by at least half of every counted committer the node has seen
+//! in any round. That state opens round q + 1. The last condition is the
+//! electorate rule the round machine applies while it runs
+//! (docs/protocol.md §7.6): a minority of the keys a joiner hears from,
+//! however far ahead the round they sign, never decides its start.
 
 use crate::admission::Admission;
 use crate::commit::RoundCommit;
@@ -20,7 +22,7 @@ use crate::hash::{RunId, StateId};
 use crate::identity::PublicKey;
 use crate::round::{Vote, Votes};
 use crate::spec::AdmissionPolicy;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Most commits a node weighs when choosing a state (callers bound what
 /// they gather to this; more are ignored).
@@ -61,9 +63,10 @@ pub fn backed_state<'a>(
         AdmissionPolicy::OpenWithOperators { .. } => 1,
         _ => quorum.max(1) as usize,
     };
+    let electorate: BTreeSet<PublicKey> = rounds.iter().flat_map(|(r, v)| v.voters(*r)).collect();
     for (round, votes) in rounds.iter().rev() {
         let Some(leader) = votes.leader(*round) else { continue };
-        if leader.decides(need) {
+        if leader.decides(need) && 2 * leader.voters.len() >= electorate.len() {
             let (state, committers, total) = (leader.state, leader.voters, leader.total);
             return Some(Backed { round: round.saturating_add(1), state, committers, total });
         }
@@ -159,6 +162,24 @@ mod tests {
         // Round 5 has one committer (quorum 2): round 3's state is the newest backed.
         let b = backed_state(&RUN, 2, &a, 0, &commits).expect("backed");
         assert_eq!((b.round, b.state), (4, StateId([9; 32])));
+    }
+
+    /// Fails before the electorate condition: the newest round decided
+    /// alone, so one commit a million rounds ahead won at quorum 1.
+    #[test]
+    fn one_keys_far_future_commit_does_not_outrank_a_majority() {
+        let open = Admission::new(RUN, AdmissionPolicy::Open);
+        let mut commits: Vec<RoundCommit> = (1..=3).map(|i| commit(&key(i), 10, 9)).collect();
+        commits.push(commit(&key(4), 1_000_000, 66));
+        let b = backed_state(&RUN, 1, &open, 0, &commits).expect("backed");
+        assert_eq!((b.round, b.state), (11, StateId([9; 32])));
+        // Three of four keys a round ahead of the fourth still lead it there.
+        let ahead: Vec<RoundCommit> =
+            (1..=3).map(|i| commit(&key(i), 12, 5)).chain([commit(&key(4), 11, 6)]).collect();
+        assert_eq!(
+            backed_state(&RUN, 1, &open, 0, &ahead).map(|b| (b.round, b.state)),
+            Some((13, StateId([5; 32])))
+        );
     }
 
     #[test]

@@ -24,7 +24,7 @@ use crate::spec::{AdmissionPolicy, RunSpec};
 use crate::ticket::{Ticket, TicketError};
 use crate::wire::MAX_COMMIT_DELTAS;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-pub(crate) use votes::{Vote, Votes};
+pub(crate) use votes::{Leader, Vote, Votes};
 
 /// Most live members tracked.
 pub const MAX_MEMBERS: usize = 65_536;
@@ -757,6 +757,26 @@ impl RoundMachine {
         self.phase = Phase::Collecting;
     }
 
+    /// Whether at least half of the electorate, the committers counted for
+    /// the node's last committed round (this round − 1), reported the
+    /// leader's state. A commit for round q then moves the node only when
+    /// the keys that decided its own last round mostly back it: one
+    /// admitted key's commit for a far-future round, or for this round with
+    /// nothing included, is recorded and held, never acted on alone, and a
+    /// node left behind still follows a majority of them forward, however
+    /// far. Where the node has counted no commits for its last round (the
+    /// run's first round, the first round after a cold start) the round's
+    /// own rule (`Leader::decides`) stands alone.
+    fn electorate_backs(&self, leader: &Leader) -> bool {
+        let Some(last) = self.round.checked_sub(1) else { return true };
+        let electorate = self.votes.voters(last);
+        if electorate.is_empty() {
+            return true;
+        }
+        let backing = leader.voters.iter().filter(|v| electorate.contains(v)).count();
+        2 * backing >= electorate.len()
+    }
+
     fn on_commit(&mut self, from: PublicKey, c: RoundCommit) {
         let valid_sig = c.verify().is_ok();
         if !self.screen(from, c.signer, c.run, valid_sig) {
@@ -779,10 +799,12 @@ impl RoundMachine {
     /// The re-sync rule: a StateId reported for round q by at least `quorum`
     /// committers who are at least half of q's committers wins; a tie goes
     /// to the smaller StateId (`Votes::leader`), so two halves of a healed
-    /// partition that closed the same round apart end on one state.
+    /// partition that closed the same round apart end on one state. It must
+    /// also be backed by the electorate (`electorate_backs`), so no minority
+    /// of keys moves the node, whatever round they name.
     fn check_votes(&mut self, q: u64) {
         let Some(leader) = self.votes.leader(q) else { return };
-        if !leader.decides(self.cfg.quorum as usize) {
+        if !leader.decides(self.cfg.quorum as usize) || !self.electorate_backs(&leader) {
             return;
         }
         let next = q.saturating_add(1);
@@ -833,3 +855,5 @@ impl RoundMachine {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod trust_tests;

@@ -89,6 +89,11 @@ impl Votes {
         Some(Leader { state, included: included.clone(), voters: voters_for, total: voters.len() })
     }
 
+    /// The committers counted for `round` (equivocators left out).
+    pub fn voters(&self, round: u64) -> BTreeSet<PublicKey> {
+        self.rounds.get(&round).map(|v| v.keys().copied().collect()).unwrap_or_default()
+    }
+
     /// Forget rounds below `round`.
     pub fn prune_below(&mut self, round: u64) {
         self.rounds = self.rounds.split_off(&round);
