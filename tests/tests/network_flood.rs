@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use murmur_node::net::peers::GOSSIP_BURST;
+use murmur_node::net::rate::GOSSIP_BURST;
 use murmur_node::net::{self, NetConfig, Role, TopicKind};
 use murmur_node::runtime::startup::Nothing;
 use murmur_protocol::{Codec, DeltaManifest, NodeKey, PayloadHash, RunId, Signature, StateId};

@@ -8,7 +8,7 @@ use libp2p::gossipsub::IdentTopic;
 use murmur_protocol::committee::messages::SHARD_RESULT_BYTES;
 use murmur_protocol::committee::{FraudProof, ShardResult, ShardedManifest};
 use murmur_protocol::ticket::TICKET_BYTES;
-use murmur_protocol::{DeltaManifest, RoundCommit, RunId, Telemetry, Ticket};
+use murmur_protocol::{DeltaManifest, PublicKey, RoundCommit, RunId, Telemetry, Ticket};
 
 use super::peers::NetRejection;
 
@@ -101,6 +101,21 @@ impl GossipMessage {
             GossipMessage::ShardedManifest(_) => TopicKind::ShardedManifest,
             GossipMessage::ShardResult(_) => TopicKind::ShardResult,
             GossipMessage::FraudProof(_) => TopicKind::FraudProof,
+        }
+    }
+
+    /// The key that signed the message and whose gossip budget it uses:
+    /// the signer, or a ticket's holder (whom it admits); none for a fraud
+    /// proof, which carries other nodes' signatures.
+    pub fn origin(&self) -> Option<PublicKey> {
+        match self {
+            GossipMessage::Manifest(m) => Some(m.signer),
+            GossipMessage::Commit(c) => Some(c.signer),
+            GossipMessage::Telemetry(t) => Some(t.signer),
+            GossipMessage::Ticket(t) => Some(t.holder),
+            GossipMessage::ShardedManifest(m) => Some(m.signer),
+            GossipMessage::ShardResult(r) => Some(r.signer),
+            GossipMessage::FraudProof(_) => None,
         }
     }
 

@@ -12,6 +12,7 @@
 //! - `offer`: protocol v2's shard offers and leaves on the transfer protocol.
 //! - `fetch`: chunked, multi-peer, verified blob download.
 //! - `peers`: identities, typed rejections, scoring and bans.
+//! - `rate`: gossip budgets, charged to the signer rather than the relay.
 //! - `swarm`: the event loop.
 
 pub mod behaviour;
@@ -20,6 +21,7 @@ pub mod fetch;
 pub mod gossip;
 pub mod offer;
 pub mod peers;
+pub mod rate;
 mod swarm;
 pub mod xfer;
 

@@ -1,11 +1,13 @@
 //! Peers: the bridge between protocol identities (ed25519 public keys) and
 //! libp2p PeerIds, the typed reasons a peer's traffic is refused, and the
-//! ledger that scores peers down, bans them past a threshold, caps each
-//! peer's gossip rate, and lets small penalties fade (`DECAY_PER_SEC`), so
-//! that the ordinary noise of a long run — a few late or stale messages
-//! after each restart — never adds up to a ban.
+//! ledger that scores peers down, bans them past a threshold, keeps the
+//! gossip budgets (`rate`), and lets small penalties fade
+//! (`DECAY_PER_SEC`), so that the ordinary noise of a long run — a few late
+//! or stale messages after each restart — never adds up to a ban. It
+//! scores at most `MAX_LEDGER` peers, evicting the oldest entry for a new
+//! one (bans are kept apart and outlast eviction).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use libp2p::identity;
@@ -18,10 +20,8 @@ pub const BAN_THRESHOLD: u64 = 300;
 pub const BAN_DURATION: Duration = Duration::from_secs(600);
 /// Penalty points a peer's score loses per second.
 pub const DECAY_PER_SEC: f64 = 0.5;
-/// Gossip messages a peer may deliver per second, sustained…
-pub const GOSSIP_RATE: f64 = 500.0;
-/// …and in one burst.
-pub const GOSSIP_BURST: f64 = 2000.0;
+use super::rate::GossipRates;
+pub use super::rate::{GossipAdmission, GOSSIP_BURST, GOSSIP_RATE};
 
 /// Why the network layer refused something a peer sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -36,7 +36,7 @@ pub enum NetRejection {
     Oversized,
     /// A chunk or table that does not match the content hash.
     BadChunk,
-    /// Gossip faster than `GOSSIP_RATE` messages per second.
+    /// Gossip signed faster than `GOSSIP_RATE` messages per second.
     Flood,
     /// A `Busy` answer to a fetch's request.
     Busy,
@@ -106,9 +106,10 @@ pub fn public_key_of(peer: &PeerId) -> Option<PublicKey> {
 pub struct PeerLedger {
     penalty: HashMap<PeerId, u64>,
     banned: HashMap<PeerId, Instant>,
+    /// Peers in the order their penalty entries were made (may be stale).
+    order: VecDeque<PeerId>,
     counts: HashMap<String, u64>,
-    /// Gossip token buckets: tokens left and when they were last filled.
-    buckets: HashMap<PeerId, (f64, Instant)>,
+    gossip: GossipRates,
     last_decay: Option<Instant>,
 }
 
@@ -120,8 +121,12 @@ impl PeerLedger {
     /// (the caller disconnects and bans it).
     pub fn charge(&mut self, peer: PeerId, reason: NetRejection, now: Instant) -> bool {
         *self.counts.entry(reason.name()).or_insert(0) += 1;
-        if !self.penalty.contains_key(&peer) && self.penalty.len() >= MAX_LEDGER {
-            return false;
+        if !self.penalty.contains_key(&peer) {
+            while self.penalty.len() >= MAX_LEDGER {
+                let Some(old) = self.order.pop_front() else { break };
+                self.penalty.remove(&old);
+            }
+            self.order.push_back(peer);
         }
         let p = self.penalty.entry(peer).or_insert(0);
         let before = *p;
@@ -197,25 +202,15 @@ impl PeerLedger {
             *p = p.saturating_sub(points);
             *p > 0 || banned.contains_key(peer)
         });
-        self.buckets
-            .retain(|_, (tokens, at)| *tokens < GOSSIP_BURST || now.duration_since(*at).as_secs() < 60);
+        let penalty = &self.penalty;
+        self.order.retain(|p| penalty.contains_key(p));
+        self.gossip.forget_idle(now);
     }
 
-    /// Whether one more gossip message from `peer` fits its rate (token
-    /// bucket of `GOSSIP_BURST`, refilled at `GOSSIP_RATE` per second).
-    pub fn gossip_allowed(&mut self, peer: PeerId, now: Instant) -> bool {
-        if !self.buckets.contains_key(&peer) && self.buckets.len() >= MAX_LEDGER {
-            return true;
-        }
-        let (tokens, at) = self.buckets.entry(peer).or_insert((GOSSIP_BURST, now));
-        *tokens = (*tokens + now.duration_since(*at).as_secs_f64() * GOSSIP_RATE).min(GOSSIP_BURST);
-        *at = now;
-        if *tokens >= 1.0 {
-            *tokens -= 1.0;
-            true
-        } else {
-            false
-        }
+    /// What becomes of one valid gossip message `relay` delivered, signed
+    /// by `origin` (see `rate`).
+    pub fn admit_gossip(&mut self, relay: PeerId, origin: Option<PeerId>, now: Instant) -> GossipAdmission {
+        self.gossip.admit(relay, origin, now)
     }
 }
 
@@ -276,16 +271,19 @@ mod tests {
     }
 
     #[test]
-    fn gossip_beyond_the_rate_is_refused() {
+    fn a_full_ledger_scores_a_new_peer_by_evicting_its_oldest_entry() {
         let mut l = PeerLedger::default();
-        let (p, q) = (PeerId::random(), PeerId::random());
         let t0 = Instant::now();
-        let allowed = (0..5000).filter(|_| l.gossip_allowed(p, t0)).count();
-        assert_eq!(allowed, GOSSIP_BURST as usize);
-        assert!(l.gossip_allowed(q, t0), "other peers are not affected");
-        // One second later, GOSSIP_RATE more.
-        let t1 = t0 + Duration::from_secs(1);
-        let allowed = (0..5000).filter(|_| l.gossip_allowed(p, t1)).count();
-        assert_eq!(allowed, GOSSIP_RATE as usize);
+        let first = PeerId::random();
+        l.charge(first, NetRejection::WrongRun, t0);
+        for _ in 1..MAX_LEDGER {
+            l.charge(PeerId::random(), NetRejection::WrongRun, t0);
+        }
+        // Fails before: a full ledger stopped recording new peers.
+        let late = PeerId::random();
+        l.charge(late, NetRejection::BadChunk, t0);
+        assert_eq!(l.penalty(&late), NetRejection::BadChunk.penalty());
+        assert_eq!(l.penalty(&first), 0, "the oldest entry made room");
+        assert_eq!(l.penalty.len(), MAX_LEDGER);
     }
 }

@@ -20,7 +20,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::behaviour::{parse_agent, MurmurBehaviour, MurmurBehaviourEvent};
 use super::gossip::{self, TopicKind};
-use super::peers::{NetRejection, PeerLedger};
+use super::peers::{peer_id_of, GossipAdmission, NetRejection, PeerLedger};
 use super::xfer::{FrameError, XferRequest, XferResponse};
 use super::{Command, ContentServer, NetConfig, NetError, NetEvent, NetStats, PeerInfo, Role};
 use crate::store::tree::BlobKind;
@@ -419,26 +419,38 @@ impl SwarmTask {
                 ..
             }) => {
                 NetStats::add(&self.stats.gossip_bytes_in, message.data.len() as u64);
-                let verdict = if !self.ledger.gossip_allowed(propagation_source, Instant::now()) {
-                    Err(NetRejection::Flood)
-                } else {
-                    match self.topics.get(&message.topic) {
-                        Some(kind) => gossip::validate(*kind, &self.cfg.run, &message.data),
-                        None => Err(NetRejection::Malformed),
+                // Invalid bytes are the relay's fault (honest relays
+                // validate before they forward); a valid message's rate is
+                // its signer's (`rate`): a flood is charged to the signer,
+                // and a relay past its wider budget is only dropped.
+                let verdict = match self.topics.get(&message.topic) {
+                    Some(kind) => gossip::validate(*kind, &self.cfg.run, &message.data),
+                    None => Err(NetRejection::Malformed),
+                };
+                let (acceptance, outcome) = match verdict {
+                    Err(reason) => (MessageAcceptance::Reject, Err((propagation_source, reason))),
+                    Ok(msg) => {
+                        let origin = msg.origin().and_then(|k| peer_id_of(&k));
+                        match self.ledger.admit_gossip(propagation_source, origin, Instant::now()) {
+                            GossipAdmission::Accept => (MessageAcceptance::Accept, Ok(Some(msg))),
+                            GossipAdmission::OriginFlood(signer) => {
+                                (MessageAcceptance::Ignore, Err((signer, NetRejection::Flood)))
+                            }
+                            GossipAdmission::RelayFull => (MessageAcceptance::Ignore, Ok(None)),
+                        }
                     }
                 };
-                let acceptance =
-                    if verdict.is_ok() { MessageAcceptance::Accept } else { MessageAcceptance::Reject };
                 let _ = self.swarm.behaviour_mut().gossip.report_message_validation_result(
                     &message_id,
                     &propagation_source,
                     acceptance,
                 );
-                match verdict {
-                    Ok(msg) => {
+                match outcome {
+                    Ok(Some(msg)) => {
                         self.emit(NetEvent::Gossip { from: propagation_source, message: Box::new(msg) }).await
                     }
-                    Err(reason) => self.charge(propagation_source, reason).await,
+                    Ok(None) => {}
+                    Err((peer, reason)) => self.charge(peer, reason).await,
                 }
             }
             MurmurBehaviourEvent::Identify(identify::Event::Received { peer_id, info, .. }) => {
