@@ -1,0 +1,231 @@
+//! Tests of the RunSpec: canonical bytes, RunIds, and every range rule.
+
+use super::*;
+
+/// A small valid spec used across the crate's tests and golden vectors.
+pub(crate) fn sample_spec() -> RunSpec {
+    RunSpec {
+        model: ModelShape {
+            preset: "tiny".into(),
+            vocab_size: 256,
+            context_len: 64,
+            n_layer: 2,
+            n_head: 2,
+            d_model: 64,
+            param_count: 116_480,
+        },
+        data: "synthetic:seed=1".into(),
+        inner: InnerOptimizer {
+            lr: 1e-3,
+            beta1: 0.9,
+            beta2: 0.95,
+            eps: 1e-8,
+            weight_decay: 0.1,
+            grad_clip: 1.0,
+            warmup_steps: 10,
+            batch_size: 8,
+        },
+        inner_steps: 100,
+        outer: OuterOptimizer::DILOCO,
+        codec: Codec::Int8Block { block: 256 },
+        robust: RobustMode::Mean,
+        quorum: 2,
+        round_deadline_secs: 60,
+        admission: AdmissionPolicy::Open,
+        seed: 42,
+        committee_size: 0,
+        pacing: Pacing::default(),
+    }
+}
+
+#[test]
+fn round_trips_and_hashes_stably() {
+    let spec = sample_spec();
+    let bytes = spec.encode();
+    assert_eq!(RunSpec::decode(&bytes).as_ref(), Ok(&spec));
+    assert_eq!(spec.run_id(), sample_spec().run_id());
+    let mut other = sample_spec();
+    other.seed = 43;
+    assert_ne!(other.run_id(), spec.run_id());
+}
+
+#[test]
+fn the_committee_size_is_written_only_when_set_and_checked() {
+    let v1 = sample_spec();
+    let mut v2 = sample_spec();
+    v2.committee_size = 8;
+    let bytes = v2.encode();
+    assert_eq!(bytes.len(), v1.encode().len() + 4);
+    assert_eq!(RunSpec::decode(&bytes), Ok(v2.clone()));
+    assert_ne!(v2.run_id(), v1.run_id());
+    // An explicit zero is not canonical; 1 and oversized sizes are refused.
+    let mut zero = v1.encode();
+    zero.extend_from_slice(&0u32.to_le_bytes());
+    assert!(RunSpec::decode(&zero).is_err());
+    for k in [1, MAX_COMMITTEE_SIZE + 1] {
+        v2.committee_size = k;
+        assert!(RunSpec::decode(&v2.encode()).is_err(), "k = {k}");
+    }
+}
+
+#[test]
+fn pacing_is_written_only_when_set_and_checked() {
+    let v1 = sample_spec();
+    let mut paced = sample_spec();
+    paced.pacing = Pacing { overlapped: true, inner_budget_ms: 0 };
+    let bytes = paced.encode();
+    // A zero committee size, then the overlapped flag and the budget.
+    assert_eq!(bytes.len(), v1.encode().len() + 4 + 1 + 4);
+    assert_eq!(RunSpec::decode(&bytes), Ok(paced.clone()));
+    assert_ne!(paced.run_id(), v1.run_id());
+    paced.committee_size = 8;
+    paced.pacing = Pacing { overlapped: false, inner_budget_ms: 30_000 };
+    assert!(paced.pacing.is_budgeted());
+    assert_eq!(RunSpec::decode(&paced.encode()), Ok(paced.clone()));
+    // The default written out is not canonical; an unknown flag, a budget
+    // of a day and more or one the round deadline cannot hold are refused.
+    let mut explicit = v1.encode();
+    explicit.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    assert!(matches!(RunSpec::decode(&explicit), Err(WireError::Invalid { field: "pacing", .. })));
+    let mut flag = v1.encode();
+    flag.extend_from_slice(&[0, 0, 0, 0, 2, 0, 0, 0, 0]);
+    assert_eq!(RunSpec::decode(&flag), Err(WireError::BadTag { field: "pacing.overlapped", tag: 2 }));
+    for budget in [60_000, MAX_INNER_BUDGET_MS + 1] {
+        let mut bad = sample_spec();
+        bad.round_deadline_secs = if budget == 60_000 { 60 } else { u32::MAX };
+        bad.pacing.inner_budget_ms = budget;
+        assert!(
+            matches!(
+                RunSpec::decode(&bad.encode()),
+                Err(WireError::Invalid { field: "pacing.inner_budget_ms", .. })
+            ),
+            "budget {budget}"
+        );
+    }
+}
+
+#[test]
+fn every_variant_round_trips() {
+    let mut spec = sample_spec();
+    spec.outer = OuterOptimizer::Average;
+    spec.robust = RobustMode::TrimmedMean { trim: 0.25 };
+    spec.codec = Codec::TopK { density_ppm: 1000, block: 64 };
+    spec.admission = AdmissionPolicy::Allowlist(vec![PublicKey([1; 32]), PublicKey([2; 32])]);
+    for robust in [RobustMode::NormClip { multiple: 2.0 }, RobustMode::Median, spec.robust] {
+        spec.robust = robust;
+        let bytes = spec.encode();
+        let back = RunSpec::decode(&bytes).expect("valid spec decodes");
+        assert_eq!(back, spec);
+        assert_eq!(back.encode(), bytes);
+    }
+}
+
+#[test]
+fn ticket_and_operator_policies_round_trip_and_are_checked() {
+    let ops = vec![PublicKey([1; 32]), PublicKey([2; 32])];
+    for admission in [
+        AdmissionPolicy::Tickets { operators: ops.clone() },
+        AdmissionPolicy::OpenWithOperators { operators: ops.clone() },
+    ] {
+        let mut spec = sample_spec();
+        spec.admission = admission.clone();
+        let bytes = spec.encode();
+        assert_eq!(RunSpec::decode(&bytes).as_ref(), Ok(&spec));
+        assert_eq!(admission.operators(), ops.as_slice());
+        for bad in [vec![], vec![PublicKey([2; 32]), PublicKey([1; 32])], vec![PublicKey([3; 32]); 2]] {
+            let mut spec = sample_spec();
+            spec.admission = match admission {
+                AdmissionPolicy::Tickets { .. } => AdmissionPolicy::Tickets { operators: bad },
+                _ => AdmissionPolicy::OpenWithOperators { operators: bad },
+            };
+            assert!(matches!(
+                RunSpec::decode(&spec.encode()),
+                Err(WireError::Invalid { field: "admission.operators", .. })
+            ));
+        }
+        let mut spec = sample_spec();
+        spec.admission = match admission {
+            AdmissionPolicy::Tickets { .. } => AdmissionPolicy::Tickets { operators: vec![] },
+            _ => AdmissionPolicy::OpenWithOperators { operators: vec![] },
+        };
+        // 65 operators: refused by the count cap before anything is read.
+        let mut bytes = spec.encode();
+        let at = bytes.len() - 8 - 4;
+        bytes[at..at + 4].copy_from_slice(&65u32.to_le_bytes());
+        assert!(matches!(RunSpec::decode(&bytes), Err(WireError::TooLong { .. })));
+    }
+    let tickets = AdmissionPolicy::Tickets { operators: ops.clone() };
+    assert!(tickets.admits(&ops[0]) && !tickets.admits(&PublicKey([9; 32])));
+    assert!(tickets.uses_tickets() && tickets.counts_commits_of(&PublicKey([9; 32])));
+    let open = AdmissionPolicy::OpenWithOperators { operators: ops.clone() };
+    assert!(open.admits(&PublicKey([9; 32])) && !open.uses_tickets());
+    assert!(open.counts_commits_of(&ops[1]) && !open.counts_commits_of(&PublicKey([9; 32])));
+    assert!(AdmissionPolicy::Open.operators().is_empty());
+    // An unknown admission tag is refused.
+    let mut bytes = sample_spec().encode();
+    let at = bytes.len() - 8 - 1;
+    bytes[at] = 4;
+    assert_eq!(RunSpec::decode(&bytes), Err(WireError::BadTag { field: "admission", tag: 4 }));
+}
+
+#[test]
+fn data_refs_parse_and_print_canonically() {
+    let id = "ab".repeat(32);
+    let s = format!("dataset:{id}:1234");
+    let r = DataRef::parse(&s).expect("dataset ref");
+    assert!(matches!(r, DataRef::Dataset { manifest_len: 1234, .. }));
+    assert_eq!(r.to_string(), s);
+    assert_eq!(DataRef::parse("synthetic"), Ok(DataRef::Synthetic(String::new())));
+    assert_eq!(DataRef::parse("synthetic:seed=3").map(|r| r.to_string()).as_deref(), Ok("synthetic:seed=3"));
+    for bad in [
+        format!("dataset:{id}"),
+        format!("dataset:{}:12", "AB".repeat(32)),
+        format!("dataset:{id}:0"),
+        format!("dataset:{id}:012"),
+        format!("dataset:{id}:99999999"),
+        "dataset:/etc/passwd:1".to_string(),
+        "/etc/passwd".to_string(),
+    ] {
+        let err = DataRef::parse(&bad).expect_err(&bad);
+        assert!(err.to_string().starts_with("data:"), "{err}");
+    }
+    assert!(DataRef::parse("/etc/passwd")
+        .expect_err("path")
+        .to_string()
+        .contains("never names a local path"));
+}
+
+#[test]
+fn invalid_ranges_are_rejected() {
+    let mut bad = sample_spec();
+    bad.quorum = 0;
+    assert!(matches!(RunSpec::decode(&bad.encode()), Err(WireError::Invalid { field: "quorum", .. })));
+    let mut bad = sample_spec();
+    bad.admission = AdmissionPolicy::Allowlist(vec![PublicKey([2; 32]), PublicKey([1; 32])]);
+    assert!(RunSpec::decode(&bad.encode()).is_err());
+    let mut bad = sample_spec();
+    bad.outer = OuterOptimizer::Nesterov { lr: 0.7, momentum: 1.0 };
+    assert!(RunSpec::decode(&bad.encode()).is_err());
+    let mut bad = sample_spec();
+    bad.inner.lr = f32::NAN;
+    assert!(matches!(RunSpec::decode(&bad.encode()), Err(WireError::NonFinite { .. })));
+    for path in [
+        "/home/alice/.ssh/id_ed25519",
+        "shards:/data",
+        "text:x.txt",
+        "x.bin",
+        "synthetic:seed=1;rm",
+        "dataset:00:5",
+        "",
+    ] {
+        let mut bad = sample_spec();
+        bad.data = path.into();
+        match RunSpec::decode(&bad.encode()) {
+            Err(WireError::Invalid { field: "data", why }) => assert!(!why.is_empty()),
+            other => panic!("{path:?} was not refused: {other:?}"),
+        }
+    }
+    let mut trailing = sample_spec().encode();
+    trailing.push(0);
+    assert_eq!(RunSpec::decode(&trailing), Err(WireError::TrailingBytes(1)));
+}
