@@ -143,20 +143,29 @@ fn spec() -> impl Strategy<Value = RunSpec> {
         ("[0-9a-f]{64}", 1u32..=2_400_000).prop_map(|(id, len)| format!("dataset:{id}:{len}")),
     ];
     (
-        ("[a-z0-9-]{0,20}", any::<[u32; 5]>(), 1u64..=(1 << 31), data),
-        (any::<[u32; 2]>(), proptest::array::uniform6(finite()), 1u32.., outer, codec(), robust),
-        (1u32.., 1u32.., admission, any::<u64>()),
+        // Context and batch within the spec's 2^20 tokens a step, H within
+        // its 2^28 tokens a round, the deadline within seven days.
+        ("[a-z0-9-]{0,20}", any::<[u32; 5]>(), 1u32..=1024, 1u64..=(1 << 31), data),
+        (
+            (any::<u32>(), 1u32..=1024),
+            proptest::array::uniform6(finite()),
+            1u32..=256,
+            outer,
+            codec(),
+            robust,
+        ),
+        (1u32.., 1u32..=604_800, admission, any::<u64>()),
     )
         .prop_map(
             |(
-                (preset, dims, params, data),
+                (preset, dims, context_len, params, data),
                 (ints, f, steps, outer, codec, robust),
                 (q, dl, admission, seed),
             )| RunSpec {
                 model: ModelShape {
                     preset,
                     vocab_size: dims[0],
-                    context_len: dims[1],
+                    context_len,
                     n_layer: dims[2],
                     n_head: dims[3],
                     d_model: dims[4],
@@ -170,8 +179,8 @@ fn spec() -> impl Strategy<Value = RunSpec> {
                     eps: f[3],
                     weight_decay: f[4],
                     grad_clip: f[5],
-                    warmup_steps: ints[0],
-                    batch_size: ints[1],
+                    warmup_steps: ints.0,
+                    batch_size: ints.1,
                 },
                 inner_steps: steps,
                 outer,

@@ -1,5 +1,5 @@
 //! Model shapes: the GPT configuration, the named presets, and the counts
-//! derived from a shape (parameters, FLOPs per token).
+//! derived from a shape (parameters, FLOPs per token, bytes to train).
 
 use serde::{Deserialize, Serialize};
 
@@ -105,6 +105,25 @@ impl ModelConfig {
         self.param_count_u64() as usize
     }
 
+    /// Bytes the model's buffers take to train on `batch` sequences of `t`
+    /// tokens (`Gpt::new` and its activations for one shape): parameters,
+    /// gradients and both AdamW moments, then per token every block's
+    /// activations (18·C + 4 floats and the N_head·T attention scores), one
+    /// block's activation gradients (14·C), the embeddings and final norm
+    /// with their gradients (4·C + 3), logits, probabilities and their
+    /// gradient (3·V), and two token ids. A lower bound (the CPU backend's
+    /// weight images come on top); u64 arithmetic that saturates, so any
+    /// batch a peer names gets an answer instead of an overflow.
+    pub fn training_bytes(&self, batch: u64, t: u64) -> u64 {
+        let (l, c, nh, vp) =
+            (self.n_layer as u64, self.n_embd as u64, self.n_head as u64, self.padded_vocab_size as u64);
+        let per_layer = (18 * c + 4).saturating_add(nh.saturating_mul(t));
+        let per_token = l.saturating_mul(per_layer).saturating_add(18 * c + 3 + 3 * vp + 2);
+        let tokens = batch.saturating_mul(t);
+        let floats = (4 * self.param_count_u64()).saturating_add(tokens.saturating_mul(per_token));
+        floats.saturating_mul(4)
+    }
+
     /// Training FLOPs per token at sequence length `t`, as llm.c counts them:
     /// 6·N for the matmuls plus 6·L·C·T for attention.
     pub fn flops_per_token(&self, t: usize) -> f64 {
@@ -126,6 +145,22 @@ mod tests {
         assert_eq!(tiny.padded_vocab_size, 256);
         assert_eq!(tiny.param_count(), 834_304);
         assert_eq!(ModelConfig::preset("small").unwrap().param_count(), 30_062_592);
+    }
+
+    #[test]
+    fn training_bytes_count_the_buffers_of_one_shape() {
+        let tiny = ModelConfig::preset("tiny").unwrap();
+        // 4 copies of 834,304 parameters, then 512 tokens of
+        // 4·(18·128 + 4 + 4·64) + 18·128 + 3 + 3·256 + 2 floats.
+        let per_token = 4 * (18 * 128 + 4 + 4 * 64) + 18 * 128 + 3 + 3 * 256 + 2;
+        assert_eq!(tiny.training_bytes(8, 64), 4 * (4 * 834_304 + 512 * per_token));
+        // GPT-2 small at B=4, T=1024: the attention scores alone are
+        // 4·12·1024² floats a layer, the logits' three 4096 × 50304; about
+        // 9.8 GB in all.
+        let gpt2 = ModelConfig::preset("gpt2-124m").unwrap();
+        let bytes = gpt2.training_bytes(4, 1024);
+        assert!((9_500_000_000..10_000_000_000).contains(&bytes), "{bytes}");
+        assert_eq!(gpt2.training_bytes(u64::MAX, 1024), u64::MAX);
     }
 
     #[test]

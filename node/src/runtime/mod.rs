@@ -7,6 +7,7 @@
 //! others', aggregate, commit, re-sync when the majority disagrees.
 //!
 //! - `spec`: default run, model shape, genesis.
+//! - `memory`: whether a run fits this machine's memory.
 //! - `startup`: spec discovery, stored position, cold start.
 //! - `tickets`: the node's own ticket, the wall clock, the tickets it verified.
 //! - `backing`: the commits a status offers, and the state gathered ones back.
@@ -27,6 +28,7 @@ pub mod committee;
 pub mod dataset;
 pub mod fetching;
 pub mod held;
+pub mod memory;
 pub mod node;
 pub mod report;
 pub mod server;
@@ -110,6 +112,7 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
     let own_ticket = tickets::own_ticket(&spec, &key.public(), opts.ticket.as_deref())?;
     store.meta.set_spec(&spec.encode())?;
     let cfg = spec::model_config(&spec)?;
+    memory::check_fits(&spec, &cfg, opts.device.name(), memory::physical_memory())?;
     let (mine, resumed) = startup::load_position(&store, &spec)?;
     // Our manifest signed before a restart, if it is for the round resumed at:
     // announced again rather than training (and signing) that round twice.

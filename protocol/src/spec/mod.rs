@@ -283,6 +283,23 @@ pub const MAX_INNER_BUDGET_MS: u32 = 86_400_000;
 /// Largest committee size a spec may name.
 pub const MAX_COMMITTEE_SIZE: u32 = 4096;
 
+/// Most tokens one inner step may train on, `batch_size × context_len`
+/// (2^20: 1024 sequences of 1024 tokens). A node holds activations for
+/// every one of them at once.
+pub const MAX_STEP_TOKENS: u64 = 1 << 20;
+
+/// Most inner steps H a round may name (with a time budget, the most a
+/// node may take).
+pub const MAX_INNER_STEPS: u32 = 1_000_000;
+
+/// Most tokens one node may train on in a round, `H × batch_size ×
+/// context_len` (2^28): a dataset run fetches and holds a round's windows
+/// before it trains.
+pub const MAX_ROUND_TOKENS: u64 = 1 << 28;
+
+/// Longest round deadline a spec may name (seven days).
+pub const MAX_ROUND_DEADLINE_SECS: u32 = 604_800;
+
 fn invalid(field: &'static str, why: &'static str) -> WireError {
     WireError::Invalid { field, why }
 }
@@ -474,8 +491,27 @@ impl RunSpec {
         if finite.iter().any(|v| !v.is_finite()) {
             return Err(invalid("inner", "hyperparameters must be finite"));
         }
-        if self.inner_steps == 0 {
-            return Err(invalid("inner_steps", "must be at least 1"));
+        // What one step and one round make a node hold, before it holds any
+        // of it: a spec from a peer must not make a volunteer abort on
+        // allocation. The product is in u64, so it cannot wrap.
+        let step_tokens = u64::from(self.inner.batch_size) * u64::from(self.model.context_len);
+        if step_tokens == 0 || step_tokens > MAX_STEP_TOKENS {
+            return Err(invalid(
+                "inner.batch_size",
+                "batch_size × context_len (tokens per inner step) must be in 1..=1048576; host the run with a smaller --batch",
+            ));
+        }
+        if self.inner_steps == 0 || self.inner_steps > MAX_INNER_STEPS {
+            return Err(invalid(
+                "inner_steps",
+                "must be in 1..=1000000; host the run with fewer --inner-steps",
+            ));
+        }
+        if u64::from(self.inner_steps) * step_tokens > MAX_ROUND_TOKENS {
+            return Err(invalid(
+                "inner_steps",
+                "inner_steps × batch_size × context_len (tokens per round) must be at most 268435456; host the run with fewer --inner-steps or a smaller --batch",
+            ));
         }
         if let OuterOptimizer::Nesterov { lr, momentum } = self.outer {
             if !(lr.is_finite() && lr > 0.0) {
@@ -503,8 +539,11 @@ impl RunSpec {
         if self.quorum == 0 {
             return Err(invalid("quorum", "must be at least 1"));
         }
-        if self.round_deadline_secs == 0 {
-            return Err(invalid("round_deadline_secs", "must be at least 1"));
+        if self.round_deadline_secs == 0 || self.round_deadline_secs > MAX_ROUND_DEADLINE_SECS {
+            return Err(invalid(
+                "round_deadline_secs",
+                "must be in 1..=604800 (seven days); host the run with a shorter --deadline",
+            ));
         }
         if self.committee_size == 1 || self.committee_size > MAX_COMMITTEE_SIZE {
             return Err(invalid("committee_size", "must be 0 (version 1) or in 2..=4096"));

@@ -92,7 +92,7 @@ fn pacing_is_written_only_when_set_and_checked() {
     assert_eq!(RunSpec::decode(&flag), Err(WireError::BadTag { field: "pacing.overlapped", tag: 2 }));
     for budget in [60_000, MAX_INNER_BUDGET_MS + 1] {
         let mut bad = sample_spec();
-        bad.round_deadline_secs = if budget == 60_000 { 60 } else { u32::MAX };
+        bad.round_deadline_secs = if budget == 60_000 { 60 } else { MAX_ROUND_DEADLINE_SECS };
         bad.pacing.inner_budget_ms = budget;
         assert!(
             matches!(
@@ -228,4 +228,62 @@ fn invalid_ranges_are_rejected() {
     let mut trailing = sample_spec().encode();
     trailing.push(0);
     assert_eq!(RunSpec::decode(&trailing), Err(WireError::TrailingBytes(1)));
+}
+
+/// Fails before the RunSpec bounded its batch: `batch_size = u32::MAX`
+/// decoded, and a volunteer that took the spec from a hostile bootstrap
+/// server aborted allocating its first batch of 2^32 × 64 tokens.
+#[test]
+fn an_absurd_batch_is_refused_with_a_clear_error() {
+    let mut bad = sample_spec();
+    bad.inner.batch_size = u32::MAX;
+    let err = RunSpec::decode(&bad.encode()).expect_err("a batch of u32::MAX sequences decoded");
+    assert!(matches!(err, WireError::Invalid { field: "inner.batch_size", .. }), "{err}");
+    let msg = err.to_string();
+    // What is wrong (the product and its cap) and what to do.
+    assert!(msg.contains("batch_size × context_len") && msg.contains("1048576"), "{msg}");
+    assert!(msg.contains("--batch"), "{msg}");
+    // An empty batch is refused too; the largest allowed one decodes.
+    bad.inner.batch_size = 0;
+    assert!(matches!(
+        RunSpec::decode(&bad.encode()),
+        Err(WireError::Invalid { field: "inner.batch_size", .. })
+    ));
+    bad.inner.batch_size = (MAX_STEP_TOKENS / u64::from(bad.model.context_len)) as u32;
+    bad.inner_steps = 1;
+    assert_eq!(RunSpec::decode(&bad.encode()), Ok(bad.clone()));
+    bad.inner.batch_size += 1;
+    assert!(RunSpec::decode(&bad.encode()).is_err());
+}
+
+/// Fails before the RunSpec bounded H, the tokens of a round and the
+/// deadline: `inner_steps = u32::MAX` (a dataset run fetches and holds
+/// every window of its round up front) and a deadline of 136 years decoded.
+#[test]
+fn inner_steps_round_tokens_and_the_deadline_are_bounded() {
+    let at_limit = |f: &dyn Fn(&mut RunSpec)| {
+        let mut s = sample_spec();
+        f(&mut s);
+        RunSpec::decode(&s.encode())
+    };
+    assert!(at_limit(&|s| {
+        s.inner_steps = MAX_INNER_STEPS;
+        s.inner.batch_size = 1;
+    })
+    .is_ok());
+    let err = at_limit(&|s| s.inner_steps = u32::MAX).expect_err("H = u32::MAX decoded");
+    assert!(matches!(err, WireError::Invalid { field: "inner_steps", .. }), "{err}");
+    assert!(err.to_string().contains("1000000") && err.to_string().contains("--inner-steps"), "{err}");
+    // H within its cap, but H × batch × context beyond a round's tokens.
+    let err = at_limit(&|s| {
+        s.inner_steps = MAX_INNER_STEPS;
+        s.inner.batch_size = 64;
+    })
+    .expect_err("2^32 tokens a round decoded");
+    assert!(matches!(err, WireError::Invalid { field: "inner_steps", .. }), "{err}");
+    assert!(err.to_string().contains("268435456"), "{err}");
+    assert!(at_limit(&|s| s.round_deadline_secs = MAX_ROUND_DEADLINE_SECS).is_ok());
+    let err = at_limit(&|s| s.round_deadline_secs = u32::MAX).expect_err("a deadline of 136 years decoded");
+    assert!(matches!(err, WireError::Invalid { field: "round_deadline_secs", .. }), "{err}");
+    assert!(err.to_string().contains("604800") && err.to_string().contains("--deadline"), "{err}");
 }

@@ -1,0 +1,128 @@
+//! Whether a run fits this machine: the memory a node needs at least to
+//! train a RunSpec, from the spec and its model, against the machine's
+//! physical memory — checked before anything of the run is allocated, so a
+//! run too big for the machine is refused with a clear error instead of
+//! aborting the process on allocation.
+
+use std::io::Read;
+
+use murmur_protocol::{DataRef, RunSpec};
+
+use super::spec::{state_len, SpecError};
+use crate::model::ModelConfig;
+
+/// Bytes a node needs at least to train `spec` with model `cfg`: two
+/// states (the one trained from and the next), on the CPU backend the
+/// model's training buffers (`ModelConfig::training_bytes`; a GPU keeps
+/// them in its own memory), and in a dataset run the round's windows, which
+/// are fetched before the round trains (a u32 input and target a token).
+pub fn run_bytes(spec: &RunSpec, cfg: &ModelConfig, on_cpu: bool) -> u64 {
+    let batch = u64::from(spec.inner.batch_size);
+    let t = cfg.max_seq_len as u64;
+    let states = state_len(spec).saturating_mul(2);
+    let model = if on_cpu { cfg.training_bytes(batch, t) } else { 0 };
+    let windows = match spec.data_ref() {
+        Ok(DataRef::Dataset { .. }) => {
+            u64::from(spec.inner_steps).saturating_mul(batch).saturating_mul(t).saturating_mul(8)
+        }
+        _ => 0,
+    };
+    states.saturating_add(model).saturating_add(windows)
+}
+
+/// Refuse a run that needs more than `available` bytes (`physical_memory`;
+/// None: not known, nothing is refused here and the RunSpec's own bounds
+/// still hold).
+pub fn check_fits(
+    spec: &RunSpec,
+    cfg: &ModelConfig,
+    device: &'static str,
+    available: Option<u64>,
+) -> Result<(), SpecError> {
+    let Some(available) = available else { return Ok(()) };
+    let need = run_bytes(spec, cfg, device == "cpu");
+    if need <= available {
+        return Ok(());
+    }
+    let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+    Err(SpecError::TooBig {
+        need_gib: gib(need),
+        have_gib: gib(available),
+        batch: spec.inner.batch_size,
+        context: spec.model.context_len,
+        steps: spec.inner_steps,
+        device,
+    })
+}
+
+/// The machine's physical memory in bytes: `MemTotal` of /proc/meminfo on
+/// Linux; None elsewhere or when it cannot be read.
+pub fn physical_memory() -> Option<u64> {
+    let mut text = String::new();
+    std::fs::File::open("/proc/meminfo").ok()?.take(64 * 1024).read_to_string(&mut text).ok()?;
+    parse_mem_total(&text)
+}
+
+/// `MemTotal:  <n> kB` in bytes.
+fn parse_mem_total(meminfo: &str) -> Option<u64> {
+    let line = meminfo.lines().find_map(|l| l.strip_prefix("MemTotal:"))?;
+    let mut words = line.split_whitespace();
+    let kib: u64 = words.next()?.parse().ok()?;
+    (words.next() == Some("kB")).then_some(())?;
+    kib.checked_mul(1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::spec::{model_config, run_spec, RunParams};
+
+    const GIB: u64 = 1 << 30;
+
+    #[test]
+    fn a_run_needing_more_memory_than_the_machine_has_is_refused() {
+        // GPT-2 small at 1024 sequences a step: within the RunSpec's 2^20
+        // tokens a step, but about 2.4 TB of activations on the CPU.
+        let p = RunParams { preset: "gpt2-124m".into(), batch_size: 1024, ..RunParams::default() };
+        let spec = run_spec(&p).expect("spec");
+        spec.validate().expect("within the spec's bounds");
+        let cfg = model_config(&spec).expect("config");
+        let err = check_fits(&spec, &cfg, "cpu", Some(64 * GIB)).expect_err("2.4 TB fit in 64 GiB");
+        let msg = err.to_string();
+        assert!(msg.contains("64.0 GiB") && msg.contains("batch 1024 × 1024 tokens"), "{msg}");
+        assert!(msg.contains("--batch"), "{msg}");
+        // On a GPU the activations are the device's: the host holds states.
+        assert!(check_fits(&spec, &cfg, "gpu", Some(64 * GIB)).is_ok());
+        // The default run fits in a gigabyte; an unknown machine refuses nothing.
+        let tiny = run_spec(&RunParams::default()).expect("spec");
+        let tiny_cfg = model_config(&tiny).expect("config");
+        assert!(check_fits(&tiny, &tiny_cfg, "cpu", Some(GIB)).is_ok());
+        assert!(check_fits(&spec, &cfg, "cpu", None).is_ok());
+    }
+
+    #[test]
+    fn a_dataset_run_counts_the_windows_of_a_round() {
+        // 1000 steps of 4096 × 64 tokens: 262 M tokens, 2.1 GB of windows.
+        let data = format!("dataset:{}:100", "ab".repeat(32));
+        let p = RunParams { data, batch_size: 4096, inner_steps: 1000, ..RunParams::default() };
+        let spec = run_spec(&p).expect("spec");
+        spec.validate().expect("within the spec's bounds");
+        let cfg = model_config(&spec).expect("config");
+        assert!(run_bytes(&spec, &cfg, false) >= 262_144_000 * 8);
+        assert!(check_fits(&spec, &cfg, "gpu", Some(GIB)).is_err());
+        let synthetic = RunParams { batch_size: 4096, inner_steps: 1000, ..RunParams::default() };
+        let spec = run_spec(&synthetic).expect("spec");
+        assert!(run_bytes(&spec, &cfg, false) < GIB / 16);
+    }
+
+    #[test]
+    fn physical_memory_is_read_from_meminfo() {
+        assert_eq!(parse_mem_total("MemTotal:       24576000 kB\nMemFree: 1 kB\n"), Some(24_576_000 * 1024));
+        assert_eq!(parse_mem_total("MemFree: 1 kB\n"), None);
+        assert_eq!(parse_mem_total("MemTotal: lots\n"), None);
+        assert_eq!(parse_mem_total("MemTotal: 99999999999999999 kB\n"), None);
+        if cfg!(target_os = "linux") {
+            assert!(physical_memory().is_some_and(|b| b > 0));
+        }
+    }
+}
