@@ -42,7 +42,9 @@ fn fsync_dir(dir: &Path) -> std::io::Result<()> {
 }
 
 impl BlobStore {
-    /// Open (creating) the blob directory; removes temporary files a crash left.
+    /// Open (creating) the blob directory; removes temporary files a crash
+    /// left — and any another process is writing, so open it through
+    /// `Store::open`, which holds the data directory's lock first.
     pub fn open(root: &Path) -> Result<Self, StoreError> {
         for kind in BlobKind::ALL {
             fs::create_dir_all(root.join(kind.dir_name()))?;
