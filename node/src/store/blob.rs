@@ -18,7 +18,7 @@ use bytes::Bytes;
 
 use super::cache::ChunkCache;
 use super::tree::{self, BlobKind};
-use super::StoreError;
+use super::{fsync_dir, StoreError};
 use murmur_protocol::hash::hex;
 
 /// A blob's verified chunk table, shared with the server.
@@ -35,10 +35,6 @@ pub struct BlobStore {
     root: PathBuf,
     tables: Mutex<HashMap<(BlobKind, [u8; 32]), ChunkTable>>,
     chunks: Mutex<ChunkCache>,
-}
-
-fn fsync_dir(dir: &Path) -> std::io::Result<()> {
-    File::open(dir)?.sync_all()
 }
 
 impl BlobStore {

@@ -85,6 +85,12 @@ impl Store {
     }
 }
 
+/// Make a rename or a new name in `dir` durable: fsync the directory
+/// itself (a file's own fsync does not cover its name).
+pub(crate) fn fsync_dir(dir: &Path) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
 /// Take `dir`'s lock (an exclusive flock on `dir/lock`), or say who holds
 /// it. Where the platform has no such lock, sled's own lock on `meta/`
 /// (opened next, before the blobs) is the only guard.
