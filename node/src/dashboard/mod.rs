@@ -6,10 +6,12 @@
 //!
 //! - `board`: what is known of the run, and the page's JSON snapshot.
 //! - `http`: the local web server (page, snapshot, Server-Sent Events).
+//! - `host`: which Host a request may name (the guard against DNS rebinding).
 //! - `sampler`: text from a committed state.
 //! - `assets/`: the page (HTML, JS, CSS), compiled in.
 
 pub mod board;
+pub mod host;
 pub mod http;
 pub mod sampler;
 
