@@ -24,44 +24,13 @@ const THREADS: u32 = 32u * SG_M * SG_N;
 // fragment row 16-byte aligned and spreads a fragment's rows over banks.
 const A_STRIDE: u32 = TILE_K + 8u;
 const B_STRIDE: u32 = TILE_N + 8u;
-const F16_MAX: f32 = 65504.0;
-
-struct Args {
-    m: u32,
-    n: u32,
-    k: u32,
-    flags: u32, // bit 0: accumulate into C, bit 1: add bias(N)
-    a_base: u32,
-    a_rs: u32,
-    a_cs: u32,
-    b_base: u32,
-    b_rs: u32,
-    b_cs: u32,
-    c_base: u32,
-    c_rs: u32,
-    bias_base: u32,
-}
-
-@group(0) @binding(0) var<uniform> args: Args;
-@group(0) @binding(1) var<storage, read_write> c_out: array<f32>;
-@group(0) @binding(2) var<storage, read> a_in: array<f32>;
-@group(0) @binding(3) var<storage, read> b_in: array<f32>;
-@group(0) @binding(4) var<storage, read> bias: array<f32>;
 
 var<workgroup> a_tile: array<f16, TILE_M * A_STRIDE>; // [m][k]
 var<workgroup> b_tile: array<f16, TILE_K * B_STRIDE>; // [k][n]
 var<workgroup> c_stage: array<f32, 256u * SG_M * SG_N>; // one 16×16 fragment per subgroup
 
-// v rounded to the nearest f16 (ties to even) in f32 bits, as the tiled
-// kernels' f16 mode rounds, so the conversion below is exact whatever
-// rounding mode the driver's f32 → f16 conversion has.
 fn to_f16(v: f32) -> f16 {
-    let c = clamp(v, -F16_MAX, F16_MAX);
-    if (abs(c) < 6.103515625e-5) {
-        return f16(round(c * 16777216.0) / 16777216.0);
-    }
-    let bits = bitcast<u32>(c);
-    return f16(bitcast<f32>((bits + 0xfffu + ((bits >> 13u) & 1u)) & 0xffffe000u));
+    return f16(round_to_f16(v));
 }
 
 fn stage_a(row0: u32, k0: u32, lid: u32) {

@@ -18,47 +18,16 @@ const VEC_ROW: u32 = TILE / 4u; // vec4s in one k row of a tile
 // stage one row's 8 k values write 8 different banks.
 const VEC_STRIDE: u32 = VEC_ROW + 1u;
 
-struct Args {
-    m: u32,
-    n: u32,
-    k: u32,
-    flags: u32, // bit 0: accumulate into C, bit 1: add bias(N)
-    a_base: u32,
-    a_rs: u32,
-    a_cs: u32,
-    b_base: u32,
-    b_rs: u32,
-    b_cs: u32,
-    c_base: u32,
-    c_rs: u32,
-    bias_base: u32,
-}
-
-@group(0) @binding(0) var<uniform> args: Args;
-@group(0) @binding(1) var<storage, read_write> c_out: array<f32>;
-@group(0) @binding(2) var<storage, read> a_in: array<f32>;
-@group(0) @binding(3) var<storage, read> b_in: array<f32>;
-@group(0) @binding(4) var<storage, read> bias: array<f32>;
-
 var<workgroup> a_tile: array<vec4<f32>, TILE_K * VEC_STRIDE>; // [k][m / 4]
 var<workgroup> b_tile: array<vec4<f32>, TILE_K * VEC_STRIDE>; // [k][n / 4]
 
-// f16 mode (the host sets ROUND_F16): an input rounded to the nearest f16
-// (ties to even), saturating at ±65504, so every adapter multiplies what the
-// cooperative kernel's f16 fragments hold. In bits, not through
-// pack2x16float, which naga allows only with f16-in-f32 support and which
-// leaves out-of-range values undefined.
+// f16 mode (the host sets ROUND_F16): inputs rounded as the cooperative
+// kernel's fragments hold them.
 fn round_input(v: f32) -> f32 {
-    if (!ROUND_F16) {
-        return v;
+    if (ROUND_F16) {
+        return round_to_f16(v);
     }
-    let c = clamp(v, -65504.0, 65504.0);
-    if (abs(c) < 6.103515625e-5) {
-        // f16 subnormals: multiples of 2^-24.
-        return round(c * 16777216.0) / 16777216.0;
-    }
-    let bits = bitcast<u32>(c);
-    return bitcast<f32>((bits + 0xfffu + ((bits >> 13u) & 1u)) & 0xffffe000u);
+    return v;
 }
 
 // Element e of this invocation's share of a tile: (row or column, k). The

@@ -26,6 +26,7 @@ pub mod gpu;
 pub mod kernel_bench;
 #[cfg(all(test, any(feature = "gpu", feature = "cuda")))]
 pub(crate) mod oracle;
+pub mod required;
 #[cfg(any(feature = "gpu", feature = "cuda"))]
 pub mod tokens;
 

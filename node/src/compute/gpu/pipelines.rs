@@ -14,6 +14,7 @@ pub const SHADERS: &[(&str, &str)] = &[
     ("gelu.wgsl", include_str!("../../../../shaders/gelu.wgsl")),
     ("layernorm.wgsl", include_str!("../../../../shaders/layernorm.wgsl")),
     ("matmul.wgsl", include_str!("../../../../shaders/matmul.wgsl")),
+    ("matmul_common.wgsl", include_str!("../../../../shaders/matmul_common.wgsl")),
     ("matmul_coop.wgsl", include_str!("../../../../shaders/matmul_coop.wgsl")),
     ("matmul_wide.wgsl", include_str!("../../../../shaders/matmul_wide.wgsl")),
     ("reduce.wgsl", include_str!("../../../../shaders/reduce.wgsl")),
@@ -79,6 +80,17 @@ impl Kernel {
 /// The source of one shader file.
 pub fn shader_source(file: &str) -> Option<&'static str> {
     SHADERS.iter().find(|(name, _)| *name == file).map(|(_, src)| *src)
+}
+
+/// A shader file as it is compiled: the matmul kernels with
+/// matmul_common.wgsl (their arguments, bindings and f16 rounding) appended.
+pub fn kernel_source(file: &str) -> String {
+    let src = shader_source(file).unwrap_or_default();
+    let family = [MatmulFamily::Tiled, MatmulFamily::Wide, MatmulFamily::Coop];
+    match family.iter().any(|f| f.file() == file) {
+        true => format!("{src}\n{}", shader_source("matmul_common.wgsl").unwrap_or_default()),
+        false => src.to_string(),
+    }
 }
 
 /// The kernels of the matmul family (one arguments layout, one binding layout).
@@ -283,10 +295,10 @@ impl Pipelines {
             .entry(kernel)
             .or_insert_with(|| {
                 let (file, entry) = kernel.entry();
-                let src = shader_source(file).unwrap_or_default();
+                let src = kernel_source(file);
                 let src = match kernel {
-                    Kernel::Matmul(tiles) => tiles.specialize(src),
-                    _ => src.to_string(),
+                    Kernel::Matmul(tiles) => tiles.specialize(&src),
+                    _ => src,
                 };
                 let desc = wgpu::ShaderModuleDescriptor {
                     label: Some(file),

@@ -8,36 +8,20 @@
 use std::sync::OnceLock;
 
 use super::{AdapterChoice, GpuBackend, GpuOptions};
+use crate::compute::required::{decide, required};
 
 /// True when the environment demands a GPU (`MURMUR_REQUIRE_GPU=1`).
 pub fn gpu_required() -> bool {
-    std::env::var("MURMUR_REQUIRE_GPU").is_ok_and(|v| v == "1")
+    required("MURMUR_REQUIRE_GPU")
 }
 
 /// True when the environment demands cooperative matrices (`MURMUR_REQUIRE_COOP=1`).
 pub fn coop_required() -> bool {
-    std::env::var("MURMUR_REQUIRE_COOP").is_ok_and(|v| v == "1")
-}
-
-/// What a test does with the outcome of opening a GPU; `var` is the
-/// variable that makes a missing one a failure (set when `required`).
-pub fn decide<T>(
-    test: &str,
-    opened: Result<T, String>,
-    required: bool,
-    var: &str,
-) -> Result<Option<T>, String> {
-    match opened {
-        Ok(b) => Ok(Some(b)),
-        Err(why) if required => Err(format!("{test}: {var}=1 but no such GPU backend: {why}")),
-        Err(why) => {
-            eprintln!("skipping {test}: no such GPU backend ({why}); set {var}=1 to make this a failure");
-            Ok(None)
-        }
-    }
+    required("MURMUR_REQUIRE_COOP")
 }
 
 fn open_or_fail<T>(test: &str, opened: Result<T, String>) -> Option<T> {
+    let opened = opened.map_err(|why| format!("no GPU backend: {why}"));
     match decide(test, opened, gpu_required(), "MURMUR_REQUIRE_GPU") {
         Ok(b) => b,
         Err(msg) => panic!("{msg}"),
@@ -60,23 +44,10 @@ pub fn fresh_gpu_or_skip(test: &str, opts: GpuOptions) -> Option<GpuBackend> {
 /// A fresh backend with `opts` (a cooperative-matrix configuration), or
 /// None after printing why; fails under `MURMUR_REQUIRE_COOP=1`.
 pub fn coop_or_skip(test: &str, opts: GpuOptions) -> Option<GpuBackend> {
-    let opened = GpuBackend::with_options(AdapterChoice::Any, opts).map_err(|e| e.to_string());
+    let opened =
+        GpuBackend::with_options(AdapterChoice::Any, opts).map_err(|e| format!("no such GPU backend: {e}"));
     match decide(test, opened, coop_required(), "MURMUR_REQUIRE_COOP") {
         Ok(b) => b,
         Err(msg) => panic!("{msg}"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::decide;
-
-    #[test]
-    fn a_missing_gpu_fails_when_required_and_skips_otherwise() {
-        let missing: Result<u8, String> = Err("no adapter".into());
-        let v = "MURMUR_REQUIRE_GPU";
-        assert!(decide("t", missing.clone(), true, v).is_err_and(|e| e.contains(v)));
-        assert_eq!(decide("t", missing, false, v), Ok(None));
-        assert_eq!(decide("t", Ok(3u8), true, v), Ok(Some(3)));
     }
 }

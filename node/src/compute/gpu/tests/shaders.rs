@@ -1,7 +1,7 @@
 //! Every shader parses and validates with naga — no adapter needed — and
 //! every .wgsl in shaders/ is embedded and reached by some kernel.
 
-use crate::compute::gpu::pipelines::{shader_source, Kernel, MatmulFamily, TileConfig, SHADERS};
+use crate::compute::gpu::pipelines::{kernel_source, Kernel, MatmulFamily, TileConfig, SHADERS};
 
 fn validate_with(name: &str, src: &str, caps: naga::valid::Capabilities) -> naga::Module {
     let module = match naga::front::wgsl::parse_str(src) {
@@ -30,15 +30,14 @@ fn caps_for(file: &str) -> naga::valid::Capabilities {
 
 #[test]
 fn every_shader_validates_with_naga() {
-    for (name, src) in SHADERS {
-        validate_with(name, src, caps_for(name));
+    for (name, _) in SHADERS {
+        validate_with(name, &kernel_source(name), caps_for(name));
     }
 }
 
 #[test]
 fn the_cooperative_kernel_needs_its_capabilities_and_nothing_else_does() {
-    let src = SHADERS.iter().find(|(n, _)| *n == "matmul_coop.wgsl").map(|(_, s)| *s).unwrap_or_default();
-    let module = naga::front::wgsl::parse_str(src).expect("parses");
+    let module = naga::front::wgsl::parse_str(&kernel_source("matmul_coop.wgsl")).expect("parses");
     let mut plain =
         naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::empty());
     assert!(
@@ -50,10 +49,10 @@ fn the_cooperative_kernel_needs_its_capabilities_and_nothing_else_does() {
 #[test]
 fn every_matmul_tile_configuration_validates_in_both_precisions() {
     for tiles in TileConfig::ALL.into_iter().chain(TileConfig::COOP) {
-        let src = shader_source(tiles.family.file()).unwrap_or_default();
+        let src = kernel_source(tiles.family.file());
         for f16 in [false, true] {
             let t = tiles.with_f16_inputs(f16);
-            let specialized = t.specialize(src);
+            let specialized = t.specialize(&src);
             let label = format!("{} f16 {}", t.name, t.f16_inputs);
             if t.family == MatmulFamily::Tiled {
                 assert!(specialized.contains(&format!("const TILE_M: u32 = {}u;", t.tile_m)), "{label}");
@@ -110,8 +109,7 @@ fn every_shader_file_is_embedded_and_every_kernel_entry_exists() {
     ];
     for k in all {
         let (file, entry) = k.entry();
-        let src = SHADERS.iter().find(|(n, _)| *n == file).map(|(_, s)| *s).unwrap_or_default();
-        let module = validate_with(file, src, caps_for(file));
+        let module = validate_with(file, &kernel_source(file), caps_for(file));
         assert!(module.entry_points.iter().any(|e| e.name == entry), "{file} has no entry point {entry}");
     }
 }
