@@ -41,13 +41,7 @@ fn load_a(row0: u32, k0: u32, lid: u32) {
             kk = idx / TILE_M;
             i = idx % TILE_M;
         }
-        let gi = row0 + i;
-        let gk = k0 + kk;
-        var v = 0.0;
-        if (gi < args.m && gk < args.k) {
-            v = a_in[args.a_base + gi * args.a_rs + gk * args.a_cs];
-        }
-        a_tile[kk * TILE_M + i] = round_input(v);
+        a_tile[kk * TILE_M + i] = round_input(a_at(row0 + i, k0 + kk));
     }
 }
 
@@ -62,13 +56,7 @@ fn load_b(col0: u32, k0: u32, lid: u32) {
             j = idx / TILE_K;
             kk = idx % TILE_K;
         }
-        let gj = col0 + j;
-        let gk = k0 + kk;
-        var v = 0.0;
-        if (gj < args.n && gk < args.k) {
-            v = b_in[args.b_base + gk * args.b_rs + gj * args.b_cs];
-        }
-        b_tile[kk * TILE_N + j] = round_input(v);
+        b_tile[kk * TILE_N + j] = round_input(b_at(k0 + kk, col0 + j));
     }
 }
 
@@ -109,27 +97,9 @@ fn matmul(
     }
 
     var acc = array<vec4<f32>, 4>(acc0, acc1, acc2, acc3);
-    let accumulate = (args.flags & 1u) != 0u;
-    let with_bias = (args.flags & 2u) != 0u;
     for (var tm = 0u; tm < THREAD_M; tm++) {
-        let gi = row0 + tm * WG_Y + ly;
-        if (gi >= args.m) {
-            continue;
-        }
         for (var tn = 0u; tn < THREAD_N; tn++) {
-            let gj = col0 + tn * WG_X + lx;
-            if (gj >= args.n) {
-                continue;
-            }
-            let at = args.c_base + gi * args.c_rs + gj;
-            var v = acc[tm][tn];
-            if (with_bias) {
-                v += bias[args.bias_base + gj];
-            }
-            if (accumulate) {
-                v += c_out[at];
-            }
-            c_out[at] = v;
+            store_c(row0 + tm * WG_Y + ly, col0 + tn * WG_X + lx, acc[tm][tn]);
         }
     }
 }

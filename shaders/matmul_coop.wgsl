@@ -44,13 +44,7 @@ fn stage_a(row0: u32, k0: u32, lid: u32) {
             kk = idx / TILE_M;
             i = idx % TILE_M;
         }
-        let gi = row0 + i;
-        let gk = k0 + kk;
-        var v = 0.0;
-        if (gi < args.m && gk < args.k) {
-            v = a_in[args.a_base + gi * args.a_rs + gk * args.a_cs];
-        }
-        a_tile[i * A_STRIDE + kk] = to_f16(v);
+        a_tile[i * A_STRIDE + kk] = to_f16(a_at(row0 + i, k0 + kk));
     }
 }
 
@@ -65,35 +59,15 @@ fn stage_b(col0: u32, k0: u32, lid: u32) {
             j = idx / TILE_K;
             kk = idx % TILE_K;
         }
-        let gj = col0 + j;
-        let gk = k0 + kk;
-        var v = 0.0;
-        if (gj < args.n && gk < args.k) {
-            v = b_in[args.b_base + gk * args.b_rs + gj * args.b_cs];
-        }
-        b_tile[kk * B_STRIDE + j] = to_f16(v);
+        b_tile[kk * B_STRIDE + j] = to_f16(b_at(k0 + kk, col0 + j));
     }
 }
 
 // Writes the 16×16 fragment a subgroup stored at c_stage[base..] to C's
 // block at (row, col); each of the 32 invocations writes 8 of its elements.
 fn write_fragment(base: u32, row: u32, col: u32, lane: u32) {
-    let accumulate = (args.flags & 1u) != 0u;
-    let with_bias = (args.flags & 2u) != 0u;
     for (var idx = lane; idx < 256u; idx += 32u) {
-        let gi = row + idx / 16u;
-        let gj = col + idx % 16u;
-        if (gi < args.m && gj < args.n) {
-            let at = args.c_base + gi * args.c_rs + gj;
-            var v = c_stage[base + idx];
-            if (with_bias) {
-                v += bias[args.bias_base + gj];
-            }
-            if (accumulate) {
-                v += c_out[at];
-            }
-            c_out[at] = v;
-        }
+        store_c(row + idx / 16u, col + idx % 16u, c_stage[base + idx]);
     }
 }
 

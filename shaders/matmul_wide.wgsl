@@ -50,11 +50,7 @@ fn fetch_a(row0: u32, k0: u32, lid: u32) -> vec4<f32> {
     var v = vec4<f32>(0.0);
     for (var e = 0u; e < PER_THREAD; e++) {
         let at = a_coord(lid + e * THREADS);
-        let gi = row0 + at.x;
-        let gk = k0 + at.y;
-        if (gi < args.m && gk < args.k) {
-            v[e] = a_in[args.a_base + gi * args.a_rs + gk * args.a_cs];
-        }
+        v[e] = a_at(row0 + at.x, k0 + at.y);
     }
     return v;
 }
@@ -63,11 +59,7 @@ fn fetch_b(col0: u32, k0: u32, lid: u32) -> vec4<f32> {
     var v = vec4<f32>(0.0);
     for (var e = 0u; e < PER_THREAD; e++) {
         let at = b_coord(lid + e * THREADS);
-        let gj = col0 + at.x;
-        let gk = k0 + at.y;
-        if (gj < args.n && gk < args.k) {
-            v[e] = b_in[args.b_base + gk * args.b_rs + gj * args.b_cs];
-        }
+        v[e] = b_at(k0 + at.y, col0 + at.x);
     }
     return v;
 }
@@ -82,25 +74,9 @@ fn stage(va: vec4<f32>, vb: vec4<f32>, lid: u32) {
 }
 
 fn write_row(gi: u32, col0: u32, lo: vec4<f32>, hi: vec4<f32>) {
-    if (gi >= args.m) {
-        return;
-    }
-    let accumulate = (args.flags & 1u) != 0u;
-    let with_bias = (args.flags & 2u) != 0u;
-    for (var t = 0u; t < 8u; t++) {
-        let gj = col0 + (t / 4u) * 64u + (t % 4u);
-        if (gj >= args.n) {
-            continue;
-        }
-        let at = args.c_base + gi * args.c_rs + gj;
-        var v = select(lo[t % 4u], hi[t % 4u], t >= 4u);
-        if (with_bias) {
-            v += bias[args.bias_base + gj];
-        }
-        if (accumulate) {
-            v += c_out[at];
-        }
-        c_out[at] = v;
+    for (var t = 0u; t < 4u; t++) {
+        store_c(gi, col0 + t, lo[t]);
+        store_c(gi, col0 + 64u + t, hi[t]);
     }
 }
 

@@ -83,7 +83,8 @@ pub fn shader_source(file: &str) -> Option<&'static str> {
 }
 
 /// A shader file as it is compiled: the matmul kernels with
-/// matmul_common.wgsl (their arguments, bindings and f16 rounding) appended.
+/// matmul_common.wgsl (their arguments, bindings, bounds-checked reads and
+/// writes, and f16 rounding) appended.
 pub fn kernel_source(file: &str) -> String {
     let src = shader_source(file).unwrap_or_default();
     let family = [MatmulFamily::Tiled, MatmulFamily::Wide, MatmulFamily::Coop];
@@ -308,8 +309,9 @@ impl Pipelines {
                     // naga's run-time checks (a bound on every loop, every
                     // workgroup index clamped) cost the matmul family 1.4–2.6×
                     // on an H200 (docs/benchmarks.md): it is built without them.
-                    // SAFETY: each matmul kernel reads storage only at
-                    // (row, k) and (k, col) it has checked against m, n and k,
+                    // SAFETY: each matmul kernel touches storage only through
+                    // matmul_common.wgsl's a_at, b_at and store_c, which check
+                    // (row, k), (k, col) and (row, col) against m, n and k,
                     // inside windows `matmul::plan` fits into the bound
                     // buffers; its workgroup indices stay inside the tiles by
                     // construction; every loop runs to a uniform bound (K, or
