@@ -75,8 +75,11 @@ pub struct KernelBench {
     pub memory: Vec<MemoryFigure>,
 }
 
-/// Milliseconds per run of `run`: the best of `iters` timed batches.
+/// Milliseconds per run of `run`: the best of `iters` timed batches, sized
+/// by a run timed after the warm-up (which compiles the pipelines).
 fn best_ms<G: TimedBackend>(g: &G, iters: usize, mut run: impl FnMut()) -> f64 {
+    run();
+    g.synchronize();
     let t = Instant::now();
     run();
     g.synchronize();
