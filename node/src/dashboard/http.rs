@@ -218,8 +218,13 @@ mod tests {
     use super::*;
 
     async fn request(addr: std::net::SocketAddr, method: &str, path: &str) -> String {
+        request_for(addr, &addr.to_string(), method, path).await
+    }
+
+    /// A request naming `host` in its Host header.
+    async fn request_for(addr: std::net::SocketAddr, host: &str, method: &str, path: &str) -> String {
         let mut s = TcpStream::connect(addr).await.expect("connect");
-        let head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\n\r\n");
+        let head = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\n\r\n");
         s.write_all(head.as_bytes()).await.expect("write");
         let mut out = String::new();
         let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut out)).await;
@@ -343,14 +348,7 @@ mod tests {
     async fn a_request_for_another_host_is_refused() {
         let (_tx, addr) = start("{\"n\":1}").await;
         let port = addr.port();
-        let ask = |host: String| async move {
-            let mut s = TcpStream::connect(addr).await.expect("connect");
-            let head = format!("GET /api/snapshot HTTP/1.1\r\nHost: {host}\r\n\r\n");
-            s.write_all(head.as_bytes()).await.expect("write");
-            let mut out = String::new();
-            let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_string(&mut out)).await;
-            out
-        };
+        let ask = |host: String| async move { request_for(addr, &host, "GET", "/api/snapshot").await };
         for host in [
             "evil.example".to_string(),
             format!("evil.example:{port}"),

@@ -6,13 +6,13 @@ use super::tests::{drain, genesis, key, manifest, rejects, DEADLINE, N};
 use super::*;
 
 /// The node's wall clock (unix seconds) when its machine clock is 0.
-const WALL: u64 = 1_700_000_000;
+pub(super) const WALL: u64 = 1_700_000_000;
 
-fn operator() -> NodeKey {
+pub(super) fn operator() -> NodeKey {
     key(100)
 }
 
-fn cfg(admission: AdmissionPolicy) -> RoundConfig {
+pub(super) fn cfg(admission: AdmissionPolicy) -> RoundConfig {
     RoundConfig {
         run: RunId([0xAA; 32]),
         codec: Codec::F32,
@@ -32,7 +32,7 @@ fn commit(k: &NodeKey, round: u64, new_state: StateId) -> RoundCommit {
 }
 
 /// A ticket for `holder` in the test run, `secs` past `WALL`.
-fn ticket(holder: &NodeKey, secs: u64) -> Ticket {
+pub(super) fn ticket(holder: &NodeKey, secs: u64) -> Ticket {
     Ticket::issue(&operator(), RunId([0xAA; 32]), holder.public(), WALL + secs)
 }
 

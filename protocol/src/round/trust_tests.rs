@@ -10,26 +10,13 @@
 //! round, and the honest commits of its own round were then refused as
 //! `Replay`.
 
-use super::tests::{commit, drain, genesis, key, rejects, DEADLINE, N};
+use super::admission_tests::{operator, ticket, WALL};
+use super::tests::{commit, drain, genesis, key, rejects};
 use super::*;
-
-/// The node's wall clock (unix seconds) when its machine clock is 0.
-const WALL: u64 = 1_700_000_000;
-
-fn operator() -> NodeKey {
-    key(100)
-}
 
 fn cfg(admission: AdmissionPolicy) -> RoundConfig {
     // Quorum 1: the default of a run.
-    RoundConfig {
-        run: RunId([0xAA; 32]),
-        codec: Codec::F32,
-        element_count: N,
-        quorum: 1,
-        deadline_ms: DEADLINE,
-        admission,
-    }
+    RoundConfig { quorum: 1, ..super::admission_tests::cfg(admission) }
 }
 
 fn state(i: u8) -> StateId {
@@ -57,7 +44,7 @@ fn at_round_one(admission: AdmissionPolicy) -> RoundMachine {
     drain(&mut m);
     for i in 2..=5u8 {
         if tickets {
-            let t = Ticket::issue(&operator(), RunId([0xAA; 32]), key(i).public(), WALL + 3600);
+            let t = ticket(&key(i), 3600);
             m.handle(1, Event::TicketPresented { from: key(i).public(), ticket: t, unix_secs: WALL });
         }
         send(&mut m, 2, i, 0, state(0x21), vec![]);
