@@ -16,6 +16,8 @@ pub const DOMAIN_PAYLOAD: &str = "murmur 2025-01 v1 delta-payload";
 pub const DOMAIN_DATASET_ID: &str = "murmur 2025-01 v1 dataset-id";
 /// blake3 derive_key context for [`ShardHash`]: hashes a dataset token shard's bytes.
 pub const DOMAIN_DATASET_SHARD: &str = "murmur 2025-01 v1 dataset-shard";
+/// blake3 derive_key context for [`ParamsId`]: hashes a model's parameters.
+pub const DOMAIN_PARAMS_ID: &str = "murmur 2025-01 v1 params-id";
 /// blake3 derive_key context of the window-assignment key (see `assignment`).
 pub const DOMAIN_ASSIGNMENT: &str = "murmur 2025-01 v1 window-assignment";
 
@@ -56,6 +58,13 @@ digest_type!(
 digest_type!(
     /// Identifies a training state: blake3 (domain [`DOMAIN_STATE_ID`]) of its canonical bytes.
     StateId
+);
+digest_type!(
+    /// Identifies a model's parameters, whatever run or round they belong
+    /// to: blake3 (domain [`DOMAIN_PARAMS_ID`]) of the parameters as f32
+    /// little-endian, in the model's canonical order. A RunSpec that starts
+    /// from a given model names its genesis parameters by this hash.
+    ParamsId
 );
 digest_type!(
     /// Identifies a delta payload: blake3 (domain [`DOMAIN_PAYLOAD`]) of its bytes.

@@ -34,7 +34,7 @@ pub use codec::{
 };
 pub use commit::RoundCommit;
 pub use dataset::{DatasetManifest, DatasetTokenizer, ShardEntry, Split};
-pub use hash::{DatasetId, PayloadHash, RunId, ShardHash, StateId};
+pub use hash::{DatasetId, ParamsId, PayloadHash, RunId, ShardHash, StateId};
 pub use identity::{NodeKey, PublicKey, Signature, SignatureError};
 pub use manifest::DeltaManifest;
 pub use outer::{
@@ -44,7 +44,7 @@ pub use round::{AcceptedDelta, Action, Event, PayloadFault, Phase, Rejection, Ro
 pub use spec::{
     AdmissionPolicy, DataRef, InnerOptimizer, ModelShape, OuterOptimizer, Pacing, RobustMode, RunSpec,
 };
-pub use state::{state_id, StateHeader, TrainingState};
+pub use state::{params_id, state_id, StateHeader, TrainingState};
 pub use telemetry::{PeerLink, RejectionCount, Telemetry};
 pub use ticket::{Ticket, TicketError};
 pub use trust::{backed_state, Backed};

@@ -6,7 +6,7 @@
 //! when present. StateId = blake3 (state-id domain) of exactly these bytes,
 //! computed streaming so no copy of the parameters is made.
 
-use crate::hash::{RunId, StateId, DOMAIN_STATE_ID};
+use crate::hash::{ParamsId, RunId, StateId, DOMAIN_PARAMS_ID, DOMAIN_STATE_ID};
 use crate::wire::{MessageType, Reader, WireError, Writer, MAX_ELEMENTS};
 
 /// Bytes before the parameters.
@@ -96,6 +96,16 @@ pub fn state_id(run: RunId, round: u64, params: &[f32], momentum: Option<&[f32]>
         });
     }
     StateId(*h.finalize().as_bytes())
+}
+
+/// ParamsId of θ: its f32 little-endian bytes alone, without run, round or
+/// momentum, so the same model has the same ParamsId in every run.
+pub fn params_id(params: &[f32]) -> ParamsId {
+    let mut h = blake3::Hasher::new_derive_key(DOMAIN_PARAMS_ID);
+    put_floats(params, |b| {
+        h.update(b);
+    });
+    ParamsId(*h.finalize().as_bytes())
 }
 
 impl TrainingState {

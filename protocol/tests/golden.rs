@@ -19,7 +19,7 @@ use murmur_protocol::spec::{
     AdmissionPolicy, InnerOptimizer, ModelShape, OuterOptimizer, Pacing, RobustMode, RunSpec,
 };
 use murmur_protocol::{
-    DeltaManifest, PeerLink, RejectionCount, RoundCommit, Telemetry, Ticket, TrainingState,
+    params_id, DeltaManifest, PeerLink, RejectionCount, RoundCommit, Telemetry, Ticket, TrainingState,
 };
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -60,12 +60,18 @@ fn spec() -> RunSpec {
         seed: 42,
         committee_size: 0,
         pacing: Pacing::default(),
+        genesis_params: None,
     }
 }
 
 /// The golden spec with overlapped, time-budgeted rounds and committees of 8.
 fn paced_spec() -> RunSpec {
     RunSpec { committee_size: 8, pacing: Pacing { overlapped: true, inner_budget_ms: 45_000 }, ..spec() }
+}
+
+/// The golden spec starting from given parameters (those of `state`).
+fn init_spec() -> RunSpec {
+    RunSpec { genesis_params: Some(params_id(&state(RunId([0; 32])).params)), ..spec() }
 }
 
 fn state(run: RunId) -> TrainingState {
@@ -184,6 +190,7 @@ fn vectors() -> Vec<(&'static str, Vec<u8>)> {
     v.push(("dataset_id", dataset_id_of(&dataset.encode()).0.to_vec()));
     v.push(("ticket_run_spec", ticket_spec().encode()));
     v.push(("paced_run_spec", paced_spec().encode()));
+    v.push(("init_run_spec", init_spec().encode()));
     v.push(("ticket", ticket().encode()));
     v.extend(v2_vectors());
     v
@@ -371,6 +378,7 @@ fn golden_messages_decode_and_verify() {
     assert_eq!(d, dataset_manifest());
     assert_eq!(d.id().0.to_vec(), read("dataset_id"));
     assert_eq!(RunSpec::decode(&read("paced_run_spec")), Ok(paced_spec()));
+    assert_eq!(RunSpec::decode(&read("init_run_spec")), Ok(init_spec()));
     let ts = RunSpec::decode(&read("ticket_run_spec")).expect("ticket run spec");
     assert_eq!(ts.admission.operators(), &[key().public()]);
     let t = Ticket::decode(&read("ticket")).expect("ticket");

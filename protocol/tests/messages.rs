@@ -199,6 +199,7 @@ fn spec() -> impl Strategy<Value = RunSpec> {
                     },
                 },
                 seed,
+                genesis_params: (seed % 11 == 3).then_some(murmur_protocol::ParamsId([seed as u8; 32])),
             },
         )
 }

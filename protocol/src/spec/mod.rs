@@ -5,7 +5,7 @@
 //! same bytes; every field that changes what honest nodes compute is here.
 
 use crate::codec::Codec;
-use crate::hash::{run_id_of, unhex, DatasetId, RunId};
+use crate::hash::{run_id_of, unhex, DatasetId, ParamsId, RunId};
 use crate::identity::PublicKey;
 use crate::wire::{
     MessageType, Reader, WireError, Writer, MAX_ALLOWLIST, MAX_ELEMENTS, MAX_OPERATORS, MAX_STRING_BYTES,
@@ -253,6 +253,11 @@ pub struct RunSpec {
     /// Blocking or overlapped rounds, fixed steps or a time budget
     /// (docs/protocol.md §4.1, §6.3, §6.4). Written only when not the default.
     pub pacing: Pacing,
+    /// The genesis parameters when the run starts from a given model
+    /// (`murmur-bootstrap --init-from`): nodes fetch the genesis state and
+    /// check its parameters against this hash. `None`: the genesis
+    /// parameters are `init_params(model, seed)`. Written only when present.
+    pub genesis_params: Option<ParamsId>,
 }
 
 /// How a run paces its rounds (docs/protocol.md §6.3, §6.4).
@@ -366,13 +371,17 @@ impl RunSpec {
         }
         w.u64(self.seed);
         // The optional tail, written only as far as it differs from version 1.
-        let paced = self.pacing != Pacing::default();
+        let init = self.genesis_params.is_some();
+        let paced = init || self.pacing != Pacing::default();
         if self.committee_size != 0 || paced {
             w.u32(self.committee_size);
         }
         if paced {
             w.u8(u8::from(self.pacing.overlapped));
             w.u32(self.pacing.inner_budget_ms);
+        }
+        if let Some(p) = &self.genesis_params {
+            w.bytes(&p.0);
         }
         w.finish()
     }
@@ -431,22 +440,26 @@ impl RunSpec {
         let seed = r.u64()?;
         let has_tail = r.remaining() >= 4;
         let committee_size = if has_tail { r.u32()? } else { 0 };
-        let pacing = if r.remaining() >= 5 {
+        let has_pacing = r.remaining() >= 5;
+        let pacing = if has_pacing {
             let overlapped = match r.u8()? {
                 0 => false,
                 1 => true,
                 tag => return Err(WireError::BadTag { field: "pacing.overlapped", tag }),
             };
-            let pacing = Pacing { overlapped, inner_budget_ms: r.u32()? };
-            if pacing == Pacing::default() {
-                return Err(invalid("pacing", "default pacing is written by leaving it out"));
-            }
-            pacing
+            Pacing { overlapped, inner_budget_ms: r.u32()? }
         } else {
             Pacing::default()
         };
-        if has_tail && committee_size == 0 && pacing == Pacing::default() {
-            return Err(invalid("committee_size", "a zero committee size is written by leaving it out"));
+        let genesis_params = if r.remaining() >= 32 { Some(ParamsId(r.array()?)) } else { None };
+        // Canonical bytes stop after the last field that is not a default.
+        if genesis_params.is_none() {
+            if has_pacing && pacing == Pacing::default() {
+                return Err(invalid("pacing", "default pacing is written by leaving it out"));
+            }
+            if has_tail && committee_size == 0 && pacing == Pacing::default() {
+                return Err(invalid("committee_size", "a zero committee size is written by leaving it out"));
+            }
         }
         r.finish()?;
         let spec = RunSpec {
@@ -463,6 +476,7 @@ impl RunSpec {
             seed,
             committee_size,
             pacing,
+            genesis_params,
         };
         spec.validate()?;
         Ok(spec)

@@ -35,6 +35,7 @@ pub(crate) fn sample_spec() -> RunSpec {
         seed: 42,
         committee_size: 0,
         pacing: Pacing::default(),
+        genesis_params: None,
     }
 }
 
@@ -102,6 +103,26 @@ fn pacing_is_written_only_when_set_and_checked() {
             "budget {budget}"
         );
     }
+}
+
+#[test]
+fn genesis_params_are_written_only_when_set() {
+    let v1 = sample_spec();
+    let mut init = sample_spec();
+    init.genesis_params = Some(ParamsId([7; 32]));
+    let bytes = init.encode();
+    // The committee size and pacing are written out (defaults included),
+    // then the 32-byte ParamsId.
+    assert_eq!(bytes.len(), v1.encode().len() + 4 + 1 + 4 + 32);
+    assert_eq!(RunSpec::decode(&bytes), Ok(init.clone()));
+    assert_ne!(init.run_id(), v1.run_id());
+    init.committee_size = 8;
+    init.pacing = Pacing { overlapped: true, inner_budget_ms: 0 };
+    assert_eq!(RunSpec::decode(&init.encode()), Ok(init.clone()));
+    // A ParamsId cut short is not a spec.
+    let mut cut = v1.encode();
+    cut.extend_from_slice(&[0; 4 + 5 + 31]);
+    assert!(RunSpec::decode(&cut).is_err());
 }
 
 #[test]
