@@ -16,11 +16,13 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use clap::Parser;
 use libp2p::Multiaddr;
+use murmur_node::checkpoint::run_export::load_model;
 use murmur_node::data::dataset::{built_in, LocalDataset};
+use murmur_node::model::ModelConfig;
 use murmur_node::net::{self, NetConfig, NetEvent, Role};
 use murmur_node::runtime::dataset::import_local;
 use murmur_node::runtime::server::{ServedStatus, StoreServer};
-use murmur_node::runtime::spec::{genesis, parse_admission, run_spec, RunParams};
+use murmur_node::runtime::spec::{genesis, genesis_with, parse_admission, run_spec, RunParams};
 use murmur_node::runtime::tickets::parse_public_key;
 use murmur_node::store::{keyfile, BlobKind, Store};
 use murmur_protocol::Codec;
@@ -111,6 +113,32 @@ struct Args {
     /// and re-syncing nodes take.
     #[arg(long)]
     operator: Vec<String>,
+    /// Start the run from this model instead of random parameters: a
+    /// directory written by `murmur export` (or any Hugging Face GPT-2
+    /// directory) or a `.murmur` checkpoint. Its shape must be --preset's.
+    #[arg(long)]
+    init_from: Option<PathBuf>,
+}
+
+/// The parameters of the model at `path`, flat, if its shape is `preset`'s.
+fn model_params(path: &std::path::Path, preset: &str) -> Result<Vec<f32>> {
+    let (cfg, tensors) = load_model(path).map_err(|e| anyhow::anyhow!("--init-from: {e}"))?;
+    let want = ModelConfig::preset(preset).map_err(|e| anyhow::anyhow!("--preset: {e}"))?;
+    if cfg != want {
+        let shape = |c: &ModelConfig| {
+            format!(
+                "{} layers, {} heads, width {}, vocabulary {}, context {}",
+                c.n_layer, c.n_head, c.n_embd, c.vocab_size, c.max_seq_len
+            )
+        };
+        anyhow::bail!(
+            "--init-from: {} is a model of {}, and preset `{preset}` is one of {}; pass the --preset it was trained as",
+            path.display(),
+            shape(&cfg),
+            shape(&want)
+        );
+    }
+    Ok(tensors.into_iter().flatten().collect())
 }
 
 /// `--inner-budget` seconds as the spec's milliseconds.
@@ -145,7 +173,9 @@ fn run(a: Args) -> Result<()> {
         .iter()
         .map(|k| parse_public_key(k).map_err(|e| anyhow::anyhow!("--operator: {e}")))
         .collect::<Result<Vec<_>>>()?;
+    let init = a.init_from.as_deref().map(|p| model_params(p, &a.preset)).transpose()?;
     let params = RunParams {
+        genesis_params: init.as_deref().map(murmur_protocol::params_id),
         preset: a.preset.clone(),
         data,
         inner_steps: a.inner_steps,
@@ -183,7 +213,10 @@ fn run(a: Args) -> Result<()> {
         );
     }
     let key = keyfile::load_or_create(&a.key.clone().unwrap_or_else(|| a.data_dir.join("bootstrap.key")))?;
-    let g = genesis(&spec)?;
+    let g = match init {
+        Some(params) => genesis_with(&spec, params)?,
+        None => genesis(&spec)?,
+    };
     let genesis_id = store.blobs.put(BlobKind::State, &g.encode())?;
     let server = Arc::new(StoreServer::new(store, spec.encode(), false));
     server.set_status(ServedStatus { round: 0, state: Some(genesis_id) });
@@ -193,11 +226,12 @@ fn run(a: Args) -> Result<()> {
         a.listen.clone()
     };
     eprintln!(
-        "murmur-bootstrap: hosting run {} ({} preset, {} parameters, genesis {}, admission {})",
+        "murmur-bootstrap: hosting run {} ({} preset, {} parameters, genesis {}{}, admission {})",
         spec.run_id(),
         spec.model.preset,
         spec.model.param_count,
         murmur_protocol::hash::hex(&genesis_id),
+        a.init_from.as_ref().map_or_else(String::new, |p| format!(" from {}", p.display())),
         match &spec.admission {
             murmur_protocol::AdmissionPolicy::Tickets { operators } =>
                 format!("by ticket of {} operator(s)", operators.len()),

@@ -32,10 +32,13 @@ pub enum Command {
     Train(Box<train::TrainArgs>),
     /// Join a training run (or start one) and train with the network.
     Node(node::NodeArgs),
-    /// Write a checkpoint as a Hugging Face GPT-2 model.
+    /// Write a model as a Hugging Face GPT-2 directory: a checkpoint, a
+    /// node's committed state (--data-dir), or a live run's (--bootstrap).
     Export(model_io::ExportArgs),
     /// Read a Hugging Face GPT-2 model into a murmur checkpoint.
     Import(model_io::ImportArgs),
+    /// Measure an exported model's validation loss on its run's data.
+    Eval(model_io::EvalArgs),
     /// Generate text from a checkpoint.
     Sample(model_io::SampleArgs),
     /// Measure throughput.
@@ -101,6 +104,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Node(a) => node::run(a),
         Command::Export(a) => model_io::export(a),
         Command::Import(a) => model_io::import(a),
+        Command::Eval(a) => model_io::eval(a),
         Command::Sample(a) => model_io::sample(a),
         Command::Bench(c) => bench::run(c),
         Command::Devices(a) => devices::run(a),

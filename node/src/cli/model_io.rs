@@ -1,16 +1,27 @@
-//! `murmur export`, `murmur import` and `murmur sample`: moving models in and
-//! out of murmur, and generating text from one.
+//! `murmur export`, `murmur import`, `murmur eval` and `murmur sample`:
+//! moving models in and out of murmur (a checkpoint, a node's committed
+//! state, or a live run's), measuring one on its run's validation data,
+//! and generating text from one.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::{bail, Result};
-use clap::{Args, ValueEnum};
+use clap::{ArgGroup, Args, ValueEnum};
+use libp2p::Multiaddr;
+use murmur_protocol::hash::unhex;
+use murmur_protocol::StateId;
 
-use super::device::{with_backend, DeviceArg};
+use super::device::{with_backend, DeviceArg, PrecisionArg};
+use crate::checkpoint::run_export::{self, load_model};
 use crate::checkpoint::{native, safetensors, Checkpoint, CheckpointMeta};
 use crate::data::TokenizerKind;
 use crate::model::sample::{generate, SampleOptions};
 use crate::model::Gpt;
+use crate::runtime::export::{export_from_data_dir, export_from_network, Pick};
+use crate::runtime::report::Reporter;
+use crate::runtime::spec::model_config;
+use crate::runtime::trainer::{stream_corpus, VAL_BATCHES};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum ExportFormat {
@@ -19,13 +30,31 @@ pub enum ExportFormat {
 }
 
 #[derive(Args, Debug)]
+#[command(group(ArgGroup::new("source").required(true).args(["checkpoint", "data_dir", "bootstrap"])))]
 pub struct ExportArgs {
-    /// A murmur checkpoint (.murmur).
+    /// A murmur checkpoint (.murmur) written by `murmur train`.
     #[arg(long)]
-    pub checkpoint: PathBuf,
+    pub checkpoint: Option<PathBuf>,
+    /// A node's data directory: export a committed state it holds (the
+    /// newest by default). The node must be stopped.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// With --data-dir: the state committed by this round.
+    #[arg(long, requires = "data_dir", conflicts_with = "state")]
+    pub round: Option<u64>,
+    /// With --data-dir: this committed state (StateId, 64 hex characters).
+    #[arg(long, requires = "data_dir")]
+    pub state: Option<String>,
+    /// A bootstrap server of a live run (repeatable): join as an observer
+    /// and export the newest state the run's signed commits back.
+    #[arg(long)]
+    pub bootstrap: Vec<Multiaddr>,
+    /// With --bootstrap: how long to wait for the run's trainers, in seconds.
+    #[arg(long, default_value_t = 20)]
+    pub wait: u64,
     #[arg(long, value_enum, default_value = "safetensors")]
     pub format: ExportFormat,
-    /// Output directory.
+    /// Output directory (must not exist, or be empty).
     #[arg(long)]
     pub out: PathBuf,
 }
@@ -63,12 +92,91 @@ pub struct SampleArgs {
     pub device: DeviceArg,
 }
 
+#[derive(Args, Debug)]
+pub struct EvalArgs {
+    /// A directory written by `murmur export --data-dir` or `--bootstrap`
+    /// (its murmur.json names the run, whose validation data is used).
+    #[arg(long)]
+    pub model: PathBuf,
+    #[arg(long, value_enum, default_value = "auto")]
+    pub device: DeviceArg,
+    /// Print one JSON object instead of a line of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
 pub fn export(args: ExportArgs) -> Result<()> {
-    let ckpt = native::load(&args.checkpoint)?;
-    match args.format {
-        ExportFormat::Safetensors => safetensors::export(&args.out, &ckpt.meta.model, &ckpt.params)?,
+    let ExportFormat::Safetensors = args.format;
+    if let Some(path) = &args.checkpoint {
+        let ckpt = native::load(path)?;
+        safetensors::export(&args.out, &ckpt.meta.model, &ckpt.params)?;
+        println!("exported step {} to {}", ckpt.meta.step, args.out.display());
+        return Ok(());
     }
-    println!("exported step {} to {}", ckpt.meta.step, args.out.display());
+    let meta = if let Some(dir) = &args.data_dir {
+        let pick = match (args.round, &args.state) {
+            (Some(r), _) => Pick::Round(r),
+            (None, Some(hex)) => Pick::State(parse_state_id(hex)?),
+            (None, None) => Pick::Latest,
+        };
+        export_from_data_dir(dir, pick, &args.out)?
+    } else {
+        super::init_logs();
+        let wait = Duration::from_secs(args.wait);
+        let (bootstrap, out) = (args.bootstrap.clone(), args.out.clone());
+        super::run_until_done(async move {
+            export_from_network(&bootstrap, &out, wait, Reporter { json: false }).await
+        })?
+    };
+    let round = meta.round.map_or_else(|| "the genesis state".to_string(), |r| format!("round {r}"));
+    println!(
+        "exported {round} of run {} (state {}, {} tokens seen) to {}",
+        meta.run,
+        meta.state_id,
+        meta.tokens_seen,
+        args.out.display()
+    );
+    Ok(())
+}
+
+fn parse_state_id(hex: &str) -> Result<StateId> {
+    match unhex(hex).and_then(|b| <[u8; 32]>::try_from(b).ok()) {
+        Some(id) => Ok(StateId(id)),
+        None => bail!("--state takes a StateId: 64 hex characters, as the node's round lines print it"),
+    }
+}
+
+/// The validation loss of an exported model on its run's validation data,
+/// measured as the run's nodes measure it.
+pub fn eval(args: EvalArgs) -> Result<()> {
+    let meta = run_export::read_meta(&args.model)?;
+    let spec = meta.spec()?;
+    let cfg = model_config(&spec)?;
+    let (model_cfg, params) = load_model(&args.model).map_err(anyhow::Error::msg)?;
+    if model_cfg != cfg {
+        bail!(
+            "{} holds a model of another shape than its run's preset `{}`",
+            args.model.display(),
+            spec.model.preset
+        );
+    }
+    let corpus = stream_corpus(&spec, &cfg).map_err(|e| {
+        anyhow::anyhow!("{e}: `murmur eval` measures runs on synthetic data; a dataset run's nodes report its validation loss in their round lines")
+    })?;
+    let (batch, seq) = (spec.inner.batch_size.max(1) as usize, cfg.max_seq_len);
+    let mut val = corpus.val_loader(batch, seq)?;
+    let loss = with_backend!(args.device, PrecisionArg::Fp32, |backend| {
+        let mut model = Gpt::new(backend, cfg.clone(), &params, 1);
+        crate::train::trainer::evaluate(backend, &mut model, &mut val, VAL_BATCHES)?
+    });
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({ "val_loss": loss, "round": meta.round, "state_id": meta.state_id })
+        );
+    } else {
+        println!("val_loss {loss:.6} ({} validation batches of {batch} × {seq} tokens)", VAL_BATCHES);
+    }
     Ok(())
 }
 

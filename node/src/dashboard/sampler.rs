@@ -9,9 +9,9 @@ use murmur_protocol::{RunSpec, TrainingState};
 use crate::compute::cpu::CpuBackend;
 use crate::data::{Corpus, DataSpec, Tokenizer, TokenizerKind};
 use crate::model::sample::{generate, SampleOptions};
+use crate::model::split_params;
 use crate::model::{Gpt, ModelConfig};
 use crate::runtime::spec::model_config;
-use crate::runtime::trainer::split_params;
 
 /// New tokens per sample.
 pub const SAMPLE_TOKENS: usize = 96;

@@ -9,7 +9,7 @@ pub mod sample;
 
 pub use config::{ConfigError, ModelConfig, PRESETS};
 pub use gpt::{Gpt, StepStats};
-pub use params::{init_params, param_specs, ParamSpec};
+pub use params::{init_params, param_specs, split_params, ParamSpec};
 
 #[cfg(test)]
 mod reference;

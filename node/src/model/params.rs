@@ -99,6 +99,19 @@ pub fn param_specs(cfg: &ModelConfig) -> Vec<ParamSpec> {
     out
 }
 
+/// Split flat parameters into the model's tensors (canonical order); a
+/// tensor past the end of `flat` comes out empty.
+pub fn split_params(cfg: &ModelConfig, flat: &[f32]) -> Vec<Vec<f32>> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    for s in param_specs(cfg) {
+        let n = s.numel();
+        out.push(flat.get(at..at + n).map(<[f32]>::to_vec).unwrap_or_default());
+        at += n;
+    }
+    out
+}
+
 /// GPT-2 initial values for every tensor, deterministic in `seed`. Padded
 /// vocabulary rows of `wte` start at zero (they are never read by the loss).
 pub fn init_params(cfg: &ModelConfig, seed: u64) -> Vec<Vec<f32>> {

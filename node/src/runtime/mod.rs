@@ -8,7 +8,8 @@
 //!
 //! - `spec`: default run, model shape, genesis.
 //! - `memory`: whether a run fits this machine's memory.
-//! - `startup`: spec discovery, stored position, cold start.
+//! - `startup`: spec discovery, stored or fetched genesis, stored position, cold start.
+//! - `export`: committed states of a data directory or a live run, written as models.
 //! - `tickets`: the node's own ticket, the wall clock, the tickets it verified.
 //! - `backing`: the commits a status offers, and the state gathered ones back.
 //! - `dataset`: the run's dataset: manifest, assigned windows, shard fetching.
@@ -26,6 +27,7 @@ pub mod aggregation;
 pub mod backing;
 pub mod committee;
 pub mod dataset;
+pub mod export;
 pub mod fetching;
 pub mod held;
 pub mod memory;
@@ -113,6 +115,9 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
     store.meta.set_spec(&spec.encode())?;
     let cfg = spec::model_config(&spec)?;
     memory::check_fits(&spec, &cfg, opts.device.name(), memory::physical_memory())?;
+    if spec.genesis_params.is_some() && store.meta.position(&spec.run_id())?.is_none() {
+        startup::fetch_genesis(&key, &opts.bootstrap, &store, &spec, Duration::from_secs(60)).await?;
+    }
     let (mine, resumed) = startup::load_position(&store, &spec)?;
     // Our manifest signed before a restart, if it is for the round resumed at:
     // announced again rather than training (and signing) that round twice.
@@ -161,11 +166,30 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
             .await?;
     let trainer_setup = trainer::TrainerSetup { spec: spec.clone(), cfg, shard, device: opts.device, feed };
     let trainer = trainer::spawn(&trainer_setup, done_tx).map_err(RuntimeError::Trainer)?;
+    let mut done_rx = done_rx;
+    // A node that starts a run measures the genesis state first, so the
+    // run's curve starts at its model's loss (a given model's, with --init-from).
+    let val_loss = if opts.eval_every > 0 && state.round == 0 {
+        trainer.submit(trainer::Job::Evaluate { round: 0, state: Arc::new(state.clone()) });
+        match done_rx.recv().await {
+            Some(trainer::JobDone::Evaluated { val_loss, .. }) => Some(val_loss),
+            Some(trainer::JobDone::Panicked(what)) => {
+                return Err(RuntimeError::Trainer(format!("evaluating the genesis state panicked: {what}")));
+            }
+            other => {
+                tracing::warn!("evaluating the genesis state: {other:?}");
+                None
+            }
+        }
+    } else {
+        None
+    };
     out.event(
         "joined",
         json!({
             "round": state.round,
             "state_id": state.id().to_hex(),
+            "val_loss": val_loss,
             "device": trainer.device,
             "backend": trainer.backend,
         }),

@@ -166,8 +166,9 @@ pub struct Node {
     last_telemetry: Option<Instant>,
     telemetry_round: u64,
     last_val_loss: Option<f32>,
-    /// Signer of each delta offered to aggregation in the current round.
-    offered: HashMap<PayloadHash, PublicKey>,
+    /// Signer and claimed tokens of each delta offered to aggregation in
+    /// the current round.
+    offered: HashMap<PayloadHash, (PublicKey, u64)>,
     /// Delta blobs stored, by the round they belong to (for garbage collection).
     deltas_by_round: std::collections::BTreeMap<u64, Vec<PayloadHash>>,
     /// Every state blob this node wrote or fetched since start, oldest
@@ -885,7 +886,7 @@ impl Node {
                 self.fetch_payload(payload_hash, payload_len, signer, from)
             }
             Action::Aggregate { round, base, deltas } => {
-                self.offered = deltas.iter().map(|d| (d.payload_hash, d.signer)).collect();
+                self.offered = deltas.iter().map(|d| (d.payload_hash, (d.signer, d.tokens))).collect();
                 let (store, spec, held, tx) =
                     (self.store.clone(), self.spec.clone(), self.state.clone(), self.tx.clone());
                 tokio::task::spawn_blocking(move || {
@@ -899,13 +900,11 @@ impl Node {
             }
             Action::PublishCommit(c) => {
                 self.metrics.round_closed(c.round);
-                let contributors: Vec<String> = c
-                    .included
-                    .iter()
-                    .filter_map(|h| self.offered.get(h))
-                    .filter_map(peer_id_of)
-                    .map(|p| p.to_string())
-                    .collect();
+                let included: Vec<&(PublicKey, u64)> =
+                    c.included.iter().filter_map(|h| self.offered.get(h)).collect();
+                let contributors: Vec<String> =
+                    included.iter().filter_map(|(k, _)| peer_id_of(k)).map(|p| p.to_string()).collect();
+                let round_tokens: u64 = included.iter().map(|(_, t)| t).sum();
                 self.pending_reports.insert(
                     c.round,
                     json!({
@@ -913,6 +912,7 @@ impl Node {
                         "state_id": c.new_state.to_hex(),
                         "included": c.included.len(),
                         "contributors": contributors,
+                        "round_tokens": round_tokens,
                     }),
                 );
                 self.evaluate_or_report(c.round);

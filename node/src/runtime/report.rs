@@ -55,7 +55,8 @@ impl RoundBytes {
     }
 }
 
-/// Keep a round report (`state_id`, `included`) in the store's history.
+/// Keep a round report (`state_id`, `included`, `round_tokens`) in the
+/// store's history.
 pub fn record_round(
     store: &crate::store::Store,
     run: &murmur_protocol::RunId,
@@ -68,6 +69,8 @@ pub fn record_round(
             round,
             state_id: state_id.to_string(),
             included: v["included"].as_u64().unwrap_or(0) as usize,
+            round_tokens: v["round_tokens"].as_u64().unwrap_or(0),
+            state_blob: v["state_blob"].as_str().map(str::to_string),
             val_loss,
         };
         let _ = store.meta.record_round(run, &rec);

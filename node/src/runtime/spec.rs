@@ -1,10 +1,12 @@
 //! Runs as the node sees them: the built-in default RunSpec (tiny preset,
-//! synthetic data, norm filter on), the model shape a spec names, and the genesis state,
-//! a deterministic function of the spec (init_params(config, seed)).
+//! synthetic data, norm filter on), the model shape a spec names, and the
+//! genesis state: a deterministic function of the spec (init_params(config,
+//! seed)), or, in a run that starts from a given model, that model's
+//! parameters, checked against the ParamsId the spec names.
 
 use murmur_protocol::{
-    initial_momentum, AdmissionPolicy, Codec, InnerOptimizer, ModelShape, OuterOptimizer, PublicKey,
-    RobustMode, RunSpec, TrainingState,
+    initial_momentum, params_id, AdmissionPolicy, Codec, InnerOptimizer, ModelShape, OuterOptimizer,
+    ParamsId, PublicKey, RobustMode, RunSpec, TrainingState,
 };
 use thiserror::Error;
 
@@ -21,6 +23,16 @@ pub enum SpecError {
         "this run needs at least {need_gib:.1} GiB of memory (batch {batch} × {context} tokens, {steps} inner steps, on the {device} backend) and this machine has {have_gib:.1} GiB: ask the run's operator for a smaller --batch, or join from a machine with more memory"
     )]
     TooBig { need_gib: f64, have_gib: f64, batch: u32, context: u32, steps: u32, device: &'static str },
+    #[error(
+        "this run starts from a given model (parameters {0}), which this node does not hold: join it with --bootstrap so the node fetches its genesis state"
+    )]
+    GenesisNotHeld(ParamsId),
+    #[error("not this run's genesis state: {0}")]
+    NotGenesis(&'static str),
+    #[error(
+        "the model has {got} parameters and preset `{preset}` has {want}: start the run with the preset the model was trained as"
+    )]
+    ParamCount { got: usize, want: u64, preset: String },
 }
 
 /// Knobs of the default run (what `murmur-bootstrap` flags change).
@@ -42,6 +54,8 @@ pub struct RunParams {
     pub committee_size: u32,
     /// Overlapped or blocking rounds, fixed H or a time budget.
     pub pacing: murmur_protocol::Pacing,
+    /// The genesis parameters' hash when the run starts from a given model.
+    pub genesis_params: Option<ParamsId>,
 }
 
 impl Default for RunParams {
@@ -62,6 +76,7 @@ impl Default for RunParams {
             seed: 1,
             committee_size: 0,
             pacing: murmur_protocol::Pacing::default(),
+            genesis_params: None,
         }
     }
 }
@@ -151,6 +166,7 @@ pub fn run_spec(p: &RunParams) -> Result<RunSpec, SpecError> {
         seed: p.seed,
         committee_size: p.committee_size,
         pacing: p.pacing,
+        genesis_params: p.genesis_params,
     })
 }
 
@@ -164,12 +180,62 @@ pub fn model_config(spec: &RunSpec) -> Result<ModelConfig, SpecError> {
     Ok(c)
 }
 
-/// The genesis state S_0 of a run.
+/// The genesis state S_0 of a run whose genesis parameters follow from the
+/// spec; a run that starts from a given model has to fetch its genesis
+/// (`GenesisNotHeld`).
 pub fn genesis(spec: &RunSpec) -> Result<TrainingState, SpecError> {
+    if let Some(p) = spec.genesis_params {
+        return Err(SpecError::GenesisNotHeld(p));
+    }
     let cfg = model_config(spec)?;
     let params: Vec<f32> = init_params(&cfg, spec.seed).into_iter().flatten().collect();
     let momentum = initial_momentum(spec.outer, params.len());
     Ok(TrainingState { run: spec.run_id(), round: 0, params, momentum })
+}
+
+/// The genesis state of `spec` with parameters `params` (a run that starts
+/// from a given model; the spec must name their ParamsId).
+pub fn genesis_with(spec: &RunSpec, params: Vec<f32>) -> Result<TrainingState, SpecError> {
+    let state = TrainingState {
+        run: spec.run_id(),
+        round: 0,
+        momentum: initial_momentum(spec.outer, params.len()),
+        params,
+    };
+    check_genesis(spec, &state)?;
+    Ok(state)
+}
+
+/// Check that `state` is `spec`'s genesis: its run, round 0, the initial
+/// momentum, and parameters that hash to the spec's `genesis_params` (or
+/// equal `init_params` when it names none).
+pub fn check_genesis(spec: &RunSpec, state: &TrainingState) -> Result<(), SpecError> {
+    let want = spec.model.param_count;
+    if state.params.len() as u64 != want {
+        let preset = spec.model.preset.clone();
+        return Err(SpecError::ParamCount { got: state.params.len(), want, preset });
+    }
+    if state.run != spec.run_id() || state.round != 0 {
+        return Err(SpecError::NotGenesis("it is of another run or round"));
+    }
+    if state.momentum != initial_momentum(spec.outer, state.params.len()) {
+        return Err(SpecError::NotGenesis("its outer momentum is not the initial one"));
+    }
+    match spec.genesis_params {
+        Some(p) if params_id(&state.params) != p => {
+            Err(SpecError::NotGenesis("its parameters do not hash to the run's genesis ParamsId"))
+        }
+        Some(_) => Ok(()),
+        None if state.id() != genesis(spec)?.id() => {
+            Err(SpecError::NotGenesis("its parameters are not the run's initial ones"))
+        }
+        None => Ok(()),
+    }
+}
+
+/// Tokens one delta trains on when it takes all H inner steps.
+pub fn tokens_per_delta(spec: &RunSpec) -> u64 {
+    u64::from(spec.inner_steps) * u64::from(spec.inner.batch_size) * u64::from(spec.model.context_len)
 }
 
 /// Bytes of every state payload of this run.

@@ -1,5 +1,6 @@
 //! Joining a run: learn the RunSpec from a bootstrap server, reopen the
-//! node's last consistent position from its store (or make genesis), and
+//! node's last consistent position from its store (or make genesis, or
+//! fetch it when the run starts from a given model), and
 //! cold start — ask the peers for their status and the signed commits they
 //! hold, and fetch the newest state those commits back under the run's
 //! rule from several peers at once.
@@ -16,7 +17,7 @@ use tokio::sync::mpsc;
 use super::backing::Evidence;
 use super::fetching::fetch_state;
 use super::report::Reporter;
-use super::spec::genesis;
+use super::spec::{check_genesis, genesis, state_len};
 use super::tickets::unix_now;
 use super::RuntimeError;
 use crate::net::{
@@ -70,6 +71,75 @@ pub async fn discover_spec(
     Err(RuntimeError::Config(format!("could not get the run spec from the bootstrap server: {last}")))
 }
 
+/// Fetch the genesis state of a run that starts from a given model from
+/// the bootstrap servers (which hold it), check it against the spec's
+/// ParamsId, and store it as the node's position at round 0. Nothing is
+/// stored unless the check passes.
+pub async fn fetch_genesis(
+    key: &NodeKey,
+    bootstrap: &[Multiaddr],
+    store: &Store,
+    spec: &RunSpec,
+    wait: Duration,
+) -> Result<(), RuntimeError> {
+    let Some(params) = spec.genesis_params else { return Ok(()) };
+    let peers: Vec<PeerId> = bootstrap.iter().filter_map(peer_of).collect();
+    if peers.is_empty() {
+        return Err(super::spec::SpecError::GenesisNotHeld(params).into());
+    }
+    let mut cfg = NetConfig::new(key.clone(), spec.run_id(), Role::Observer);
+    cfg.bootstrap = bootstrap.to_vec();
+    let (probe, _events) = net::start(cfg, Arc::new(Nothing))?;
+    let (len, n) = (state_len(spec), spec.model.param_count as usize);
+    let deadline = Instant::now() + wait;
+    let mut last = String::from("no answer");
+    while Instant::now() < deadline {
+        for peer in &peers {
+            let ask = tokio::time::timeout(Duration::from_secs(5), probe.request(*peer, XferRequest::Status));
+            let id = match ask.await {
+                Ok(Ok(XferResponse::Status(PeerStatus { round: 0, state: Some(id), .. }))) => id,
+                Ok(Ok(other)) => {
+                    last = format!("it does not serve a genesis state ({other:?})");
+                    continue;
+                }
+                Ok(Err(e)) => {
+                    last = e.to_string();
+                    continue;
+                }
+                Err(_) => {
+                    last = "timed out".into();
+                    continue;
+                }
+            };
+            let fetched = match net::fetch_blob(&probe, BlobKind::State, id, len, len, &[*peer]).await {
+                Ok(f) => f.bytes,
+                Err(e) => {
+                    last = format!("fetching the genesis state: {e}");
+                    continue;
+                }
+            };
+            let checked = TrainingState::decode(&fetched, n)
+                .map_err(|e| format!("the genesis state does not decode: {e}"))
+                .and_then(|s| check_genesis(spec, &s).map_err(|e| e.to_string()).map(|()| s));
+            match checked {
+                Ok(s) => {
+                    let stored = store.blobs.put(BlobKind::State, &fetched)?;
+                    store.meta.set_position(&spec.run_id(), Position { round: 0, state: StateId(stored) })?;
+                    debug_assert_eq!(StateId(stored), s.id());
+                    return Ok(());
+                }
+                Err(e) => {
+                    last = format!("bootstrap server {peer} sent a state that is not the run's genesis: {e}")
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    Err(RuntimeError::Config(format!(
+        "could not get this run's genesis state (parameters {params}) from the bootstrap server: {last}"
+    )))
+}
+
 /// Our manifest signed before a restart, when it is for `mine`'s round and
 /// base and its payload is still stored.
 pub fn signed_manifest_for(store: &Store, spec: &RunSpec, mine: &TrainingState) -> Option<DeltaManifest> {
@@ -110,20 +180,27 @@ pub struct ColdStart {
     pub tickets: Vec<(PublicKey, Ticket)>,
 }
 
-/// Wait briefly for peers, ask the trainers among them for their status,
-/// and take the newest state that the signed commits they offer back under
-/// the run's rule (`backing`), fetching it from all its holders. A round a
-/// peer merely claims moves nothing; such claims are reported
-/// (`ignored_claim`).
-pub async fn cold_start(
+/// What a joiner learnt from the trainers it found.
+pub struct Gathered {
+    pub trainers: Vec<PeerId>,
+    /// The (round, state) each trainer's status claims, with who claims it.
+    pub claims: HashMap<(u64, [u8; 32]), Vec<PeerId>>,
+    /// The signed commits and tickets their statuses offered.
+    pub evidence: Evidence,
+    /// Membership events seen meanwhile.
+    pub seen: Vec<NetEvent>,
+}
+
+/// Wait briefly for peers (at most `wait`, and 1.5 s after the last
+/// trainer joined) and ask the trainers among them, at once, for their
+/// status in `spec`'s run.
+pub async fn gather(
     net: &NetHandle,
     events: &mut mpsc::Receiver<NetEvent>,
-    store: &Arc<Store>,
     spec: &RunSpec,
-    mine: TrainingState,
     wait: Duration,
     out: Reporter,
-) -> ColdStart {
+) -> Gathered {
     let t0 = Instant::now();
     let mut seen = Vec::new();
     let mut trainers: Vec<PeerId> = Vec::new();
@@ -172,6 +249,24 @@ pub async fn cold_start(
             }
         }
     }
+    Gathered { trainers, claims, evidence, seen }
+}
+
+/// Wait briefly for peers, ask the trainers among them for their status,
+/// and take the newest state that the signed commits they offer back under
+/// the run's rule (`backing`), fetching it from all its holders. A round a
+/// peer merely claims moves nothing; such claims are reported
+/// (`ignored_claim`).
+pub async fn cold_start(
+    net: &NetHandle,
+    events: &mut mpsc::Receiver<NetEvent>,
+    store: &Arc<Store>,
+    spec: &RunSpec,
+    mine: TrainingState,
+    wait: Duration,
+    out: Reporter,
+) -> ColdStart {
+    let Gathered { trainers, claims, evidence, seen } = gather(net, events, spec, wait, out).await;
     let unix = unix_now();
     let tickets = evidence.valid_tickets(spec, unix);
     let backed = evidence.backed(spec, unix);

@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use crate::compute::device::{on_backend, Chosen};
 use crate::compute::{on_worker, AdamWStep, Backend};
 use crate::data::{Batch, BatchLoader, Corpus, DataSpec};
-use crate::model::{param_specs, Gpt, ModelConfig};
+use crate::model::{Gpt, ModelConfig};
 use crate::train::trainer::evaluate;
 
 use super::dataset::DatasetFeed;
@@ -241,6 +241,23 @@ pub struct TrainerSetup {
     pub feed: Option<Arc<DatasetFeed>>,
 }
 
+/// The corpus of a run whose data is synthetic (generated, not fetched).
+pub fn stream_corpus(spec: &RunSpec, cfg: &ModelConfig) -> Result<Corpus, String> {
+    let data = match spec.data_ref().map_err(|e| e.to_string())? {
+        murmur_protocol::DataRef::Synthetic(_) => DataSpec::parse(&spec.data).map_err(|e| e.to_string())?,
+        murmur_protocol::DataRef::Dataset { id, .. } => return Err(format!("dataset {id} has no feed")),
+    };
+    let corpus = Corpus::open(&data).map_err(|e| e.to_string())?;
+    if corpus.vocab_size() > cfg.vocab_size {
+        return Err(format!(
+            "the data's vocabulary ({}) exceeds the model's ({})",
+            corpus.vocab_size(),
+            cfg.vocab_size
+        ));
+    }
+    Ok(corpus)
+}
+
 /// Start the trainer thread on the chosen backend (a GPU backend is opened
 /// on the thread itself, which then owns it). With a dataset feed the
 /// batches come from it; otherwise the spec's data must be synthetic.
@@ -252,22 +269,7 @@ pub fn spawn(setup: &TrainerSetup, done: mpsc::UnboundedSender<JobDone>) -> Resu
     let data = match feed {
         Some(feed) => TrainData::Dataset(feed),
         None => {
-            let data = match spec.data_ref().map_err(|e| e.to_string())? {
-                murmur_protocol::DataRef::Synthetic(_) => {
-                    DataSpec::parse(&spec.data).map_err(|e| e.to_string())?
-                }
-                murmur_protocol::DataRef::Dataset { id, .. } => {
-                    return Err(format!("dataset {id} has no feed"));
-                }
-            };
-            let corpus = Corpus::open(&data).map_err(|e| e.to_string())?;
-            if corpus.vocab_size() > cfg.vocab_size {
-                return Err(format!(
-                    "the data's vocabulary ({}) exceeds the model's ({})",
-                    corpus.vocab_size(),
-                    cfg.vocab_size
-                ));
-            }
+            let corpus = stream_corpus(spec, &cfg)?;
             let loader =
                 corpus.train_loader(batch, seq, spec.seed, shard, 1 << 16).map_err(|e| e.to_string())?;
             let val = corpus.val_loader(batch, seq).map_err(|e| e.to_string())?;
@@ -334,18 +336,6 @@ fn evaluate_batches<B: Backend>(backend: &B, model: &mut Gpt<B>, batches: &[Batc
     Ok((sum / batches.len() as f64) as f32)
 }
 
-/// Split flat parameters into the model's tensors (canonical order).
-pub fn split_params(cfg: &ModelConfig, flat: &[f32]) -> Vec<Vec<f32>> {
-    let mut out = Vec::new();
-    let mut at = 0;
-    for s in param_specs(cfg) {
-        let n = s.numel();
-        out.push(flat.get(at..at + n).map(<[f32]>::to_vec).unwrap_or_default());
-        at += n;
-    }
-    out
-}
-
 impl Worker {
     fn run<B: Backend>(
         mut self,
@@ -406,7 +396,12 @@ impl Worker {
                 m.upload_params_flat(backend, flat);
                 m
             }
-            None => model.insert(Gpt::new(backend, self.cfg.clone(), &split_params(&self.cfg, flat), 1)),
+            None => model.insert(Gpt::new(
+                backend,
+                self.cfg.clone(),
+                &crate::model::split_params(&self.cfg, flat),
+                1,
+            )),
         }
     }
 

@@ -25,6 +25,13 @@ pub struct RoundRecord {
     /// Hex StateId after the round.
     pub state_id: String,
     pub included: usize,
+    /// Tokens the included deltas trained on (what they claimed).
+    #[serde(default)]
+    pub round_tokens: u64,
+    /// Hex StateId of the state blob, where it differs from `state_id`
+    /// (protocol v2 names a state by its parameters and its ledger).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_blob: Option<String>,
     pub val_loss: Option<f32>,
 }
 
@@ -96,7 +103,8 @@ impl MetaStore {
         k
     }
 
-    /// Record a closed round; the oldest records past `MAX_HISTORY` go.
+    /// Record a closed round (flushed: an export reads it after the node
+    /// is killed); the oldest records past `MAX_HISTORY` go.
     pub fn record_round(&self, run: &RunId, r: &RoundRecord) -> Result<(), StoreError> {
         let v = serde_json::to_vec(r).map_err(|_| StoreError::Corrupt("round record"))?;
         self.history.insert(Self::history_key(run, r.round), v)?;
@@ -105,6 +113,7 @@ impl MetaStore {
         for kv in old {
             self.history.remove(kv?.0)?;
         }
+        self.db.flush()?;
         Ok(())
     }
 
@@ -171,7 +180,14 @@ mod tests {
             m.set_position(&run, Position { round: 4, state: StateId([9; 32]) }).expect("write");
             m.record_round(
                 &run,
-                &RoundRecord { round: 3, state_id: "ab".into(), included: 2, val_loss: Some(1.5) },
+                &RoundRecord {
+                    round: 3,
+                    state_id: "ab".into(),
+                    included: 2,
+                    round_tokens: 9,
+                    state_blob: None,
+                    val_loss: Some(1.5),
+                },
             )
             .expect("record");
             m.set_signed_manifest(&run, b"manifest").expect("sign");
@@ -197,7 +213,14 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let (run, other) = (RunId([3; 32]), RunId([5; 32]));
         let m = MetaStore::open(dir.path()).expect("open");
-        let rec = |round| RoundRecord { round, state_id: "ab".into(), included: 1, val_loss: None };
+        let rec = |round| RoundRecord {
+            round,
+            state_id: "ab".into(),
+            included: 1,
+            round_tokens: 0,
+            state_blob: None,
+            val_loss: None,
+        };
         m.record_round(&other, &rec(0)).expect("record");
         for round in 0..(MAX_HISTORY as u64 + 50) {
             m.record_round(&run, &rec(round)).expect("record");

@@ -634,6 +634,8 @@ impl CommitteeNode {
                 "round": round,
                 "state_id": new_state.to_hex(),
                 "included": included,
+                "state_blob": self.state.id().to_hex(),
+                "round_tokens": included as u64 * super::spec::tokens_per_delta(&self.spec),
                 "roster": self.ledger.roster.len(),
                 "excluded": self.ledger.excluded.len(),
                 "shards": self.machine.plan().shards(),

@@ -1,0 +1,201 @@
+//! Getting a run's model out: which committed states a node's data
+//! directory holds and which one an export takes, and following a live run
+//! as an observer to take the newest state the run's trust rules back
+//! (the same rule a joining node's cold start applies), checked against
+//! its StateId before it is written.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use libp2p::{Multiaddr, PeerId};
+use murmur_protocol::hash::unhex;
+use murmur_protocol::{RunSpec, StateId, TrainingState};
+
+use super::fetching::fetch_state;
+use super::report::Reporter;
+use super::spec::model_config;
+use super::startup::{discover_spec, gather, Nothing};
+use super::RuntimeError;
+use crate::checkpoint::run_export::{self, ExportMeta};
+use crate::net::{self, NetConfig, Role};
+use crate::store::{keyfile, BlobKind, RoundRecord, Store, StoreError};
+
+/// Which state to export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pick {
+    /// The newest committed state the directory holds.
+    Latest,
+    /// The state committed by this round.
+    Round(u64),
+    State(StateId),
+}
+
+/// A committed state a data directory knows of.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Committed {
+    /// The round whose commit names it (`None`: genesis).
+    pub round: Option<u64>,
+    pub state: StateId,
+    /// Whether its bytes are still stored (nodes keep only the newest few).
+    pub held: bool,
+    pub val_loss: Option<f32>,
+}
+
+fn parse_id(hex: &str) -> Option<StateId> {
+    unhex(hex).and_then(|b| <[u8; 32]>::try_from(b).ok()).map(StateId)
+}
+
+/// The committed states of `spec`'s run that `store` knows of, oldest
+/// first: every round its history records, and its position when that is
+/// not among them (genesis, or a state a cold start synced to).
+pub fn committed_states(store: &Store, spec: &RunSpec) -> Result<Vec<Committed>, StoreError> {
+    let run = spec.run_id();
+    let history = store.meta.history(&run)?;
+    let mut out: Vec<Committed> = history
+        .iter()
+        .filter_map(|r| {
+            let state = parse_id(r.state_blob.as_deref().unwrap_or(&r.state_id))?;
+            let held = store.blobs.contains(BlobKind::State, &state.0);
+            Some(Committed { round: Some(r.round), state, held, val_loss: r.val_loss })
+        })
+        .collect();
+    if let Some(p) = store.meta.position(&run)? {
+        if !out.iter().any(|c| c.state == p.state) {
+            let held = store.blobs.contains(BlobKind::State, &p.state.0);
+            let c = Committed { round: p.round.checked_sub(1), state: p.state, held, val_loss: None };
+            let at = out.iter().position(|o| o.round > c.round).unwrap_or(out.len());
+            out.insert(at, c);
+        }
+    }
+    Ok(out)
+}
+
+/// What a data directory holds, for an error message: the rounds whose
+/// states it keeps, and how many older ones it recorded but deleted.
+fn holdings(all: &[Committed]) -> String {
+    let name = |c: &Committed| match c.round {
+        Some(r) => format!("round {r} ({})", &c.state.to_hex()[..16]),
+        None => format!("genesis ({})", &c.state.to_hex()[..16]),
+    };
+    let held: Vec<String> = all.iter().filter(|c| c.held).map(name).collect();
+    let gone = all.iter().filter(|c| !c.held).count();
+    let mut s = if held.is_empty() {
+        "it holds no committed state".to_string()
+    } else {
+        format!("it holds the states of {}", held.join(", "))
+    };
+    if gone > 0 {
+        s.push_str(&format!("; {gone} older rounds are recorded but their states were deleted"));
+    }
+    s
+}
+
+/// Open a node's data directory for reading its states.
+fn open_data_dir(dir: &Path) -> Result<Store, RuntimeError> {
+    if !dir.join("meta").is_dir() {
+        return Err(RuntimeError::Config(format!(
+            "{} is not a murmur node's data directory (it has no meta/); pass the --data-dir a node ran with",
+            dir.display()
+        )));
+    }
+    Store::open(dir).map_err(|e| match e {
+        StoreError::Locked(_) => RuntimeError::Config(format!(
+            "{e}; to export while the node runs, export from the network instead: murmur export --bootstrap <address> --out <dir>"
+        )),
+        e => e.into(),
+    })
+}
+
+/// Export the committed state `pick` of the run a data directory last
+/// joined to `out`.
+pub fn export_from_data_dir(dir: &Path, pick: Pick, out: &Path) -> Result<ExportMeta, RuntimeError> {
+    let store = open_data_dir(dir)?;
+    let spec = store
+        .meta
+        .spec()?
+        .and_then(|b| RunSpec::decode(&b).ok())
+        .ok_or_else(|| RuntimeError::Config(format!("{} has joined no run", dir.display())))?;
+    let all = committed_states(&store, &spec)?;
+    let chosen = match pick {
+        Pick::Latest => all.iter().rev().find(|c| c.held),
+        Pick::Round(r) => all.iter().find(|c| c.round == Some(r)),
+        Pick::State(id) => all.iter().find(|c| c.state == id),
+    };
+    let what = match pick {
+        Pick::Latest => "a committed state".to_string(),
+        Pick::Round(r) => format!("the state of round {r}"),
+        Pick::State(id) => format!("state {id} as a committed state"),
+    };
+    let Some(chosen) = chosen.filter(|c| c.held) else {
+        return Err(RuntimeError::Config(format!(
+            "{} does not hold {what}: {}",
+            dir.display(),
+            holdings(&all)
+        )));
+    };
+    let n = spec.model.param_count as usize;
+    let bytes = store.blobs.get(BlobKind::State, &chosen.state.0)?;
+    let state = TrainingState::decode(&bytes, n)
+        .map_err(|e| RuntimeError::Config(format!("stored state {} does not decode: {e}", chosen.state)))?;
+    if state.run != spec.run_id() || state.id() != chosen.state {
+        return Err(RuntimeError::Config(format!("stored state {} is not the one recorded", chosen.state)));
+    }
+    let history = store.meta.history(&spec.run_id())?;
+    let meta = with_history(ExportMeta::of(&spec, &state), &history, chosen.val_loss);
+    run_export::write(out, &model_config(&spec)?, &state, &meta)
+        .map_err(|e| RuntimeError::Config(e.to_string()))?;
+    Ok(meta)
+}
+
+/// Fill in the tokens seen up to `meta`'s round from a node's round records.
+pub fn with_history(mut meta: ExportMeta, history: &[RoundRecord], val_loss: Option<f32>) -> ExportMeta {
+    let upto = meta.round;
+    let counted: Vec<&RoundRecord> = history.iter().filter(|r| upto.is_some_and(|u| r.round <= u)).collect();
+    meta.tokens_seen = counted.iter().map(|r| r.round_tokens).sum();
+    meta.tokens_from_round = counted.first().map_or(0, |r| r.round);
+    meta.val_loss = val_loss;
+    meta
+}
+
+/// Join the run the bootstrap servers host as an observer, take the newest
+/// state the signed commits of admitted keys back (fetched from its holders
+/// and checked against its StateId) and export it to `out`. Refuses when no
+/// state is backed: a state peers merely claim is never written.
+pub async fn export_from_network(
+    bootstrap: &[Multiaddr],
+    out: &Path,
+    wait: Duration,
+    report: Reporter,
+) -> Result<ExportMeta, RuntimeError> {
+    let scratch =
+        tempfile::tempdir().map_err(|e| RuntimeError::Config(format!("a scratch directory: {e}")))?;
+    let store = Arc::new(Store::open(scratch.path())?);
+    let key = keyfile::load_or_create(&store.key_path())?;
+    let spec = discover_spec(&key, bootstrap, wait).await?;
+    let cfg = model_config(&spec)?;
+    let mut ncfg = NetConfig::new(key, spec.run_id(), Role::Observer);
+    ncfg.bootstrap = bootstrap.to_vec();
+    let (net, mut events) = net::start(ncfg, Arc::new(Nothing))?;
+    let found = gather(&net, &mut events, &spec, wait, report).await;
+    let Some(b) = found.evidence.backed(&spec, super::tickets::unix_now()) else {
+        return Err(RuntimeError::Config(format!(
+            "no state of run {} is backed by the signed commits of admitted keys ({} trainers answered); nothing was written",
+            spec.run_id(),
+            found.trainers.len()
+        )));
+    };
+    let mut peers: Vec<PeerId> = found.claims.get(&(b.round, b.state.0)).cloned().unwrap_or_default();
+    let committers = b.committers.iter().filter_map(net::peer_id_of).filter(|p| found.trainers.contains(p));
+    for p in committers.chain(found.trainers.iter().copied()) {
+        if !peers.contains(&p) {
+            peers.push(p);
+        }
+    }
+    let state = fetch_state(&net, &store, &spec, b.state, b.round, &peers, || true)
+        .await
+        .map_err(|e| RuntimeError::Config(format!("fetching state {} of round {}: {e}", b.state, b.round)))?;
+    let meta = ExportMeta::of(&spec, &state);
+    run_export::write(out, &cfg, &state, &meta).map_err(|e| RuntimeError::Config(e.to_string()))?;
+    Ok(meta)
+}
