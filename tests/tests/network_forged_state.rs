@@ -4,7 +4,9 @@
 //! backs it with commits signed by ten keys without tickets (each carrying a
 //! ticket its forger signed) — and serve that state, so a node that believed
 //! them could fetch it. The joiner reports both claims as ignored, never
-//! takes either state, and syncs to the state the honest nodes committed.
+//! takes either state, and syncs to the state the honest nodes committed;
+//! `murmur export --bootstrap` likewise writes a committed state and never
+//! a forged one, and with only a forger in the run writes nothing.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -19,8 +21,8 @@ use murmur_node::runtime::startup::discover_spec;
 use murmur_node::store::{BlobKind, Store};
 use murmur_protocol::{NodeKey, PublicKey, RoundCommit, RunSpec, Signature, StateId, Ticket};
 use murmur_tests::{
-    issue_ticket, start_node, start_ticket_run, states_by_round, wait_until, write_node_key, RunSettings,
-    TicketRun,
+    issue_ticket, start_node, start_ticket_run, states_by_round, wait_until, workspace_binary,
+    write_node_key, RunSettings, TicketRun,
 };
 
 /// A peer claiming `round` at `state` (which it serves from its store),
@@ -71,6 +73,77 @@ async fn forger(
         while events.recv().await.is_some() {}
     });
     net
+}
+
+/// Run `murmur export --bootstrap <addr> --out <out>`; (success, stdout, stderr).
+fn export_live(addr: &str, out: &Path) -> (bool, String, String) {
+    let o = std::process::Command::new(workspace_binary("murmur"))
+        .args(["export", "--bootstrap", addr, "--wait", "8", "--out"])
+        .arg(out)
+        .output()
+        .expect("running murmur export");
+    (o.status.success(), String::from_utf8_lossy(&o.stdout).into(), String::from_utf8_lossy(&o.stderr).into())
+}
+
+/// The StateId an export's murmur.json names.
+fn read_state_id(out: &Path) -> String {
+    let text = std::fs::read_to_string(out.join("murmur.json")).expect("murmur.json");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("json");
+    v["state_id"].as_str().unwrap_or_default().to_string()
+}
+
+/// With only a forger in the run, offering a far-ahead state backed by
+/// commits of keys that hold no operator's ticket, `murmur export
+/// --bootstrap` writes nothing and says no state is backed.
+#[test]
+fn export_refuses_a_state_no_admitted_commit_backs() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let settings = RunSettings { inner_steps: 10, batch: 4, quorum: 1, deadline: 20, seed: 45 };
+    let TicketRun { boot: _boot, addr, .. } = start_ticket_run(d, &settings, [0x0d; 32]);
+    let boot: Multiaddr = addr.parse().expect("addr");
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let spec = rt
+        .block_on(discover_spec(
+            &NodeKey::from_seed([0x78; 32]),
+            std::slice::from_ref(&boot),
+            Duration::from_secs(30),
+        ))
+        .expect("spec");
+    let (store, forged) = forged_state(&spec, 60, &d.join("forger"));
+    let forger_key = NodeKey::from_seed([0xf3; 32]);
+    let backing: Vec<StatusBacking> = (0..10u8)
+        .map(|i| {
+            let k = NodeKey::from_seed([0x60 + i; 32]);
+            let commit = RoundCommit {
+                run: spec.run_id(),
+                round: 59,
+                base: StateId([0; 32]),
+                included: vec![],
+                new_state: forged,
+                signer: PublicKey::default(),
+                signature: Signature::default(),
+            }
+            .sign(&k);
+            let ticket = Ticket::issue(&forger_key, spec.run_id(), k.public(), u64::MAX);
+            StatusBacking { commit: commit.encode(), ticket: Some(ticket.encode()) }
+        })
+        .collect();
+    let status = PeerStatus {
+        spec: spec.encode(),
+        round: 60,
+        state: Some(forged.0),
+        trainer: true,
+        ticket: None,
+        backing,
+    };
+    let _forger = rt.block_on(forger(&spec, &boot, forger_key, status, store));
+    std::thread::sleep(Duration::from_secs(3));
+    let out = d.join("export");
+    let (ok, stdout, stderr) = export_live(&addr, &out);
+    assert!(!ok, "a forged state was exported: {stdout}");
+    assert!(stderr.contains("no state of run") && stderr.contains("nothing was written"), "{stderr}");
+    assert!(!out.exists(), "the refused export left {}", out.display());
 }
 
 #[test]
@@ -186,6 +259,19 @@ fn a_joiner_ignores_forged_higher_states_and_syncs_to_the_committed_one() {
             c.events().into_iter().any(|v| v["event"] != "ignored_claim" && v.to_string().contains(&hex));
         assert!(!took, "c took a forged state\n{}", ctx3());
     }
+    // `murmur export --bootstrap` takes the state the honest commits back,
+    // never a forged one.
+    let live = d.join("live-export");
+    let (ok, stdout, stderr) = export_live(&addr, &live);
+    assert!(ok, "export --bootstrap failed: {stdout}\n{stderr}\n{}", ctx3());
+    let exported = read_state_id(&live);
+    assert!(
+        states_by_round(&a).values().any(|s| *s == exported),
+        "exported state {exported} is not one the honest nodes committed\n{}",
+        ctx3()
+    );
+    assert!(exported != x1.to_hex() && exported != x2.to_hex());
+
     // The joiner then trains with the honest nodes, in agreement.
     let from = a.last_round().unwrap_or(0);
     wait_until(
