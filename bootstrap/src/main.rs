@@ -16,12 +16,15 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use clap::Parser;
 use libp2p::Multiaddr;
-use murmur_node::checkpoint::run_export::load_model;
+use murmur_node::checkpoint::run_export::{load_model, ExportMeta};
 use murmur_node::data::dataset::{built_in, LocalDataset};
 use murmur_node::model::ModelConfig;
+use murmur_node::net::GossipMessage;
 use murmur_node::net::{self, NetConfig, NetEvent, Role};
+use murmur_node::runtime::archive::{Archive, ArchiveOptions, Follower, Settled};
 use murmur_node::runtime::dataset::import_local;
 use murmur_node::runtime::server::{ServedStatus, StoreServer};
+use murmur_node::runtime::spec::state_len;
 use murmur_node::runtime::spec::{genesis, genesis_with, parse_admission, run_spec, RunParams};
 use murmur_node::runtime::tickets::parse_public_key;
 use murmur_node::store::{keyfile, BlobKind, Store};
@@ -118,6 +121,18 @@ struct Args {
     /// directory) or a `.murmur` checkpoint. Its shape must be --preset's.
     #[arg(long)]
     init_from: Option<PathBuf>,
+    /// Keep an archive of the run here: every --checkpoint-every-th
+    /// committed state, once the run's signed commits back it, written as
+    /// an export (`round-<N>/`, as `murmur export` writes), the newest
+    /// --keep of them kept. Version 1 rounds (no --committee-size).
+    #[arg(long)]
+    checkpoint_dir: Option<PathBuf>,
+    /// With --checkpoint-dir: archive the state of every R-th round.
+    #[arg(long, default_value_t = 10, requires = "checkpoint_dir")]
+    checkpoint_every: u64,
+    /// With --checkpoint-dir: how many exports to keep.
+    #[arg(long, default_value_t = 3, requires = "checkpoint_dir")]
+    keep: usize,
 }
 
 /// The parameters of the model at `path`, flat, if its shape is `preset`'s.
@@ -139,6 +154,41 @@ fn model_params(path: &std::path::Path, preset: &str) -> Result<Vec<f32>> {
         );
     }
     Ok(tensors.into_iter().flatten().collect())
+}
+
+/// Fetch the state a settled round backs from its committers and archive
+/// it (on a task; failures are logged and the next due round tried).
+fn archive_state(net: net::NetHandle, archive: Arc<Archive>, spec: murmur_protocol::RunSpec, s: Settled) {
+    tokio::spawn(async move {
+        let len = state_len(&spec);
+        let peers: Vec<_> = s.committers.iter().filter_map(net::peer_id_of).collect();
+        let fetched = match net::fetch_blob(&net, BlobKind::State, s.state.0, len, len, &peers).await {
+            Ok(f) => f.bytes,
+            Err(e) => {
+                tracing::warn!("archive: fetching state {} of round {}: {e}", s.state, s.round);
+                return;
+            }
+        };
+        let written = tokio::task::spawn_blocking(move || {
+            let n = spec.model.param_count as usize;
+            let state = murmur_protocol::TrainingState::decode(&fetched, n).map_err(|e| e.to_string())?;
+            if state.run != spec.run_id() || state.round != s.round + 1 {
+                return Err(format!("state {} is not round {}'s of this run", s.state, s.round));
+            }
+            let meta = ExportMeta {
+                tokens_seen: s.tokens_seen,
+                tokens_from_round: s.tokens_from_round,
+                ..ExportMeta::of(&spec, &state)
+            };
+            archive.write(&state, &meta)
+        })
+        .await
+        .unwrap_or_else(|e| Err(e.to_string()));
+        match written {
+            Ok(path) => eprintln!("murmur-bootstrap: archived round {} to {}", s.round, path.display()),
+            Err(e) => tracing::warn!("archive: round {}: {e}", s.round),
+        }
+    });
 }
 
 /// `--inner-budget` seconds as the spec's milliseconds.
@@ -218,6 +268,19 @@ fn run(a: Args) -> Result<()> {
         None => genesis(&spec)?,
     };
     let genesis_id = store.blobs.put(BlobKind::State, &g.encode())?;
+    let archive = match &a.checkpoint_dir {
+        Some(dir) if spec.committee_size > 0 => {
+            anyhow::bail!(
+                "--checkpoint-dir {}: archives follow version 1 rounds; leave out --committee-size",
+                dir.display()
+            )
+        }
+        Some(dir) => {
+            let opts = ArchiveOptions { dir: dir.clone(), every: a.checkpoint_every, keep: a.keep };
+            Some(Arc::new(Archive::new(opts, &spec)?))
+        }
+        None => None,
+    };
     let server = Arc::new(StoreServer::new(store, spec.encode(), false));
     server.set_status(ServedStatus { round: 0, state: Some(genesis_id) });
     let listen = if a.listen.is_empty() {
@@ -251,6 +314,8 @@ fn run(a: Args) -> Result<()> {
             let bound = metrics::start(addr, net.clone(), &a.data_dir).await?;
             eprintln!("murmur-bootstrap: metrics at http://{bound}/metrics");
         }
+        let mut follower = archive.as_ref().map(|_| Follower::new(spec.clone()));
+        let mut tick = tokio::time::interval(std::time::Duration::from_millis(250));
         loop {
             tokio::select! {
                 ev = events.recv() => match ev {
@@ -261,9 +326,32 @@ fn run(a: Args) -> Result<()> {
                     }
                     Some(NetEvent::PeerJoined { peer, role }) => tracing::info!(%peer, role = role.name(), "peer joined"),
                     Some(NetEvent::Banned { peer }) => tracing::warn!(%peer, "peer banned"),
+                    Some(NetEvent::Gossip { from, message }) => {
+                        if let Some(f) = follower.as_mut() {
+                            match *message {
+                                GossipMessage::Commit(c) => f.on_commit(c, std::time::Instant::now()),
+                                GossipMessage::Manifest(m) => f.on_manifest(&m),
+                                GossipMessage::Ticket(t) => {
+                                    if let Some(k) = net::public_key_of(&from) {
+                                        f.on_ticket(k, t);
+                                    }
+                                }
+                                _ => {}
+                            }
+                        }
+                    }
                     Some(_) => {}
                     None => break,
                 },
+                _ = tick.tick() => {
+                    if let (Some(f), Some(archive)) = (follower.as_mut(), archive.as_ref()) {
+                        for s in f.settle(std::time::Instant::now()) {
+                            if archive.due(s.round) && !archive.path_of(s.round).exists() {
+                                archive_state(net.clone(), archive.clone(), spec.clone(), s);
+                            }
+                        }
+                    }
+                }
                 _ = tokio::signal::ctrl_c() => break,
             }
         }

@@ -4,13 +4,16 @@
 //! counted (its own and admitted peers'), and offers them, newest round
 //! first and with each committer's ticket, as the backing of its status.
 //! Joining side: `Evidence` gathers the commits and tickets of the peers'
-//! status answers and picks the state they back under the run's rule
-//! (`murmur_protocol::trust`), never a round a peer merely claims.
+//! status answers (or, for an archive, of the run's gossip) and picks the
+//! state they back under the run's rule (`murmur_protocol::trust`), never a
+//! round a peer merely claims.
 
 use std::collections::BTreeMap;
 
 use murmur_protocol::trust::MAX_WEIGHED_COMMITS;
-use murmur_protocol::{backed_state, Admission, Backed, PublicKey, RoundCommit, RunSpec, Ticket};
+use murmur_protocol::{
+    backed_state, Admission, Backed, PayloadHash, PublicKey, RoundCommit, RunSpec, Ticket,
+};
 
 use super::tickets::TicketBook;
 use crate::net::xfer::{MAX_STATUS_BACKING, STATUS_BACKING_BUDGET};
@@ -104,6 +107,46 @@ impl Evidence {
             }
             self.commits.push(c);
         }
+    }
+
+    /// Take a commit seen as gossip (at most `MAX_WEIGHED_COMMITS` kept).
+    pub fn add_commit(&mut self, c: RoundCommit) {
+        if self.commits.len() < MAX_WEIGHED_COMMITS {
+            self.commits.push(c);
+        }
+    }
+
+    /// Take a ticket seen as gossip, presented by `presenter`.
+    pub fn add_ticket(&mut self, presenter: PublicKey, t: Ticket) {
+        let known = self.tickets.iter().any(|(_, k)| k.holder == t.holder && k.expires == t.expires);
+        if !known && self.tickets.len() < MAX_WEIGHED_COMMITS {
+            self.tickets.push((presenter, t));
+        }
+    }
+
+    /// Forget the commits of rounds before `round`.
+    pub fn forget_before(&mut self, round: u64) {
+        self.commits.retain(|c| c.round >= round);
+    }
+
+    /// The state round `round`'s gathered commits back under the run's
+    /// rule, with the deltas the backing commits included.
+    pub fn backed_round(
+        &self,
+        spec: &RunSpec,
+        unix_now: u64,
+        round: u64,
+    ) -> Option<(Backed, Vec<PayloadHash>)> {
+        let a = self.admission(spec, unix_now);
+        let commits = self.commits.iter().filter(|c| c.round == round);
+        let b = backed_state(&spec.run_id(), spec.quorum, &a, unix_now.saturating_mul(1000), commits)?;
+        let included = self
+            .commits
+            .iter()
+            .find(|c| c.round == round && c.new_state == b.state && b.committers.contains(&c.signer))
+            .map(|c| c.included.clone())
+            .unwrap_or_default();
+        Some((b, included))
     }
 
     /// The admission these tickets give at unix time `unix_now` (the

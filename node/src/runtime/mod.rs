@@ -10,6 +10,7 @@
 //! - `memory`: whether a run fits this machine's memory.
 //! - `startup`: spec discovery, stored or fetched genesis, stored position, cold start.
 //! - `export`: committed states of a data directory or a live run, written as models.
+//! - `archive`: every R-th committed state of a run kept as an export (the bootstrap server's).
 //! - `tickets`: the node's own ticket, the wall clock, the tickets it verified.
 //! - `backing`: the commits a status offers, and the state gathered ones back.
 //! - `dataset`: the run's dataset: manifest, assigned windows, shard fetching.
@@ -24,6 +25,7 @@
 //! - `telemetry`: the signed progress reports both loops gossip.
 
 pub mod aggregation;
+pub mod archive;
 pub mod backing;
 pub mod committee;
 pub mod dataset;

@@ -1,0 +1,219 @@
+//! An operator's archive of a run: every R-th committed state written as an
+//! export (`checkpoint::run_export`) under `DIR/round-<N>`, the newest K
+//! kept. `murmur-bootstrap --checkpoint-dir` feeds it from the run's gossip
+//! (`Follower`): it records the commits, tickets and manifests it sees
+//! (bounded, for recent rounds only), and once a round's commits have had a
+//! few seconds to arrive (or the next round's commits came) it takes the
+//! state the run's trust rule backs for that round
+//! (`Evidence::backed_round`), never one a minority signed.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use murmur_protocol::{
+    DeltaManifest, PayloadHash, PublicKey, RoundCommit, RunSpec, StateId, Ticket, TrainingState,
+};
+
+use super::backing::Evidence;
+use super::spec::model_config;
+use super::tickets::unix_now;
+use super::RuntimeError;
+use crate::checkpoint::run_export::{self, ExportMeta};
+use crate::model::ModelConfig;
+
+/// How long after a round's first commit the follower decides it (unless
+/// a later round's commits come first).
+pub const SETTLE: Duration = Duration::from_secs(3);
+
+/// Rounds of gossip a follower keeps.
+const KEPT_ROUNDS: u64 = 8;
+
+/// Manifests a follower keeps (their tokens count toward `tokens_seen`).
+const MAX_MANIFESTS: usize = 65_536;
+
+/// Where and how often to archive.
+#[derive(Debug, Clone)]
+pub struct ArchiveOptions {
+    pub dir: PathBuf,
+    /// Archive the state of every round r with (r + 1) a multiple of this.
+    pub every: u64,
+    /// Exports kept (the newest).
+    pub keep: usize,
+}
+
+/// The archive directory of one run.
+pub struct Archive {
+    opts: ArchiveOptions,
+    cfg: ModelConfig,
+}
+
+impl Archive {
+    pub fn new(opts: ArchiveOptions, spec: &RunSpec) -> Result<Self, RuntimeError> {
+        if opts.every == 0 || opts.keep == 0 {
+            return Err(RuntimeError::Config("--checkpoint-every and --keep must be at least 1".into()));
+        }
+        std::fs::create_dir_all(&opts.dir)
+            .map_err(|e| RuntimeError::Config(format!("--checkpoint-dir {}: {e}", opts.dir.display())))?;
+        Ok(Self { cfg: model_config(spec)?, opts })
+    }
+
+    /// Whether the state round `round` commits is archived.
+    pub fn due(&self, round: u64) -> bool {
+        (round + 1).is_multiple_of(self.opts.every)
+    }
+
+    /// The directory of round `round`'s export.
+    pub fn path_of(&self, round: u64) -> PathBuf {
+        self.opts.dir.join(format!("round-{round:08}"))
+    }
+
+    /// Write `state` (committed by `meta.round`) and drop all but the
+    /// newest `keep` exports; returns where it went.
+    pub fn write(&self, state: &TrainingState, meta: &ExportMeta) -> Result<PathBuf, String> {
+        let round = meta.round.ok_or("the genesis state is not archived")?;
+        let path = self.path_of(round);
+        if !path.exists() {
+            run_export::write(&path, &self.cfg, state, meta).map_err(|e| e.to_string())?;
+        }
+        prune(&self.opts.dir, self.opts.keep)
+            .map_err(|e| format!("pruning {}: {e}", self.opts.dir.display()))?;
+        Ok(path)
+    }
+}
+
+/// Remove all but the newest `keep` `round-<N>` exports in `dir`.
+fn prune(dir: &Path, keep: usize) -> std::io::Result<()> {
+    let mut rounds: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)?
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.strip_prefix("round-").and_then(|n| n.parse().ok()).map(|r| (r, e.path()))
+        })
+        .collect();
+    rounds.sort();
+    let drop = rounds.len().saturating_sub(keep);
+    for (_, path) in rounds.into_iter().take(drop) {
+        std::fs::remove_dir_all(path)?;
+    }
+    Ok(())
+}
+
+/// A round the follower settled: the state its commits back, who signed
+/// them, and the tokens its included deltas claimed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settled {
+    pub round: u64,
+    pub state: StateId,
+    pub committers: Vec<PublicKey>,
+    /// Tokens of rounds `tokens_from_round ..= round` (those followed).
+    pub tokens_seen: u64,
+    pub tokens_from_round: u64,
+}
+
+/// Follows a run's commits as gossip and settles each round once its
+/// commits have had `SETTLE` to arrive.
+pub struct Follower {
+    spec: RunSpec,
+    evidence: Evidence,
+    /// When each unsettled round's first commit arrived.
+    open: BTreeMap<u64, Instant>,
+    /// Claimed tokens of recent manifests.
+    manifests: HashMap<PayloadHash, (u64, u64)>,
+    newest: u64,
+    tokens_seen: u64,
+    first_round: Option<u64>,
+}
+
+impl Follower {
+    pub fn new(spec: RunSpec) -> Self {
+        Self {
+            spec,
+            evidence: Evidence::default(),
+            open: BTreeMap::new(),
+            manifests: HashMap::new(),
+            newest: 0,
+            tokens_seen: 0,
+            first_round: None,
+        }
+    }
+
+    pub fn on_commit(&mut self, c: RoundCommit, now: Instant) {
+        if c.run != self.spec.run_id() || c.round + KEPT_ROUNDS < self.newest {
+            return;
+        }
+        if self.first_round.is_none_or(|f| c.round >= f) {
+            self.open.entry(c.round).or_insert(now);
+            self.newest = self.newest.max(c.round);
+            self.evidence.add_commit(c);
+        }
+    }
+
+    pub fn on_ticket(&mut self, presenter: PublicKey, t: Ticket) {
+        self.evidence.add_ticket(presenter, t);
+    }
+
+    pub fn on_manifest(&mut self, m: &DeltaManifest) {
+        if m.run == self.spec.run_id() && self.manifests.len() < MAX_MANIFESTS {
+            self.manifests.insert(m.payload_hash, (m.round, m.tokens));
+        }
+    }
+
+    /// The rounds whose commits have settled by `now`, oldest first, each
+    /// with the state the run's rule backs (rounds nothing backs are
+    /// dropped). Old gossip is forgotten.
+    pub fn settle(&mut self, now: Instant) -> Vec<Settled> {
+        // A round is settled SETTLE after its first commit, or once a later
+        // round's commits arrive (its own are then all sent): nodes keep
+        // only their last few states, so a fast run must be followed closely.
+        let newest = self.newest;
+        let ready: Vec<u64> = self
+            .open
+            .iter()
+            .filter(|(r, t)| **r < newest || now.duration_since(**t) >= SETTLE)
+            .map(|(r, _)| *r)
+            .collect();
+        let mut out = Vec::new();
+        for round in ready {
+            self.open.remove(&round);
+            let Some((b, included)) = self.evidence.backed_round(&self.spec, unix_now(), round) else {
+                continue;
+            };
+            let tokens: u64 = included.iter().filter_map(|h| self.manifests.get(h)).map(|(_, t)| t).sum();
+            let first = *self.first_round.get_or_insert(round);
+            self.tokens_seen += tokens;
+            out.push(Settled {
+                round,
+                state: b.state,
+                committers: b.committers,
+                tokens_seen: self.tokens_seen,
+                tokens_from_round: first,
+            });
+        }
+        let keep_from = self.newest.saturating_sub(KEPT_ROUNDS);
+        self.evidence.forget_before(keep_from);
+        self.manifests.retain(|_, (r, _)| *r >= keep_from);
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_newest_exports_are_kept() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        for r in [1u64, 3, 5, 7, 9] {
+            std::fs::create_dir_all(dir.path().join(format!("round-{r:08}"))).expect("mkdir");
+        }
+        std::fs::create_dir_all(dir.path().join("notes")).expect("mkdir");
+        prune(dir.path(), 2).expect("prune");
+        let mut names: Vec<String> = std::fs::read_dir(dir.path())
+            .expect("ls")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["notes", "round-00000007", "round-00000009"]);
+    }
+}
