@@ -126,6 +126,13 @@ fn the_dashboard_shows_live_charts_and_both_nodes_in_a_headless_browser() {
     assert!(nodes.contains(&ida) && nodes.contains(&idb) && nodes.contains(">cpu<"), "{nodes}");
     let sample = element(&dom, "<pre id=\"sample\"", "</pre>");
     assert!(attr(sample, "data-round").is_some(), "a text sample is shown: {sample}");
+    let round = attr(sample, "data-round").unwrap_or_default();
+    let export = element(&dom, "<code id=\"export-cmd\"", "</code>");
+    assert!(
+        export.contains("murmur export --bootstrap /ip4/127.0.0.1/tcp/")
+            && export.contains(&format!("--out model-round-{round}/")),
+        "the page shows the command that exports the state it displays: {export}"
+    );
     assert!(streamed(&dom) >= 1, "the event stream delivered a snapshot: {}", element(&dom, "<body", ">"));
     let status = element(&dom, "<div id=\"status\"", "</div>");
     assert!(status.contains(">live<"), "the page says its stream is live: {status}");

@@ -77,9 +77,15 @@ async fn forger(
 
 /// Run `murmur export --bootstrap <addr> --out <out>`; (success, stdout, stderr).
 fn export_live(addr: &str, out: &Path) -> (bool, String, String) {
+    export_live_args(addr, out, &[])
+}
+
+/// `export_live` with `extra` arguments.
+fn export_live_args(addr: &str, out: &Path, extra: &[&str]) -> (bool, String, String) {
     let o = std::process::Command::new(workspace_binary("murmur"))
         .args(["export", "--bootstrap", addr, "--wait", "8", "--out"])
         .arg(out)
+        .args(extra)
         .output()
         .expect("running murmur export");
     (o.status.success(), String::from_utf8_lossy(&o.stdout).into(), String::from_utf8_lossy(&o.stderr).into())
@@ -271,6 +277,12 @@ fn a_joiner_ignores_forged_higher_states_and_syncs_to_the_committed_one() {
         ctx3()
     );
     assert!(exported != x1.to_hex() && exported != x2.to_hex());
+    // Asked for by StateId (as the dashboard's command does), the forged
+    // state is refused and nothing written.
+    let named = d.join("forged-export");
+    let (ok, stdout, stderr) = export_live_args(&addr, &named, &["--state", &x2.to_hex()]);
+    assert!(!ok && !named.exists(), "the forged state was exported by name: {stdout}");
+    assert!(stderr.contains("is not one that"), "{stderr}");
 
     // The joiner then trains with the honest nodes, in agreement.
     let from = a.last_round().unwrap_or(0);

@@ -42,8 +42,10 @@ pub struct ExportArgs {
     /// With --data-dir: the state committed by this round.
     #[arg(long, requires = "data_dir", conflicts_with = "state")]
     pub round: Option<u64>,
-    /// With --data-dir: this committed state (StateId, 64 hex characters).
-    #[arg(long, requires = "data_dir")]
+    /// This committed state (StateId, 64 hex characters): with --data-dir,
+    /// one the node holds; with --bootstrap, one the run's trainers hold
+    /// and their recent signed commits back.
+    #[arg(long)]
     pub state: Option<String>,
     /// A bootstrap server of a live run (repeatable): join as an observer
     /// and export the newest state the run's signed commits back.
@@ -124,8 +126,9 @@ pub fn export(args: ExportArgs) -> Result<()> {
         super::init_logs();
         let wait = Duration::from_secs(args.wait);
         let (bootstrap, out) = (args.bootstrap.clone(), args.out.clone());
+        let state = args.state.as_deref().map(parse_state_id).transpose()?;
         super::run_until_done(async move {
-            export_from_network(&bootstrap, &out, wait, Reporter { json: false }).await
+            export_from_network(&bootstrap, state, &out, wait, Reporter { json: false }).await
         })?
     };
     let round = meta.round.map_or_else(|| "the genesis state".to_string(), |r| format!("round {r}"));

@@ -103,6 +103,8 @@ pub struct Board {
     own_rejections: BTreeMap<String, u64>,
     sample: Option<Sample>,
     peer_id_of: fn(&PublicKey) -> String,
+    /// A bootstrap address of the run, for the export command shown.
+    bootstrap: Option<String>,
 }
 
 fn short(s: &str) -> String {
@@ -133,7 +135,13 @@ impl Board {
             own_rejections: BTreeMap::new(),
             sample: None,
             peer_id_of,
+            bootstrap: None,
         }
+    }
+
+    /// The bootstrap address the page's export command names.
+    pub fn set_bootstrap(&mut self, addr: String) {
+        self.bootstrap = Some(addr);
     }
 
     /// Label a peer that sends no telemetry (the bootstrap server, this dashboard).
@@ -448,6 +456,11 @@ impl Board {
                 "state": s.state.to_hex(),
                 "prompt": s.prompt,
                 "text": s.text,
+                "export": self.bootstrap.as_ref().map(|b| format!(
+                    "murmur export --bootstrap {b} --state {} --out model-round-{}/",
+                    s.state.to_hex(),
+                    s.round
+                )),
             })),
         })
     }

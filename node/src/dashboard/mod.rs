@@ -79,6 +79,9 @@ pub async fn run_dashboard(opts: DashboardOptions) -> Result<(), RuntimeError> {
             board.set_role(p.to_string(), "bootstrap");
         }
     }
+    if let Some(addr) = opts.bootstrap.first() {
+        board.set_bootstrap(addr.to_string());
+    }
     let mut cfg = NetConfig::new(key.clone(), spec.run_id(), Role::Observer);
     cfg.bootstrap = opts.bootstrap.clone();
     cfg.mdns = opts.mdns;

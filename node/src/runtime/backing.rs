@@ -149,6 +149,24 @@ impl Evidence {
         Some((b, included))
     }
 
+    /// Whether the gathered commits of some round back `state` under the
+    /// run's rule.
+    pub fn backing_of(
+        &self,
+        spec: &RunSpec,
+        unix_now: u64,
+        state: murmur_protocol::StateId,
+    ) -> Option<Backed> {
+        let mut rounds: Vec<u64> =
+            self.commits.iter().filter(|c| c.new_state == state).map(|c| c.round).collect();
+        rounds.sort_unstable();
+        rounds.dedup();
+        rounds
+            .into_iter()
+            .filter_map(|r| self.backed_round(spec, unix_now, r).map(|(b, _)| b))
+            .find(|b| b.state == state)
+    }
+
     /// The admission these tickets give at unix time `unix_now` (the
     /// admission's clock is unix milliseconds).
     fn admission(&self, spec: &RunSpec, unix_now: u64) -> Admission {

@@ -159,11 +159,13 @@ pub fn with_history(mut meta: ExportMeta, history: &[RoundRecord], val_loss: Opt
 }
 
 /// Join the run the bootstrap servers host as an observer, take the newest
-/// state the signed commits of admitted keys back (fetched from its holders
-/// and checked against its StateId) and export it to `out`. Refuses when no
-/// state is backed: a state peers merely claim is never written.
+/// state the signed commits of admitted keys back (or `state`, if some
+/// round's commits back it), fetched from its holders and checked against
+/// its StateId, and export it to `out`. Refuses when no such state is
+/// backed: a state peers merely claim is never written.
 pub async fn export_from_network(
     bootstrap: &[Multiaddr],
+    state: Option<StateId>,
     out: &Path,
     wait: Duration,
     report: Reporter,
@@ -178,9 +180,15 @@ pub async fn export_from_network(
     ncfg.bootstrap = bootstrap.to_vec();
     let (net, mut events) = net::start(ncfg, Arc::new(Nothing))?;
     let found = gather(&net, &mut events, &spec, wait, report).await;
-    let Some(b) = found.evidence.backed(&spec, super::tickets::unix_now()) else {
+    let now = super::tickets::unix_now();
+    let backed = match state {
+        Some(id) => found.evidence.backing_of(&spec, now, id),
+        None => found.evidence.backed(&spec, now),
+    };
+    let Some(b) = backed else {
+        let which = state.map_or_else(|| "no state".to_string(), |id| format!("state {id} is not one that"));
         return Err(RuntimeError::Config(format!(
-            "no state of run {} is backed by the signed commits of admitted keys ({} trainers answered); nothing was written",
+            "{which} of run {} is backed by the signed commits of admitted keys ({} trainers answered; they offer their last 3 rounds' commits); nothing was written",
             spec.run_id(),
             found.trainers.len()
         )));

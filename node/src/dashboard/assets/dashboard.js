@@ -214,6 +214,9 @@ function renderSample(snap) {
   el.setAttribute('data-round', String(snap.sample.round));
   document.getElementById('sample-meta').textContent =
     'after round ' + snap.sample.round + ', state ' + snap.sample.state.slice(0, 12);
+  if (snap.sample.export) {
+    document.getElementById('export-cmd').textContent = snap.sample.export;
+  }
 }
 
 function renderEvents(snap) {
