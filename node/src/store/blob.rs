@@ -3,29 +3,31 @@
 //!
 //! A blob is written to a temporary name, fsynced, renamed to
 //! `<root>/<kind>/<hex id>`, and the directory is fsynced, so a crash leaves
-//! either the whole blob or none. Reads check the hash; serving checks each
-//! chunk against a table that was itself checked against the id, as it is
-//! read from disk, and keeps checked chunks in a bounded cache
-//! (`store::cache`) so a chunk asked for again is not read and hashed again.
+//! either the whole blob or none. Its chunk table is computed as it is
+//! stored (the id is merged from it, so the bytes are hashed once) and kept
+//! with it (`store::tables`, renamed into place just before the blob).
+//! Reads check the hash. Serving never reads a whole blob: a chunk is read
+//! at its offset and checked against the blob's table (itself checked
+//! against the id), then kept in a bounded cache (`store::cache`) so a
+//! chunk asked for again is not read and hashed again; concurrent requests
+//! for one table or one chunk share one read (`store::flight`).
 
-use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use bytes::Bytes;
 
-use super::cache::ChunkCache;
+use super::cache::{ChunkCache, ChunkKey};
+use super::flight::Flights;
+use super::tables::{table_of_file, TableFiles};
 use super::tree::{self, BlobKind};
 use super::{fsync_dir, StoreError};
 use murmur_protocol::hash::hex;
 
-/// A blob's verified chunk table, shared with the server.
-pub type ChunkTable = Arc<Vec<[u8; 32]>>;
+pub use super::tables::ChunkTable;
 
-/// Most chunk tables kept in memory for serving.
-const TABLE_CACHE: usize = 64;
 /// Most bytes of verified chunks kept in memory for serving.
 pub const CHUNK_CACHE_BYTES: usize = 256 << 20;
 
@@ -33,8 +35,10 @@ pub const CHUNK_CACHE_BYTES: usize = 256 << 20;
 #[derive(Debug)]
 pub struct BlobStore {
     root: PathBuf,
-    tables: Mutex<HashMap<(BlobKind, [u8; 32]), ChunkTable>>,
+    tables: TableFiles,
     chunks: Mutex<ChunkCache>,
+    table_reads: Flights<(BlobKind, [u8; 32])>,
+    chunk_reads: Flights<ChunkKey>,
 }
 
 impl BlobStore {
@@ -52,14 +56,22 @@ impl BlobStore {
         fs::create_dir_all(&tmp)?;
         Ok(Self {
             root: root.to_path_buf(),
-            tables: Mutex::new(HashMap::new()),
+            tables: TableFiles::open(&root.join("table"))?,
             chunks: Mutex::new(ChunkCache::new(CHUNK_CACHE_BYTES)),
+            table_reads: Flights::default(),
+            chunk_reads: Flights::default(),
         })
     }
 
     /// Where blob `id` of `kind` lives.
     pub fn path(&self, kind: BlobKind, id: &[u8; 32]) -> PathBuf {
         self.root.join(kind.dir_name()).join(hex(id))
+    }
+
+    /// Where the chunk table of blob `id` of `kind` is kept (blobs of more
+    /// than one chunk).
+    pub fn table_path(&self, kind: BlobKind, id: &[u8; 32]) -> PathBuf {
+        self.tables.path(kind, id)
     }
 
     /// A fresh temporary path inside the store (same filesystem as the blobs).
@@ -79,9 +91,11 @@ impl BlobStore {
         fs::metadata(self.path(kind, id)).ok().map(|m| m.len())
     }
 
-    /// Store `bytes` as a blob of `kind`; returns its id.
+    /// Store `bytes` as a blob of `kind`, with its chunk table; returns its id.
     pub fn put(&self, kind: BlobKind, bytes: &[u8]) -> Result<[u8; 32], StoreError> {
-        let id = kind.hash(bytes);
+        let len = bytes.len() as u64;
+        let table = tree::table_of(kind, bytes);
+        let id = tree::root_of(kind, len, &table).unwrap_or_else(|| kind.hash(bytes));
         if self.contains(kind, &id) {
             return Ok(id);
         }
@@ -91,20 +105,41 @@ impl BlobStore {
             f.write_all(bytes)?;
             f.sync_all()?;
         }
-        self.adopt(kind, &id, &tmp)?;
+        self.install(kind, &id, len, &table, &tmp)?;
         Ok(id)
     }
 
     /// Move a complete, fsynced temporary file into place as blob `id`
-    /// after checking its hash.
+    /// after checking its hash (read a chunk at a time, computing the
+    /// table it is stored with).
     pub fn adopt(&self, kind: BlobKind, id: &[u8; 32], tmp: &Path) -> Result<(), StoreError> {
-        let bytes = fs::read(tmp)?;
-        if kind.hash(&bytes) != *id {
+        let mut f = File::open(tmp)?;
+        let len = f.metadata()?.len();
+        let table = table_of_file(kind, &mut f, len)?;
+        let root = match tree::chunk_count(len) {
+            0 => Some(kind.hash(&[])),
+            _ => tree::root_of(kind, len, &table),
+        };
+        if root != Some(*id) {
             let _ = fs::remove_file(tmp);
             return Err(StoreError::HashMismatch { kind, id: hex(id) });
         }
-        let dst = self.path(kind, id);
-        fs::rename(tmp, &dst)?;
+        self.install(kind, id, len, &table, tmp)
+    }
+
+    /// Rename the checked temporary file `tmp` into place as blob `id`, its
+    /// table first (a crash between the two leaves a table without a blob,
+    /// which `retain` removes, never a blob without its table).
+    fn install(
+        &self,
+        kind: BlobKind,
+        id: &[u8; 32],
+        len: u64,
+        table: &[[u8; 32]],
+        tmp: &Path,
+    ) -> Result<(), StoreError> {
+        self.tables.write(kind, id, len, table, &self.temp_path("table"))?;
+        fs::rename(tmp, self.path(kind, id))?;
         fsync_dir(&self.root.join(kind.dir_name()))?;
         Ok(())
     }
@@ -121,64 +156,86 @@ impl BlobStore {
             Err(e) => return Err(e.into()),
         };
         if kind.hash(&bytes) != *id {
-            self.forget(kind, id);
-            let _ = fs::remove_file(&path);
-            return Err(StoreError::HashMismatch { kind, id: hex(id) });
+            return Err(self.discard(kind, id));
         }
         Ok(bytes)
     }
 
-    /// The verified chunk table of a stored blob (cached).
+    /// The verified chunk table of a stored blob: cached, else from its
+    /// table file, else rebuilt from the blob a chunk at a time (and
+    /// written, so that happens once). Concurrent callers for one blob
+    /// share one load.
     pub fn table(&self, kind: BlobKind, id: &[u8; 32]) -> Result<ChunkTable, StoreError> {
-        if let Some(t) = self.tables.lock().ok().and_then(|m| m.get(&(kind, *id)).cloned()) {
-            return Ok(t);
-        }
-        let bytes = self.get(kind, id)?;
-        let t = Arc::new(tree::table_of(kind, &bytes));
-        if let Ok(mut m) = self.tables.lock() {
-            if m.len() >= TABLE_CACHE {
-                m.clear();
-            }
-            m.insert((kind, *id), t.clone());
-        }
-        Ok(t)
+        self.table_reads.once(&(kind, *id), || self.tables.cached(kind, id), || self.load_table(kind, id))
     }
 
-    /// Chunk `index` of a stored blob, checked against its table when it is
-    /// read from disk (then kept in the chunk cache, and shared from there
-    /// while it stays). A chunk that fails removes the blob.
+    fn load_table(&self, kind: BlobKind, id: &[u8; 32]) -> Result<ChunkTable, StoreError> {
+        let missing = || StoreError::Missing { kind, id: hex(id) };
+        let mut f = File::open(self.path(kind, id)).map_err(|_| missing())?;
+        let len = f.metadata()?.len();
+        let table = match tree::chunk_count(len) {
+            0 => return Err(missing()),
+            1 => vec![*id],
+            _ => match self.tables.load(kind, id, len) {
+                Some(t) => t,
+                None => {
+                    let t = table_of_file(kind, &mut f, len)?;
+                    if !tree::table_matches(kind, id, len, &t) {
+                        return Err(self.discard(kind, id));
+                    }
+                    let tmp = self.temp_path("table");
+                    if let Err(e) = self.tables.write(kind, id, len, &t, &tmp) {
+                        tracing::warn!("keeping the chunk table of {kind:?} blob {}: {e}", hex(id));
+                        let _ = fs::remove_file(tmp);
+                    }
+                    t
+                }
+            },
+        };
+        let table = Arc::new(table);
+        self.tables.remember(kind, id, table.clone());
+        Ok(table)
+    }
+
+    /// Chunk `index` of a stored blob, read at its offset and checked
+    /// against the blob's table (then kept in the chunk cache, and shared
+    /// from there while it stays). Concurrent callers for one chunk share
+    /// one read. A chunk that fails removes the blob.
     pub fn chunk(&self, kind: BlobKind, id: &[u8; 32], index: u64) -> Result<Bytes, StoreError> {
-        if let Some(b) = self.chunks.lock().ok().and_then(|c| c.get(&(kind, *id, index))) {
-            return Ok(b);
-        }
+        let key = (kind, *id, index);
+        let cached = || self.chunks.lock().unwrap_or_else(PoisonError::into_inner).get(&key);
+        self.chunk_reads.once(&key, cached, || self.read_chunk(kind, id, index))
+    }
+
+    fn read_chunk(&self, kind: BlobKind, id: &[u8; 32], index: u64) -> Result<Bytes, StoreError> {
         let table = self.table(kind, id)?;
-        let len = self.len_of(kind, id).ok_or(StoreError::Missing { kind, id: hex(id) })?;
+        let mut f = File::open(self.path(kind, id)).map_err(|_| StoreError::Missing { kind, id: hex(id) })?;
+        let len = f.metadata()?.len();
         let (offset, n) = tree::chunk_range(len, index).ok_or(StoreError::BadRange)?;
-        let mut f = File::open(self.path(kind, id))?;
         f.seek(SeekFrom::Start(offset))?;
         let mut buf = vec![0u8; n];
         f.read_exact(&mut buf)?;
         let entry = usize::try_from(index).ok().and_then(|i| table.get(i).copied());
         if entry.is_none() || tree::chunk_entry(kind, len, index, &buf) != entry {
-            self.forget(kind, id);
-            let _ = fs::remove_file(self.path(kind, id));
-            return Err(StoreError::HashMismatch { kind, id: hex(id) });
+            return Err(self.discard(kind, id));
         }
         let buf = Bytes::from(buf);
-        if let Ok(mut c) = self.chunks.lock() {
-            c.insert((kind, *id, index), buf.clone());
-        }
+        self.chunks.lock().unwrap_or_else(PoisonError::into_inner).insert((kind, *id, index), buf.clone());
         Ok(buf)
     }
 
-    /// Drop what is cached about one blob (its table and chunks).
-    fn forget(&self, kind: BlobKind, id: &[u8; 32]) {
-        if let Ok(mut m) = self.tables.lock() {
-            m.remove(&(kind, *id));
-        }
-        if let Ok(mut c) = self.chunks.lock() {
-            c.forget_blob(kind, id);
-        }
+    /// Remove a blob found corrupt (it will be fetched again); the error
+    /// to answer with.
+    fn discard(&self, kind: BlobKind, id: &[u8; 32]) -> StoreError {
+        let _ = self.remove(kind, id);
+        StoreError::HashMismatch { kind, id: hex(id) }
+    }
+
+    /// Drop what is kept about one blob besides the blob (its table, cached
+    /// and on disk, and its cached chunks).
+    fn forget(&self, kind: BlobKind, id: &[u8; 32]) -> Result<(), StoreError> {
+        self.chunks.lock().unwrap_or_else(PoisonError::into_inner).forget_blob(kind, id);
+        Ok(self.tables.remove(kind, id)?)
     }
 
     /// Ids of every stored blob of `kind`.
@@ -214,25 +271,27 @@ impl BlobStore {
         Ok(bad)
     }
 
-    /// Delete one blob (absent is fine).
+    /// Delete one blob and its table (absent is fine).
     pub fn remove(&self, kind: BlobKind, id: &[u8; 32]) -> Result<(), StoreError> {
-        self.forget(kind, id);
         match fs::remove_file(self.path(kind, id)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
-            _ => Ok(()),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+            _ => {}
         }
+        self.forget(kind, id)
     }
 
-    /// Delete blobs of `kind` not in `keep`.
+    /// Delete blobs of `kind` not in `keep` (and their tables, and tables
+    /// left without a blob).
     pub fn retain(&self, kind: BlobKind, keep: &[[u8; 32]]) -> Result<usize, StoreError> {
         let mut removed = 0;
         for id in self.list(kind)? {
             if !keep.contains(&id) {
-                self.forget(kind, &id);
                 fs::remove_file(self.path(kind, &id))?;
+                self.forget(kind, &id)?;
                 removed += 1;
             }
         }
+        self.tables.retain(kind, keep)?;
         Ok(removed)
     }
 
@@ -306,6 +365,80 @@ mod tests {
         store.chunk(BlobKind::Delta, &id, 2).expect("chunk");
         store.remove(BlobKind::Delta, &id).expect("remove");
         assert!(store.chunk(BlobKind::Delta, &id, 2).is_err());
+    }
+
+    #[test]
+    fn a_blobs_table_is_stored_with_it_and_removed_with_it() {
+        let (dir, store, bytes, id) = store_with_state(251);
+        let path = store.table_path(BlobKind::State, &id);
+        assert_eq!(
+            fs::read(&path).expect("table file"),
+            tree::table_of(BlobKind::State, &bytes).as_flattened()
+        );
+        // A blob of one chunk has the table [id] and no file.
+        let small = store.put(BlobKind::Delta, &bytes[..1000]).expect("put");
+        assert!(!store.table_path(BlobKind::Delta, &small).exists());
+        assert_eq!(*store.table(BlobKind::Delta, &small).expect("table"), vec![small]);
+        // Read from the file by a store that has cached nothing.
+        drop(store);
+        let store = BlobStore::open(dir.path()).expect("reopen");
+        assert_eq!(
+            *store.table(BlobKind::State, &id).expect("table"),
+            tree::table_of(BlobKind::State, &bytes)
+        );
+        store.remove(BlobKind::State, &id).expect("remove");
+        assert!(!path.exists());
+        // A table left without its blob (a crash between the two renames)
+        // goes with the next retain.
+        let id = store.put(BlobKind::State, &bytes).expect("put");
+        fs::remove_file(store.path(BlobKind::State, &id)).expect("rm");
+        store.retain(BlobKind::State, &[]).expect("retain");
+        assert!(!store.table_path(BlobKind::State, &id).exists());
+    }
+
+    #[test]
+    fn a_missing_or_wrong_table_file_is_rebuilt_from_the_blob_once() {
+        let (dir, store, bytes, id) = store_with_state(239);
+        let path = store.table_path(BlobKind::State, &id);
+        let good = fs::read(&path).expect("table file");
+        let mut wrong = good.clone();
+        wrong[40] ^= 1;
+        for damage in [None, Some(wrong), Some(good[..64].to_vec())] {
+            match &damage {
+                None => fs::remove_file(&path).expect("rm"),
+                Some(b) => fs::write(&path, b).expect("write"),
+            }
+            let store = BlobStore::open(dir.path()).expect("reopen");
+            assert_eq!(
+                *store.table(BlobKind::State, &id).expect("table"),
+                tree::table_of(BlobKind::State, &bytes)
+            );
+            assert_eq!(fs::read(&path).expect("rewritten"), good, "written again ({damage:?})");
+            assert_eq!(store.chunk(BlobKind::State, &id, 1).expect("chunk"), bytes[1 << 20..2 << 20]);
+        }
+        // A blob that does not match its id, with no table to go by, is
+        // found out by the rebuild and removed.
+        let mut b = bytes.clone();
+        b[7] ^= 1;
+        fs::write(store.path(BlobKind::State, &id), &b).expect("write");
+        fs::remove_file(&path).expect("rm");
+        let store = BlobStore::open(dir.path()).expect("reopen");
+        assert!(matches!(store.table(BlobKind::State, &id), Err(StoreError::HashMismatch { .. })));
+        assert!(!store.contains(BlobKind::State, &id));
+    }
+
+    #[test]
+    fn a_blob_adopted_from_a_file_is_checked_and_gets_its_table() {
+        let (_dir, store, bytes, id) = store_with_state(233);
+        store.remove(BlobKind::State, &id).expect("remove");
+        let tmp = store.temp_path("state");
+        fs::write(&tmp, &bytes).expect("write");
+        assert!(matches!(store.adopt(BlobKind::State, &[1; 32], &tmp), Err(StoreError::HashMismatch { .. })));
+        assert!(!tmp.exists(), "a file that does not match is removed");
+        fs::write(&tmp, &bytes).expect("write");
+        store.adopt(BlobKind::State, &id, &tmp).expect("adopt");
+        assert_eq!(store.get(BlobKind::State, &id).expect("get"), bytes);
+        assert!(store.table_path(BlobKind::State, &id).exists());
     }
 
     #[test]

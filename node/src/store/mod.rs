@@ -13,14 +13,17 @@
 //! blobs/delta/<id>  DeltaPayload bytes, named by PayloadHash (hex)
 //! blobs/dataset-shard/<id>     dataset token shards, named by ShardHash (hex)
 //! blobs/dataset-manifest/<id>  dataset manifests, named by DatasetId (hex)
+//! blobs/table/<kind>/<id>      chunk table of each blob over 1 MiB (32 bytes a chunk)
 //! blobs/tmp/        writes in progress (cleared on open, once locked)
 //! blobs/partial/    resumable fetches
 //! ```
 
 pub mod blob;
 pub mod cache;
+pub mod flight;
 pub mod keyfile;
 pub mod meta;
+pub mod tables;
 pub mod tree;
 
 pub use blob::BlobStore;

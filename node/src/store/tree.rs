@@ -149,17 +149,24 @@ pub fn table_of(kind: BlobKind, bytes: &[u8]) -> Vec<[u8; 32]> {
         .collect()
 }
 
-/// Whether `table` is the chunk table of a `len`-byte blob with id `id`.
-pub fn table_matches(kind: BlobKind, id: &[u8; 32], len: u64, table: &[[u8; 32]]) -> bool {
+/// The id that `table`, the chunk table of a `len`-byte blob, merges to
+/// (a one-entry table is the id itself); `None` when it has the wrong
+/// number of entries.
+pub fn root_of(kind: BlobKind, len: u64, table: &[[u8; 32]]) -> Option<[u8; 32]> {
     if len == 0 || table.len() as u64 != chunk_count(len) {
-        return false;
+        return None;
     }
     if table.len() == 1 {
-        return table[0] == *id;
+        return Some(table[0]);
     }
     let key = hazmat::hash_derive_key_context(kind.domain());
     let mode = Mode::DeriveKeyMaterial(&key);
-    merge(table, len, mode, true) == *id
+    Some(merge(table, len, mode, true))
+}
+
+/// Whether `table` is the chunk table of a `len`-byte blob with id `id`.
+pub fn table_matches(kind: BlobKind, id: &[u8; 32], len: u64, table: &[[u8; 32]]) -> bool {
+    root_of(kind, len, table) == Some(*id)
 }
 
 /// Merge the CVs of a (multi-chunk) subtree of `len` bytes.
