@@ -4,6 +4,7 @@
 
 pub mod browser;
 pub mod netns;
+pub mod swarms;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};

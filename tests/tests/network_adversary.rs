@@ -7,7 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use libp2p::Multiaddr;
+use libp2p::{Multiaddr, PeerId};
 use murmur_node::net::{
     self, ContentServer, NetConfig, PeerStatus, Role, TopicKind, XferRequest, XferResponse,
 };
@@ -17,10 +17,10 @@ use murmur_tests::{start_bootstrap, start_node, states_by_round, wait_until, Run
 
 struct Nothing;
 impl ContentServer for Nothing {
-    fn status(&self) -> PeerStatus {
+    fn status(&self, _: PeerId) -> PeerStatus {
         PeerStatus::default()
     }
-    fn serve(&self, _: &XferRequest) -> XferResponse {
+    fn serve(&self, _: PeerId, _: &XferRequest) -> XferResponse {
         XferResponse::NotFound
     }
 }

@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use libp2p::PeerId;
 use murmur_node::compute::cpu::Precision;
 use murmur_node::compute::device::Chosen;
 use murmur_node::data::dataset::built_in;
@@ -78,10 +79,10 @@ struct Liar {
 }
 
 impl ContentServer for Liar {
-    fn status(&self) -> PeerStatus {
+    fn status(&self, _: PeerId) -> PeerStatus {
         PeerStatus { trainer: true, ..PeerStatus::default() }
     }
-    fn serve(&self, request: &XferRequest) -> XferResponse {
+    fn serve(&self, _: PeerId, request: &XferRequest) -> XferResponse {
         match request {
             XferRequest::Chunk { kind: BlobKind::DatasetShard, .. } => {
                 let mut b = self.bytes.clone();

@@ -12,23 +12,23 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use libp2p::PeerId;
 use murmur_node::net::{
-    self, fetch_blob, ContentServer, NetConfig, NetEvent, NetHandle, NetRejection, PeerStatus, Role,
-    XferRequest, XferResponse,
+    fetch_blob, ContentServer, NetEvent, NetRejection, PeerStatus, XferRequest, XferResponse,
 };
 use murmur_node::runtime::server::StoreServer;
 use murmur_node::store::{BlobKind, Store};
-use murmur_protocol::{NodeKey, RunId};
+use murmur_tests::swarms::{connect, start_swarm};
 use tokio::sync::mpsc;
 
 /// Answers every transfer request `Busy`.
 struct AlwaysBusy;
 
 impl ContentServer for AlwaysBusy {
-    fn status(&self) -> PeerStatus {
+    fn status(&self, _: PeerId) -> PeerStatus {
         PeerStatus { trainer: true, ..PeerStatus::default() }
     }
-    fn serve(&self, _request: &XferRequest) -> XferResponse {
+    fn serve(&self, _: PeerId, _: &XferRequest) -> XferResponse {
         XferResponse::Busy
     }
 }
@@ -40,36 +40,19 @@ struct Slow {
 }
 
 impl ContentServer for Slow {
-    fn status(&self) -> PeerStatus {
-        self.store.status()
+    fn status(&self, from: PeerId) -> PeerStatus {
+        self.store.status(from)
     }
-    fn serve(&self, request: &XferRequest) -> XferResponse {
+    fn serve(&self, from: PeerId, request: &XferRequest) -> XferResponse {
         if let XferRequest::Chunk { .. } = request {
             std::thread::sleep(self.delay);
         }
-        self.store.serve(request)
+        self.store.serve(from, request)
     }
-}
-
-fn start(seed: u8, server: Arc<dyn ContentServer>) -> (NetHandle, mpsc::Receiver<NetEvent>) {
-    let mut cfg = NetConfig::new(NodeKey::from_seed([seed; 32]), RunId([9; 32]), Role::Trainer);
-    cfg.listen = vec!["/ip4/127.0.0.1/tcp/0".parse().expect("addr")];
-    cfg.mdns = false;
-    net::start(cfg, server).expect("net")
-}
-
-async fn connect(me: &NetHandle, peers: &[&NetHandle]) {
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    for peer in peers {
-        for a in peer.listen_addrs().await {
-            me.dial(a).await.expect("dial");
-        }
-    }
-    tokio::time::sleep(Duration::from_millis(700)).await;
 }
 
 /// The first peer charged for `reason` within 10 s.
-async fn charged(events: &mut mpsc::Receiver<NetEvent>, reason: NetRejection) -> Option<libp2p::PeerId> {
+async fn charged(events: &mut mpsc::Receiver<NetEvent>, reason: NetRejection) -> Option<PeerId> {
     let wait = async {
         while let Some(ev) = events.recv().await {
             if let NetEvent::Rejected { peer, reason: r } = ev {
@@ -95,9 +78,9 @@ fn a_busy_peer_first_in_the_list_does_not_stop_a_one_chunk_fetch() {
     let id = store.blobs.put(BlobKind::Delta, &payload).expect("put");
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
-        let (honest, _he) = start(1, Arc::new(StoreServer::new(store.clone(), Vec::new(), true)));
-        let (busy, _be) = start(2, Arc::new(AlwaysBusy));
-        let (me, mut events) = start(3, Arc::new(AlwaysBusy));
+        let (honest, _he) = start_swarm(1, Arc::new(StoreServer::new(store.clone(), Vec::new(), true)));
+        let (busy, _be) = start_swarm(2, Arc::new(AlwaysBusy));
+        let (me, mut events) = start_swarm(3, Arc::new(AlwaysBusy));
         connect(&me, &[&honest, &busy]).await;
         for round in 0..3 {
             let len = payload.len() as u64;
@@ -132,9 +115,9 @@ fn a_busy_peer_anywhere_in_the_list_does_not_stop_a_slow_state_fetch() {
             store: StoreServer::new(store.clone(), Vec::new(), true),
             delay: Duration::from_millis(400),
         };
-        let (honest, _he) = start(4, Arc::new(slow));
-        let (busy, _be) = start(5, Arc::new(AlwaysBusy));
-        let (me, mut events) = start(6, Arc::new(AlwaysBusy));
+        let (honest, _he) = start_swarm(4, Arc::new(slow));
+        let (busy, _be) = start_swarm(5, Arc::new(AlwaysBusy));
+        let (me, mut events) = start_swarm(6, Arc::new(AlwaysBusy));
         connect(&me, &[&honest, &busy]).await;
         let len = state.len() as u64;
         for peers in [[honest.local, busy.local], [busy.local, honest.local]] {

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use libp2p::Multiaddr;
+use libp2p::{Multiaddr, PeerId};
 use murmur_node::net::{self, ContentServer, NetConfig, NetHandle, PeerStatus, Role, StatusBacking};
 use murmur_node::net::{XferRequest, XferResponse};
 use murmur_node::runtime::server::StoreServer;
@@ -33,11 +33,11 @@ struct Forger {
 }
 
 impl ContentServer for Forger {
-    fn status(&self) -> PeerStatus {
+    fn status(&self, _: PeerId) -> PeerStatus {
         self.status.clone()
     }
-    fn serve(&self, r: &XferRequest) -> XferResponse {
-        self.store.serve(r)
+    fn serve(&self, from: PeerId, r: &XferRequest) -> XferResponse {
+        self.store.serve(from, r)
     }
 }
 

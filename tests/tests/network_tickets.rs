@@ -35,10 +35,10 @@ struct Outsider {
 }
 
 impl ContentServer for Outsider {
-    fn status(&self) -> PeerStatus {
+    fn status(&self, _: PeerId) -> PeerStatus {
         PeerStatus { spec: self.spec.clone(), trainer: true, ..PeerStatus::default() }
     }
-    fn serve(&self, r: &XferRequest) -> XferResponse {
+    fn serve(&self, _: PeerId, r: &XferRequest) -> XferResponse {
         match *r {
             XferRequest::Table { kind: BlobKind::Delta, id, .. } if id == self.hash.0 => {
                 XferResponse::Table(vec![id])

@@ -13,6 +13,7 @@
 //! - `fetch`: chunked, multi-peer, verified blob download.
 //! - `peers`: identities, typed rejections, scoring and bans.
 //! - `rate`: gossip budgets, charged to the signer rather than the relay.
+//! - `serving`: the slots of the requests being answered, per peer and in all.
 //! - `swarm`: the event loop.
 
 pub mod behaviour;
@@ -22,6 +23,7 @@ pub mod gossip;
 pub mod offer;
 pub mod peers;
 pub mod rate;
+mod serving;
 mod swarm;
 pub mod xfer;
 
@@ -93,8 +95,11 @@ pub struct NetConfig {
     pub max_connections: u32,
     /// Bytes a relayed circuit may carry (bootstrap servers).
     pub relay_circuit_bytes: u64,
-    /// Requests served at once; more are answered `Busy`.
+    /// Transfer requests (Status included) served at once, from their
+    /// arrival until their answer is sent; more are answered `Busy`.
     pub serve_concurrency: usize,
+    /// The most of those one peer may hold.
+    pub serve_per_peer: usize,
 }
 
 impl NetConfig {
@@ -109,15 +114,18 @@ impl NetConfig {
             max_connections: 128,
             relay_circuit_bytes: 64 << 20,
             serve_concurrency: 32,
+            serve_per_peer: 16,
         }
     }
 }
 
-/// Answers transfer requests (called on a blocking thread).
+/// Answers transfer requests (called on a blocking thread, within the
+/// swarm's serving limits), told which peer asks.
 pub trait ContentServer: Send + Sync + 'static {
-    fn status(&self) -> PeerStatus;
-    /// Answer a `Table` or `Chunk` request.
-    fn serve(&self, request: &XferRequest) -> XferResponse;
+    /// Where this node stands, as told to `from`.
+    fn status(&self, from: PeerId) -> PeerStatus;
+    /// Answer any other request (`Table`, `Chunk`, protocol v2's) from `from`.
+    fn serve(&self, from: PeerId, request: &XferRequest) -> XferResponse;
 }
 
 /// Why a network operation failed.

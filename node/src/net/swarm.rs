@@ -1,18 +1,19 @@
 //! The swarm task: the one owner of the libp2p `Swarm`. It carries out
 //! commands from handles, validates gossip before gossipsub may forward it,
-//! answers transfer requests through the `ContentServer` on blocking
-//! threads, keeps peers discovered (Kademlia, mDNS, identify), and scores
-//! and bans misbehaving peers.
+//! answers transfer requests (Status included) through the `ContentServer`
+//! on blocking threads within its serving slots (`serving`), keeps peers
+//! discovered (Kademlia, mDNS, identify), and scores and bans misbehaving
+//! peers.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use libp2p::gossipsub::{self, MessageAcceptance, TopicHash};
 use libp2p::multiaddr::Protocol;
-use libp2p::request_response::{self, OutboundRequestId, ResponseChannel};
+use libp2p::request_response::{self, InboundRequestId, OutboundRequestId, ResponseChannel};
 use libp2p::swarm::dial_opts::{DialOpts, PeerCondition};
 use libp2p::swarm::{ConnectionId, SwarmEvent};
 use libp2p::{identify, kad, mdns, ping, Multiaddr, PeerId, Swarm};
@@ -21,6 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::behaviour::{parse_agent, MurmurBehaviour, MurmurBehaviourEvent};
 use super::gossip::{self, TopicKind};
 use super::peers::{peer_id_of, GossipAdmission, NetRejection, PeerLedger};
+use super::serving::ServeSlots;
 use super::xfer::{FrameError, XferRequest, XferResponse};
 use super::{Command, ContentServer, NetConfig, NetError, NetEvent, NetStats, PeerInfo, Role};
 use crate::store::tree::BlobKind;
@@ -34,7 +36,7 @@ const MAX_BACKLOG: usize = 4096;
 type Reply = oneshot::Sender<Result<XferResponse, NetError>>;
 
 /// A response ready to go out, and whether it serves catch-up content.
-type Served = (ResponseChannel<XferResponse>, XferResponse, bool);
+type Served = (InboundRequestId, ResponseChannel<XferResponse>, XferResponse, bool);
 
 /// Whether a request moves catch-up content (a state's parameters or
 /// ledger): what a joining or lagging node fetches once, beside the rounds'
@@ -56,7 +58,7 @@ pub(crate) struct SwarmTask {
     roles: HashMap<PeerId, Role>,
     listen: Vec<Multiaddr>,
     ledger: PeerLedger,
-    serving: Arc<AtomicUsize>,
+    slots: ServeSlots<InboundRequestId>,
     served_tx: mpsc::Sender<Served>,
     served_rx: mpsc::Receiver<Served>,
     bootstrap_peers: HashSet<PeerId>,
@@ -119,6 +121,7 @@ impl SwarmTask {
             }
         }
         let (served_tx, served_rx) = mpsc::channel(256);
+        let slots = ServeSlots::new(cfg.serve_concurrency, cfg.serve_per_peer);
         Ok(Self {
             swarm,
             cfg,
@@ -130,7 +133,7 @@ impl SwarmTask {
             roles: HashMap::new(),
             listen: Vec::new(),
             ledger: PeerLedger::default(),
-            serving: Arc::new(AtomicUsize::new(0)),
+            slots,
             served_tx,
             served_rx,
             bootstrap_peers,
@@ -157,14 +160,19 @@ impl SwarmTask {
                         permit.send(ev);
                     }
                 }
-                Some((channel, response, catch_up)) = self.served_rx.recv() => {
+                Some((request_id, channel, response, catch_up)) = self.served_rx.recv() => {
+                    if !self.slots.answered(request_id) {
+                        continue;
+                    }
                     if let XferResponse::Chunk(b) = &response {
                         NetStats::add(&self.stats.served_bytes, b.len() as u64);
                         if catch_up {
                             NetStats::add(&self.stats.catch_up_bytes_out, b.len() as u64);
                         }
                     }
-                    let _ = self.swarm.behaviour_mut().xfer.send_response(channel, response);
+                    if self.swarm.behaviour_mut().xfer.send_response(channel, response).is_err() {
+                        self.slots.release(request_id);
+                    }
                 }
                 _ = tick.tick() => self.maintain(),
             }
@@ -503,8 +511,8 @@ impl SwarmTask {
     async fn on_xfer(&mut self, ev: request_response::Event<XferRequest, XferResponse>) {
         match ev {
             request_response::Event::Message { peer, message, .. } => match message {
-                request_response::Message::Request { request, channel, .. } => {
-                    self.serve(peer, request, channel)
+                request_response::Message::Request { request_id, request, channel } => {
+                    self.serve(peer, request_id, request, channel)
                 }
                 request_response::Message::Response { request_id, response } => {
                     let pending = self.pending.remove(&request_id);
@@ -524,42 +532,46 @@ impl SwarmTask {
                     let _ = reply.send(Err(NetError::Request { peer, why: error.to_string() }));
                 }
             }
-            request_response::Event::InboundFailure {
-                peer,
-                error: request_response::InboundFailure::Io(e),
-                ..
-            } => match FrameError::of(&e) {
-                Some(FrameError::Oversized) => self.charge(peer, NetRejection::Oversized).await,
-                Some(FrameError::Malformed(_)) => self.charge(peer, NetRejection::Malformed).await,
-                None => tracing::debug!(%peer, "inbound transfer failed: {e}"),
-            },
-            _ => {}
+            request_response::Event::ResponseSent { request_id, .. } => self.slots.release(request_id),
+            request_response::Event::InboundFailure { peer, request_id, error, .. } => {
+                self.slots.failed(request_id);
+                let request_response::InboundFailure::Io(e) = error else { return };
+                match FrameError::of(&e) {
+                    Some(FrameError::Oversized) => self.charge(peer, NetRejection::Oversized).await,
+                    Some(FrameError::Malformed(_)) => self.charge(peer, NetRejection::Malformed).await,
+                    None => tracing::debug!(%peer, "inbound transfer failed: {e}"),
+                }
+            }
         }
     }
 
-    fn serve(&mut self, peer: PeerId, request: XferRequest, channel: ResponseChannel<XferResponse>) {
+    /// Answer `request` on the blocking pool if the node and `peer` have a
+    /// serving slot left (`serving`), else `Busy` at once.
+    fn serve(
+        &mut self,
+        peer: PeerId,
+        request_id: InboundRequestId,
+        request: XferRequest,
+        channel: ResponseChannel<XferResponse>,
+    ) {
         NetStats::add(&self.stats.requests_served, 1);
-        if request == XferRequest::Status {
-            let status = self.server.status();
-            let _ = self.swarm.behaviour_mut().xfer.send_response(channel, XferResponse::Status(status));
-            return;
-        }
-        if self.serving.load(Ordering::Relaxed) >= self.cfg.serve_concurrency {
-            tracing::debug!(%peer, "busy: refusing a transfer request");
+        if !self.slots.admit(peer, request_id) {
+            let (held, by_peer) = (self.slots.held(), self.slots.held_by(&peer));
+            tracing::debug!(%peer, held, by_peer, "busy: refusing a transfer request");
             let _ = self.swarm.behaviour_mut().xfer.send_response(channel, XferResponse::Busy);
             return;
         }
-        self.serving.fetch_add(1, Ordering::Relaxed);
         let server = self.server.clone();
-        let serving = self.serving.clone();
         let tx = self.served_tx.clone();
         let catch_up = is_catch_up(&request);
         tokio::spawn(async move {
-            let response = tokio::task::spawn_blocking(move || server.serve(&request))
-                .await
-                .unwrap_or(XferResponse::Busy);
-            serving.fetch_sub(1, Ordering::Relaxed);
-            let _ = tx.send((channel, response, catch_up)).await;
+            let response = tokio::task::spawn_blocking(move || match request {
+                XferRequest::Status => XferResponse::Status(server.status(peer)),
+                _ => server.serve(peer, &request),
+            })
+            .await
+            .unwrap_or(XferResponse::Busy);
+            let _ = tx.send((request_id, channel, response, catch_up)).await;
         });
     }
 }

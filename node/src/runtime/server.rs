@@ -1,10 +1,15 @@
 //! What a node (or bootstrap server) answers on the transfer protocol: its
 //! status (with its ticket and the signed commits backing its state), and
-//! chunk tables and chunks of the blobs in its store (each chunk checked
-//! against the verified table before it is sent), and in protocol-v2 runs
-//! what `committee::served` holds.
+//! chunk tables and chunks of the blobs in its store (a table kept with its
+//! blob, a chunk read at its offset and checked against the verified table
+//! before it is sent; never a whole blob in memory), and in protocol-v2
+//! runs what `committee::served` holds. The swarm calls it within its
+//! serving slots, and says which peer asks (the answers are the same for
+//! every peer today).
 
 use std::sync::{Arc, Mutex, OnceLock};
+
+use libp2p::PeerId;
 
 use crate::net::{ContentServer, PeerStatus, StatusBacking, XferRequest, XferResponse};
 use crate::store::Store;
@@ -69,7 +74,7 @@ impl StoreServer {
 }
 
 impl ContentServer for StoreServer {
-    fn status(&self) -> PeerStatus {
+    fn status(&self, _from: PeerId) -> PeerStatus {
         let s = self.status.lock().map(|g| g.clone()).unwrap_or_default();
         let backing = self.backing.lock().map(|g| g.clone()).unwrap_or_default();
         PeerStatus {
@@ -82,10 +87,10 @@ impl ContentServer for StoreServer {
         }
     }
 
-    fn serve(&self, request: &XferRequest) -> XferResponse {
+    fn serve(&self, from: PeerId, request: &XferRequest) -> XferResponse {
         let blobs = &self.store.blobs;
         match *request {
-            XferRequest::Status => XferResponse::Status(self.status()),
+            XferRequest::Status => XferResponse::Status(self.status(from)),
             XferRequest::Table { kind, id, len } => {
                 if blobs.len_of(kind, &id) != Some(len) {
                     return XferResponse::NotFound;

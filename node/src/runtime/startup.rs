@@ -30,10 +30,10 @@ use crate::store::{BlobKind, Position, Store};
 pub struct Nothing;
 
 impl ContentServer for Nothing {
-    fn status(&self) -> PeerStatus {
+    fn status(&self, _: PeerId) -> PeerStatus {
         PeerStatus::default()
     }
-    fn serve(&self, _: &XferRequest) -> XferResponse {
+    fn serve(&self, _: PeerId, _: &XferRequest) -> XferResponse {
         XferResponse::NotFound
     }
 }
