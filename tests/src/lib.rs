@@ -286,6 +286,22 @@ pub fn node_args(dir: &Path, name: &str, bootstrap: &str, ip: &str, extra: &[&st
     args
 }
 
+/// The RunSpec the bootstrap server at `addr` hosts, asked for as a probe
+/// does, with the runtime the caller's swarms go on running in.
+pub fn hosted_spec(addr: &str) -> (tokio::runtime::Runtime, murmur_protocol::RunSpec, libp2p::Multiaddr) {
+    let boot: libp2p::Multiaddr = addr.parse().expect("bootstrap address");
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let key = murmur_protocol::NodeKey::from_seed([0x78; 32]);
+    let spec = rt
+        .block_on(murmur_node::runtime::startup::discover_spec(
+            &key,
+            std::slice::from_ref(&boot),
+            Duration::from_secs(30),
+        ))
+        .expect("the bootstrap server's run spec");
+    (rt, spec, boot)
+}
+
 /// Write the key seed `seed` where `murmur node --data-dir <dir>/<name>`
 /// keeps its key, so a ticket can be issued before the node starts; returns
 /// its public key in hex.

@@ -17,11 +17,10 @@ use murmur_node::net::{self, ContentServer, NetConfig, NetHandle, PeerStatus, Ro
 use murmur_node::net::{XferRequest, XferResponse};
 use murmur_node::runtime::server::StoreServer;
 use murmur_node::runtime::spec::genesis;
-use murmur_node::runtime::startup::discover_spec;
 use murmur_node::store::{BlobKind, Store};
 use murmur_protocol::{NodeKey, PublicKey, RoundCommit, RunSpec, Signature, StateId, Ticket};
 use murmur_tests::{
-    issue_ticket, start_node, start_ticket_run, states_by_round, wait_until, workspace_binary,
+    hosted_spec, issue_ticket, start_node, start_ticket_run, states_by_round, wait_until, workspace_binary,
     write_node_key, RunSettings, TicketRun,
 };
 
@@ -50,6 +49,35 @@ fn forged_state(spec: &RunSpec, round: u64, dir: &Path) -> (Arc<Store>, StateId)
     s.params[0] += 1.0;
     let id = store.blobs.put(BlobKind::State, &s.encode()).expect("put");
     (store, StateId(id))
+}
+
+/// Ten commits of `round` naming `state`, by keys seeded `seed0 + i`, each
+/// with a ticket `forger` signed (no operator's): evidence that counts for
+/// nothing.
+fn forged_backing(
+    spec: &RunSpec,
+    forger: &NodeKey,
+    seed0: u8,
+    round: u64,
+    state: StateId,
+) -> Vec<StatusBacking> {
+    (0..10u8)
+        .map(|i| {
+            let k = NodeKey::from_seed([seed0 + i; 32]);
+            let commit = RoundCommit {
+                run: spec.run_id(),
+                round,
+                base: StateId([0; 32]),
+                included: vec![],
+                new_state: state,
+                signer: PublicKey::default(),
+                signature: Signature::default(),
+            }
+            .sign(&k);
+            let ticket = Ticket::issue(forger, spec.run_id(), k.public(), u64::MAX);
+            StatusBacking { commit: commit.encode(), ticket: Some(ticket.encode()) }
+        })
+        .collect()
 }
 
 /// Start a forging peer of the run, known to the bootstrap server (so a
@@ -107,34 +135,10 @@ fn export_refuses_a_state_no_admitted_commit_backs() {
     let d = dir.path();
     let settings = RunSettings { inner_steps: 10, batch: 4, quorum: 1, deadline: 20, seed: 45 };
     let TicketRun { boot: _boot, addr, .. } = start_ticket_run(d, &settings, [0x0d; 32]);
-    let boot: Multiaddr = addr.parse().expect("addr");
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let spec = rt
-        .block_on(discover_spec(
-            &NodeKey::from_seed([0x78; 32]),
-            std::slice::from_ref(&boot),
-            Duration::from_secs(30),
-        ))
-        .expect("spec");
+    let (rt, spec, boot) = hosted_spec(&addr);
     let (store, forged) = forged_state(&spec, 60, &d.join("forger"));
     let forger_key = NodeKey::from_seed([0xf3; 32]);
-    let backing: Vec<StatusBacking> = (0..10u8)
-        .map(|i| {
-            let k = NodeKey::from_seed([0x60 + i; 32]);
-            let commit = RoundCommit {
-                run: spec.run_id(),
-                round: 59,
-                base: StateId([0; 32]),
-                included: vec![],
-                new_state: forged,
-                signer: PublicKey::default(),
-                signature: Signature::default(),
-            }
-            .sign(&k);
-            let ticket = Ticket::issue(&forger_key, spec.run_id(), k.public(), u64::MAX);
-            StatusBacking { commit: commit.encode(), ticket: Some(ticket.encode()) }
-        })
-        .collect();
+    let backing = forged_backing(&spec, &forger_key, 0x60, 59, forged);
     let status = PeerStatus {
         spec: spec.encode(),
         round: 60,
@@ -158,15 +162,7 @@ fn a_joiner_ignores_forged_higher_states_and_syncs_to_the_committed_one() {
     let d = dir.path();
     let settings = RunSettings { inner_steps: 10, batch: 4, quorum: 2, deadline: 20, seed: 44 };
     let TicketRun { boot: _boot, addr, operator_key, .. } = start_ticket_run(d, &settings, [0x0c; 32]);
-    let boot: Multiaddr = addr.parse().expect("addr");
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let spec = rt
-        .block_on(discover_spec(
-            &NodeKey::from_seed([0x77; 32]),
-            std::slice::from_ref(&boot),
-            Duration::from_secs(30),
-        ))
-        .expect("spec");
+    let (rt, spec, boot) = hosted_spec(&addr);
     let run_hex = spec.run_id().to_hex();
     let mut tickets = Vec::new();
     for (name, seed) in [("a", [0xa2; 32]), ("b", [0xb2; 32]), ("c", [0xc2; 32])] {
@@ -184,23 +180,7 @@ fn a_joiner_ignores_forged_higher_states_and_syncs_to_the_committed_one() {
     let (store1, x1) = forged_state(&spec, 50, &d.join("forger1"));
     let (store2, x2) = forged_state(&spec, 60, &d.join("forger2"));
     let forger_key = NodeKey::from_seed([0xf2; 32]);
-    let backing: Vec<StatusBacking> = (0..10u8)
-        .map(|i| {
-            let k = NodeKey::from_seed([0x50 + i; 32]);
-            let commit = RoundCommit {
-                run: spec.run_id(),
-                round: 59,
-                base: StateId([0; 32]),
-                included: vec![],
-                new_state: x2,
-                signer: PublicKey::default(),
-                signature: Signature::default(),
-            }
-            .sign(&k);
-            let ticket = Ticket::issue(&forger_key, spec.run_id(), k.public(), u64::MAX);
-            StatusBacking { commit: commit.encode(), ticket: Some(ticket.encode()) }
-        })
-        .collect();
+    let backing = forged_backing(&spec, &forger_key, 0x50, 59, x2);
     let claim = |round: u64, state: StateId, backing: Vec<StatusBacking>| PeerStatus {
         spec: spec.encode(),
         round,

@@ -18,7 +18,6 @@ use libp2p::Multiaddr;
 use murmur_node::net::{self, GossipMessage, NetConfig, NetEvent, NetHandle, Role, TopicKind};
 use murmur_node::runtime::server::StoreServer;
 use murmur_node::runtime::spec::genesis;
-use murmur_node::runtime::startup::discover_spec;
 use murmur_node::store::{BlobKind, Store};
 use murmur_protocol::hash::payload_hash_of;
 use murmur_protocol::{
@@ -26,8 +25,8 @@ use murmur_protocol::{
     Ticket,
 };
 use murmur_tests::{
-    issue_ticket, start_node, start_ticket_run, states_by_round, wait_until, write_node_key, Proc,
-    RunSettings, TicketRun,
+    hosted_spec, issue_ticket, start_node, start_ticket_run, states_by_round, wait_until, write_node_key,
+    Proc, RunSettings, TicketRun,
 };
 use tokio::sync::{mpsc, watch};
 
@@ -139,15 +138,7 @@ fn nodes_that_counted_different_commits_reconcile_onto_one_state() {
     let d = dir.path();
     let settings = RunSettings { inner_steps: 10, batch: 4, quorum: 2, deadline: 20, seed: 46 };
     let TicketRun { boot: _boot, addr, operator, operator_key } = start_ticket_run(d, &settings, [0x0d; 32]);
-    let boot: Multiaddr = addr.parse().expect("addr");
-    let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let spec = rt
-        .block_on(discover_spec(
-            &NodeKey::from_seed([0x78; 32]),
-            std::slice::from_ref(&boot),
-            Duration::from_secs(30),
-        ))
-        .expect("spec");
+    let (rt, spec, boot) = hosted_spec(&addr);
     let run_hex = spec.run_id().to_hex();
     let ticket_of = |name: &str, seed: [u8; 32]| {
         let holder = write_node_key(d, name, seed);
