@@ -88,6 +88,13 @@ pub struct TestnetArgs {
     /// trip (e.g. 20:50:40). Needs root; no dashboard.
     #[arg(long, value_name = "UP:DOWN:RTT")]
     pub home_links: Option<HomeLinks>,
+    /// The bootstrap server archives every R-th committed state as an
+    /// export under <dir>/data/checkpoints (`murmur-bootstrap --checkpoint-every`).
+    #[arg(long, value_name = "R")]
+    pub checkpoint_every: Option<u64>,
+    /// With --checkpoint-every: exports kept.
+    #[arg(long, default_value_t = 3)]
+    pub keep: usize,
 }
 
 /// `--slow K:V`.
@@ -126,6 +133,7 @@ pub fn run(a: TestnetArgs) -> Result<()> {
         eval_every: a.eval_every,
         slow: a.slow,
         links: a.home_links,
+        archive: a.checkpoint_every.map(|every| (every, a.keep)),
     };
     if let Some((k, _)) = opts.slow {
         if k > opts.nodes {

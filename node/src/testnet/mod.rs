@@ -73,6 +73,9 @@ pub struct TestnetOptions {
     pub slow: Option<(usize, f64)>,
     /// Every process in its own namespace behind an emulated home link.
     pub links: Option<HomeLinks>,
+    /// The bootstrap server archives every R-th committed state under
+    /// `<dir>/data/checkpoints` (emptied at start with the rest), keeping K: `(R, K)`.
+    pub archive: Option<(u64, usize)>,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -318,6 +321,12 @@ fn drive(net: &mut Testnet) -> Result<bool> {
     .collect();
     if o.overlap {
         boot_args.push("--overlap".into());
+    }
+    if let Some((every, keep)) = o.archive {
+        let dir = o.dir.join("data").join("checkpoints").display().to_string();
+        let archive = ["--checkpoint-dir".into(), dir, "--checkpoint-every".into(), every.to_string()];
+        boot_args.extend(archive);
+        boot_args.extend(["--keep".into(), keep.to_string()]);
     }
     let netns = net.namespaces.as_ref().and_then(|n| n.path("bootstrap"));
     let c = Child::spawn(
