@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Side-by-side rounds on one shape (docs/benchmarks.md, issue 17): each round
+# Side-by-side rounds on one shape (docs/benchmarks.md, "CPU backend vs PyTorch"): each round
 # runs `murmur bench train --device cpu` in fp32, then PyTorch eager fp32
 # (scripts/bench-torch.sh), then murmur with --precision bf16, all with 2
 # threads, so the three see the same moments of the machine. Prints every

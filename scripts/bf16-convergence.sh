@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # How far --precision bf16 ends from fp32, measured against fp32's own
-# sensitivity (docs/benchmarks.md, issue 17). Trains the tiny preset on
+# sensitivity (docs/benchmarks.md, "CPU backend vs PyTorch"). Trains the tiny preset on
 # synthetic data for 600 steps at one seed, in fp32 and in bf16, each at the
 # default peak learning rate and at nudged ones (±0.005% to ±0.07%), and
 # prints every final val loss, then the median and range per precision.

@@ -2,7 +2,7 @@
 //! and forth, which says where the host has put this machine's CPUs. On the
 //! 2-vCPU benchmark VM it is about 60 ns while the two share an L3 and about
 //! 350 ns while the host runs them on different dies, the state that slows
-//! every training step (docs/benchmarks.md, eighth session). `bench train`
+//! every training step (docs/benchmarks.md, "CPU backend vs PyTorch"). `bench train`
 //! prints it beside its figures, so rounds taken in the two states can be
 //! told apart.
 

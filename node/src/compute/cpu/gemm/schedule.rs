@@ -5,7 +5,7 @@
 //! When the host runs the benchmark VM's two vCPUs on different dies
 //! (train/handoff.rs) every such line costs a cross-die round trip:
 //! sharing one packed A or B between the threads cost GEMMs up to a third
-//! of their rate (docs/benchmarks.md, eighth and ninth sessions). Each
+//! of their rate (docs/benchmarks.md, "CPU backend vs PyTorch"). Each
 //! task first takes the units of its own even share (`Claims`), so a
 //! thread writes the same tiles of C call after call, then helps with the
 //! others' shares, so a slower core (a vCPU the host runs slower, an
