@@ -147,6 +147,8 @@ fn a_runs_model_is_exported_measured_imported_and_started_from() {
             "GPT2LMHeadModel did not load the export: {}",
             String::from_utf8_lossy(&o.stderr)
         );
+        let counted: usize = String::from_utf8_lossy(&o.stdout).trim().parse().expect("a parameter count");
+        assert_eq!(counted, imported.len(), "transformers counts another model");
     } else {
         eprintln!("MURMUR_TRANSFORMERS_PYTHON is not set: the transformers check did not run");
     }
