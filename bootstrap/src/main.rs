@@ -23,8 +23,8 @@ use murmur_node::net::GossipMessage;
 use murmur_node::net::{self, NetConfig, NetEvent, Role};
 use murmur_node::runtime::archive::{Archive, ArchiveOptions, Follower, Settled};
 use murmur_node::runtime::dataset::import_local;
+use murmur_node::runtime::fetching::fetch_checked_state;
 use murmur_node::runtime::server::{ServedStatus, StoreServer};
-use murmur_node::runtime::spec::state_len;
 use murmur_node::runtime::spec::{genesis, genesis_with, parse_admission, run_spec, RunParams};
 use murmur_node::runtime::tickets::parse_public_key;
 use murmur_node::store::{keyfile, BlobKind, Store};
@@ -160,21 +160,16 @@ fn model_params(path: &std::path::Path, preset: &str) -> Result<Vec<f32>> {
 /// it (on a task; failures are logged and the next due round tried).
 fn archive_state(net: net::NetHandle, archive: Arc<Archive>, spec: murmur_protocol::RunSpec, s: Settled) {
     tokio::spawn(async move {
-        let len = state_len(&spec);
         let peers: Vec<_> = s.committers.iter().filter_map(net::peer_id_of).collect();
-        let fetched = match net::fetch_blob(&net, BlobKind::State, s.state.0, len, len, &peers).await {
-            Ok(f) => f.bytes,
+        // The state round r commits opens round r + 1.
+        let state = match fetch_checked_state(&net, &spec, s.state, s.round + 1, &peers).await {
+            Ok((state, _)) => state,
             Err(e) => {
                 tracing::warn!("archive: fetching state {} of round {}: {e}", s.state, s.round);
                 return;
             }
         };
         let written = tokio::task::spawn_blocking(move || {
-            let n = spec.model.param_count as usize;
-            let state = murmur_protocol::TrainingState::decode(&fetched, n).map_err(|e| e.to_string())?;
-            if state.run != spec.run_id() || state.round != s.round + 1 {
-                return Err(format!("state {} is not round {}'s of this run", s.state, s.round));
-            }
             let meta = ExportMeta {
                 tokens_seen: s.tokens_seen,
                 tokens_from_round: s.tokens_from_round,

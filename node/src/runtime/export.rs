@@ -8,18 +8,18 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use libp2p::{Multiaddr, PeerId};
+use libp2p::Multiaddr;
 use murmur_protocol::hash::unhex;
-use murmur_protocol::{RunSpec, StateId, TrainingState};
+use murmur_protocol::{NodeKey, RunSpec, StateId, TrainingState};
 
-use super::fetching::fetch_state;
+use super::fetching::fetch_checked_state;
 use super::report::Reporter;
 use super::spec::model_config;
 use super::startup::{discover_spec, gather, Nothing};
 use super::RuntimeError;
 use crate::checkpoint::run_export::{self, ExportMeta};
 use crate::net::{self, NetConfig, Role};
-use crate::store::{keyfile, BlobKind, RoundRecord, Store, StoreError};
+use crate::store::{BlobKind, RoundRecord, Store, StoreError};
 
 /// Which state to export.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,10 +170,7 @@ pub async fn export_from_network(
     wait: Duration,
     report: Reporter,
 ) -> Result<ExportMeta, RuntimeError> {
-    let scratch =
-        tempfile::tempdir().map_err(|e| RuntimeError::Config(format!("a scratch directory: {e}")))?;
-    let store = Arc::new(Store::open(scratch.path())?);
-    let key = keyfile::load_or_create(&store.key_path())?;
+    let key = NodeKey::from_seed(rand::random());
     let spec = discover_spec(&key, bootstrap, wait).await?;
     let cfg = model_config(&spec)?;
     let mut ncfg = NetConfig::new(key, spec.run_id(), Role::Observer);
@@ -193,14 +190,7 @@ pub async fn export_from_network(
             found.trainers.len()
         )));
     };
-    let mut peers: Vec<PeerId> = found.claims.get(&(b.round, b.state.0)).cloned().unwrap_or_default();
-    let committers = b.committers.iter().filter_map(net::peer_id_of).filter(|p| found.trainers.contains(p));
-    for p in committers.chain(found.trainers.iter().copied()) {
-        if !peers.contains(&p) {
-            peers.push(p);
-        }
-    }
-    let state = fetch_state(&net, &store, &spec, b.state, b.round, &peers, || true)
+    let (state, _) = fetch_checked_state(&net, &spec, b.state, b.round, &found.holders_of(&b))
         .await
         .map_err(|e| RuntimeError::Config(format!("fetching state {} of round {}: {e}", b.state, b.round)))?;
     let meta = ExportMeta::of(&spec, &state);

@@ -159,6 +159,32 @@ pub(crate) fn spawn_state_fetch(
     });
 }
 
+/// Fetch state `id` (expected at `round` of `spec`'s run) from `peers` at
+/// once and decode it on the blocking pool; returns the state and its bytes.
+pub async fn fetch_checked_state(
+    net: &NetHandle,
+    spec: &RunSpec,
+    id: StateId,
+    round: u64,
+    peers: &[PeerId],
+) -> Result<(TrainingState, Vec<u8>), String> {
+    let len = state_len(spec);
+    let fetched = fetch_blob(net, BlobKind::State, id.0, len, len, peers).await.map_err(|e| e.to_string())?;
+    let (run, n) = (spec.run_id(), spec.model.param_count as usize);
+    tokio::task::spawn_blocking(move || {
+        let state = TrainingState::decode(&fetched.bytes, n).map_err(|e| e.to_string())?;
+        if state.run != run || state.round != round {
+            return Err(format!(
+                "state {id} is for round {} of another or the same run, not round {round}",
+                state.round
+            ));
+        }
+        Ok((state, fetched.bytes))
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}
+
 /// Fetch state `id` (expected at `round`) from `peers` at once, verify,
 /// store and record it as the node's position (decoding and writing on the
 /// blocking pool) — unless `still_wanted` says no by then, so a state the
@@ -172,21 +198,13 @@ pub async fn fetch_state(
     peers: &[PeerId],
     still_wanted: impl Fn() -> bool + Send + 'static,
 ) -> Result<TrainingState, String> {
-    let len = state_len(spec);
-    let fetched = fetch_blob(net, BlobKind::State, id.0, len, len, peers).await.map_err(|e| e.to_string())?;
-    let (store, run, n) = (store.clone(), spec.run_id(), spec.model.param_count as usize);
+    let (state, bytes) = fetch_checked_state(net, spec, id, round, peers).await?;
+    let (store, run) = (store.clone(), spec.run_id());
     tokio::task::spawn_blocking(move || {
-        let state = TrainingState::decode(&fetched.bytes, n).map_err(|e| e.to_string())?;
-        if state.run != run || state.round != round {
-            return Err(format!(
-                "state {id} is for round {} of another or the same run, not round {round}",
-                state.round
-            ));
-        }
         if !still_wanted() {
             return Err(format!("state {id} is no longer wanted"));
         }
-        store.blobs.put(BlobKind::State, &fetched.bytes).map_err(|e| e.to_string())?;
+        store.blobs.put(BlobKind::State, &bytes).map_err(|e| e.to_string())?;
         store.meta.set_position(&run, Position { round, state: id }).map_err(|e| e.to_string())?;
         Ok(state)
     })

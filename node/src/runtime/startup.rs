@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use libp2p::{Multiaddr, PeerId};
-use murmur_protocol::{DeltaManifest, NodeKey, PublicKey, RunId, RunSpec, StateId, Ticket, TrainingState};
+use murmur_protocol::{
+    Backed, DeltaManifest, NodeKey, PublicKey, RunId, RunSpec, StateId, Ticket, TrainingState,
+};
 use serde_json::json;
 use tokio::sync::mpsc;
 
@@ -252,6 +254,22 @@ pub async fn gather(
     Gathered { trainers, claims, evidence, seen }
 }
 
+impl Gathered {
+    /// Who to fetch backed state `b` from: those who claim it, then its
+    /// committers, then every trainer (a state is content-addressed, so any
+    /// server can only waste time).
+    pub fn holders_of(&self, b: &Backed) -> Vec<PeerId> {
+        let mut peers: Vec<PeerId> = self.claims.get(&(b.round, b.state.0)).cloned().unwrap_or_default();
+        let committers = b.committers.iter().filter_map(peer_id_of).filter(|p| self.trainers.contains(p));
+        for p in committers.chain(self.trainers.iter().copied()) {
+            if !peers.contains(&p) {
+                peers.push(p);
+            }
+        }
+        peers
+    }
+}
+
 /// Wait briefly for peers, ask the trainers among them for their status,
 /// and take the newest state that the signed commits they offer back under
 /// the run's rule (`backing`), fetching it from all its holders. A round a
@@ -266,13 +284,14 @@ pub async fn cold_start(
     wait: Duration,
     out: Reporter,
 ) -> ColdStart {
-    let Gathered { trainers, claims, evidence, seen } = gather(net, events, spec, wait, out).await;
+    let gathered = gather(net, events, spec, wait, out).await;
+    let Gathered { claims, evidence, seen, .. } = &gathered;
     let unix = unix_now();
     let tickets = evidence.valid_tickets(spec, unix);
     let backed = evidence.backed(spec, unix);
     let mine_id = mine.id();
     let (target_round, target) = backed.as_ref().map_or((mine.round, mine_id), |b| (b.round, b.state));
-    for ((round, state), peers) in &claims {
+    for ((round, state), peers) in claims {
         let beyond = *round > target_round || (*round == target_round && StateId(*state) != target);
         if beyond && !(*round == mine.round && StateId(*state) == mine_id) {
             out.event(
@@ -291,15 +310,7 @@ pub async fn cold_start(
     if b.round < mine.round || (b.round == mine.round && b.state == mine_id) {
         return done(mine);
     }
-    // Fetch from those who claim it, then its committers, then every trainer:
-    // the state is content-addressed, so any server can only waste time.
-    let mut peers: Vec<PeerId> = claims.get(&(b.round, b.state.0)).cloned().unwrap_or_default();
-    let committers = b.committers.iter().filter_map(peer_id_of).filter(|p| trainers.contains(p));
-    for p in committers.chain(trainers.iter().copied()) {
-        if !peers.contains(&p) {
-            peers.push(p);
-        }
-    }
+    let peers = gathered.holders_of(&b);
     let fetch_t0 = Instant::now();
     match fetch_state(net, store, spec, b.state, b.round, &peers, || true).await {
         Ok(s) => {
