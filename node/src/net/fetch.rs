@@ -17,8 +17,9 @@
 //! (50 ms, doubling), and `MAX_BUSY` of them in a row drop it;
 //! `MAX_FAILURES` failed or timed-out
 //! requests drop it (`NetRejection::Unresponsive`); `NotFound` drops it
-//! uncharged. Every request has its own `REQUEST_TIMEOUT`. The fetch fails
-//! only when no peer is left.
+//! uncharged, as does `NotAdmitted`. Every request has its own
+//! `REQUEST_TIMEOUT`. The fetch fails only when no peer is left. Admitted
+//! peers come first; a ticket run never asks a peer it does not admit.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -108,7 +109,7 @@ impl Source {
                 self.resume_at = tokio::time::Instant::now() + BUSY_BACKOFF * (1 << (self.busy - 1));
                 Verdict::BackedOff(Some(NetRejection::Busy))
             }
-            Ok(XferResponse::NotFound) => Verdict::Dropped(None),
+            Ok(XferResponse::NotFound | XferResponse::NotAdmitted) => Verdict::Dropped(None),
             _ => {
                 self.failures += 1;
                 match self.failures >= MAX_FAILURES {
@@ -132,7 +133,8 @@ async fn ask(net: &NetHandle, peer: PeerId, request: XferRequest) -> Result<Xfer
 
 /// Fetch blob `id` of `kind`, exactly `len` bytes (at most `cap`), from
 /// `peers` (tried in order for the table; all used for chunks, the earlier
-/// ones first among equally loaded peers).
+/// ones first among equally loaded peers). Admitted peers are asked before
+/// strangers, and in a ticket run strangers never (`Gate::order`).
 pub async fn fetch_blob(
     net: &NetHandle,
     kind: BlobKind,
@@ -147,6 +149,7 @@ pub async fn fetch_blob(
     if len > cap || tree::chunk_count(len) > tree::MAX_CHUNKS {
         return Err(FetchError::TooLarge { len, cap });
     }
+    let peers = &net.gate.order(peers)[..];
     let n = tree::chunk_count(len);
     let table = if n == 1 { vec![id] } else { fetch_table(net, kind, id, len, peers).await? };
     let size = usize::try_from(len).map_err(|_| FetchError::TooLarge { len, cap })?;

@@ -11,6 +11,7 @@
 //! - `xfer`: the transfer protocol's frames and codec.
 //! - `offer`: protocol v2's shard offers and leaves on the transfer protocol.
 //! - `fetch`: chunked, multi-peer, verified blob download.
+//! - `gate`: who is admitted: served, forwarded for, asked first, kept slots for.
 //! - `peers`: identities, typed rejections, scoring and bans.
 //! - `rate`: gossip budgets, charged to the signer rather than the relay.
 //! - `serving`: the slots of the requests being answered, per peer and in all.
@@ -19,6 +20,7 @@
 pub mod behaviour;
 pub mod delay;
 pub mod fetch;
+pub mod gate;
 pub mod gossip;
 pub mod offer;
 pub mod peers;
@@ -31,7 +33,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use libp2p::{Multiaddr, PeerId};
-use murmur_protocol::{NodeKey, RunId};
+use murmur_protocol::{AdmissionPolicy, NodeKey, RunId, Ticket};
 use thiserror::Error;
 use tokio::sync::{mpsc, oneshot};
 
@@ -100,6 +102,11 @@ pub struct NetConfig {
     pub serve_concurrency: usize,
     /// The most of those one peer may hold.
     pub serve_per_peer: usize,
+    /// The run's admission policy (`gate`): a ticket run serves and
+    /// forwards for admitted peers only.
+    pub admission: AdmissionPolicy,
+    /// This node's own ticket, presented to a peer that answers `NotAdmitted`.
+    pub ticket: Option<Ticket>,
 }
 
 impl NetConfig {
@@ -115,6 +122,8 @@ impl NetConfig {
             relay_circuit_bytes: 64 << 20,
             serve_concurrency: 32,
             serve_per_peer: 16,
+            admission: AdmissionPolicy::Open,
+            ticket: None,
         }
     }
 }
@@ -225,6 +234,8 @@ pub struct NetHandle {
     tx: mpsc::Sender<Command>,
     pub local: PeerId,
     pub stats: Arc<NetStats>,
+    /// Who this node admits (shared with the swarm task).
+    pub gate: Arc<gate::Gate>,
 }
 
 impl NetHandle {
@@ -301,7 +312,9 @@ pub fn start(
     let (cmd_tx, cmd_rx) = mpsc::channel(256);
     let (ev_tx, ev_rx) = mpsc::channel(1024);
     let stats = Arc::new(NetStats::default());
-    let task = swarm::SwarmTask::new(swarm, cfg, server, ev_tx, stats.clone())?;
+    let gate =
+        Arc::new(gate::Gate::new(cfg.run, cfg.admission.clone(), cfg.bootstrap.iter().filter_map(peer_of)));
+    let task = swarm::SwarmTask::new(swarm, cfg, server, ev_tx, stats.clone(), gate.clone())?;
     tokio::spawn(task.run(cmd_rx));
-    Ok((NetHandle { tx: cmd_tx, local, stats }, ev_rx))
+    Ok((NetHandle { tx: cmd_tx, local, stats, gate }, ev_rx))
 }

@@ -42,6 +42,8 @@ pub enum NetRejection {
     Busy,
     /// Requests of one fetch that failed or timed out, `fetch::MAX_FAILURES`.
     Unresponsive,
+    /// A transfer request from a peer a ticket run does not admit (`gate`).
+    NotAdmitted,
     /// A refusal decided by the round state machine.
     Round(Rejection),
 }
@@ -54,7 +56,8 @@ impl NetRejection {
             | NetRejection::BadSignature
             | NetRejection::Oversized
             | NetRejection::Flood => 100,
-            NetRejection::WrongRun => 5,
+            // A joiner is refused until it presents its ticket: cheap.
+            NetRejection::WrongRun | NetRejection::NotAdmitted => 5,
             NetRejection::BadChunk => 50,
             // Honest peers past their serving limit answer Busy too, and
             // links drop: these cost little (2 per Busy answer; 10 for a
@@ -76,6 +79,7 @@ impl NetRejection {
             NetRejection::Flood => "flood".into(),
             NetRejection::Busy => "busy".into(),
             NetRejection::Unresponsive => "unresponsive".into(),
+            NetRejection::NotAdmitted => "not_admitted".into(),
             NetRejection::Round(r) => format!("round_{r:?}").to_lowercase(),
         }
     }

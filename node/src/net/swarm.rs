@@ -1,9 +1,11 @@
 //! The swarm task: the one owner of the libp2p `Swarm`. It carries out
-//! commands from handles, validates gossip before gossipsub may forward it,
+//! commands from handles, validates gossip before gossipsub may forward it
+//! (in a ticket run, only gossip whose signer is admitted: `gate`),
 //! answers transfer requests (Status included) through the `ContentServer`
-//! on blocking threads within its serving slots (`serving`), keeps peers
-//! discovered (Kademlia, mDNS, identify), and scores and bans misbehaving
-//! peers.
+//! on blocking threads within its serving slots (`serving`) — in a ticket
+//! run to admitted peers only, presenting its own ticket where it is told
+//! `NotAdmitted` — keeps peers discovered (Kademlia, mDNS, identify), and
+//! scores and bans misbehaving peers.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -20,6 +22,7 @@ use libp2p::{identify, kad, mdns, ping, Multiaddr, PeerId, Swarm};
 use tokio::sync::{mpsc, oneshot};
 
 use super::behaviour::{parse_agent, MurmurBehaviour, MurmurBehaviourEvent};
+use super::gate::Gate;
 use super::gossip::{self, TopicKind};
 use super::peers::{peer_id_of, GossipAdmission, NetRejection, PeerLedger};
 use super::serving::ServeSlots;
@@ -34,6 +37,24 @@ const MAINTENANCE: Duration = Duration::from_secs(3);
 const MAX_BACKLOG: usize = 4096;
 
 type Reply = oneshot::Sender<Result<XferResponse, NetError>>;
+
+/// A request in flight: who waits for the answer, whether it fetches
+/// catch-up content (`is_catch_up`), and what a `NotAdmitted` answer leads to.
+struct Pending {
+    reply: Reply,
+    catch_up: bool,
+    then: OnRefusal,
+}
+
+/// What follows a `NotAdmitted` answer to a request.
+enum OnRefusal {
+    /// The answer goes to the asker as it is.
+    Answer,
+    /// Present this node's ticket, then ask `.0` once more.
+    Present(XferRequest),
+    /// This is the ticket's presentation: when it admits, ask `.0` again.
+    AskAgain(XferRequest),
+}
 
 /// A response ready to go out, and whether it serves catch-up content.
 type Served = (InboundRequestId, ResponseChannel<XferResponse>, XferResponse, bool);
@@ -52,9 +73,10 @@ pub(crate) struct SwarmTask {
     events: mpsc::Sender<NetEvent>,
     stats: Arc<NetStats>,
     topics: HashMap<TopicHash, TopicKind>,
-    /// Requests in flight: who waits for the answer, and whether it
-    /// fetches catch-up content (`is_catch_up`).
-    pending: HashMap<OutboundRequestId, (Reply, bool)>,
+    /// Requests in flight.
+    pending: HashMap<OutboundRequestId, Pending>,
+    /// Who this node admits (shared with its handles).
+    gate: Arc<Gate>,
     roles: HashMap<PeerId, Role>,
     listen: Vec<Multiaddr>,
     ledger: PeerLedger,
@@ -96,6 +118,7 @@ impl SwarmTask {
         server: Arc<dyn ContentServer>,
         events: mpsc::Sender<NetEvent>,
         stats: Arc<NetStats>,
+        gate: Arc<Gate>,
     ) -> Result<Self, NetError> {
         let mut topics = HashMap::new();
         for kind in TopicKind::ALL {
@@ -130,6 +153,7 @@ impl SwarmTask {
             stats,
             topics,
             pending: HashMap::new(),
+            gate,
             roles: HashMap::new(),
             listen: Vec::new(),
             ledger: PeerLedger::default(),
@@ -307,9 +331,12 @@ impl SwarmTask {
                 let _ = reply.send(r);
             }
             Command::Request { peer, request, reply } => {
-                let catch_up = is_catch_up(&request);
-                let id = self.swarm.behaviour_mut().xfer.send_request(&peer, request);
-                self.pending.insert(id, (reply, catch_up));
+                // With a ticket to present, a refusal is answered by presenting it.
+                let then = match self.cfg.ticket {
+                    Some(_) => OnRefusal::Present(request.clone()),
+                    None => OnRefusal::Answer,
+                };
+                self.send_request(peer, request, reply, then);
             }
             Command::Penalize { peer, reason } => self.charge(peer, reason).await,
             Command::Dial { addr, reply } => {
@@ -430,13 +457,16 @@ impl SwarmTask {
                 // Invalid bytes are the relay's fault (honest relays
                 // validate before they forward); a valid message's rate is
                 // its signer's (`rate`): a flood is charged to the signer,
-                // and a relay past its wider budget is only dropped.
+                // and a relay past its wider budget is only dropped. In a
+                // ticket run, a message whose signer is not admitted is
+                // dropped uncharged (its relay may not know the run yet).
                 let verdict = match self.topics.get(&message.topic) {
                     Some(kind) => gossip::validate(*kind, &self.cfg.run, &message.data),
                     None => Err(NetRejection::Malformed),
                 };
                 let (acceptance, outcome) = match verdict {
                     Err(reason) => (MessageAcceptance::Reject, Err((propagation_source, reason))),
+                    Ok(msg) if !self.admitted(&msg) => (MessageAcceptance::Ignore, Ok(None)),
                     Ok(msg) => {
                         let origin = msg.origin().and_then(|k| peer_id_of(&k));
                         match self.ledger.admit_gossip(propagation_source, origin, Instant::now()) {
@@ -512,24 +542,16 @@ impl SwarmTask {
         match ev {
             request_response::Event::Message { peer, message, .. } => match message {
                 request_response::Message::Request { request_id, request, channel } => {
-                    self.serve(peer, request_id, request, channel)
+                    self.serve(peer, request_id, request, channel).await
                 }
                 request_response::Message::Response { request_id, response } => {
-                    let pending = self.pending.remove(&request_id);
-                    if let XferResponse::Chunk(b) = &response {
-                        NetStats::add(&self.stats.fetched_bytes, b.len() as u64);
-                        if pending.as_ref().is_some_and(|(_, catch_up)| *catch_up) {
-                            NetStats::add(&self.stats.catch_up_bytes_in, b.len() as u64);
-                        }
-                    }
-                    if let Some((reply, _)) = pending {
-                        let _ = reply.send(Ok(response));
-                    }
+                    let Some(pending) = self.pending.remove(&request_id) else { return };
+                    self.on_response(peer, pending, response);
                 }
             },
             request_response::Event::OutboundFailure { peer, request_id, error, .. } => {
-                if let Some((reply, _)) = self.pending.remove(&request_id) {
-                    let _ = reply.send(Err(NetError::Request { peer, why: error.to_string() }));
+                if let Some(p) = self.pending.remove(&request_id) {
+                    let _ = p.reply.send(Err(NetError::Request { peer, why: error.to_string() }));
                 }
             }
             request_response::Event::ResponseSent { request_id, .. } => self.slots.release(request_id),
@@ -545,9 +567,59 @@ impl SwarmTask {
         }
     }
 
+    fn send_request(&mut self, peer: PeerId, request: XferRequest, reply: Reply, then: OnRefusal) {
+        let catch_up = is_catch_up(&request);
+        let id = self.swarm.behaviour_mut().xfer.send_request(&peer, request);
+        self.pending.insert(id, Pending { reply, catch_up, then });
+    }
+
+    /// Hand `response` from `peer` to its asker, or, where `peer` refused
+    /// this node as not admitted, present this node's ticket and ask again
+    /// (once). A status answer's own ticket admits the peer that sent it.
+    fn on_response(&mut self, peer: PeerId, pending: Pending, response: XferResponse) {
+        let Pending { reply, catch_up, then } = pending;
+        match (&response, then) {
+            (XferResponse::NotAdmitted, OnRefusal::Present(request)) => {
+                if let Some(ticket) = self.cfg.ticket.clone() {
+                    let present = XferRequest::Present(ticket);
+                    return self.send_request(peer, present, reply, OnRefusal::AskAgain(request));
+                }
+            }
+            (XferResponse::Admitted, OnRefusal::AskAgain(request)) => {
+                return self.send_request(peer, request, reply, OnRefusal::Answer);
+            }
+            (XferResponse::Chunk(b), _) => {
+                NetStats::add(&self.stats.fetched_bytes, b.len() as u64);
+                if catch_up {
+                    NetStats::add(&self.stats.catch_up_bytes_in, b.len() as u64);
+                }
+            }
+            (XferResponse::Status(s), _) if self.gate.private() => {
+                let ticket = s.ticket.as_deref().and_then(|b| murmur_protocol::Ticket::decode(b).ok());
+                if let Some(t) = ticket.filter(|t| peer_id_of(&t.holder) == Some(peer)) {
+                    self.gate.learn(&t);
+                }
+            }
+            _ => {}
+        }
+        let _ = reply.send(Ok(response));
+    }
+
+    /// Whether gossip `msg` may be forwarded and handed on: in a ticket
+    /// run, its signer is admitted; a ticket is checked against the run's
+    /// operators and admits its holder.
+    fn admitted(&self, msg: &gossip::GossipMessage) -> bool {
+        match msg {
+            gossip::GossipMessage::Ticket(t) => !self.gate.private() || self.gate.learn(t).is_some(),
+            _ => self.gate.forwards(msg.origin().as_ref()),
+        }
+    }
+
     /// Answer `request` on the blocking pool if the node and `peer` have a
-    /// serving slot left (`serving`), else `Busy` at once.
-    fn serve(
+    /// serving slot left (`serving`), else `Busy` at once. In a ticket run,
+    /// a peer that is not admitted is answered `NotAdmitted` (and charged a
+    /// little) until it presents a ticket that admits it.
+    async fn serve(
         &mut self,
         peer: PeerId,
         request_id: InboundRequestId,
@@ -555,6 +627,10 @@ impl SwarmTask {
         channel: ResponseChannel<XferResponse>,
     ) {
         NetStats::add(&self.stats.requests_served, 1);
+        if !matches!(request, XferRequest::Present(_)) && !self.gate.serves(&peer) {
+            let _ = self.swarm.behaviour_mut().xfer.send_response(channel, XferResponse::NotAdmitted);
+            return self.charge(peer, NetRejection::NotAdmitted).await;
+        }
         if !self.slots.admit(peer, request_id) {
             let (held, by_peer) = (self.slots.held(), self.slots.held_by(&peer));
             tracing::debug!(%peer, held, by_peer, "busy: refusing a transfer request");
@@ -562,11 +638,14 @@ impl SwarmTask {
             return;
         }
         let server = self.server.clone();
+        let gate = self.gate.clone();
         let tx = self.served_tx.clone();
         let catch_up = is_catch_up(&request);
         tokio::spawn(async move {
             let response = tokio::task::spawn_blocking(move || match request {
                 XferRequest::Status => XferResponse::Status(server.status(peer)),
+                XferRequest::Present(t) if gate.present(&peer, &t) => XferResponse::Admitted,
+                XferRequest::Present(_) => XferResponse::NotAdmitted,
                 _ => server.serve(peer, &request),
             })
             .await

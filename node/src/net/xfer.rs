@@ -17,7 +17,8 @@ use std::io;
 
 use super::offer::ShardOffer;
 use crate::store::tree::{BlobKind, CHUNK_LEN, MAX_CHUNKS};
-use murmur_protocol::PublicKey;
+use murmur_protocol::ticket::TICKET_BYTES;
+use murmur_protocol::{PublicKey, Ticket};
 
 /// Protocol id of the transfer protocol.
 pub const XFER_PROTOCOL: StreamProtocol = StreamProtocol::new("/murmur/xfer/1.0.0");
@@ -69,6 +70,9 @@ pub enum XferRequest {
     /// Protocol v2: the parts of v2 state `state` the responder holds (its
     /// parameters' StateId and its ledger's hash and length).
     StateParts { state: [u8; 32] },
+    /// The requester's own admission ticket, presented to a peer of a
+    /// ticket run that answered `NotAdmitted`.
+    Present(Ticket),
 }
 
 /// A signed commit a peer offers as backing for its state, with the
@@ -123,6 +127,11 @@ pub enum XferResponse {
         ledger: [u8; 32],
         ledger_len: u64,
     },
+    /// A presented ticket admitted its holder.
+    Admitted,
+    /// The requester is not admitted to this ticket run (and a presented
+    /// ticket did not admit it): nothing is served to it.
+    NotAdmitted,
 }
 
 /// Why a frame was refused (carried inside the `io::Error` the codec returns,
@@ -246,6 +255,10 @@ impl XferRequest {
                 out.push(7);
                 out.extend_from_slice(state);
             }
+            XferRequest::Present(t) => {
+                out.push(8);
+                out.extend_from_slice(&t.encode());
+            }
         }
         out
     }
@@ -264,6 +277,9 @@ impl XferRequest {
             5 => XferRequest::Included { round: c.u64()?, shard: c.u32()?, result_hash: c.id()? },
             6 => XferRequest::Leaf { round: c.u64()?, shard: c.u32()?, signer: PublicKey(c.id()?) },
             7 => XferRequest::StateParts { state: c.id()? },
+            8 => XferRequest::Present(
+                Ticket::decode(c.take(TICKET_BYTES)?).map_err(|_| bad("malformed ticket"))?,
+            ),
             _ => return Err(bad("unknown request")),
         };
         c.finish()?;
@@ -326,6 +342,8 @@ impl XferResponse {
                 out.extend_from_slice(ledger);
                 out.extend_from_slice(&ledger_len.to_le_bytes());
             }
+            XferResponse::Admitted => out.push(10),
+            XferResponse::NotAdmitted => out.push(11),
         }
         out
     }
@@ -400,6 +418,8 @@ impl XferResponse {
                 XferResponse::Leaf(o)
             }
             9 => XferResponse::StateParts { params: c.id()?, ledger: c.id()?, ledger_len: c.u64()? },
+            10 => XferResponse::Admitted,
+            11 => XferResponse::NotAdmitted,
             _ => return Err(bad("unknown response")),
         };
         c.finish()?;
@@ -566,6 +586,12 @@ mod tests {
             XferRequest::Included { round: 3, shard: 2, result_hash: [6; 32] },
             XferRequest::Leaf { round: 3, shard: 2, signer: PublicKey([8; 32]) },
             XferRequest::StateParts { state: [4; 32] },
+            XferRequest::Present(Ticket::issue(
+                &murmur_protocol::NodeKey::from_seed([1; 32]),
+                murmur_protocol::RunId([2; 32]),
+                PublicKey([3; 32]),
+                77,
+            )),
         ];
         for r in reqs {
             let b = r.encode();
@@ -593,6 +619,8 @@ mod tests {
             XferResponse::Included(vec![1; 200]),
             XferResponse::Leaf(offer()),
             XferResponse::StateParts { params: [1; 32], ledger: [2; 32], ledger_len: 72 },
+            XferResponse::Admitted,
+            XferResponse::NotAdmitted,
         ];
         for r in resps {
             assert_eq!(XferResponse::decode(&r.encode()).expect("decodes"), r);
@@ -668,6 +696,8 @@ mod tests {
             XferResponse::Included(vec![1; 200]),
             XferResponse::Leaf(offer()),
             XferResponse::StateParts { params: [1; 32], ledger: [2; 32], ledger_len: 72 },
+            XferResponse::Admitted,
+            XferResponse::NotAdmitted,
         ];
         for r in resps {
             let mut wire = futures::io::Cursor::new(Vec::new());

@@ -91,6 +91,8 @@ impl ContentServer for StoreServer {
         let blobs = &self.store.blobs;
         match *request {
             XferRequest::Status => XferResponse::Status(self.status(from)),
+            // The swarm answers presentations itself (`net::gate`).
+            XferRequest::Present(_) => XferResponse::NotFound,
             XferRequest::Table { kind, id, len } => {
                 if blobs.len_of(kind, &id) != Some(len) {
                     return XferResponse::NotFound;
