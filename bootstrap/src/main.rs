@@ -304,6 +304,7 @@ fn run(a: Args) -> Result<()> {
         cfg.listen = listen;
         cfg.mdns = !a.no_mdns;
         cfg.max_connections = 1024;
+        cfg.admission = spec.admission.clone();
         let (net, mut events) = net::start(cfg, server)?;
         if let Some(addr) = a.metrics {
             let bound = metrics::start(addr, net.clone(), &a.data_dir).await?;

@@ -287,14 +287,18 @@ pub fn node_args(dir: &Path, name: &str, bootstrap: &str, ip: &str, extra: &[&st
 }
 
 /// The RunSpec the bootstrap server at `addr` hosts, asked for as a probe
-/// does, with the runtime the caller's swarms go on running in.
-pub fn hosted_spec(addr: &str) -> (tokio::runtime::Runtime, murmur_protocol::RunSpec, libp2p::Multiaddr) {
+/// of key `key` does (a ticket run answers its operators), with the runtime
+/// the caller's swarms go on running in.
+pub fn hosted_spec(
+    addr: &str,
+    key: &murmur_protocol::NodeKey,
+) -> (tokio::runtime::Runtime, murmur_protocol::RunSpec, libp2p::Multiaddr) {
     let boot: libp2p::Multiaddr = addr.parse().expect("bootstrap address");
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    let key = murmur_protocol::NodeKey::from_seed([0x78; 32]);
+    let who = murmur_node::runtime::startup::Identity { key: key.clone(), ticket: None };
     let spec = rt
         .block_on(murmur_node::runtime::startup::discover_spec(
-            &key,
+            &who,
             std::slice::from_ref(&boot),
             Duration::from_secs(30),
         ))

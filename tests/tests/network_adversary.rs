@@ -11,7 +11,7 @@ use libp2p::{Multiaddr, PeerId};
 use murmur_node::net::{
     self, ContentServer, NetConfig, PeerStatus, Role, TopicKind, XferRequest, XferResponse,
 };
-use murmur_node::runtime::startup::discover_spec;
+use murmur_node::runtime::startup::{discover_spec, Identity};
 use murmur_protocol::{DeltaManifest, NodeKey, PayloadHash, PublicKey, Signature, StateId};
 use murmur_tests::{start_bootstrap, start_node, states_by_round, wait_until, RunSettings};
 
@@ -46,7 +46,13 @@ fn bad_peers_are_refused_scored_and_banned_while_the_run_goes_on() {
     let evil_id = net::peer_id_of(&evil_key.public()).expect("peer id").to_string();
     rt.block_on(async {
         let boot: Multiaddr = addr.parse().expect("addr");
-        let spec = discover_spec(&evil_key, &[boot], Duration::from_secs(30)).await.expect("spec");
+        let spec = discover_spec(
+            &Identity { key: evil_key.clone(), ticket: None },
+            &[boot],
+            Duration::from_secs(30),
+        )
+        .await
+        .expect("spec");
         let run = spec.run_id();
         let (evil, _events) =
             net::start(NetConfig::new(evil_key.clone(), run, Role::Observer), Arc::new(Nothing))

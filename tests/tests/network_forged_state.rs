@@ -103,15 +103,18 @@ async fn forger(
     net
 }
 
-/// Run `murmur export --bootstrap <addr> --out <out>`; (success, stdout, stderr).
-fn export_live(addr: &str, out: &Path) -> (bool, String, String) {
-    export_live_args(addr, out, &[])
+/// Run `murmur export --bootstrap <addr> --key <key> --out <out>` (a
+/// ticket run answers its operator's key); (success, stdout, stderr).
+fn export_live(addr: &str, key: &Path, out: &Path) -> (bool, String, String) {
+    export_live_args(addr, key, out, &[])
 }
 
 /// `export_live` with `extra` arguments.
-fn export_live_args(addr: &str, out: &Path, extra: &[&str]) -> (bool, String, String) {
+fn export_live_args(addr: &str, key: &Path, out: &Path, extra: &[&str]) -> (bool, String, String) {
     let o = std::process::Command::new(workspace_binary("murmur"))
-        .args(["export", "--bootstrap", addr, "--wait", "8", "--out"])
+        .args(["export", "--bootstrap", addr, "--wait", "8", "--key"])
+        .arg(key)
+        .arg("--out")
         .arg(out)
         .args(extra)
         .output()
@@ -134,8 +137,8 @@ fn export_refuses_a_state_no_admitted_commit_backs() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     let settings = RunSettings { inner_steps: 10, batch: 4, quorum: 1, deadline: 20, seed: 45 };
-    let TicketRun { boot: _boot, addr, .. } = start_ticket_run(d, &settings, [0x0d; 32]);
-    let (rt, spec, boot) = hosted_spec(&addr);
+    let TicketRun { boot: _boot, addr, operator, operator_key } = start_ticket_run(d, &settings, [0x0d; 32]);
+    let (rt, spec, boot) = hosted_spec(&addr, &operator);
     let (store, forged) = forged_state(&spec, 60, &d.join("forger"));
     let forger_key = NodeKey::from_seed([0xf3; 32]);
     let backing = forged_backing(&spec, &forger_key, 0x60, 59, forged);
@@ -150,7 +153,7 @@ fn export_refuses_a_state_no_admitted_commit_backs() {
     let _forger = rt.block_on(forger(&spec, &boot, forger_key, status, store));
     std::thread::sleep(Duration::from_secs(3));
     let out = d.join("export");
-    let (ok, stdout, stderr) = export_live(&addr, &out);
+    let (ok, stdout, stderr) = export_live(&addr, &operator_key, &out);
     assert!(!ok, "a forged state was exported: {stdout}");
     assert!(stderr.contains("no state of run") && stderr.contains("nothing was written"), "{stderr}");
     assert!(!out.exists(), "the refused export left {}", out.display());
@@ -161,8 +164,9 @@ fn a_joiner_ignores_forged_higher_states_and_syncs_to_the_committed_one() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     let settings = RunSettings { inner_steps: 10, batch: 4, quorum: 2, deadline: 20, seed: 44 };
-    let TicketRun { boot: _boot, addr, operator_key, .. } = start_ticket_run(d, &settings, [0x0c; 32]);
-    let (rt, spec, boot) = hosted_spec(&addr);
+    let TicketRun { boot: _boot, addr, operator, operator_key, .. } =
+        start_ticket_run(d, &settings, [0x0c; 32]);
+    let (rt, spec, boot) = hosted_spec(&addr, &operator);
     let run_hex = spec.run_id().to_hex();
     let mut tickets = Vec::new();
     for (name, seed) in [("a", [0xa2; 32]), ("b", [0xb2; 32]), ("c", [0xc2; 32])] {
@@ -248,7 +252,7 @@ fn a_joiner_ignores_forged_higher_states_and_syncs_to_the_committed_one() {
     // `murmur export --bootstrap` takes the state the honest commits back,
     // never a forged one.
     let live = d.join("live-export");
-    let (ok, stdout, stderr) = export_live(&addr, &live);
+    let (ok, stdout, stderr) = export_live(&addr, &operator_key, &live);
     assert!(ok, "export --bootstrap failed: {stdout}\n{stderr}\n{}", ctx3());
     let exported = read_state_id(&live);
     // The export may be of a round a has committed but not reported yet.
@@ -262,7 +266,7 @@ fn a_joiner_ignores_forged_higher_states_and_syncs_to_the_committed_one() {
     // Asked for by StateId (as the dashboard's command does), the forged
     // state is refused and nothing written.
     let named = d.join("forged-export");
-    let (ok, stdout, stderr) = export_live_args(&addr, &named, &["--state", &x2.to_hex()]);
+    let (ok, stdout, stderr) = export_live_args(&addr, &operator_key, &named, &["--state", &x2.to_hex()]);
     assert!(!ok && !named.exists(), "the forged state was exported by name: {stdout}");
     assert!(stderr.contains("is not one that"), "{stderr}");
 

@@ -138,7 +138,7 @@ fn nodes_that_counted_different_commits_reconcile_onto_one_state() {
     let d = dir.path();
     let settings = RunSettings { inner_steps: 10, batch: 4, quorum: 2, deadline: 20, seed: 46 };
     let TicketRun { boot: _boot, addr, operator, operator_key } = start_ticket_run(d, &settings, [0x0d; 32]);
-    let (rt, spec, boot) = hosted_spec(&addr);
+    let (rt, spec, boot) = hosted_spec(&addr, &operator);
     let run_hex = spec.run_id().to_hex();
     let ticket_of = |name: &str, seed: [u8; 32]| {
         let holder = write_node_key(d, name, seed);

@@ -1,20 +1,28 @@
-//! A ticket run against identities without tickets (issue 13, done-when 4):
-//! two honest nodes hold tickets an operator issued with `murmur ticket
-//! issue`; ten identities without one join as trainers, gossip valid
-//! manifests (their payloads served and decodable), commits for a state of
-//! their own and self-signed tickets, every round. None is counted — each is
-//! refused as `not admitted` — none is included in a round, and none moves
-//! an honest node's state: the honest nodes close every round with their
-//! own two deltas and agree on every state.
+//! A ticket run is private against identities without tickets: two honest
+//! nodes hold tickets an operator issued with `murmur ticket issue`; ten
+//! identities without one join as trainers, gossip valid manifests (their
+//! payloads served and decodable), commits for a state of their own and
+//! self-signed tickets, every round. None is counted, included or followed:
+//! the honest nodes close every round with their own two deltas and agree
+//! on every state. None is given a byte: the bootstrap server refuses them
+//! the RunSpec, and every request for a Status, a state's table or chunk, a
+//! delta or a dataset shard, of the nodes and of the bootstrap server, is
+//! answered `NotAdmitted` and charged. A watcher that forwards everything,
+//! connected to one honest node, sees the honest nodes' gossip through it
+//! and none of the outsiders': their gossip is not forwarded.
+//!
+//! Fails on the code before ticket runs were private: the bootstrap server
+//! and the nodes answered outsiders' requests, and nodes forwarded their
+//! gossip (checked against the previous commit).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use libp2p::{Multiaddr, PeerId};
-use murmur_node::net::{self, ContentServer, NetConfig, NetHandle, PeerStatus, Role, TopicKind};
+use murmur_node::net::{self, ContentServer, NetConfig, NetEvent, NetHandle, PeerStatus, Role, TopicKind};
 use murmur_node::net::{XferRequest, XferResponse};
-use murmur_node::runtime::startup::discover_spec;
+use murmur_node::runtime::startup::{discover_spec, Identity};
 use murmur_node::store::BlobKind;
 use murmur_protocol::hash::payload_hash_of;
 use murmur_protocol::{
@@ -32,6 +40,12 @@ struct Outsider {
     spec: Vec<u8>,
     payload: Bytes,
     hash: PayloadHash,
+}
+
+impl Outsider {
+    fn empty() -> Self {
+        Outsider { spec: Vec::new(), payload: Bytes::new(), hash: PayloadHash([0; 32]) }
+    }
 }
 
 impl ContentServer for Outsider {
@@ -110,12 +124,48 @@ async fn misbehave(
     }
 }
 
+fn state_id(hex: &str) -> StateId {
+    let b = murmur_protocol::hash::unhex(hex).expect("hex");
+    StateId(b.try_into().expect("32 bytes"))
+}
+
+/// Where an outsider's requests got it: the answers each target gave.
+type Answers = Vec<(String, XferResponse)>;
+
+/// Ask `target` for its Status, a table and a chunk of `state`, a delta's
+/// chunk and a dataset shard's chunk: what an outsider wants of a node.
+async fn probe(
+    net: &NetHandle,
+    target: PeerId,
+    state: StateId,
+    state_len: u64,
+    delta: PayloadHash,
+) -> Answers {
+    let requests = [
+        ("status", XferRequest::Status),
+        ("state table", XferRequest::Table { kind: BlobKind::State, id: state.0, len: state_len }),
+        ("state chunk", XferRequest::Chunk { kind: BlobKind::State, id: state.0, len: state_len, index: 0 }),
+        ("delta chunk", XferRequest::Chunk { kind: BlobKind::Delta, id: delta.0, len: 1, index: 0 }),
+        ("shard chunk", XferRequest::Chunk { kind: BlobKind::DatasetShard, id: [1; 32], len: 1, index: 0 }),
+    ];
+    let mut out = Vec::new();
+    for (what, r) in requests {
+        let answer = tokio::time::timeout(Duration::from_secs(10), net.request(target, r)).await;
+        let answer = match answer {
+            Ok(Ok(a)) => a,
+            other => panic!("{what} of {target}: no answer ({other:?})"),
+        };
+        out.push((format!("{what} of {target}"), answer));
+    }
+    out
+}
+
 #[test]
 fn identities_without_tickets_count_for_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     let settings = RunSettings { inner_steps: 60, batch: 4, quorum: 2, deadline: 20, seed: 43 };
-    let TicketRun { boot: _boot, addr, operator_key, .. } = start_ticket_run(d, &settings, [0x0b; 32]);
+    let TicketRun { boot: _boot, addr, operator, operator_key } = start_ticket_run(d, &settings, [0x0b; 32]);
     let mut honest = Vec::new();
     for (name, seed) in [("a", [0xa1; 32]), ("b", [0xb1; 32])] {
         let holder = write_node_key(d, name, seed);
@@ -133,16 +183,33 @@ fn identities_without_tickets_count_for_nothing() {
         })
         .collect();
     assert_eq!(targets.len(), 2, "{}", ctx());
+    let honest_keys: Vec<PublicKey> =
+        [[0xa1; 32], [0xb1; 32]].iter().map(|s| NodeKey::from_seed(*s).public()).collect();
 
     let outsiders: Vec<NodeKey> = (0..10u8).map(|i| NodeKey::from_seed([0x40 + i; 32])).collect();
     let outsider_ids: Vec<String> =
         outsiders.iter().filter_map(|k| net::peer_id_of(&k.public())).map(|p| p.to_string()).collect();
     let r0 = a.last_round().unwrap_or(0);
     let rt = tokio::runtime::Runtime::new().expect("runtime");
-    rt.block_on(async {
-        let boot: Multiaddr = addr.parse().expect("addr");
-        let spec = discover_spec(&outsiders[0], &[boot], Duration::from_secs(30)).await.expect("spec");
+    let boot: Multiaddr = addr.parse().expect("addr");
+    let boot_peer = net::peer_of(&boot).expect("bootstrap peer id");
+    let (answers, watched) = rt.block_on(async {
+        // An outsider is refused the spec; the test learns it as the operator.
+        let outsider = Identity { key: outsiders[0].clone(), ticket: None };
+        let refused = discover_spec(&outsider, std::slice::from_ref(&boot), Duration::from_secs(30)).await;
+        let refusal = refused.expect_err("the bootstrap server gave an outsider the run spec").to_string();
+        assert!(refusal.contains("ticket"), "{refusal}");
+        let op = Identity { key: operator.clone(), ticket: None };
+        let spec =
+            discover_spec(&op, std::slice::from_ref(&boot), Duration::from_secs(30)).await.expect("spec");
         let n = spec.model.param_count as usize;
+        let state_len = murmur_node::runtime::spec::state_len(&spec);
+        // A watcher that forwards everything (its gate is open), dialled to
+        // node a only: what a forwards, it sees.
+        let mut wcfg = NetConfig::new(NodeKey::from_seed([0x77; 32]), spec.run_id(), Role::Observer);
+        wcfg.listen = vec!["/ip4/127.0.0.1/tcp/0".parse().expect("addr")];
+        let (watcher, mut watcher_events) = net::start(wcfg, Arc::new(Outsider::empty())).expect("net");
+        let _ = watcher.dial(targets[0].1.clone()).await;
         let mut swarms = Vec::new();
         for (i, k) in outsiders.iter().enumerate() {
             // A small, valid delta of the run's codec and shape, different per outsider.
@@ -156,29 +223,66 @@ fn identities_without_tickets_count_for_nothing() {
             for (_, t) in &targets {
                 let _ = net.dial(t.clone()).await;
             }
+            let _ = net.dial(boot.clone()).await;
             swarms.push((net, events, hash));
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
-        // Every round the honest nodes open, every outsider joins in.
+        // Every round the honest nodes close, every outsider joins in on the next.
         let t0 = Instant::now();
         let mut done_round = None;
         let attacked =
             |t0: Instant| t0.elapsed() >= Duration::from_secs(20) && a.last_round() >= Some(r0 + 4);
         while t0.elapsed() < Duration::from_secs(300) && !attacked(t0) {
-            let asked = swarms[0].0.request(targets[0].0, XferRequest::Status).await;
-            if let Ok(XferResponse::Status(PeerStatus { round, state: Some(base), .. })) = asked {
-                if done_round != Some(round) {
-                    done_round = Some(round);
-                    for (k, (net, _, hash)) in outsiders.iter().zip(&swarms) {
-                        misbehave(net, k, &spec, round, StateId(base), *hash).await;
-                    }
+            let last = states_by_round(a).into_iter().next_back();
+            if let Some((round, state)) = last.filter(|(r, _)| done_round != Some(*r)) {
+                done_round = Some(round);
+                let base = state_id(&state);
+                for (k, (net, _, hash)) in outsiders.iter().zip(&swarms) {
+                    misbehave(net, k, &spec, round + 1, base, *hash).await;
                 }
             }
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
+        // What each outsider is given when it asks: the nodes and the bootstrap server.
+        let state = states_by_round(a).into_iter().next_back().map(|(_, s)| s).expect("a state");
+        let state = state_id(&state);
+        let mut answers = Vec::new();
+        for (net, _, hash) in &swarms {
+            for target in targets.iter().map(|t| t.0).chain([boot_peer]) {
+                answers.extend(probe(net, target, state, state_len, *hash).await);
+            }
+        }
+        let mut watched = Vec::new();
+        while let Ok(ev) = watcher_events.try_recv() {
+            if let NetEvent::Gossip { from, message } = ev {
+                watched.push((from, message.origin()));
+            }
+        }
+        (answers, watched)
     });
     wait_until("four rounds under attack", Duration::from_secs(60), || a.last_round() >= Some(r0 + 4), ctx);
 
+    // No outsider was given a byte: every request, of the nodes and of the
+    // bootstrap server, was answered NotAdmitted.
+    assert_eq!(answers.len(), 10 * 3 * 5);
+    for (what, answer) in &answers {
+        assert_eq!(*answer, XferResponse::NotAdmitted, "{what}");
+    }
+    // Node a forwarded the honest nodes' gossip and none of the outsiders'.
+    let via_a: Vec<Option<PublicKey>> =
+        watched.iter().filter(|(from, _)| *from == targets[0].0).map(|(_, origin)| *origin).collect();
+    for k in &honest_keys {
+        assert!(
+            via_a.contains(&Some(*k)),
+            "the watcher saw no gossip of {k} through a ({} messages)",
+            via_a.len()
+        );
+    }
+    let outsider_keys: Vec<PublicKey> = outsiders.iter().map(NodeKey::public).collect();
+    assert!(
+        via_a.iter().all(|o| o.is_none_or(|k| !outsider_keys.contains(&k))),
+        "a forwarded an outsider's gossip"
+    );
     let honest_ids: Vec<String> = [a, b].iter().filter_map(|p| p.peer_id()).collect();
     for p in [a, b] {
         // Nothing an outsider signed was counted, included or followed.
@@ -200,11 +304,11 @@ fn identities_without_tickets_count_for_nothing() {
             p.name,
             p.tail()
         );
-        // Each outsider's messages were refused as not admitted.
+        // Each outsider's requests were refused, and charged, as not admitted.
         let refused: std::collections::BTreeSet<String> = p
             .events_of("rejected")
             .iter()
-            .filter(|v| v["reason"].as_str() == Some("round_notadmitted"))
+            .filter(|v| v["reason"].as_str() == Some("not_admitted"))
             .filter_map(|v| v["peer"].as_str().map(String::from))
             .collect();
         let missed: Vec<&String> = outsider_ids.iter().filter(|o| !refused.contains(*o)).collect();

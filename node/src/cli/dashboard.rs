@@ -23,10 +23,13 @@ pub struct DashboardArgs {
     /// Print one JSON object per line.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub observer: super::identity::ObserverArgs,
 }
 
 pub fn run(a: DashboardArgs) -> Result<()> {
     super::init_logs();
-    let opts = DashboardOptions { bootstrap: a.bootstrap, http: a.http, mdns: !a.no_mdns, json: a.json };
+    let who = a.observer.identity()?;
+    let opts = DashboardOptions { bootstrap: a.bootstrap, http: a.http, mdns: !a.no_mdns, json: a.json, who };
     super::run_until_ctrl_c(run_dashboard(opts))
 }

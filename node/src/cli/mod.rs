@@ -6,6 +6,7 @@ pub mod dashboard;
 pub mod data;
 pub mod device;
 pub mod devices;
+pub mod identity;
 pub mod model_io;
 pub mod netsim;
 pub mod node;

@@ -54,6 +54,8 @@ pub struct ExportArgs {
     /// With --bootstrap: how long to wait for the run's trainers, in seconds.
     #[arg(long, default_value_t = 20)]
     pub wait: u64,
+    #[command(flatten)]
+    pub observer: super::identity::ObserverArgs,
     #[arg(long, value_enum, default_value = "safetensors")]
     pub format: ExportFormat,
     /// Output directory (must not exist, or be empty).
@@ -127,8 +129,9 @@ pub fn export(args: ExportArgs) -> Result<()> {
         let wait = Duration::from_secs(args.wait);
         let (bootstrap, out) = (args.bootstrap.clone(), args.out.clone());
         let state = args.state.as_deref().map(parse_state_id).transpose()?;
+        let who = args.observer.identity()?;
         super::run_until_done(async move {
-            export_from_network(&bootstrap, state, &out, wait, Reporter { json: false }).await
+            export_from_network(&who, &bootstrap, state, &out, wait, Reporter { json: false }).await
         })?
     };
     let round = meta.round.map_or_else(|| "the genesis state".to_string(), |r| format!("round {r}"));

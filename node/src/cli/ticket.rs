@@ -11,7 +11,7 @@ use libp2p::Multiaddr;
 use murmur_protocol::{RunId, Ticket};
 use serde_json::json;
 
-use crate::runtime::startup::discover_spec;
+use crate::runtime::startup::{discover_spec, Identity};
 use crate::runtime::tickets::{parse_expiry, parse_public_key, ticket_file_text, unix_now};
 use crate::store::keyfile;
 
@@ -68,7 +68,11 @@ fn issue(a: IssueArgs) -> Result<()> {
     let run = match &a.run {
         Some(hex) => parse_run_id(hex)?,
         None => {
-            let spec = super::run_until_done(discover_spec(&key, &a.bootstrap, Duration::from_secs(30)))?;
+            let spec = super::run_until_done(discover_spec(
+                &Identity { key: key.clone(), ticket: None },
+                &a.bootstrap,
+                Duration::from_secs(30),
+            ))?;
             if !spec.admission.uses_tickets() {
                 bail!(
                     "run {} does not admit by ticket (its bootstrap server hosts it with --admission open)",

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use libp2p::{Multiaddr, PeerId};
-use murmur_protocol::{NodeKey, PublicKey, RunSpec, StateId, TrainingState};
+use murmur_protocol::{PublicKey, RunSpec, StateId, TrainingState};
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 
@@ -29,7 +29,7 @@ use crate::net::{
 };
 use crate::runtime::report::Reporter;
 use crate::runtime::spec::state_len;
-use crate::runtime::startup::{discover_spec, Nothing};
+use crate::runtime::startup::{discover_spec, Identity, Nothing};
 use crate::runtime::RuntimeError;
 use crate::store::BlobKind;
 use board::{Board, Sample};
@@ -48,6 +48,8 @@ pub struct DashboardOptions {
     pub http: SocketAddr,
     pub mdns: bool,
     pub json: bool,
+    /// Who the dashboard joins as (a ticket run answers admitted keys only).
+    pub who: Identity,
 }
 
 fn peer_name(k: &PublicKey) -> String {
@@ -64,8 +66,7 @@ pub async fn run_dashboard(opts: DashboardOptions) -> Result<(), RuntimeError> {
     let started = Instant::now();
     let now_ms = || started.elapsed().as_millis() as u64;
     let out = Reporter { json: opts.json };
-    let key = NodeKey::from_seed(rand::random());
-    let spec = discover_spec(&key, &opts.bootstrap, Duration::from_secs(60)).await?;
+    let spec = discover_spec(&opts.who, &opts.bootstrap, Duration::from_secs(60)).await?;
     let sampler = match Sampler::new(&spec) {
         Ok(s) => Some(Arc::new(s)),
         Err(e) => {
@@ -82,9 +83,11 @@ pub async fn run_dashboard(opts: DashboardOptions) -> Result<(), RuntimeError> {
     if let Some(addr) = opts.bootstrap.first() {
         board.set_bootstrap(addr.to_string());
     }
-    let mut cfg = NetConfig::new(key.clone(), spec.run_id(), Role::Observer);
+    let mut cfg = NetConfig::new(opts.who.key.clone(), spec.run_id(), Role::Observer);
     cfg.bootstrap = opts.bootstrap.clone();
     cfg.mdns = opts.mdns;
+    cfg.admission = spec.admission.clone();
+    cfg.ticket = opts.who.ticket.clone();
     let (net, mut events) = net::start(cfg, Arc::new(Nothing))?;
     board.set_role(net.local.to_string(), "dashboard");
 

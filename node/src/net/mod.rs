@@ -40,7 +40,7 @@ use tokio::sync::{mpsc, oneshot};
 pub use fetch::{fetch_blob, FetchError};
 pub use gossip::{GossipMessage, TopicKind};
 pub use peers::{peer_id_of, public_key_of, NetRejection};
-pub(crate) use swarm::peer_of;
+pub use swarm::peer_of;
 pub use xfer::{PeerStatus, StatusBacking, XferRequest, XferResponse};
 
 /// What a peer is in the network.

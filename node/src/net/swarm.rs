@@ -104,7 +104,7 @@ struct Link {
 }
 
 /// The peer id an address ends with (`…/p2p/<id>`), if any.
-pub(crate) fn peer_of(addr: &Multiaddr) -> Option<PeerId> {
+pub fn peer_of(addr: &Multiaddr) -> Option<PeerId> {
     addr.iter().find_map(|p| match p {
         Protocol::P2p(id) => Some(id),
         _ => None,

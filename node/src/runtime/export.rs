@@ -10,12 +10,12 @@ use std::time::Duration;
 
 use libp2p::Multiaddr;
 use murmur_protocol::hash::unhex;
-use murmur_protocol::{NodeKey, RunSpec, StateId, TrainingState};
+use murmur_protocol::{RunSpec, StateId, TrainingState};
 
 use super::fetching::fetch_checked_state;
 use super::report::Reporter;
 use super::spec::model_config;
-use super::startup::{discover_spec, gather, Nothing};
+use super::startup::{discover_spec, gather, Identity, Nothing};
 use super::RuntimeError;
 use crate::checkpoint::run_export::{self, ExportMeta};
 use crate::net::{self, NetConfig, Role};
@@ -164,17 +164,19 @@ pub fn with_history(mut meta: ExportMeta, history: &[RoundRecord], val_loss: Opt
 /// its StateId, and export it to `out`. Refuses when no such state is
 /// backed: a state peers merely claim is never written.
 pub async fn export_from_network(
+    who: &Identity,
     bootstrap: &[Multiaddr],
     state: Option<StateId>,
     out: &Path,
     wait: Duration,
     report: Reporter,
 ) -> Result<ExportMeta, RuntimeError> {
-    let key = NodeKey::from_seed(rand::random());
-    let spec = discover_spec(&key, bootstrap, wait).await?;
+    let spec = discover_spec(who, bootstrap, wait).await?;
     let cfg = model_config(&spec)?;
-    let mut ncfg = NetConfig::new(key, spec.run_id(), Role::Observer);
+    let mut ncfg = NetConfig::new(who.key.clone(), spec.run_id(), Role::Observer);
     ncfg.bootstrap = bootstrap.to_vec();
+    ncfg.admission = spec.admission.clone();
+    ncfg.ticket = who.ticket.clone();
     let (net, mut events) = net::start(ncfg, Arc::new(Nothing))?;
     let found = gather(&net, &mut events, &spec, wait, report).await;
     let now = super::tickets::unix_now();

@@ -103,8 +103,15 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
     let out = Reporter { json: opts.json };
     let store = Arc::new(Store::open(&opts.data_dir)?);
     let key = keyfile::load_or_create(&store.key_path())?;
+    // The ticket is checked against the run once its spec is known
+    // (`own_ticket`); a ticket run's bootstrap server asks for it first.
+    let presented = opts.ticket.as_deref().map(tickets::read_ticket_file).transpose();
+    let who = startup::Identity {
+        key: key.clone(),
+        ticket: presented.map_err(|e| RuntimeError::Config(format!("--ticket: {e}")))?,
+    };
     let spec = if !opts.bootstrap.is_empty() {
-        startup::discover_spec(&key, &opts.bootstrap, Duration::from_secs(60)).await?
+        startup::discover_spec(&who, &opts.bootstrap, Duration::from_secs(60)).await?
     } else if let Some(s) = opts.spec.clone() {
         s
     } else if let Some(s) = store.meta.spec()?.and_then(|b| RunSpec::decode(&b).ok()) {
@@ -118,7 +125,7 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
     let cfg = spec::model_config(&spec)?;
     memory::check_fits(&spec, &cfg, opts.device.name(), memory::physical_memory())?;
     if spec.genesis_params.is_some() && store.meta.position(&spec.run_id())?.is_none() {
-        startup::fetch_genesis(&key, &opts.bootstrap, &store, &spec, Duration::from_secs(60)).await?;
+        startup::fetch_genesis(&who, &opts.bootstrap, &store, &spec, Duration::from_secs(60)).await?;
     }
     let (mine, resumed) = startup::load_position(&store, &spec)?;
     // Our manifest signed before a restart, if it is for the round resumed at:
@@ -151,6 +158,8 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
     ncfg.listen = if opts.private { Vec::new() } else { opts.listen.clone() };
     ncfg.bootstrap = opts.bootstrap.clone();
     ncfg.mdns = opts.mdns;
+    ncfg.admission = spec.admission.clone();
+    ncfg.ticket = own_ticket.clone();
     let (net, mut events) = net::start(ncfg, server.clone())?;
     let mine_id = mine.id();
     let metrics = start_metrics(opts.metrics, &net, &store, out).await?;

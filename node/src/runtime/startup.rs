@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use libp2p::{Multiaddr, PeerId};
 use murmur_protocol::{
-    Backed, DeltaManifest, NodeKey, PublicKey, RunId, RunSpec, StateId, Ticket, TrainingState,
+    AdmissionPolicy, Backed, DeltaManifest, NodeKey, PublicKey, RunId, RunSpec, StateId, Ticket,
+    TrainingState,
 };
 use serde_json::json;
 use tokio::sync::mpsc;
@@ -40,9 +41,41 @@ impl ContentServer for Nothing {
     }
 }
 
+/// Who a node or observer is to the run: its key, and the ticket it
+/// presents where the run admits by ticket.
+#[derive(Clone)]
+pub struct Identity {
+    pub key: NodeKey,
+    pub ticket: Option<Ticket>,
+}
+
+impl std::fmt::Debug for Identity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Identity").field("key", &self.key.public()).field("ticket", &self.ticket).finish()
+    }
+}
+
+/// A short-lived observer swarm of run `run` (policy `admission`) that
+/// dials `bootstrap` and presents `who`'s ticket where it is refused.
+fn probe(
+    who: &Identity,
+    run: RunId,
+    admission: AdmissionPolicy,
+    bootstrap: &[Multiaddr],
+) -> Result<NetHandle, RuntimeError> {
+    let mut cfg = NetConfig::new(who.key.clone(), run, Role::Observer);
+    cfg.bootstrap = bootstrap.to_vec();
+    cfg.admission = admission;
+    cfg.ticket = who.ticket.clone();
+    let (probe, _events) = net::start(cfg, Arc::new(Nothing))?;
+    Ok(probe)
+}
+
 /// Ask the bootstrap servers for the run they host (retrying until `wait`).
+/// A bootstrap server of a ticket run answers only an admitted key: one
+/// of its operators, or `who` with its ticket.
 pub async fn discover_spec(
-    key: &NodeKey,
+    who: &Identity,
     bootstrap: &[Multiaddr],
     wait: Duration,
 ) -> Result<RunSpec, RuntimeError> {
@@ -50,9 +83,7 @@ pub async fn discover_spec(
     if peers.is_empty() {
         return Err(RuntimeError::Config("--bootstrap addresses must end with /p2p/<peer id>".into()));
     }
-    let mut cfg = NetConfig::new(key.clone(), RunId([0; 32]), Role::Observer);
-    cfg.bootstrap = bootstrap.to_vec();
-    let (probe, _events) = net::start(cfg, Arc::new(Nothing))?;
+    let probe = probe(who, RunId([0; 32]), AdmissionPolicy::Open, bootstrap)?;
     let deadline = Instant::now() + wait;
     let mut last = String::from("no answer");
     while Instant::now() < deadline {
@@ -63,6 +94,16 @@ pub async fn discover_spec(
                     Ok(spec) => return Ok(spec),
                     Err(e) => last = format!("bootstrap sent an invalid run spec: {e}"),
                 },
+                Ok(Ok(XferResponse::NotAdmitted)) => {
+                    return Err(RuntimeError::Config(format!(
+                        "the bootstrap server's run admits only holders of an operator's ticket, and key {} {}; ask an operator of the run for a ticket for this key and pass it with --ticket FILE (murmur dashboard and murmur export also take --key FILE, the key the ticket names)",
+                        who.key.public(),
+                        match &who.ticket {
+                            Some(_) => "presented a ticket it does not accept (for another run or key, expired, or not signed by an operator)",
+                            None => "has none",
+                        }
+                    )))
+                }
                 Ok(Ok(other)) => last = format!("unexpected answer {other:?}"),
                 Ok(Err(e)) => last = e.to_string(),
                 Err(_) => last = "timed out".into(),
@@ -78,7 +119,7 @@ pub async fn discover_spec(
 /// ParamsId, and store it as the node's position at round 0. Nothing is
 /// stored unless the check passes.
 pub async fn fetch_genesis(
-    key: &NodeKey,
+    who: &Identity,
     bootstrap: &[Multiaddr],
     store: &Store,
     spec: &RunSpec,
@@ -89,9 +130,7 @@ pub async fn fetch_genesis(
     if peers.is_empty() {
         return Err(super::spec::SpecError::GenesisNotHeld(params).into());
     }
-    let mut cfg = NetConfig::new(key.clone(), spec.run_id(), Role::Observer);
-    cfg.bootstrap = bootstrap.to_vec();
-    let (probe, _events) = net::start(cfg, Arc::new(Nothing))?;
+    let probe = probe(who, spec.run_id(), spec.admission.clone(), bootstrap)?;
     let (len, n) = (state_len(spec), spec.model.param_count as usize);
     let deadline = Instant::now() + wait;
     let mut last = String::from("no answer");
