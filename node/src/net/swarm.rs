@@ -56,8 +56,15 @@ enum OnRefusal {
     AskAgain(XferRequest),
 }
 
-/// A response ready to go out, and whether it serves catch-up content.
-type Served = (InboundRequestId, ResponseChannel<XferResponse>, XferResponse, bool);
+/// A response ready to go out.
+struct Served {
+    request_id: InboundRequestId,
+    peer: PeerId,
+    channel: ResponseChannel<XferResponse>,
+    response: XferResponse,
+    /// Whether it serves catch-up content (`is_catch_up`).
+    catch_up: bool,
+}
 
 /// Whether a request moves catch-up content (a state's parameters or
 /// ledger): what a joining or lagging node fetches once, beside the rounds'
@@ -184,9 +191,13 @@ impl SwarmTask {
                         permit.send(ev);
                     }
                 }
-                Some((request_id, channel, response, catch_up)) = self.served_rx.recv() => {
+                Some(Served { request_id, peer, channel, response, catch_up }) = self.served_rx.recv() => {
                     if !self.slots.answered(request_id) {
                         continue;
+                    }
+                    // A presented ticket that admits nobody.
+                    if response == XferResponse::NotAdmitted {
+                        self.charge(peer, NetRejection::NotAdmitted).await;
                     }
                     if let XferResponse::Chunk(b) = &response {
                         NetStats::add(&self.stats.served_bytes, b.len() as u64);
@@ -650,7 +661,7 @@ impl SwarmTask {
             })
             .await
             .unwrap_or(XferResponse::Busy);
-            let _ = tx.send((request_id, channel, response, catch_up)).await;
+            let _ = tx.send(Served { request_id, peer, channel, response, catch_up }).await;
         });
     }
 }
