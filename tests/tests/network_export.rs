@@ -165,6 +165,12 @@ fn a_runs_model_is_exported_measured_imported_and_started_from() {
     let g = start_node(&d2, "g", &addr2, &["--device", "cpu"]);
     let joined = f.wait_event("joined", Duration::from_secs(120), |v| v["event"] == "joined");
     assert_eq!(joined["round"], 0, "{joined}");
+    let started = f.events_of("started");
+    assert_eq!(
+        started.first().map(|v| v["resumed"].clone()),
+        Some(false.into()),
+        "a fetched genesis is no resume"
+    );
     let start_loss = joined["val_loss"].as_f64().expect("a val_loss at round 0");
     assert!(
         (start_loss - node_loss).abs() <= 1e-5,

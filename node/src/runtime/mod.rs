@@ -124,10 +124,13 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
     store.meta.set_spec(&spec.encode())?;
     let cfg = spec::model_config(&spec)?;
     memory::check_fits(&spec, &cfg, opts.device.name(), memory::physical_memory())?;
-    if spec.genesis_params.is_some() && store.meta.position(&spec.run_id())?.is_none() {
+    let fetch_genesis = spec.genesis_params.is_some() && store.meta.position(&spec.run_id())?.is_none();
+    if fetch_genesis {
         startup::fetch_genesis(&who, &opts.bootstrap, &store, &spec, Duration::from_secs(60)).await?;
     }
     let (mine, resumed) = startup::load_position(&store, &spec)?;
+    // A genesis fetched just now is recorded as a position, but nothing resumed.
+    let resumed = resumed && !fetch_genesis;
     // Our manifest signed before a restart, if it is for the round resumed at:
     // announced again rather than training (and signing) that round twice.
     let restored = startup::signed_manifest_for(&store, &spec, &mine);
