@@ -15,6 +15,7 @@
 //! - `peers`: identities, typed rejections, scoring and bans.
 //! - `rate`: gossip budgets, charged to the signer rather than the relay.
 //! - `serving`: the slots of the requests being answered, per peer and in all.
+//! - `slots`: the connections strangers may hold, in all and per IP address.
 //! - `swarm`: the event loop.
 
 pub mod behaviour;
@@ -26,6 +27,7 @@ pub mod offer;
 pub mod peers;
 pub mod rate;
 mod serving;
+pub mod slots;
 mod swarm;
 pub mod xfer;
 
@@ -95,6 +97,12 @@ pub struct NetConfig {
     pub bootstrap: Vec<Multiaddr>,
     pub mdns: bool,
     pub max_connections: u32,
+    /// Connections only the peers the run names may use (`slots`): the
+    /// others hold at most `max_connections` less these. None: a quarter.
+    pub reserved_connections: Option<u32>,
+    /// Strangers (peers the run does not name) that may be connected in
+    /// from one IP address (`slots`).
+    pub max_per_ip: u32,
     /// Bytes a relayed circuit may carry (bootstrap servers).
     pub relay_circuit_bytes: u64,
     /// Transfer requests (Status included) served at once, from their
@@ -119,12 +127,19 @@ impl NetConfig {
             bootstrap: Vec::new(),
             mdns: false,
             max_connections: 128,
+            reserved_connections: None,
+            max_per_ip: slots::MAX_PER_IP,
             relay_circuit_bytes: 64 << 20,
             serve_concurrency: 32,
             serve_per_peer: 16,
             admission: AdmissionPolicy::Open,
             ticket: None,
         }
+    }
+
+    /// The connections kept for preferred peers (`reserved_connections`).
+    pub fn reserved(&self) -> u32 {
+        self.reserved_connections.unwrap_or(self.max_connections / 4).min(self.max_connections)
     }
 }
 

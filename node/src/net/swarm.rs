@@ -4,8 +4,9 @@
 //! answers transfer requests (Status included) through the `ContentServer`
 //! on blocking threads within its serving slots (`serving`) — in a ticket
 //! run to admitted peers only, presenting its own ticket where it is told
-//! `NotAdmitted` — keeps peers discovered (Kademlia, mDNS, identify), and
-//! scores and bans misbehaving peers.
+//! `NotAdmitted` — keeps peers discovered (Kademlia, mDNS, identify),
+//! scores and bans misbehaving peers, and closes strangers' connections
+//! past their share of the slots (`slots`).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -26,6 +27,7 @@ use super::gate::Gate;
 use super::gossip::{self, TopicKind};
 use super::peers::{peer_id_of, GossipAdmission, NetRejection, PeerLedger};
 use super::serving::ServeSlots;
+use super::slots::ConnectionSlots;
 use super::xfer::{FrameError, XferRequest, XferResponse};
 use super::{Command, ContentServer, NetConfig, NetError, NetEvent, NetStats, PeerInfo, Role};
 use crate::store::tree::BlobKind;
@@ -95,6 +97,8 @@ pub(crate) struct SwarmTask {
     circuit: Option<libp2p::core::transport::ListenerId>,
     /// Open connections per peer.
     links: HashMap<PeerId, HashMap<ConnectionId, Link>>,
+    /// Which connections strangers hold, and the limits on them (`slots`).
+    connections: ConnectionSlots,
     /// Events that must not be lost, waiting for room in the node's queue.
     backlog: std::collections::VecDeque<NetEvent>,
 }
@@ -152,6 +156,7 @@ impl SwarmTask {
         }
         let (served_tx, served_rx) = mpsc::channel(256);
         let slots = ServeSlots::new(cfg.serve_concurrency, cfg.serve_per_peer);
+        let connections = ConnectionSlots::new(cfg.max_connections, cfg.reserved(), cfg.max_per_ip);
         Ok(Self {
             swarm,
             cfg,
@@ -170,6 +175,7 @@ impl SwarmTask {
             bootstrap_peers,
             circuit: None,
             links: HashMap::new(),
+            connections,
             backlog: Default::default(),
         })
     }
@@ -318,7 +324,11 @@ impl SwarmTask {
             }
         }
         let room = (self.cfg.max_connections as usize).saturating_sub(connected.len());
-        for peer in known.into_iter().filter(|p| *p != me && !connected.contains(p)).take(room) {
+        // A stranger dialled while strangers hold their share would be closed at once.
+        let gate = &self.gate;
+        let strangers_full = self.connections.strangers_full(|p| gate.preferred(p));
+        let wanted = |p: &PeerId| !strangers_full || gate.preferred(p);
+        for peer in known.into_iter().filter(|p| *p != me && !connected.contains(p) && wanted(p)).take(room) {
             if self.ledger.is_banned(&peer, now) {
                 continue;
             }
@@ -422,8 +432,16 @@ impl SwarmTask {
                 {
                     self.request_circuit(peer_id);
                 }
+                let gate = &self.gate;
+                if let Err(full) =
+                    self.connections.opened(peer_id, connection_id, &endpoint, |p| gate.preferred(p))
+                {
+                    tracing::debug!(%peer_id, reason = full.name(), "no connection slot for a stranger; closing");
+                    self.swarm.close_connection(connection_id);
+                }
             }
             SwarmEvent::ConnectionClosed { peer_id, connection_id, num_established, .. } => {
+                self.connections.closed(connection_id);
                 if let Some(c) = self.links.get_mut(&peer_id) {
                     c.remove(&connection_id);
                 }
