@@ -133,6 +133,10 @@ struct Args {
     /// With --checkpoint-dir: how many exports to keep.
     #[arg(long, default_value_t = 3, requires = "checkpoint_dir")]
     keep: usize,
+    /// Most peers that may be connected in from one IP address (the run's
+    /// operators and admitted keys are not counted).
+    #[arg(long, default_value_t = murmur_node::net::slots::MAX_PER_IP)]
+    max_peers_per_ip: u32,
 }
 
 /// The parameters of the model at `path`, flat, if its shape is `preset`'s.
@@ -301,6 +305,7 @@ fn run(a: Args) -> Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async move {
         let mut cfg = NetConfig::new(key, spec.run_id(), Role::Bootstrap);
+        cfg.max_per_ip = a.max_peers_per_ip;
         cfg.listen = listen;
         cfg.mdns = !a.no_mdns;
         cfg.max_connections = 1024;

@@ -50,13 +50,18 @@ fn sixteen_nodes_agree_on_every_committee_round_and_move_less_than_version_one()
     // leaving the starved 16 processes room for a round's ordinary exchange.
     let settings = RunSettings { inner_steps: 4, batch: 2, quorum: 1, deadline: 30, seed: 14 };
     let k = K.to_string();
-    let (_boot, addr) = start_bootstrap_with(d, &settings, &["--committee-size", &k]);
+    // Every node connects in from 127.0.0.1: room for all of them (and
+    // more than the default of 16 when MURMUR_COMMITTEE_NODES asks for it).
+    let per_ip = (n + 8).to_string();
+    let (_boot, addr) =
+        start_bootstrap_with(d, &settings, &["--committee-size", &k, "--max-peers-per-ip", &per_ip]);
     // One compute thread per node: 16 trainers share the machine's cores.
     let env = [("RAYON_NUM_THREADS", "1")];
     let panicky = [("RAYON_NUM_THREADS", "1"), ("MURMUR_TEST_TRAINER_PANICS", "2:1")];
     let start = |i: usize| {
         let env: &[(&str, &str)] = if i == 3 { &panicky } else { &env };
-        start_node_with_env(d, &format!("n{i:02}"), &addr, &["--discovery-wait", "8"], env)
+        let args = ["--discovery-wait", "8", "--max-peers-per-ip", &per_ip];
+        start_node_with_env(d, &format!("n{i:02}"), &addr, &args, env)
     };
     let mut nodes: Vec<Proc> = (0..n).map(start).collect();
     let long = Duration::from_secs(900);

@@ -69,6 +69,11 @@ pub struct NodeArgs {
     /// spent in inner steps.
     #[arg(long, default_value_t = 1, env = "MURMUR_EVAL_EVERY")]
     pub eval_every: u64,
+    /// Most peers that may be connected in from one IP address (peers the
+    /// run names — its bootstrap servers, operators, admitted keys — are
+    /// not counted).
+    #[arg(long, default_value_t = crate::net::slots::MAX_PER_IP)]
+    pub max_peers_per_ip: u32,
     /// Print one JSON object per line.
     #[arg(long)]
     pub json: bool,
@@ -126,6 +131,7 @@ pub fn run(a: NodeArgs) -> Result<()> {
         dataset: DatasetOptions { local: a.dataset, cache_bytes: a.data_cache },
         ticket: a.ticket,
         eval_every: a.eval_every,
+        max_peers_per_ip: a.max_peers_per_ip,
     };
     super::run_until_ctrl_c(run_node(opts))
 }

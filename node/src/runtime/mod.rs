@@ -95,6 +95,8 @@ pub struct NodeOptions {
     pub ticket: Option<PathBuf>,
     /// Evaluate after every N-th round (0: never).
     pub eval_every: u64,
+    /// `--max-peers-per-ip`: strangers that may connect in from one address.
+    pub max_peers_per_ip: u32,
 }
 
 /// Run a training node until the process is stopped.
@@ -158,6 +160,7 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
     server.set_status(ServedStatus { round: mine.round, state: Some(mine.id().0) });
     let role = if opts.private { Role::Private } else { Role::Trainer };
     let mut ncfg = NetConfig::new(key.clone(), spec.run_id(), role);
+    ncfg.max_per_ip = opts.max_peers_per_ip;
     ncfg.listen = if opts.private { Vec::new() } else { opts.listen.clone() };
     ncfg.bootstrap = opts.bootstrap.clone();
     ncfg.mdns = opts.mdns;

@@ -92,6 +92,17 @@ fn install_signal_handlers() {
     }
 }
 
+/// `--max-peers-per-ip` for a testnet of `nodes` nodes, where they (with
+/// the dashboard and a few tools beside) are more than the default lets
+/// connect in from 127.0.0.1, the one address they share.
+fn per_ip_args(nodes: usize) -> Vec<String> {
+    let wanted = u32::try_from(nodes).unwrap_or(u32::MAX).saturating_add(8);
+    if wanted <= crate::net::slots::MAX_PER_IP {
+        return Vec::new();
+    }
+    vec!["--max-peers-per-ip".into(), wanted.to_string()]
+}
+
 /// Time since the testnet started, in milliseconds.
 fn ms(t0: Instant) -> u64 {
     t0.elapsed().as_millis() as u64
@@ -127,7 +138,7 @@ impl Testnet {
 
     fn node_args(&self, name: &str) -> Vec<String> {
         let data = self.opts.dir.join("data").join(name);
-        vec![
+        let mut args = vec![
             "node".into(),
             "--bootstrap".into(),
             self.bootstrap_addr.clone(),
@@ -141,7 +152,9 @@ impl Testnet {
             "--eval-every".into(),
             self.opts.eval_every.to_string(),
             "--json".into(),
-        ]
+        ];
+        args.extend(per_ip_args(self.opts.nodes));
+        args
     }
 
     fn start_node(&mut self, name: &str) -> Result<()> {
@@ -322,6 +335,7 @@ fn drive(net: &mut Testnet) -> Result<bool> {
     if o.overlap {
         boot_args.push("--overlap".into());
     }
+    boot_args.extend(per_ip_args(o.nodes));
     if let Some((every, keep)) = o.archive {
         let dir = o.dir.join("data").join("checkpoints").display().to_string();
         let archive = ["--checkpoint-dir".into(), dir, "--checkpoint-every".into(), every.to_string()];
@@ -536,5 +550,17 @@ fn verdict(net: &Testnet, target: u64) -> bool {
             );
             false
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::per_ip_args;
+
+    #[test]
+    fn past_eight_nodes_the_testnet_raises_the_per_address_limit() {
+        assert!(per_ip_args(4).is_empty() && per_ip_args(8).is_empty(), "the default of 16 has room");
+        assert_eq!(per_ip_args(9), ["--max-peers-per-ip", "17"]);
+        assert_eq!(per_ip_args(64), ["--max-peers-per-ip", "72"]);
     }
 }
