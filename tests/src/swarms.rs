@@ -16,9 +16,20 @@ pub const TEST_RUN: RunId = RunId([9; 32]);
 
 /// A trainer's swarm with key seed `[seed; 32]`, listening on 127.0.0.1.
 pub fn start_swarm(seed: u8, server: Arc<dyn ContentServer>) -> (NetHandle, mpsc::Receiver<NetEvent>) {
+    start_swarm_with(seed, server, |_| {})
+}
+
+/// `start_swarm` with its configuration changed by `configure` (a greedy
+/// asker, a smaller share).
+pub fn start_swarm_with(
+    seed: u8,
+    server: Arc<dyn ContentServer>,
+    configure: impl FnOnce(&mut NetConfig),
+) -> (NetHandle, mpsc::Receiver<NetEvent>) {
     let mut cfg = NetConfig::new(NodeKey::from_seed([seed; 32]), TEST_RUN, Role::Trainer);
     cfg.listen = vec!["/ip4/127.0.0.1/tcp/0".parse().expect("addr")];
     cfg.mdns = false;
+    configure(&mut cfg);
     net::start(cfg, server).expect("net")
 }
 

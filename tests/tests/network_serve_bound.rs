@@ -21,7 +21,12 @@
 //! serving slots, its Status requests included, while another peer is
 //! still answered. Fails before the server knew who asks: all 20 requests
 //! of one peer were taken at once, and Status was answered on the swarm
-//! task outside any limit (checked against the old code).
+//! task outside any limit (checked against the old code). A node that
+//! asks for twice its share at once is never refused: its requests past
+//! the share wait their turn at home, behind requests it gave up on that
+//! the server is still answering. Fails where a request given up on freed
+//! its slot at once: the next ones came back `Busy` (checked against that
+//! code).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -31,15 +36,16 @@ use std::time::{Duration, Instant};
 use libp2p::multiaddr::Protocol;
 use libp2p::PeerId;
 use murmur_node::net::{
-    ContentServer, NetConfig, NetEvent, NetHandle, PeerStatus, Role, XferRequest, XferResponse,
+    ContentServer, NetConfig, NetEvent, NetHandle, NetRejection, PeerStatus, Role, XferRequest, XferResponse,
 };
 use murmur_node::runtime::server::StoreServer;
 use murmur_node::runtime::startup::Nothing;
 use murmur_node::store::tree::{self, BlobKind};
 use murmur_node::store::Store;
 use murmur_protocol::NodeKey;
-use murmur_tests::swarms::{connect, dial, start_swarm, TEST_RUN};
+use murmur_tests::swarms::{connect, dial, start_swarm, start_swarm_with, TEST_RUN};
 use murmur_tests::Proc;
+use tokio::sync::mpsc;
 
 /// The state the attack asks for: 64 chunks of 1 MiB.
 const STATE_BYTES: usize = 64 << 20;
@@ -218,12 +224,24 @@ impl ContentServer for Slow {
     }
 }
 
+/// The refusals the server charged so far, by peer.
+fn charged(events: &mut mpsc::Receiver<NetEvent>) -> Vec<(PeerId, NetRejection)> {
+    let mut out = Vec::new();
+    while let Ok(ev) = events.try_recv() {
+        if let NetEvent::Rejected { peer, reason } = ev {
+            out.push((peer, reason));
+        }
+    }
+    out
+}
+
 #[test]
 fn one_peer_gets_its_share_of_the_serving_slots_status_included() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
         let (server, _se) = start_swarm(7, Arc::new(Slow));
-        let (greedy, _ge) = start_swarm(8, Arc::new(Nothing));
+        // A greedy asker: it sends past its share instead of waiting.
+        let (greedy, _ge) = start_swarm_with(8, Arc::new(Nothing), |c| c.ask_per_peer = 64);
         let (other, _oe) = start_swarm(9, Arc::new(Nothing));
         connect(&greedy, &[&server]).await;
         connect(&other, &[&server]).await;
@@ -256,6 +274,44 @@ fn one_peer_gets_its_share_of_the_serving_slots_status_included() {
         let busy = answers.iter().filter(|a| **a == XferResponse::Busy).count();
         let served = answers.iter().filter(|a| **a == XferResponse::NotFound).count();
         assert_eq!((served, busy), (share, 4), "{share} served at once, the rest Busy");
+    });
+}
+
+#[test]
+fn a_node_asks_a_peer_for_its_share_at_most_even_after_giving_up_on_requests() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let (server, mut server_events) = start_swarm(10, Arc::new(Slow));
+        let (asker, _ae) = start_swarm(11, Arc::new(Nothing));
+        connect(&asker, &[&server]).await;
+        let share = NetConfig::new(NodeKey::from_seed([10; 32]), TEST_RUN, Role::Trainer).serve_per_peer;
+        let chunk = |index: u64| XferRequest::Chunk { kind: BlobKind::Delta, id: [1; 32], len: 9, index };
+        let t0 = Instant::now();
+        // A share of requests the asker stops waiting for: the server still
+        // holds a slot for each until it has answered (after `HOLD`).
+        let mut given_up = tokio::task::JoinSet::new();
+        for index in 0..share as u64 {
+            let (net, peer, request) = (asker.clone(), server.local, chunk(index));
+            let wait = Duration::from_millis(200);
+            given_up.spawn(async move { tokio::time::timeout(wait, net.request(peer, request)).await });
+        }
+        for waited in given_up.join_all().await {
+            assert!(waited.is_err(), "answered within 200 ms: {waited:?}");
+        }
+        // Then twice the share at once.
+        let mut asks = tokio::task::JoinSet::new();
+        for index in 0..2 * share as u64 {
+            let (net, peer, request) = (asker.clone(), server.local, chunk(index));
+            asks.spawn(async move { net.request(peer, request).await });
+        }
+        let answers: Vec<XferResponse> =
+            asks.join_all().await.into_iter().map(|a| a.expect("answer")).collect();
+        assert!(
+            answers.iter().all(|a| *a == XferResponse::NotFound),
+            "every request served, none refused: {answers:?}"
+        );
+        assert!(t0.elapsed() >= 3 * HOLD, "after the given-up ones, in two turns of {share}");
+        assert_eq!(charged(&mut server_events), vec![], "nothing charged to an asker within its share");
     });
 }
 

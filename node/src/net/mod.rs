@@ -15,9 +15,11 @@
 //! - `peers`: identities, typed rejections, scoring and bans.
 //! - `rate`: gossip budgets, charged to the signer rather than the relay.
 //! - `serving`: the slots of the requests being answered, per peer and in all.
+//! - `asking`: the requests in flight to each peer, within the share it serves.
 //! - `slots`: the connections strangers may hold, in all and per IP address.
 //! - `swarm`: the event loop.
 
+mod asking;
 pub mod behaviour;
 pub mod delay;
 pub mod fetch;
@@ -39,6 +41,7 @@ use murmur_protocol::{AdmissionPolicy, NodeKey, RunId, Ticket};
 use thiserror::Error;
 use tokio::sync::{mpsc, oneshot};
 
+pub use asking::SERVE_PER_PEER;
 pub use fetch::{fetch_blob, FetchError};
 pub use gossip::{GossipMessage, TopicKind};
 pub use peers::{peer_id_of, public_key_of, NetRejection};
@@ -110,6 +113,9 @@ pub struct NetConfig {
     pub serve_concurrency: usize,
     /// The most of those one peer may hold.
     pub serve_per_peer: usize,
+    /// Requests this node has in flight to one peer at most (more wait
+    /// their turn): the share every node serves one peer (`asking`).
+    pub ask_per_peer: usize,
     /// The run's admission policy (`gate`): a ticket run serves and
     /// forwards for admitted peers only.
     pub admission: AdmissionPolicy,
@@ -131,7 +137,8 @@ impl NetConfig {
             max_per_ip: slots::MAX_PER_IP,
             relay_circuit_bytes: 64 << 20,
             serve_concurrency: 32,
-            serve_per_peer: 16,
+            serve_per_peer: SERVE_PER_PEER,
+            ask_per_peer: SERVE_PER_PEER,
             admission: AdmissionPolicy::Open,
             ticket: None,
         }
@@ -251,6 +258,8 @@ pub struct NetHandle {
     pub stats: Arc<NetStats>,
     /// Who this node admits (shared with the swarm task).
     pub gate: Arc<gate::Gate>,
+    /// The requests in flight to each peer.
+    asks: Arc<asking::AskSlots>,
 }
 
 impl NetHandle {
@@ -265,9 +274,21 @@ impl NetHandle {
         self.ask(|reply| Command::Publish { kind, bytes, reply }).await?
     }
 
-    /// Send a transfer request and wait for the answer.
+    /// Send a transfer request and wait for the answer, once fewer than
+    /// `NetConfig::ask_per_peer` requests to `peer` are in flight (`asking`).
     pub async fn request(&self, peer: PeerId, request: XferRequest) -> Result<XferResponse, NetError> {
-        self.ask(|reply| Command::Request { peer, request, reply }).await?
+        let slot = self.asks.take(peer).await;
+        let (reply, answer) = oneshot::channel();
+        self.tx.send(Command::Request { peer, request, reply }).await.map_err(|_| NetError::Stopped)?;
+        // The slot is held until the swarm answers, even where the caller
+        // stops waiting first: the peer still serves the request.
+        let (tx, rx) = oneshot::channel();
+        tokio::spawn(async move {
+            let answer = answer.await;
+            drop(slot);
+            let _ = tx.send(answer);
+        });
+        rx.await.map_err(|_| NetError::Stopped)?.map_err(|_| NetError::Stopped)?
     }
 
     /// Charge `peer` for `reason`; past the threshold it is disconnected and
@@ -329,7 +350,8 @@ pub fn start(
     let stats = Arc::new(NetStats::default());
     let gate =
         Arc::new(gate::Gate::new(cfg.run, cfg.admission.clone(), cfg.bootstrap.iter().filter_map(peer_of)));
+    let asks = Arc::new(asking::AskSlots::new(cfg.ask_per_peer));
     let task = swarm::SwarmTask::new(swarm, cfg, server, ev_tx, stats.clone(), gate.clone())?;
     tokio::spawn(task.run(cmd_rx));
-    Ok((NetHandle { tx: cmd_tx, local, stats, gate }, ev_rx))
+    Ok((NetHandle { tx: cmd_tx, local, stats, gate, asks }, ev_rx))
 }
