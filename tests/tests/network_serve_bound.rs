@@ -21,12 +21,13 @@
 //! serving slots, its Status requests included, while another peer is
 //! still answered. Fails before the server knew who asks: all 20 requests
 //! of one peer were taken at once, and Status was answered on the swarm
-//! task outside any limit (checked against the old code). A node that
-//! asks for twice its share at once is never refused: its requests past
-//! the share wait their turn at home, behind requests it gave up on that
-//! the server is still answering. Fails where a request given up on freed
-//! its slot at once: the next ones came back `Busy` (checked against that
-//! code).
+//! task outside any limit (checked against the old code). Each request
+//! past the share is charged to the greedy peer as an overrun, while a
+//! node that asks for twice its share at once is never refused nor
+//! charged: its requests past the share wait their turn at home, behind
+//! requests it gave up on that the server is still answering. Fails where
+//! a request given up on freed its slot at once: the next ones came back
+//! `Busy` (checked against that code).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -239,7 +240,7 @@ fn charged(events: &mut mpsc::Receiver<NetEvent>) -> Vec<(PeerId, NetRejection)>
 fn one_peer_gets_its_share_of_the_serving_slots_status_included() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     rt.block_on(async {
-        let (server, _se) = start_swarm(7, Arc::new(Slow));
+        let (server, mut server_events) = start_swarm(7, Arc::new(Slow));
         // A greedy asker: it sends past its share instead of waiting.
         let (greedy, _ge) = start_swarm_with(8, Arc::new(Nothing), |c| c.ask_per_peer = 64);
         let (other, _oe) = start_swarm(9, Arc::new(Nothing));
@@ -274,6 +275,10 @@ fn one_peer_gets_its_share_of_the_serving_slots_status_included() {
         let busy = answers.iter().filter(|a| **a == XferResponse::Busy).count();
         let served = answers.iter().filter(|a| **a == XferResponse::NotFound).count();
         assert_eq!((served, busy), (share, 4), "{share} served at once, the rest Busy");
+        let charges = charged(&mut server_events);
+        let overruns = charges.iter().filter(|c| **c == (greedy.local, NetRejection::Overrun)).count();
+        assert_eq!(overruns, 5, "each request past the share is charged, Status included: {charges:?}");
+        assert!(charges.iter().all(|c| c.0 == greedy.local), "only the greedy peer: {charges:?}");
     });
 }
 

@@ -1,8 +1,9 @@
 //! Asking within the share: the requests this node has in flight to each
 //! peer, at most the share every node serves one peer (`SERVE_PER_PEER`).
 //! A request past it waits here for one of that peer's to end, rather than
-//! going out to be refused `Busy`: an honest node never asks a peer for
-//! more than it serves.
+//! going out to be refused `Busy` — and charged as an overrun
+//! (`NetRejection::Overrun`): an honest node never asks a peer for more
+//! than it serves.
 //!
 //! A slot is held until the swarm hands back the answer or the failure,
 //! not only while the asker waits: an asker that stops waiting (a fetch's

@@ -111,7 +111,8 @@ pub struct NetConfig {
     /// Transfer requests (Status included) served at once, from their
     /// arrival until their answer is sent; more are answered `Busy`.
     pub serve_concurrency: usize,
-    /// The most of those one peer may hold.
+    /// The most of those one peer may hold; a request past it is refused
+    /// `Busy` and charged (`NetRejection::Overrun`).
     pub serve_per_peer: usize,
     /// Requests this node has in flight to one peer at most (more wait
     /// their turn): the share every node serves one peer (`asking`).

@@ -44,6 +44,9 @@ pub enum NetRejection {
     Unresponsive,
     /// A transfer request from a peer a ticket run does not admit (`gate`).
     NotAdmitted,
+    /// A transfer request from a peer that already holds its whole serving
+    /// share (`serving`), which an honest asker waits for (`asking`).
+    Overrun,
     /// A refusal decided by the round state machine.
     Round(Rejection),
 }
@@ -64,6 +67,11 @@ impl NetRejection {
             // peer a fetch gives up on), and decay away.
             NetRejection::Busy => 2,
             NetRejection::Unresponsive => 10,
+            // An honest asker overruns only when a request of its ends
+            // the moment before the peer's slot for it does (a timeout, a
+            // dropped connection): at most a share's worth now and then,
+            // which fades; a flood of requests adds up to a ban at once.
+            NetRejection::Overrun => 1,
             NetRejection::Round(r) => r.penalty(),
         }
     }
@@ -80,6 +88,7 @@ impl NetRejection {
             NetRejection::Busy => "busy".into(),
             NetRejection::Unresponsive => "unresponsive".into(),
             NetRejection::NotAdmitted => "not_admitted".into(),
+            NetRejection::Overrun => "overrun".into(),
             NetRejection::Round(r) => format!("round_{r:?}").to_lowercase(),
         }
     }

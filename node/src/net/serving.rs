@@ -4,7 +4,9 @@
 //! once and `per_peer` by any one peer; a request beyond either is answered
 //! `Busy` at once. Holding the slot until the answer is flushed, not only
 //! while it is computed, bounds what answers waiting on a slow or silent
-//! reader keep in memory too.
+//! reader keep in memory too. A request past its peer's own share is an
+//! overrun (`Refused::PastShare`): honest askers wait for their share
+//! (`asking`), so the swarm charges it; a full node is nobody's fault.
 //!
 //! Sans-IO: the swarm task calls `admit` when a request arrives, `answered`
 //! when the blocking pool hands back the answer, and `release` / `failed`
@@ -27,6 +29,15 @@ enum Stage {
     Sending,
 }
 
+/// Why a request got no slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// Every slot of the node is held (by any peers).
+    Full,
+    /// Its peer already holds its whole share.
+    PastShare,
+}
+
 /// The slots of the requests being served, by request id `R`.
 #[derive(Debug)]
 pub(crate) struct ServeSlots<R> {
@@ -41,16 +52,19 @@ impl<R: Eq + Hash + Copy> ServeSlots<R> {
         Self { total, per_peer, held: HashMap::new(), by_peer: HashMap::new() }
     }
 
-    /// Take a slot for request `id` from `peer`; false (answer `Busy`) when
-    /// the node or that peer has none left.
-    pub(crate) fn admit(&mut self, peer: PeerId, id: R) -> bool {
+    /// Take a slot for request `id` from `peer`; refused (answer `Busy`)
+    /// when that peer or the node has none left.
+    pub(crate) fn admit(&mut self, peer: PeerId, id: R) -> Result<(), Refused> {
         let mine = self.by_peer.get(&peer).copied().unwrap_or(0);
-        if self.held.len() >= self.total || mine >= self.per_peer || self.held.contains_key(&id) {
-            return false;
+        if mine >= self.per_peer {
+            return Err(Refused::PastShare);
+        }
+        if self.held.len() >= self.total || self.held.contains_key(&id) {
+            return Err(Refused::Full);
         }
         self.held.insert(id, (peer, Stage::Working));
         self.by_peer.insert(peer, mine + 1);
-        true
+        Ok(())
     }
 
     /// The answer to `id` is ready: true to send it (the slot is held until
@@ -109,16 +123,17 @@ mod tests {
     fn a_peer_gets_its_share_and_the_node_its_total() {
         let (a, b, c) = (PeerId::random(), PeerId::random(), PeerId::random());
         let mut s = ServeSlots::new(5, 3);
-        assert!((0..3).all(|i| s.admit(a, i)));
-        assert!(!s.admit(a, 3), "a peer past its share");
-        assert!(s.admit(b, 10) && s.admit(b, 11));
-        assert!(!s.admit(c, 20), "the node past its total");
+        assert!((0..3).all(|i| s.admit(a, i).is_ok()));
+        assert_eq!(s.admit(a, 3), Err(Refused::PastShare), "a peer past its share");
+        assert!(s.admit(b, 10).is_ok() && s.admit(b, 11).is_ok());
+        assert_eq!(s.admit(c, 20), Err(Refused::Full), "the node past its total: nobody's overrun");
+        assert_eq!(s.admit(a, 4), Err(Refused::PastShare), "a full node still tells an overrun");
         assert_eq!((s.held(), s.held_by(&a), s.held_by(&b)), (5, 3, 2));
         // A slot is held until the answer is sent, not only computed.
         assert!(s.answered(0));
-        assert!(!s.admit(c, 20));
+        assert_eq!(s.admit(c, 20), Err(Refused::Full));
         s.release(0);
-        assert!(s.admit(c, 20));
+        assert!(s.admit(c, 20).is_ok());
         assert_eq!(s.held_by(&a), 2);
         // Ids it does not hold change nothing.
         s.release(99);
@@ -130,12 +145,12 @@ mod tests {
     fn a_failed_request_frees_its_slot_once_its_work_is_done() {
         let a = PeerId::random();
         let mut s = ServeSlots::new(4, 1);
-        assert!(s.admit(a, 1));
+        assert!(s.admit(a, 1).is_ok());
         s.failed(1);
         assert_eq!(s.held_by(&a), 1, "still computing: the slot stays taken");
         assert!(!s.answered(1), "the answer of an abandoned request is dropped");
         assert_eq!(s.held(), 0);
-        assert!(s.admit(a, 2));
+        assert!(s.admit(a, 2).is_ok());
         assert!(s.answered(2));
         s.failed(2);
         assert_eq!(s.held(), 0, "failed on its way out: freed at once");

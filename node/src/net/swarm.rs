@@ -26,7 +26,7 @@ use super::behaviour::{parse_agent, MurmurBehaviour, MurmurBehaviourEvent};
 use super::gate::Gate;
 use super::gossip::{self, TopicKind};
 use super::peers::{peer_id_of, GossipAdmission, NetRejection, PeerLedger};
-use super::serving::ServeSlots;
+use super::serving::{Refused, ServeSlots};
 use super::slots::ConnectionSlots;
 use super::xfer::{FrameError, XferRequest, XferResponse};
 use super::{Command, ContentServer, NetConfig, NetError, NetEvent, NetStats, PeerInfo, Role};
@@ -645,7 +645,8 @@ impl SwarmTask {
     }
 
     /// Answer `request` on the blocking pool if the node and `peer` have a
-    /// serving slot left (`serving`), else `Busy` at once. In a ticket run,
+    /// serving slot left (`serving`), else `Busy` at once — charged as an
+    /// overrun when `peer` already held its whole share. In a ticket run,
     /// a peer that is not admitted is answered `NotAdmitted` (and charged a
     /// little) until it presents a ticket that admits it.
     async fn serve(
@@ -660,10 +661,13 @@ impl SwarmTask {
             let _ = self.swarm.behaviour_mut().xfer.send_response(channel, XferResponse::NotAdmitted);
             return self.charge(peer, NetRejection::NotAdmitted).await;
         }
-        if !self.slots.admit(peer, request_id) {
+        if let Err(refused) = self.slots.admit(peer, request_id) {
             let (held, by_peer) = (self.slots.held(), self.slots.held_by(&peer));
             tracing::debug!(%peer, held, by_peer, "busy: refusing a transfer request");
             let _ = self.swarm.behaviour_mut().xfer.send_response(channel, XferResponse::Busy);
+            if refused == Refused::PastShare {
+                self.charge(peer, NetRejection::Overrun).await;
+            }
             return;
         }
         let server = self.server.clone();
