@@ -139,3 +139,46 @@ fn a_busy_peer_anywhere_in_the_list_does_not_stop_a_slow_state_fetch() {
         );
     });
 }
+
+/// A request that waits for a slot to its peer (this node already asks it
+/// for its whole share) is timed from when it goes out: the wait is this
+/// node's own queue, never charged to the peer as its slowness. Each
+/// answer takes 600 ms; the 17th request waits about that long for a slot
+/// and then 600 ms more, past a 1 s limit counted from the call, within
+/// it counted from the send.
+#[test]
+fn a_request_queued_for_its_share_is_timed_from_when_it_goes_out() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Arc::new(Store::open(dir.path()).expect("store"));
+    let payload = blob(1000, 3);
+    let id = store.blobs.put(BlobKind::Delta, &payload).expect("put");
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let slow = Slow {
+            store: StoreServer::new(store.clone(), Vec::new(), true),
+            delay: Duration::from_millis(600),
+        };
+        let (server, _se) = start_swarm(7, Arc::new(slow));
+        let (me, _me) = start_swarm(8, Arc::new(AlwaysBusy));
+        connect(&me, &[&server]).await;
+        let chunk = XferRequest::Chunk { kind: BlobKind::Delta, id, len: payload.len() as u64, index: 0 };
+        let share: Vec<_> = (0..murmur_node::net::SERVE_PER_PEER)
+            .map(|_| {
+                let (me, chunk) = (me.clone(), chunk.clone());
+                tokio::spawn(async move { me.request(server.local, chunk).await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let started = std::time::Instant::now();
+        let late = me.request_within(server.local, chunk, Duration::from_secs(1)).await;
+        let waited = started.elapsed();
+        assert!(waited > Duration::from_secs(1), "it did wait for a slot ({waited:?})");
+        match late {
+            Ok(XferResponse::Chunk(b)) => assert_eq!(&b[..], &payload[..]),
+            other => panic!("the queued request failed after {waited:?}: {other:?}"),
+        }
+        for r in share {
+            assert!(matches!(r.await.expect("task"), Ok(XferResponse::Chunk(_))));
+        }
+    });
+}

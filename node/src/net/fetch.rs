@@ -121,14 +121,10 @@ impl Source {
     }
 }
 
-/// `request` with its own deadline (`REQUEST_TIMEOUT`).
+/// `request` with its own deadline (`REQUEST_TIMEOUT`), counted from when
+/// it goes out (not while it waits for a slot to that peer).
 async fn ask(net: &NetHandle, peer: PeerId, request: XferRequest) -> Result<XferResponse, NetError> {
-    match tokio::time::timeout(REQUEST_TIMEOUT, net.request(peer, request)).await {
-        Ok(answer) => answer,
-        Err(_) => {
-            Err(NetError::Request { peer, why: format!("no answer within {} s", REQUEST_TIMEOUT.as_secs()) })
-        }
-    }
+    net.request_within(peer, request, REQUEST_TIMEOUT).await
 }
 
 /// Fetch blob `id` of `kind`, exactly `len` bytes (at most `cap`), from

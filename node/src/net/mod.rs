@@ -279,6 +279,31 @@ impl NetHandle {
     /// `NetConfig::ask_per_peer` requests to `peer` are in flight (`asking`).
     pub async fn request(&self, peer: PeerId, request: XferRequest) -> Result<XferResponse, NetError> {
         let slot = self.asks.take(peer).await;
+        self.send_request(peer, request, slot).await
+    }
+
+    /// `request` with a deadline of `limit`, counted from when the request
+    /// goes out: time spent waiting for a slot to `peer` is this node's
+    /// own queue, never the peer's slowness.
+    pub async fn request_within(
+        &self,
+        peer: PeerId,
+        request: XferRequest,
+        limit: std::time::Duration,
+    ) -> Result<XferResponse, NetError> {
+        let slot = self.asks.take(peer).await;
+        match tokio::time::timeout(limit, self.send_request(peer, request, slot)).await {
+            Ok(answer) => answer,
+            Err(_) => Err(NetError::Request { peer, why: format!("no answer within {} s", limit.as_secs()) }),
+        }
+    }
+
+    async fn send_request(
+        &self,
+        peer: PeerId,
+        request: XferRequest,
+        slot: asking::AskSlot,
+    ) -> Result<XferResponse, NetError> {
         let (reply, answer) = oneshot::channel();
         self.tx.send(Command::Request { peer, request, reply }).await.map_err(|_| NetError::Stopped)?;
         // The slot is held until the swarm answers, even where the caller
