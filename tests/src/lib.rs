@@ -504,3 +504,30 @@ pub fn is_murmur_process(pid: u32) -> bool {
     let zombie = stat.rsplit(')').next().is_some_and(|rest| rest.trim_start().starts_with('Z'));
     !zombie && String::from_utf8_lossy(&cmdline).contains("murmur")
 }
+
+/// A delta manifest of `spec`'s codec and shape for `round` on `base`,
+/// announcing payload `hash` and `tokens` trained, signed by `key`.
+pub fn signed_manifest(
+    key: &murmur_protocol::NodeKey,
+    spec: &murmur_protocol::RunSpec,
+    round: u64,
+    base: murmur_protocol::StateId,
+    hash: murmur_protocol::PayloadHash,
+    tokens: u64,
+) -> murmur_protocol::DeltaManifest {
+    let (codec, n) = (spec.codec, spec.model.param_count);
+    murmur_protocol::DeltaManifest {
+        run: spec.run_id(),
+        round,
+        base,
+        signer: murmur_protocol::PublicKey::default(),
+        tokens,
+        train_loss: 3.0,
+        codec,
+        element_count: n,
+        payload_len: codec.payload_len(n).unwrap_or(0),
+        payload_hash: hash,
+        signature: murmur_protocol::Signature::default(),
+    }
+    .sign(key)
+}

@@ -26,12 +26,11 @@ use murmur_node::runtime::startup::{discover_spec, Identity};
 use murmur_node::store::BlobKind;
 use murmur_protocol::hash::payload_hash_of;
 use murmur_protocol::{
-    encode_delta, DeltaManifest, NodeKey, PayloadHash, PublicKey, RoundCommit, RunSpec, Signature, StateId,
-    Ticket,
+    encode_delta, NodeKey, PayloadHash, PublicKey, RoundCommit, RunSpec, Signature, StateId, Ticket,
 };
 use murmur_tests::{
-    issue_ticket, start_node, start_ticket_run, states_by_round, wait_until, write_node_key, RunSettings,
-    TicketRun,
+    issue_ticket, signed_manifest, start_node, start_ticket_run, states_by_round, wait_until, write_node_key,
+    RunSettings, TicketRun,
 };
 
 /// An outsider's server: its status (a trainer of the run, no ticket) and
@@ -80,21 +79,7 @@ async fn misbehave(
     hash: PayloadHash,
 ) {
     let run = spec.run_id();
-    let (codec, n) = (spec.codec, spec.model.param_count);
-    let manifest = DeltaManifest {
-        run,
-        round,
-        base,
-        signer: PublicKey::default(),
-        tokens: 4096,
-        train_loss: 3.0,
-        codec,
-        element_count: n,
-        payload_len: codec.payload_len(n).unwrap_or(0),
-        payload_hash: hash,
-        signature: Signature::default(),
-    }
-    .sign(k);
+    let manifest = signed_manifest(k, spec, round, base, hash, 4096);
     let commit = |r: u64| {
         RoundCommit {
             run,

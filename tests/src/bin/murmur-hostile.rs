@@ -39,9 +39,9 @@ use murmur_node::store::keyfile;
 use murmur_node::store::tree::{self, BlobKind};
 use murmur_protocol::hash::payload_hash_of;
 use murmur_protocol::{
-    DeltaManifest, NodeKey, PayloadHash, PublicKey, RoundCommit, RunSpec, Signature, StateId, Telemetry,
-    Ticket,
+    NodeKey, PayloadHash, PublicKey, RoundCommit, RunSpec, Signature, StateId, Telemetry, Ticket,
 };
+use murmur_tests::signed_manifest;
 use serde_json::json;
 
 /// How far ahead its far-future commits are.
@@ -164,24 +164,6 @@ fn commit(key: &NodeKey, spec: &RunSpec, round: u64, base: StateId) -> RoundComm
     .sign(key)
 }
 
-fn manifest(key: &NodeKey, spec: &RunSpec, round: u64, base: StateId, hash: PayloadHash) -> DeltaManifest {
-    let (codec, n) = (spec.codec, spec.model.param_count);
-    DeltaManifest {
-        run: spec.run_id(),
-        round,
-        base,
-        signer: PublicKey::default(),
-        tokens: tokens_per_delta(spec),
-        train_loss: 3.0,
-        codec,
-        element_count: n,
-        payload_len: codec.payload_len(n).unwrap_or(0),
-        payload_hash: hash,
-        signature: Signature::default(),
-    }
-    .sign(key)
-}
-
 fn telemetry(key: &NodeKey, spec: &RunSpec, round: u64, state: StateId) -> Telemetry {
     Telemetry {
         run: spec.run_id(),
@@ -236,7 +218,7 @@ impl Round<'_> {
                 add(&acted.far_commits);
             }
         }
-        let m = manifest(key, spec, round, base, fake_payload(round));
+        let m = signed_manifest(key, spec, round, base, fake_payload(round), tokens_per_delta(spec));
         if publish(self.net, TopicKind::Manifest, m.encode()).await {
             add(&acted.manifests);
         }
@@ -244,7 +226,10 @@ impl Round<'_> {
             let hash = payload_hash_of(&[fake_payload(round).0.as_slice(), &i.to_le_bytes()].concat());
             let messages = [
                 (TopicKind::Telemetry, telemetry(sybil, spec, round, fake_state(round)).encode()),
-                (TopicKind::Manifest, manifest(sybil, spec, round, base, hash).encode()),
+                (
+                    TopicKind::Manifest,
+                    signed_manifest(sybil, spec, round, base, hash, tokens_per_delta(spec)).encode(),
+                ),
             ];
             for (kind, bytes) in messages {
                 if self.net.publish(kind, bytes).await.is_ok() {
