@@ -237,11 +237,21 @@ fn identities_without_tickets_count_for_nothing() {
                 answers.extend(probe(net, target, state, state_len, *hash).await);
             }
         }
+        // What the watcher got through a, until it has seen both honest
+        // keys there (bounded): with a mesh of 4 among a's dozen peers, the
+        // watcher may hear b's messages only through a's IHAVE gossip.
         let mut watched = Vec::new();
-        while let Ok(ev) = watcher_events.try_recv() {
-            if let NetEvent::Gossip { from, message } = ev {
-                watched.push((from, message.origin()));
+        let seen_both = |w: &[(PeerId, Option<PublicKey>)]| {
+            honest_keys.iter().all(|k| w.iter().any(|(from, o)| *from == targets[0].0 && *o == Some(*k)))
+        };
+        let give_up = Instant::now() + Duration::from_secs(60);
+        while !seen_both(&watched) && Instant::now() < give_up {
+            while let Ok(ev) = watcher_events.try_recv() {
+                if let NetEvent::Gossip { from, message } = ev {
+                    watched.push((from, message.origin()));
+                }
             }
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
         (answers, watched)
     });
