@@ -121,12 +121,6 @@ impl Source {
     }
 }
 
-/// `request` with its own deadline (`REQUEST_TIMEOUT`), counted from when
-/// it goes out (not while it waits for a slot to that peer).
-async fn ask(net: &NetHandle, peer: PeerId, request: XferRequest) -> Result<XferResponse, NetError> {
-    net.request_within(peer, request, REQUEST_TIMEOUT).await
-}
-
 /// Fetch blob `id` of `kind`, exactly `len` bytes (at most `cap`), from
 /// `peers` (tried in order for the table; all used for chunks, the earlier
 /// ones first among equally loaded peers). Admitted peers are asked before
@@ -174,7 +168,9 @@ pub async fn fetch_blob(
             todo.pop_front();
             let net = net.clone();
             in_flight.push(async move {
-                let r = ask(&net, peer, XferRequest::Chunk { kind, id, len, index }).await;
+                let r = net
+                    .request_within(peer, XferRequest::Chunk { kind, id, len, index }, REQUEST_TIMEOUT)
+                    .await;
                 (peer, index, r)
             });
         }
@@ -253,7 +249,7 @@ async fn fetch_table(
             tokio::time::sleep(BUSY_BACKOFF * 4).await;
         }
         for peer in asked {
-            match ask(net, peer, XferRequest::Table { kind, id, len }).await {
+            match net.request_within(peer, XferRequest::Table { kind, id, len }, REQUEST_TIMEOUT).await {
                 Ok(XferResponse::Table(t)) if tree::table_matches(kind, &id, len, &t) => return Ok(t),
                 Ok(XferResponse::Table(_)) => net.penalize(peer, NetRejection::BadChunk),
                 Ok(XferResponse::Busy) if pass == 0 => busy.push(peer),

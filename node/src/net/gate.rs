@@ -76,12 +76,12 @@ impl Gate {
     /// slots are kept for. In an open run, bootstrap servers and operators.
     pub fn preferred(&self, peer: &PeerId) -> bool {
         match self.policy {
-            AdmissionPolicy::Open => self.bootstrap.contains(peer),
-            AdmissionPolicy::OpenWithOperators { ref operators } => {
-                self.bootstrap.contains(peer)
-                    || public_key_of(peer).is_some_and(|k| operators.binary_search(&k).is_ok())
-            }
             AdmissionPolicy::Allowlist(_) | AdmissionPolicy::Tickets { .. } => self.admits(peer),
+            // Open runs admit everyone; their operators (if any) are named.
+            AdmissionPolicy::Open | AdmissionPolicy::OpenWithOperators { .. } => {
+                self.bootstrap.contains(peer)
+                    || public_key_of(peer).is_some_and(|k| self.policy.operators().contains(&k))
+            }
         }
     }
 
