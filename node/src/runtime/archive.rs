@@ -69,15 +69,27 @@ impl Archive {
     }
 
     /// Write `state` (committed by `meta.round`) and drop all but the
-    /// newest `keep` exports; returns where it went.
+    /// newest `keep` exports; returns where it went. The export is written
+    /// under a staging name first and renamed into place only after the
+    /// older exports were pruned to `keep - 1`, so the directory never
+    /// holds more than `keep` exports and a failed write removes nothing.
     pub fn write(&self, state: &TrainingState, meta: &ExportMeta) -> Result<PathBuf, String> {
         let round = meta.round.ok_or("the genesis state is not archived")?;
         let path = self.path_of(round);
-        if !path.exists() {
-            run_export::write(&path, &self.cfg, state, meta).map_err(|e| e.to_string())?;
+        let pruning = |keep| {
+            prune(&self.opts.dir, keep).map_err(|e| format!("pruning {}: {e}", self.opts.dir.display()))
+        };
+        if path.exists() {
+            pruning(self.opts.keep)?;
+            return Ok(path);
         }
-        prune(&self.opts.dir, self.opts.keep)
-            .map_err(|e| format!("pruning {}: {e}", self.opts.dir.display()))?;
+        let staging = self.opts.dir.join(format!(".staging-round-{round:08}"));
+        let _ = std::fs::remove_dir_all(&staging);
+        run_export::write(&staging, &self.cfg, state, meta).map_err(|e| e.to_string())?;
+        pruning(self.opts.keep - 1)?;
+        std::fs::rename(&staging, &path)
+            .map_err(|e| format!("moving {} into place: {e}", staging.display()))?;
+        pruning(self.opts.keep)?;
         Ok(path)
     }
 }
