@@ -6,10 +6,10 @@
 //! `MURMUR_BLESS=1 cargo test -p murmur-protocol --test golden`
 
 use murmur_protocol::codec::{decode_delta, encode_delta, Codec};
-use murmur_protocol::committee::messages::shard_values_hash;
+use murmur_protocol::committee::messages::aggregate_hash;
 use murmur_protocol::committee::{
-    merkle_proof, merkle_root, shard_norm, verify_proof, FraudProof, IncludedList, Ledger, ShardDelta,
-    ShardLeaf, ShardResult, ShardedManifest,
+    aggregate_codec, merkle_proof, merkle_root, shard_norm, verify_proof, FraudProof, IncludedList, Ledger,
+    ShardDelta, ShardLeaf, ShardResult, ShardedManifest,
 };
 use murmur_protocol::dataset::{DatasetManifest, DatasetTokenizer, ShardEntry};
 use murmur_protocol::hash::{dataset_id_of, shard_hash_of};
@@ -284,6 +284,11 @@ fn v2_included() -> IncludedList {
     IncludedList::new(vec![(PublicKey([0x11; 32]), [0xaa; 32]), (key().public(), v2_manifest().root)])
 }
 
+/// The golden key's shard 1 alone, encoded as an aggregate.
+fn v2_lone_aggregate() -> Vec<u8> {
+    encode_delta(aggregate_codec(Codec::Int8Block { block: 4 }), &v2_shard_decoded(1)).expect("encodes")
+}
+
 /// A result for shard 1 naming the two-entry included list but the hash of
 /// the golden key's shard alone: a wrong result (the fraud proof's evidence).
 fn v2_result() -> ShardResult {
@@ -296,7 +301,7 @@ fn v2_result() -> ShardResult {
         included_count: included.len() as u32,
         included_root: included.root(),
         total_tokens: 65_536 + 1_000,
-        result_hash: shard_values_hash(&v2_shard_decoded(1)),
+        result_hash: aggregate_hash(&v2_lone_aggregate()),
         signer: PublicKey::default(),
         signature: Signature::default(),
     }
@@ -312,7 +317,7 @@ fn v2_vectors() -> Vec<(&'static str, Vec<u8>)> {
         ("shard_delta", v2_shard_delta().encode()),
         ("included_list", v2_included().encode()),
         ("included_root", v2_included().root().to_vec()),
-        ("shard_values_hash", shard_values_hash(&v2_shard_decoded(1)).to_vec()),
+        ("aggregate_hash", aggregate_hash(&v2_lone_aggregate()).to_vec()),
         ("shard_result", v2_result().encode()),
         (
             "fraud_proof_wrong_result",
@@ -397,7 +402,8 @@ fn golden_messages_decode_and_verify() {
     let d = ShardDelta::decode(&read("shard_delta")).expect("shard delta");
     assert!(verify_proof(&m.root, m.shards, &d.leaf(), &d.proof), "the shard proves against the manifest");
     let values = decode_delta(&d.payload, m.codec, 3).expect("shard payload");
-    assert_eq!(shard_values_hash(&values).to_vec(), read("shard_values_hash"));
+    let lone = encode_delta(aggregate_codec(m.codec), &values).expect("encodes");
+    assert_eq!(aggregate_hash(&lone).to_vec(), read("aggregate_hash"));
     assert_eq!(shard_norm(&values), d.norm);
     let l = IncludedList::decode(&read("included_list")).expect("included list");
     assert_eq!(l.root().to_vec(), read("included_root"));
@@ -405,7 +411,7 @@ fn golden_messages_decode_and_verify() {
     let r = ShardResult::decode(&read("shard_result")).expect("shard result");
     assert_eq!(r.verify(), Ok(()));
     assert_eq!((r.included_root, r.included_count as usize), (l.root(), l.len()));
-    assert_eq!(r.result_hash.to_vec(), read("shard_values_hash"));
+    assert_eq!(r.result_hash.to_vec(), read("aggregate_hash"));
     let p = FraudProof::decode(&read("fraud_proof_wrong_result")).expect("fraud proof");
     assert_eq!(p, FraudProof::WrongResult { result: r, included: l });
     assert_eq!(p.check(), Ok(()));

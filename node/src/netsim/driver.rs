@@ -9,10 +9,11 @@ use std::sync::Arc;
 
 use anyhow::{bail, Result};
 use murmur_protocol::codec::{decode_delta, encode_delta};
-use murmur_protocol::committee::messages::shard_values_hash;
+use murmur_protocol::committee::messages::aggregate_hash;
 use murmur_protocol::committee::{
-    aggregate_shard, shard_norm, CommitteeAction, CommitteeConfig, CommitteeEvent, CommitteeMachine,
-    IncludedList, Ledger, SeenSignatures, ShardInput, ShardLeaf, ShardResult, ShardedManifest,
+    aggregate_codec, aggregate_shard, shard_norm, CommitteeAction, CommitteeConfig, CommitteeEvent,
+    CommitteeMachine, IncludedList, Ledger, SeenSignatures, ShardInput, ShardLeaf, ShardResult,
+    ShardedManifest,
 };
 use murmur_protocol::hash::{payload_hash_of, RunId, StateId};
 use murmur_protocol::identity::{NodeKey, PublicKey};
@@ -288,7 +289,7 @@ impl Sim {
                 if self.roles[i] == Role::Liar {
                     let honest = self.values.get(&hash).cloned().unwrap_or_default();
                     let lie: Vec<f32> = honest.iter().map(|v| v + 0.05).collect();
-                    hash = shard_values_hash(&lie);
+                    hash = aggregate_hash(&encode_delta(aggregate_codec(self.cfg.codec), &lie)?);
                     self.values.insert(hash, Arc::new(lie));
                     self.first_offence[i].get_or_insert(round);
                 }
@@ -416,7 +417,7 @@ impl Sim {
         }
         let shard_inputs: Vec<ShardInput<'_>> =
             inputs.iter().zip(leaves).zip(&decoded).map(|((m, l), v)| ShardInput::of(m, l, v)).collect();
-        let out = match aggregate_shard(&shard_inputs, n, self.cfg.robust) {
+        let out = match aggregate_shard(&shard_inputs, n, self.cfg.robust, aggregate_codec(self.cfg.codec)) {
             Ok(a) => {
                 self.values.insert(a.result_hash, Arc::new(a.values));
                 (a.included, a.total_tokens, a.result_hash)
@@ -448,7 +449,8 @@ impl Sim {
             Some(j) if j == i => self.net.at(now + 1, i, Msg::Event(Box::new(e))),
             Some(j) if self.serves(j) => {
                 let n = self.values.get(&hash).map_or(0, |v| v.len()) as u64;
-                let bytes = 4 * n + list.map_or(0, |l| l.encode().len() as u64) + 40;
+                let payload = aggregate_codec(self.cfg.codec).payload_len(n).unwrap_or(4 * n);
+                let bytes = payload + list.map_or(0, |l| l.encode().len() as u64) + 40;
                 self.net.send(now, round, Kind::Aggregates, j, i, bytes, Msg::Event(Box::new(e)));
             }
             // Nobody answers: the request times out.

@@ -92,7 +92,7 @@ impl BlobKind {
             BlobKind::State => DOMAIN_STATE_ID,
             BlobKind::DatasetShard => DOMAIN_DATASET_SHARD,
             BlobKind::DatasetManifest => DOMAIN_DATASET_ID,
-            BlobKind::Aggregate => murmur_protocol::committee::messages::DOMAIN_SHARD_VALUES,
+            BlobKind::Aggregate => murmur_protocol::committee::messages::DOMAIN_AGGREGATE,
             BlobKind::Ledger => murmur_protocol::committee::ledger::DOMAIN_STATE_V2,
         }
     }
@@ -212,10 +212,11 @@ mod tests {
     }
 
     #[test]
-    fn an_aggregate_blob_id_is_the_results_hash_of_its_values() {
+    fn an_aggregate_blob_id_is_the_results_hash_of_its_payload() {
         let values: Vec<f32> = (0..300_000).map(|i| (i as f32 * 0.01).sin()).collect();
-        let b: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-        let id = murmur_protocol::committee::messages::shard_values_hash(&values);
+        let b = murmur_protocol::encode_delta(murmur_protocol::Codec::Int8Block { block: 256 }, &values)
+            .expect("encodes");
+        let id = murmur_protocol::committee::messages::aggregate_hash(&b);
         assert_eq!(BlobKind::Aggregate.hash(&b), id);
         assert!(table_matches(BlobKind::Aggregate, &id, b.len() as u64, &table_of(BlobKind::Aggregate, &b)));
     }

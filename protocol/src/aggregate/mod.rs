@@ -107,6 +107,8 @@ pub struct Aggregate {
 pub enum AggregateError {
     #[error("no delta survived validation ({} rejected)", rejected.len())]
     NoValidDeltas { rejected: Vec<Rejected> },
+    #[error("the aggregate could not be encoded: {0}")]
+    Encoding(#[from] crate::codec::CodecError),
 }
 
 fn same_input(a: &DeltaInput<'_>, b: &DeltaInput<'_>) -> bool {

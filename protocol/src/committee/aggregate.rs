@@ -4,10 +4,13 @@
 //! run's norm filter to the signed whole-delta norms, then runs the
 //! version-1 aggregation (`crate::aggregate`) on the shard: the same
 //! validation, the same robust modes, the same f64 sums in the same order.
+//! The aggregate travels encoded with the run's aggregate codec; its values
+//! are the decoded payload, so every node applies the same bits.
 
-use super::messages::{shard_values_hash, IncludedList};
+use super::messages::{aggregate_hash, IncludedList};
 use crate::aggregate::robust::{l2_norm, within_norm};
 use crate::aggregate::{aggregate, AggregateError, AggregateRejection, DeltaInput};
+use crate::codec::{decode_delta, encode_delta, Codec};
 use crate::hash::{domain_hash, PayloadHash};
 use crate::identity::PublicKey;
 use crate::spec::RobustMode;
@@ -44,13 +47,26 @@ impl<'a> ShardInput<'a> {
     }
 }
 
+/// The codec aggregates of a run travel in: the delta codec where it keeps
+/// every element (f32, f16, bf16, int8 and int4 blocks), int8 in blocks of
+/// the same size for the top-k codecs (an aggregate of sparse deltas is dense).
+pub fn aggregate_codec(delta: Codec) -> Codec {
+    match delta {
+        Codec::TopK { block, .. } | Codec::TopKMask { block, .. } => Codec::Int8Block { block },
+        c => c,
+    }
+}
+
 /// An aggregated shard and what went into it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShardAggregate {
+    /// The aggregate as it travels: encoded with the aggregate codec.
+    pub payload: Vec<u8>,
+    /// The decoded payload: what every node applies.
     pub values: Vec<f32>,
     pub included: IncludedList,
     pub total_tokens: u64,
-    /// `shard_values_hash(values)`, the ShardResult's `result_hash`.
+    /// `aggregate_hash(payload)`, the ShardResult's `result_hash`.
     pub result_hash: [u8; 32],
     pub rejected: Vec<(PublicKey, AggregateRejection)>,
 }
@@ -68,11 +84,13 @@ fn input_id(signer: &PublicKey, root: &[u8; 32]) -> PayloadHash {
 }
 
 /// Aggregate shard inputs (any order; at most one per signer is kept, the
-/// first in signer order) of `expected_len` elements under `mode`.
+/// first in signer order) of `expected_len` elements under `mode`, and
+/// encode the result with `codec` (the run's `aggregate_codec`).
 pub fn aggregate_shard(
     inputs: &[ShardInput<'_>],
     expected_len: usize,
     mode: RobustMode,
+    codec: Codec,
 ) -> Result<ShardAggregate, AggregateError> {
     let mut sorted: Vec<&ShardInput<'_>> = inputs.iter().collect();
     sorted.sort_by(|a, b| a.signer.cmp(&b.signer).then(a.root.cmp(&b.root)));
@@ -122,6 +140,7 @@ pub fn aggregate_shard(
             }));
             return Err(AggregateError::NoValidDeltas { rejected: all });
         }
+        Err(e) => return Err(e),
     };
     rejected.extend(agg.rejected.iter().map(|r| (r.signer, r.reason)));
     rejected.sort_by_key(|a| a.0);
@@ -131,9 +150,12 @@ pub fn aggregate_shard(
             .map(|d| (d.signer, d.root))
             .collect(),
     );
+    let payload = encode_delta(codec, &agg.delta)?;
+    let values = decode_delta(&payload, codec, expected_len)?;
     Ok(ShardAggregate {
-        result_hash: shard_values_hash(&agg.delta),
-        values: agg.delta,
+        result_hash: aggregate_hash(&payload),
+        payload,
+        values,
         included,
         total_tokens: agg.total_tokens,
         rejected,
@@ -158,15 +180,23 @@ mod tests {
     #[test]
     fn same_inputs_in_any_order_give_the_same_bits() {
         let (a, b, c) = ([1.0f32, 2.0], [0.5f32, -1.0], [0.25f32, 0.0]);
-        let x =
-            aggregate_shard(&[input(1, &a, 9.0), input(2, &b, 9.0), input(3, &c, 9.0)], 2, RobustMode::Mean)
-                .unwrap();
-        let y =
-            aggregate_shard(&[input(3, &c, 9.0), input(1, &a, 9.0), input(2, &b, 9.0)], 2, RobustMode::Mean)
-                .unwrap();
+        let x = aggregate_shard(
+            &[input(1, &a, 9.0), input(2, &b, 9.0), input(3, &c, 9.0)],
+            2,
+            RobustMode::Mean,
+            Codec::F32,
+        )
+        .unwrap();
+        let y = aggregate_shard(
+            &[input(3, &c, 9.0), input(1, &a, 9.0), input(2, &b, 9.0)],
+            2,
+            RobustMode::Mean,
+            Codec::F32,
+        )
+        .unwrap();
         assert_eq!(x, y);
         assert_eq!(x.included.len(), 3);
-        assert_eq!(x.result_hash, shard_values_hash(&x.values));
+        assert_eq!(x.result_hash, aggregate_hash(&x.payload));
     }
 
     #[test]
@@ -174,11 +204,11 @@ mod tests {
         let (a, b) = ([1.0f32, 2.0], [0.5f32, -1.0]);
         let mut lie = input(2, &b, 9.0);
         lie.shard_norm = 0.1;
-        let x = aggregate_shard(&[input(1, &a, 9.0), lie], 2, RobustMode::Mean).unwrap();
+        let x = aggregate_shard(&[input(1, &a, 9.0), lie], 2, RobustMode::Mean, Codec::F32).unwrap();
         assert_eq!(x.included.entries, vec![(PublicKey([1; 32]), [1; 32])]);
         assert_eq!(x.rejected, vec![(PublicKey([2; 32]), AggregateRejection::NormMismatch)]);
         let over = input(3, &a, 0.5);
-        let y = aggregate_shard(&[input(1, &a, 9.0), over], 2, RobustMode::Mean).unwrap();
+        let y = aggregate_shard(&[input(1, &a, 9.0), over], 2, RobustMode::Mean, Codec::F32).unwrap();
         assert_eq!(y.rejected, vec![(PublicKey([3; 32]), AggregateRejection::NormMismatch)]);
     }
 
@@ -187,7 +217,7 @@ mod tests {
         let v = [[0.1f32, 0.1], [0.1, 0.1], [0.1, 0.1]];
         // The third shard looks ordinary, but its delta as a whole is huge.
         let inputs = [input(1, &v[0], 1.0), input(2, &v[1], 1.1), input(3, &v[2], 50.0)];
-        let x = aggregate_shard(&inputs, 2, RobustMode::NormFilter { multiple: 3.0 }).unwrap();
+        let x = aggregate_shard(&inputs, 2, RobustMode::NormFilter { multiple: 3.0 }, Codec::F32).unwrap();
         assert_eq!(x.included.len(), 2);
         assert_eq!(x.rejected, vec![(PublicKey([3; 32]), AggregateRejection::NormOutlier)]);
     }

@@ -142,10 +142,12 @@ impl Net {
                     .zip(&decoded)
                     .map(|((m, l), v)| ShardInput::of(m, l, v))
                     .collect();
-                let mut a = aggregate_shard(&ins, n, cfg(1).robust).unwrap();
+                let codec = aggregate_codec(cfg(1).codec);
+                let mut a = aggregate_shard(&ins, n, cfg(1).robust, codec).unwrap();
                 if self.liars.contains(&i) {
                     a.values.iter_mut().for_each(|v| *v += 1.0);
-                    a.result_hash = messages::shard_values_hash(&a.values);
+                    a.payload = crate::codec::encode_delta(codec, &a.values).unwrap();
+                    a.result_hash = messages::aggregate_hash(&a.payload);
                 }
                 self.values.insert(a.result_hash, a.values);
                 self.lists.insert(a.result_hash, a.included.clone());

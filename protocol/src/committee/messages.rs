@@ -13,8 +13,8 @@ use crate::wire::{MessageType, Reader, WireError, Writer, MAX_ELEMENTS};
 
 /// Domain of an IncludedList's hash (a ShardResult's `included_root`).
 pub const DOMAIN_INCLUDED: &str = "murmur 2026-11 v2 included-list";
-/// Domain of the hash of an aggregated shard's values.
-pub const DOMAIN_SHARD_VALUES: &str = "murmur 2026-11 v2 shard-values";
+/// Domain of an aggregated shard's hash (of its encoded payload).
+pub const DOMAIN_AGGREGATE: &str = "murmur 2026-11 v2 aggregate";
 /// Most entries in an IncludedList (and trainers a shard aggregates).
 pub const MAX_INCLUDED: usize = 65_536;
 /// Largest shard payload a ShardDelta may carry (1 GiB).
@@ -173,14 +173,11 @@ impl ShardDelta {
     }
 }
 
-/// The hash a ShardResult names for an aggregated shard's values (their
-/// little-endian f32 bytes).
-pub fn shard_values_hash(values: &[f32]) -> [u8; 32] {
-    let mut h = blake3::Hasher::new_derive_key(DOMAIN_SHARD_VALUES);
-    for v in values {
-        h.update(&v.to_le_bytes());
-    }
-    *h.finalize().as_bytes()
+/// The hash a ShardResult names for an aggregated shard: of its payload,
+/// the values encoded with the run's aggregate codec
+/// (`super::aggregate::aggregate_codec`).
+pub fn aggregate_hash(payload: &[u8]) -> [u8; 32] {
+    domain_hash(DOMAIN_AGGREGATE, payload)
 }
 
 /// "In `round` of `run`, from `base`, I aggregated shard `shard` from the

@@ -12,7 +12,7 @@ pub mod merkle;
 pub mod messages;
 pub mod plan;
 
-pub use aggregate::{aggregate_shard, shard_norm, ShardAggregate, ShardInput};
+pub use aggregate::{aggregate_codec, aggregate_shard, shard_norm, ShardAggregate, ShardInput};
 pub use ledger::Ledger;
 pub use machine::{CommitteeAction, CommitteeConfig, CommitteeEvent, CommitteeMachine, SeenSignatures};
 pub use merkle::{merkle_proof, merkle_root, verify_proof, ShardLeaf};

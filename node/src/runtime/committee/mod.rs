@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 
 use libp2p::PeerId;
 use murmur_protocol::committee::{
-    CommitteeAction, CommitteeConfig, CommitteeEvent, CommitteeMachine, IncludedList, Ledger, ShardLeaf,
-    ShardResult, ShardedManifest,
+    aggregate_codec, CommitteeAction, CommitteeConfig, CommitteeEvent, CommitteeMachine, IncludedList,
+    Ledger, ShardLeaf, ShardResult, ShardedManifest,
 };
 use murmur_protocol::hash::hex;
 use murmur_protocol::{ErrorFeedback, PublicKey, RoundCommit, RunSpec, Signature, StateId, TrainingState};
@@ -752,7 +752,9 @@ impl CommitteeNode {
             }
             CommitteeAction::PublishResult(r) => self.publish(TopicKind::ShardResult, r.encode()),
             CommitteeAction::FetchAggregate { shard, result_hash, from } => {
-                let len = 4 * self.machine.plan().layout().len(shard) as u64;
+                let layout = self.machine.plan().layout();
+                let len = work::aggregate_len(&self.spec, layout, shard);
+                let form = (aggregate_codec(self.spec.codec), layout.len(shard));
                 let (net, store, tx) = (self.net.clone(), self.store.clone(), self.tx.clone());
                 if from == self.me {
                     let included = (shard == 0)
@@ -765,7 +767,7 @@ impl CommitteeNode {
                 }
                 tokio::spawn(async move {
                     let (ok, included) =
-                        transfer::fetch_aggregate(net, store, round, shard, result_hash, len, from).await;
+                        transfer::fetch_aggregate(net, store, round, shard, result_hash, form, from).await;
                     let _ = tx.send(Internal::Fetched { round, shard, hash: result_hash, ok, included });
                 });
             }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use libp2p::PeerId;
 use murmur_protocol::committee::{verify_proof, IncludedList, ShardResult, ShardedManifest};
-use murmur_protocol::PublicKey;
+use murmur_protocol::{decode_delta, Codec, PublicKey};
 
 use crate::net::offer::ShardOffer;
 use crate::net::{fetch_blob, peer_id_of, NetHandle, XferRequest, XferResponse};
@@ -55,24 +55,30 @@ pub async fn pull_payload(
     Ok(())
 }
 
-/// Fetch the aggregated values `hash` (`len` bytes) from `from` and store
-/// them; for shard 0 also the included list behind that result.
+/// Fetch the aggregate payload `hash` of `elements` values in `codec` from
+/// `from`, check that it decodes, and store it; for shard 0 also the
+/// included list behind that result.
+#[allow(clippy::too_many_arguments)]
 pub async fn fetch_aggregate(
     net: NetHandle,
     store: std::sync::Arc<Store>,
     round: u64,
     shard: u32,
     hash: [u8; 32],
-    len: u64,
+    (codec, elements): (Codec, usize),
     from: PublicKey,
 ) -> (bool, Option<IncludedList>) {
     let Some(peer) = peer_id_of(&from) else { return (false, None) };
+    let Some(len) = codec.payload_len(elements as u64) else { return (false, None) };
     if store.blobs.len_of(BlobKind::Aggregate, &hash) != Some(len) {
         let got = match fetch_blob(&net, BlobKind::Aggregate, hash, len, len, &[peer]).await {
             Ok(g) => g,
             Err(_) => return (false, None),
         };
-        if store.blobs.put(BlobKind::Aggregate, &got.bytes).is_err() {
+        // A signed hash of bytes that do not decode is a wrong claim.
+        if decode_delta(&got.bytes, codec, elements).is_err()
+            || store.blobs.put(BlobKind::Aggregate, &got.bytes).is_err()
+        {
             return (false, None);
         }
     }

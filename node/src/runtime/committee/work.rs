@@ -2,14 +2,17 @@
 //! into encoded shards (with error feedback) and store them; aggregate a
 //! shard from stored inputs with the one per-shard function
 //! (`murmur_protocol::committee::aggregate_shard`, as `murmur netsim` and
-//! re-checks use it) and store the result; apply a round's aggregated
-//! shards with the outer step.
+//! re-checks use it) and store its encoded payload; apply a round's
+//! aggregated shards (decoded) with the outer step.
 
 use murmur_protocol::committee::{
-    aggregate_shard, shard_norm, ShardAggregate, ShardInput, ShardLayout, ShardLeaf, ShardedManifest,
+    aggregate_codec, aggregate_shard, shard_norm, ShardAggregate, ShardInput, ShardLayout, ShardLeaf,
+    ShardedManifest,
 };
 use murmur_protocol::hash::payload_hash_of;
-use murmur_protocol::{decode_delta, outer_step, ErrorFeedback, RunSpec, StateId, TrainingState};
+use murmur_protocol::{
+    decode_delta, decode_delta_into, outer_step, ErrorFeedback, RunSpec, StateId, TrainingState,
+};
 
 use crate::store::{BlobKind, Position, Store};
 
@@ -43,7 +46,7 @@ pub fn cut_delta(
 }
 
 /// Aggregate `shard` from the stored payloads of `inputs` (their leaves in
-/// the same order) and store the values as an Aggregate blob.
+/// the same order) and store its payload as an Aggregate blob.
 pub fn aggregate_stored(
     store: &Store,
     spec: &RunSpec,
@@ -66,14 +69,15 @@ pub fn aggregate_stored(
         }
     }
     let shard_inputs: Vec<ShardInput<'_>> = decoded.iter().map(|(m, l, v)| ShardInput::of(m, l, v)).collect();
-    let agg = aggregate_shard(&shard_inputs, n, spec.robust).map_err(|e| e.to_string())?;
-    store.blobs.put(BlobKind::Aggregate, &values_bytes(&agg.values)).map_err(|e| e.to_string())?;
+    let agg = aggregate_shard(&shard_inputs, n, spec.robust, aggregate_codec(spec.codec))
+        .map_err(|e| e.to_string())?;
+    store.blobs.put(BlobKind::Aggregate, &agg.payload).map_err(|e| e.to_string())?;
     Ok(agg)
 }
 
-/// f32 values as an Aggregate blob holds them (little-endian).
-pub fn values_bytes(values: &[f32]) -> Vec<u8> {
-    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+/// Bytes of shard `shard`'s aggregate payload in run `spec` cut by `layout`.
+pub fn aggregate_len(spec: &RunSpec, layout: ShardLayout, shard: u32) -> u64 {
+    aggregate_codec(spec.codec).payload_len(layout.len(shard) as u64).unwrap_or(0)
 }
 
 /// Apply round `base.round`: every shard's chosen aggregate (None: zero)
@@ -91,12 +95,8 @@ pub fn apply_round(
         let Some(hash) = chosen else { continue };
         let range = layout.range(s as u32);
         let bytes = store.blobs.get(BlobKind::Aggregate, hash).map_err(|e| e.to_string())?;
-        if bytes.len() != 4 * range.len() {
-            return Err(format!("aggregate of shard {s} has {} bytes, not {}", bytes.len(), 4 * range.len()));
-        }
-        for (d, b) in delta[range].iter_mut().zip(bytes.chunks_exact(4)) {
-            *d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-        }
+        decode_delta_into(&bytes, aggregate_codec(spec.codec), &mut delta[range])
+            .map_err(|e| format!("aggregate of shard {s}: {e}"))?;
     }
     let mut next = base.clone();
     outer_step(spec.outer, &mut next, &delta).map_err(|e| e.to_string())?;
