@@ -22,6 +22,9 @@ pub const SIGN_TICKET: &[u8] = b"murmur/v1/sign/ticket\0";
 pub const SIGN_SHARDED_MANIFEST: &[u8] = b"murmur/v2/sign/sharded-manifest\0";
 /// Signing domain of a ShardResult (protocol v2).
 pub const SIGN_SHARD_RESULT: &[u8] = b"murmur/v2/sign/shard-result\0";
+/// Domain of the signature a node draws its audits from (never sent: only
+/// its holder can compute it, so no owner knows the draw before it signs).
+pub const SIGN_AUDIT_DRAW: &[u8] = b"murmur/v2/sign/audit-draw\0";
 
 /// An ed25519 public key as its 32 raw bytes. Any bytes decode; whether they
 /// are a valid key is decided when a signature is verified.

@@ -14,8 +14,8 @@ pub struct NetsimArgs {
     /// Nodes in the network.
     #[arg(long, default_value_t = 32)]
     pub nodes: usize,
-    /// Committee size k.
-    #[arg(long, default_value_t = 8)]
+    /// Committee size k (1: one owner per shard, with backups).
+    #[arg(long, default_value_t = 1)]
     pub k: u32,
     #[arg(long, default_value_t = 3)]
     pub rounds: u64,

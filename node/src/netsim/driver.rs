@@ -77,6 +77,8 @@ struct Sim {
     /// The included list behind each result hash signed this round (a
     /// liar's wrong hash keeps the honest list it computed).
     lists: HashMap<[u8; 32], IncludedList>,
+    /// The manifests each node signed, by (round, node).
+    signed: HashMap<(u64, usize), Vec<ShardedManifest>>,
     /// Hashes of everything gossiped (gossip's duplicate filter).
     gossiped: std::collections::HashSet<[u8; 32]>,
     applied: HashMap<[u8; 32], StateId>,
@@ -192,6 +194,7 @@ impl Sim {
             values: HashMap::new(),
             aggregates: HashMap::new(),
             lists: HashMap::new(),
+            signed: HashMap::new(),
             gossiped: Default::default(),
             applied: HashMap::new(),
             progress: vec![BTreeMap::new(); n],
@@ -268,8 +271,10 @@ impl Sim {
                     other.root[0] ^= 1;
                     let other = other.sign(&self.keys[i]);
                     self.first_offence[i].get_or_insert(round);
+                    self.signed.entry((round, i)).or_default().push(other.clone());
                     self.gossip(i, now, round, &other.encode(), CommitteeEvent::ManifestReceived(other));
                 }
+                self.signed.entry((round, i)).or_default().push(m.clone());
                 self.gossip(i, now, round, &m.encode(), CommitteeEvent::ManifestReceived(m));
             }
             CommitteeAction::SendShard { to, shard, shards, proof } => {
@@ -507,8 +512,10 @@ impl Sim {
             let Some((payload, leaf)) = self.payloads.get(&(round, j, result.shard)).cloned() else {
                 continue;
             };
-            let m = self.manifest_of(j, *root);
-            let Some(m) = m else { continue };
+            let Some(m) = self.signed.get(&(round, j)).and_then(|v| v.iter().find(|m| m.root == *root)).cloned()
+            else {
+                continue;
+            };
             if !plan_has_me && !holders.is_empty() {
                 let from = holders[n % holders.len()];
                 done = done.max(self.net.send(
@@ -532,13 +539,6 @@ impl Sim {
             Msg::Event(Box::new(CommitteeEvent::Rechecked { result, included, matches })),
         );
         Ok(())
-    }
-
-    /// Rebuild the manifest node `j` signed this round with root `root`.
-    fn manifest_of(&self, j: usize, root: [u8; 32]) -> Option<ShardedManifest> {
-        self.machines
-            .iter()
-            .find_map(|m| m.manifest_of(&self.keys[j].public()).filter(|x| x.root == root).cloned())
     }
 
     fn apply(
@@ -590,6 +590,7 @@ impl Sim {
         // The last node to apply a round clears its payloads.
         if (0..self.keys.len()).all(|j| self.machines[j].round() > round || j == i) {
             self.payloads.retain(|k, _| k.0 > round);
+            self.signed.retain(|k, _| k.0 > round);
         }
         self.net.at(now, i, Msg::Event(Box::new(CommitteeEvent::Applied { round, new_state })));
         // Nodes that sat this round out re-sync to the first state applied

@@ -10,19 +10,25 @@
 //! once every roster member's shard is in, sign the result → pick one claim
 //! per shard (most signers, then most included, then smallest hash; a claim
 //! proven wrong never wins), fetch the aggregated shards, apply. A shard
-//! with no result by the result deadline goes to its fallback committee;
-//! one with none after that is applied as zero. Conflicting claims are
-//! re-checked by the shard's members; every node re-checks `rechecks` random
-//! shards; a recomputation that differs from a signed result is a fraud
-//! proof, gossiped and checked by every node.
+//! with no result by the result deadline goes to its first backup
+//! committee, then the next (`MAX_FALLBACKS`); one with none after that is
+//! applied as zero. Conflicting claims are re-checked by the shard's
+//! members; every node re-checks `rechecks` shards drawn from its own
+//! signature, which no owner can compute before it signs; a recomputation
+//! that differs from a signed result is a fraud proof, gossiped and checked
+//! by every node.
+//!
+//! Work per event does not grow with the shard count: only shards an event
+//! touched (or all, when a deadline passed) are looked at again, so
+//! `murmur netsim` runs a thousand single-owner shards.
 
 use super::ledger::{Ledger, MAX_LEDGER_KEYS};
 use super::merkle::{merkle_root, verify_proof, ShardLeaf};
 use super::messages::{FraudProof, IncludedList, ShardResult, ShardedManifest};
-use super::plan::CommitteePlan;
+use super::plan::{CommitteePlan, MAX_FALLBACKS};
 use crate::codec::Codec;
 use crate::hash::{domain_hash, RunId, StateId};
-use crate::identity::{NodeKey, PublicKey, Signature};
+use crate::identity::{NodeKey, PublicKey, Signature, SIGN_AUDIT_DRAW};
 use crate::spec::RobustMode;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
@@ -65,7 +71,7 @@ pub struct CommitteeConfig {
     /// How long a conflict waits for a fraud proof, and a fallback committee
     /// for its inputs, before the round goes on.
     pub grace_ms: u64,
-    /// Random shards each node re-checks per round.
+    /// Shards each node re-checks per round, drawn from its own signature.
     pub rechecks: u32,
 }
 
@@ -177,8 +183,8 @@ struct ShardView {
     wrong: BTreeSet<[u8; 32]>,
     chosen: Option<[u8; 32]>,
     fetched: bool,
-    /// Whether the shard went to its fallback committee.
-    fell_back: bool,
+    /// 0 while the shard's own committee has it, j once its j-th backup does.
+    level: u32,
     zero: bool,
     /// Signers of the chosen claim, in the order this node asks them.
     holders: Vec<PublicKey>,
@@ -244,14 +250,46 @@ pub struct CommitteeMachine {
     applied: bool,
     /// Shards to send again: (member, shard) → (attempts failed, when).
     resend: BTreeMap<(PublicKey, u32), (u32, Option<u64>)>,
+    /// Shards to look at again in `advance` (an event touched them).
+    dirty: BTreeSet<u32>,
+    /// Aggregate fetches to retry: (when, shard).
+    retries: BTreeSet<(u64, u32)>,
+    /// Shards fetched or applied as zero.
+    settled: usize,
+    /// Deadlines passed when `advance` last looked.
+    deadlines_passed: usize,
+    /// Counted roster members (excluded keys left out) when the round opened.
+    counted_roster: usize,
+    /// The shards this node re-checks this round.
+    audits: BTreeSet<u32>,
     seen: Option<SeenSignatures>,
     actions: VecDeque<CommitteeAction>,
 }
 
-fn hash_u64(parts: &[&[u8]]) -> u64 {
-    let b: Vec<u8> = parts.concat();
-    let h = domain_hash("murmur 2026-11 v2 recheck-draw", &b);
-    u64::from_le_bytes(h[..8].try_into().unwrap_or([0; 8]))
+/// Domain of the hash that turns a node's draw signature into shard numbers.
+pub const DOMAIN_AUDIT_DRAW: &str = "murmur 2026-11 v2 audit-draw";
+
+/// The `count` shards (of `shards`, distinct while there are enough) that
+/// the holder of `key` re-checks in `round` from `base`: hashes of its
+/// signature over (run, round, base), which only it can compute.
+pub fn audit_draw(key: &NodeKey, run: RunId, round: u64, base: StateId, shards: u32, count: u32) -> BTreeSet<u32> {
+    let mut msg = Vec::with_capacity(72);
+    msg.extend_from_slice(&run.0);
+    msg.extend_from_slice(&round.to_le_bytes());
+    msg.extend_from_slice(&base.0);
+    let sig = key.sign(SIGN_AUDIT_DRAW, &msg);
+    let mut out = BTreeSet::new();
+    let want = count.min(shards) as usize;
+    let mut i = 0u64;
+    while out.len() < want && i < 4 * u64::from(count) + 16 {
+        let mut b = sig.0.to_vec();
+        b.extend_from_slice(&i.to_le_bytes());
+        let h = domain_hash(DOMAIN_AUDIT_DRAW, &b);
+        let x = u64::from_le_bytes(h[..8].try_into().unwrap_or([0; 8]));
+        out.insert((x % u64::from(shards.max(1))) as u32);
+        i += 1;
+    }
+    out
 }
 
 impl CommitteeMachine {
@@ -291,6 +329,12 @@ impl CommitteeMachine {
             applying: None,
             applied: false,
             resend: BTreeMap::new(),
+            dirty: BTreeSet::new(),
+            retries: BTreeSet::new(),
+            settled: 0,
+            deadlines_passed: 0,
+            counted_roster: 0,
+            audits: BTreeSet::new(),
             seen: None,
             actions: VecDeque::new(),
         };
@@ -360,13 +404,21 @@ impl CommitteeMachine {
     fn result_deadline(&self) -> u64 {
         self.input_deadline() + self.cfg.result_ms
     }
-    /// Conflicted claims are decided, and fallback committees aggregate.
+    /// Conflicted claims are decided.
     fn decide_deadline(&self) -> u64 {
         self.result_deadline() + self.cfg.grace_ms
     }
-    /// A shard with no result even from its fallback is applied as zero.
-    fn zero_deadline(&self) -> u64 {
-        self.decide_deadline() + self.cfg.grace_ms
+    /// When a shard still without a result goes to backup `level` (≥ 1).
+    /// Its members aggregate a grace period later; a grace period after
+    /// that the next backup takes it (or, past the last, it is zero).
+    fn level_start(&self, level: u32) -> u64 {
+        self.result_deadline() + u64::from(level.saturating_sub(1)) * 2 * self.cfg.grace_ms
+    }
+    /// Every deadline of the round, ascending.
+    fn deadlines(&self) -> impl Iterator<Item = u64> {
+        let (result, grace) = (self.result_deadline(), self.cfg.grace_ms);
+        std::iter::once(self.input_deadline())
+            .chain((0..=2 * u64::from(MAX_FALLBACKS)).map(move |m| result + m * grace))
     }
 
     /// When the driver should send `TimerFired`.
@@ -374,11 +426,8 @@ impl CommitteeMachine {
         if self.applied {
             return None;
         }
-        let deadline =
-            [self.input_deadline(), self.result_deadline(), self.decide_deadline(), self.zero_deadline()]
-                .into_iter()
-                .find(|t| *t > self.now);
-        let retry = self.shards.iter().filter_map(|v| v.retry_at).min();
+        let deadline = self.deadlines().find(|t| *t > self.now);
+        let retry = self.retries.first().map(|(t, _)| *t);
         let resend = self.resend.values().filter_map(|(_, at)| *at).min();
         [deadline, retry, resend].into_iter().flatten().min()
     }
@@ -403,6 +452,21 @@ impl CommitteeMachine {
         self.applying = None;
         self.applied = false;
         self.resend.clear();
+        self.dirty.clear();
+        self.retries.clear();
+        self.settled = 0;
+        self.deadlines_passed = 0;
+        let ledger = &self.ledger;
+        self.counted_roster = ledger.roster.iter().filter(|k| !ledger.is_excluded(k)).count();
+        self.audits = if self.open_round() {
+            BTreeSet::new()
+        } else {
+            let own = self.plan.seat_of(&self.me);
+            audit_draw(&self.key, self.cfg.run, round, base, self.plan.shards(), self.cfg.rechecks)
+                .into_iter()
+                .filter(|s| Some(*s) != own)
+                .collect()
+        };
         if let Some(s) = self.plan.seat_of(&self.me) {
             self.duties.insert(s, false);
         }
@@ -523,10 +587,17 @@ impl CommitteeMachine {
         self.plan.committee(s).to_vec()
     }
 
-    /// Nodes that hold the inputs of `shard` (its committee and fallback).
+    /// The backup committees that took `shard` over so far, in order.
+    fn backups(&self, shard: u32) -> impl Iterator<Item = u32> + '_ {
+        let level = self.shards.get(shard as usize).map_or(0, |v| v.level);
+        (1..=level).filter_map(move |j| self.plan.fallback(shard, j))
+    }
+
+    /// Nodes that hold the inputs of `shard` (its committee and the backups
+    /// that took it over).
     fn holders_of(&self, shard: u32) -> Vec<PublicKey> {
         let mut holders = self.members(shard);
-        if let Some(f) = self.plan.fallback(shard) {
+        for f in self.backups(shard) {
             holders.extend_from_slice(self.plan.committee(f));
         }
         holders
@@ -542,9 +613,7 @@ impl CommitteeMachine {
         if self.open_round() {
             return self.manifests.contains_key(to);
         }
-        self.plan.is_member(shard, to)
-            || (self.shards.get(shard as usize).is_some_and(|v| v.fell_back)
-                && self.plan.fallback(shard).is_some_and(|f| self.plan.is_member(f, to)))
+        self.plan.is_member(shard, to) || self.backups(shard).any(|f| self.plan.is_member(f, to))
     }
 
     fn on_manifest(&mut self, m: ShardedManifest) {
@@ -667,8 +736,7 @@ impl CommitteeMachine {
     fn may_aggregate(&self, shard: u32, key: &PublicKey) -> bool {
         (self.open_round() && self.manifests.contains_key(key))
             || self.plan.is_member(shard, key)
-            || (self.shards.get(shard as usize).is_some_and(|v| v.fell_back)
-                && self.plan.fallback(shard).is_some_and(|f| self.plan.is_member(f, key)))
+            || self.backups(shard).any(|f| self.plan.is_member(f, key))
     }
 
     fn on_result(&mut self, r: ShardResult) {
@@ -687,6 +755,7 @@ impl CommitteeMachine {
             return;
         }
         self.shards[s].results.insert(r.signer, r.clone());
+        self.dirty.insert(r.shard);
         // Members re-check every claim but their own on their shard; other
         // nodes re-check their random draw.
         let ours = self.shards[s].results.get(&self.me).map(ShardResult::claim);
@@ -709,13 +778,9 @@ impl CommitteeMachine {
         }
     }
 
-    /// Whether this node re-checks `shard` this round (its random draw).
+    /// Whether this node re-checks `shard` this round (its own draw).
     fn drawn(&self, shard: u32) -> bool {
-        let n = u64::from(self.plan.shards());
-        (0..self.cfg.rechecks).any(|i| {
-            hash_u64(&[&self.me.0, &self.round.to_le_bytes(), &i.to_le_bytes()]) % n == u64::from(shard)
-        }) && self.plan.seat_of(&self.me) != Some(shard)
-            && !self.open_round()
+        self.audits.contains(&shard)
     }
 
     fn on_included(&mut self, result: ShardResult, included: IncludedList) {
@@ -737,6 +802,7 @@ impl CommitteeMachine {
         let mut accused = vec![result.clone()];
         if s < self.shards.len() && result.round == self.round {
             self.shards[s].wrong.insert(result.result_hash);
+            self.dirty.insert(result.shard);
             accused.extend(
                 self.shards[s]
                     .results
@@ -751,6 +817,7 @@ impl CommitteeMachine {
                 && self.proven.len() < MAX_LEDGER_KEYS
             {
                 self.proven.insert(r.signer, r.round);
+                self.dirty.extend(0..self.plan.shards());
                 let proof = FraudProof::WrongResult { result: r, included: included.clone() };
                 self.actions.push_back(CommitteeAction::PublishProof(Box::new(proof)));
             }
@@ -765,6 +832,8 @@ impl CommitteeMachine {
         }
         if self.proven.insert(who, round).is_none() {
             self.actions.push_back(CommitteeAction::PublishProof(Box::new(proof)));
+            // Its claims no longer count anywhere.
+            self.dirty.extend(0..self.plan.shards());
         }
     }
 
@@ -809,14 +878,20 @@ impl CommitteeMachine {
         let now = self.now;
         let v = &mut self.shards[shard as usize];
         if ok {
-            v.fetched = true;
+            if !v.fetched && !v.zero {
+                v.fetched = true;
+                self.settled += 1;
+            }
         } else if v.tried < v.holders.len() {
-            v.retry_at = Some(now + fetch_backoff(v.tried));
+            let at = now + fetch_backoff(v.tried);
+            v.retry_at = Some(at);
+            self.retries.insert((at, shard));
         } else {
             // No holder serves the claimed values: the claim is taken as
             // wrong and the next one wins.
             v.wrong.insert(result_hash);
             v.chosen = None;
+            self.dirty.insert(shard);
         }
     }
 
@@ -866,8 +941,14 @@ impl CommitteeMachine {
             return;
         }
         let now = self.now;
+        // A deadline passed since the last look: every shard is looked at.
+        let passed = self.deadlines().filter(|t| *t <= now).count();
+        if passed != self.deadlines_passed {
+            self.deadlines_passed = passed;
+            self.dirty.extend(0..self.plan.shards());
+        }
         // Duties: aggregate at the input deadline, or when every roster
-        // member's shard is in.
+        // member's shard is in; a backup's a grace period after it took over.
         let duties: Vec<(u32, bool)> = self.duties.iter().map(|(s, d)| (*s, *d)).collect();
         for (s, done) in duties {
             if done {
@@ -875,13 +956,14 @@ impl CommitteeMachine {
             }
             let due = match self.duty_since.get(&s) {
                 None => now >= self.input_deadline(),
-                Some(_) => now >= self.decide_deadline(),
+                Some(since) => now >= since + self.cfg.grace_ms,
             };
             // Every counted roster member's shard is in (newcomers' shards
             // that came by then are included too).
             let all_in = !self.ledger.roster.is_empty()
                 && self.inputs.get(&s).is_some_and(|m| {
-                    self.ledger.roster.iter().filter(|k| self.counts(k)).all(|k| m.contains_key(k))
+                    m.len() >= self.counted_roster
+                        && self.ledger.roster.iter().filter(|k| self.counts(k)).all(|k| m.contains_key(k))
                 });
             if due || all_in {
                 self.aggregate(s);
@@ -901,44 +983,20 @@ impl CommitteeMachine {
             }
         }
         // Retries of aggregate fetches that are due.
-        for s in 0..self.shards.len() {
-            if self.shards[s].retry_at.is_some_and(|t| t <= now) {
-                self.ask_next_holder(s);
+        while let Some(&(at, s)) = self.retries.first() {
+            if at > now {
+                break;
+            }
+            self.retries.pop_first();
+            if self.shards[s as usize].retry_at == Some(at) {
+                self.ask_next_holder(s as usize);
             }
         }
-        // Pick claims.
-        for s in 0..self.shards.len() {
-            if self.shards[s].chosen.is_some() || self.shards[s].zero {
-                continue;
-            }
-            let has = self.best_claim(s).is_some();
-            let ready = if !has {
-                false
-            } else if self.conflicted(s) {
-                now >= self.decide_deadline()
-            } else {
-                self.all_members_in(s) || now >= self.result_deadline()
-            };
-            if ready {
-                if let Some((hash, mut signers)) = self.best_claim(s) {
-                    // Nodes start at signers by their rank in the roster, so
-                    // each signer serves about N / (signers) of them.
-                    let rank = self.ledger.roster.binary_search(&self.me).unwrap_or_else(|i| i);
-                    let start = (rank + s) % signers.len().max(1);
-                    signers.rotate_left(start);
-                    let v = &mut self.shards[s];
-                    v.chosen = Some(hash);
-                    v.holders = signers;
-                    v.tried = 0;
-                    self.ask_next_holder(s);
-                }
-            } else if !has && now >= self.result_deadline() && !self.shards[s].fell_back {
-                self.fall_back(s as u32);
-            } else if !has && self.shards[s].fell_back && now >= self.zero_deadline() {
-                self.shards[s].zero = true;
-            }
+        // Pick claims of the shards that changed.
+        for s in std::mem::take(&mut self.dirty) {
+            self.look_at(s as usize, now);
         }
-        if self.shards.iter().all(|v| v.zero || v.fetched) {
+        if self.settled == self.shards.len() {
             self.applied = true;
             let shards = self.shards.iter().map(|v| if v.zero { None } else { v.chosen }).collect();
             let ledger = self.next_ledger();
@@ -952,14 +1010,48 @@ impl CommitteeMachine {
         }
     }
 
-    /// Shard `s` got no result: its fallback committee takes it (trainers
-    /// re-send it there); with no fallback it is applied as zero.
-    fn fall_back(&mut self, s: u32) {
-        let Some(f) = self.plan.fallback(s) else {
+    /// Pick shard `s`'s claim when it is ready, or hand the shard to its
+    /// next backup, or give it up as zero.
+    fn look_at(&mut self, s: usize, now: u64) {
+        if s >= self.shards.len() || self.shards[s].chosen.is_some() || self.shards[s].zero {
+            return;
+        }
+        let best = self.best_claim(s);
+        let level = self.shards[s].level;
+        let ready = match &best {
+            None => false,
+            Some(_) if self.conflicted(s) => now >= self.decide_deadline(),
+            Some(_) => self.all_members_in(s) || now >= self.result_deadline(),
+        };
+        if ready {
+            if let Some((hash, mut signers)) = best {
+                // Nodes start at signers by their rank in the roster, so
+                // each signer serves about N / (signers) of them.
+                let rank = self.ledger.roster.binary_search(&self.me).unwrap_or_else(|i| i);
+                let start = (rank + s) % signers.len().max(1);
+                signers.rotate_left(start);
+                let v = &mut self.shards[s];
+                v.chosen = Some(hash);
+                v.holders = signers;
+                v.tried = 0;
+                self.ask_next_holder(s);
+            }
+        } else if best.is_none() && level == 0 && now >= self.result_deadline() {
+            self.fall_back(s as u32, 1);
+        } else if best.is_none() && level >= 1 && now >= self.level_start(level) + 2 * self.cfg.grace_ms {
+            self.fall_back(s as u32, level + 1);
+        }
+    }
+
+    /// Shard `s` got no result: backup `level` takes it (trainers re-send
+    /// it there); past the last backup it is applied as zero.
+    fn fall_back(&mut self, s: u32, level: u32) {
+        let Some(f) = self.plan.fallback(s, level) else {
             self.shards[s as usize].zero = true;
+            self.settled += 1;
             return;
         };
-        self.shards[s as usize].fell_back = true;
+        self.shards[s as usize].level = level;
         if self.plan.is_member(f, &self.me) {
             self.duties.insert(s, false);
             self.duty_since.insert(s, self.now);

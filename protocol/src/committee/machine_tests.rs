@@ -591,3 +591,43 @@ fn a_shard_that_could_not_be_delivered_is_sent_again_after_a_back_off_a_bounded_
     m.handle(now + 10_000, CommitteeEvent::TimerFired);
     assert_eq!(sends(&mut m), 0);
 }
+
+#[test]
+fn with_one_owner_per_shard_withholding_owners_pass_the_shard_down_their_backups() {
+    let mut net = Net::new(3, 1);
+    let plan = net.machines[0].plan().clone();
+    assert_eq!(plan.shards(), 3);
+    let owner = |s: u32| net.index(&plan.committee(s)[0]);
+    // Shard 0's owner and its first backup (shard 1's owner) withhold: the
+    // second backup (shard 2's owner) ends up aggregating every shard.
+    let (o0, o1) = (owner(0), owner(1));
+    net.withholders.extend([o0, o1]);
+    net.run_to(1, 20_000);
+    let c = cfg(1);
+    let first = &net.applied[0][0];
+    assert!(first.1.iter().all(Option::is_some), "every shard was aggregated by a backup");
+    let result_deadline = c.input_ms + c.result_ms;
+    assert!(first.0 >= result_deadline + 2 * c.grace_ms, "shard 0 waited for its second backup: {}", first.0);
+    assert!(first.0 <= result_deadline + 4 * c.grace_ms, "applied at {}", first.0);
+    for a in &net.applied {
+        assert_eq!(a[0].1, first.1);
+    }
+}
+
+#[test]
+fn the_audit_draw_comes_from_the_nodes_own_signature() {
+    let (run, base) = (RunId([7; 32]), StateId([1; 32]));
+    let key = NodeKey::from_seed([9; 32]);
+    let a = audit_draw(&key, run, 4, base, 100, 3);
+    assert_eq!(a.len(), 3, "distinct shards");
+    assert!(a.iter().all(|s| *s < 100));
+    assert_eq!(a, audit_draw(&key, run, 4, base, 100, 3), "the same key draws the same shards");
+    assert_eq!(audit_draw(&key, run, 4, base, 2, 3).len(), 2, "never more than there are shards");
+    // Other keys, rounds and bases draw other shards.
+    let draws: BTreeSet<Vec<u32>> = (0..32u8)
+        .map(|i| audit_draw(&NodeKey::from_seed([i; 32]), run, 4, base, 100, 3).into_iter().collect())
+        .collect();
+    assert!(draws.len() > 24, "{} distinct draws of 32", draws.len());
+    assert_ne!(a, audit_draw(&key, run, 5, base, 100, 3));
+    assert_ne!(a, audit_draw(&key, run, 4, StateId([2; 32]), 100, 3));
+}

@@ -6,7 +6,8 @@
 //! S = ⌊N / k⌋ (at least 1), so committees hold k to 2k − 1 members and every
 //! roster member sits on exactly one of them: per-node work and traffic do
 //! not depend on N. With N ≤ k there is one committee of everyone, which is
-//! version 1's round.
+//! version 1's round. With k = 1 each shard has one owner, and the owners
+//! of the next `MAX_FALLBACKS` shards are its backups, in order.
 
 use crate::hash::{domain_hash, StateId};
 use crate::identity::PublicKey;
@@ -17,6 +18,9 @@ use std::ops::Range;
 pub const DOMAIN_COMMITTEE: &str = "murmur 2026-11 v2 committee-order";
 /// Most shards a parameter vector is cut into.
 pub const MAX_SHARDS: u32 = 65_536;
+/// Backups a shard has: committees that take it over, one after another,
+/// while the ones before withhold their result.
+pub const MAX_FALLBACKS: u32 = 3;
 /// Fewest elements per shard (smaller vectors get fewer shards).
 pub const MIN_SHARD_ELEMENTS: u64 = 1024;
 
@@ -113,10 +117,13 @@ impl CommitteePlan {
     pub fn is_member(&self, s: u32, key: &PublicKey) -> bool {
         self.seat_of(key) == Some(s)
     }
-    /// The committee that takes shard `s` over when its own withholds its
-    /// result: the next shard's (none when there is one committee).
-    pub fn fallback(&self, s: u32) -> Option<u32> {
-        (self.shards() > 1).then(|| (s + 1) % self.shards())
+    /// The committee that takes shard `s` over at fallback `level` (1 =
+    /// the first backup) when the ones before withheld their result: the
+    /// committee `level` shards on. None past `MAX_FALLBACKS` or once the
+    /// chain would come back to the shard's own committee.
+    pub fn fallback(&self, s: u32, level: u32) -> Option<u32> {
+        (level >= 1 && level <= MAX_FALLBACKS && level < self.shards())
+            .then(|| ((u64::from(s) + u64::from(level)) % u64::from(self.shards())) as u32)
     }
     /// Number of roster members the plan seats.
     pub fn roster_len(&self) -> usize {
@@ -173,7 +180,21 @@ mod tests {
         let plan = CommitteePlan::derive(StateId([1; 32]), 0, &roster(8), 8, 1 << 20);
         assert_eq!(plan.shards(), 1);
         assert_eq!(plan.committee(0), roster(8).as_slice());
-        assert_eq!(plan.fallback(0), None);
+        assert_eq!(plan.fallback(0, 1), None);
+    }
+
+    #[test]
+    fn with_k_1_every_node_owns_one_shard_and_backups_follow_in_order() {
+        let plan = CommitteePlan::derive(StateId([1; 32]), 0, &roster(40), 1, 1 << 20);
+        assert_eq!(plan.shards(), 40);
+        assert!((0..40).all(|s| plan.committee(s).len() == 1));
+        assert_eq!(plan.fallback(38, 1), Some(39));
+        assert_eq!(plan.fallback(38, 2), Some(0));
+        assert_eq!(plan.fallback(38, 3), Some(1));
+        assert_eq!(plan.fallback(38, 4), None, "at most MAX_FALLBACKS backups");
+        assert_eq!(plan.fallback(38, 0), None, "level 0 is the owner itself");
+        let two = CommitteePlan::derive(StateId([1; 32]), 0, &roster(2), 1, 1 << 20);
+        assert_eq!((two.fallback(0, 1), two.fallback(0, 2)), (Some(1), None));
     }
 
     #[test]

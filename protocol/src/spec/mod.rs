@@ -246,8 +246,9 @@ pub struct RunSpec {
     pub round_deadline_secs: u32,
     pub admission: AdmissionPolicy,
     pub seed: u64,
-    /// Committee size k of protocol v2 (docs/protocol.md §10); 0 runs
-    /// version 1's round (every node aggregates every delta). Written only
+    /// Committee size k of protocol v2 (docs/protocol.md §10; 1: one owner
+    /// per shard, with backups); 0 runs version 1's round (every node
+    /// aggregates every delta). Written only
     /// when non-zero, so version-1 specs keep their bytes and RunIds.
     pub committee_size: u32,
     /// Blocking or overlapped rounds, fixed steps or a time budget
@@ -559,8 +560,8 @@ impl RunSpec {
                 "must be in 1..=604800 (seven days); host the run with a shorter --deadline",
             ));
         }
-        if self.committee_size == 1 || self.committee_size > MAX_COMMITTEE_SIZE {
-            return Err(invalid("committee_size", "must be 0 (version 1) or in 2..=4096"));
+        if self.committee_size > MAX_COMMITTEE_SIZE {
+            return Err(invalid("committee_size", "must be 0 (version 1) or in 1..=4096"));
         }
         let budget = self.pacing.inner_budget_ms;
         if budget > MAX_INNER_BUDGET_MS || u64::from(budget) >= u64::from(self.round_deadline_secs) * 1000 {
