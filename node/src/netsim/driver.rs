@@ -512,7 +512,8 @@ impl Sim {
             let Some((payload, leaf)) = self.payloads.get(&(round, j, result.shard)).cloned() else {
                 continue;
             };
-            let Some(m) = self.signed.get(&(round, j)).and_then(|v| v.iter().find(|m| m.root == *root)).cloned()
+            let Some(m) =
+                self.signed.get(&(round, j)).and_then(|v| v.iter().find(|m| m.root == *root)).cloned()
             else {
                 continue;
             };

@@ -224,6 +224,7 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
             state,
             out,
             started,
+            own_ticket,
         };
         return committee::run_committee_node(start, events, replay).await;
     }

@@ -15,7 +15,7 @@
 //! `MAX_TRAINER_RESTARTS` times in `TRAINER_RESTART_WINDOW`; past that the
 //! node stops with an error.
 
-mod admission;
+pub(crate) mod admission;
 mod reconcile;
 
 use std::collections::{HashMap, HashSet, VecDeque};

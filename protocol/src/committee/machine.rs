@@ -272,7 +272,14 @@ pub const DOMAIN_AUDIT_DRAW: &str = "murmur 2026-11 v2 audit-draw";
 /// The `count` shards (of `shards`, distinct while there are enough) that
 /// the holder of `key` re-checks in `round` from `base`: hashes of its
 /// signature over (run, round, base), which only it can compute.
-pub fn audit_draw(key: &NodeKey, run: RunId, round: u64, base: StateId, shards: u32, count: u32) -> BTreeSet<u32> {
+pub fn audit_draw(
+    key: &NodeKey,
+    run: RunId,
+    round: u64,
+    base: StateId,
+    shards: u32,
+    count: u32,
+) -> BTreeSet<u32> {
     let mut msg = Vec::with_capacity(72);
     msg.extend_from_slice(&run.0);
     msg.extend_from_slice(&round.to_le_bytes());

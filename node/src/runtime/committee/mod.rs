@@ -32,6 +32,7 @@ use serde_json::json;
 use tokio::sync::mpsc;
 
 use super::held::HeldState;
+use super::node::admission::TICKET_GOSSIP_EVERY;
 use super::report::Reporter;
 use super::server::{ServedStatus, StoreServer};
 use super::trainer::{self, Job, JobDone, TrainerHandle, TrainerSetup};
@@ -66,19 +67,16 @@ pub fn committee_config(spec: &RunSpec) -> CommitteeConfig {
     }
 }
 
-/// Whether this build's node loops can run `spec`: v2 runs are open runs
-/// with blocking rounds of a fixed H for now (the v2 loop checks no tickets
-/// or allowlist, and overlapped and time-budgeted rounds run in version 1's
-/// loop and `murmur sim` only).
+/// Whether this build's node loops can run `spec`: v2 runs use blocking
+/// rounds of a fixed H for now (overlapped and time-budgeted rounds run in
+/// version 1's loop and `murmur sim` only). Admission (open, allowlist,
+/// tickets) is the network's gate (`net::gate`): a peer that is not
+/// admitted gets no answer and its gossip is dropped unforwarded, so the
+/// machine only ever sees admitted signers' manifests, results and commits.
 pub fn check_spec(spec: &RunSpec) -> Result<(), String> {
     if spec.committee_size > 0 && spec.pacing != murmur_protocol::Pacing::default() {
         return Err("a committee run (--committee-size) must use blocking rounds of a fixed H for now: \
                     this build runs overlapped and time-budgeted rounds in version 1's round only"
-            .into());
-    }
-    if spec.committee_size > 0 && spec.admission != murmur_protocol::AdmissionPolicy::Open {
-        return Err("a committee run (--committee-size) must use open admission for now: this build's \
-                    protocol-v2 loop does not check tickets or an allowlist"
             .into());
     }
     Ok(())
@@ -160,6 +158,9 @@ pub struct CommitteeStart {
     pub state: TrainingState,
     pub out: Reporter,
     pub started: Instant,
+    /// This node's ticket in a ticket run: gossiped on joining and every
+    /// `TICKET_GOSSIP_EVERY`, so peers admit its gossip and requests.
+    pub own_ticket: Option<murmur_protocol::Ticket>,
 }
 
 /// Everything the loop owns.
@@ -203,6 +204,8 @@ struct CommitteeNode {
     /// Whether this node has no ledger for its state and must catch up
     /// before it trains.
     waiting: bool,
+    own_ticket: Option<murmur_protocol::Ticket>,
+    last_ticket_gossip: Option<Instant>,
     fatal: Option<RuntimeError>,
     tx: mpsc::UnboundedSender<Internal>,
     rx: mpsc::UnboundedReceiver<Internal>,
@@ -226,6 +229,7 @@ pub async fn run_committee_node(
         state,
         out,
         started,
+        own_ticket,
     } = start;
     check_spec(&spec).map_err(RuntimeError::Config)?;
     let (served, offers_rx) = CommitteeServed::new();
@@ -279,6 +283,8 @@ pub async fn run_committee_node(
         tally: sync::CommitTally::default(),
         syncing: None,
         waiting,
+        own_ticket,
+        last_ticket_gossip: None,
         fatal: None,
         tx,
         rx,
@@ -366,6 +372,7 @@ impl CommitteeNode {
             self.on_net(ev);
         }
         self.drain();
+        self.gossip_ticket();
         let mut heartbeat = tokio::time::interval(TELEMETRY_EVERY);
         loop {
             let wake = self
@@ -382,7 +389,10 @@ impl CommitteeNode {
                     Some(done) => self.on_job(done),
                     None => self.trainer_died("the trainer thread stopped".into()),
                 },
-                _ = heartbeat.tick() => self.publish_telemetry(),
+                _ = heartbeat.tick() => {
+                    self.publish_telemetry();
+                    self.gossip_ticket();
+                }
                 Some(offer) = offers.recv() => self.on_offer(offer),
                 Some(internal) = self.rx.recv() => self.on_internal(internal),
                 _ = tokio::time::sleep_until(wake.into()) => self.feed(CommitteeEvent::TimerFired),
@@ -846,6 +856,17 @@ impl CommitteeNode {
 
     /// Gossip a signed progress report (every `TELEMETRY_EVERY`, once the
     /// node has trained).
+    /// Gossip our own ticket when joining and every `TICKET_GOSSIP_EVERY`.
+    fn gossip_ticket(&mut self) {
+        let Some(t) = &self.own_ticket else { return };
+        if self.last_ticket_gossip.is_some_and(|at| at.elapsed() < TICKET_GOSSIP_EVERY) {
+            return;
+        }
+        self.last_ticket_gossip = Some(Instant::now());
+        let bytes = t.encode();
+        tokio::spawn(super::node::publish_with_retries(self.net.clone(), TopicKind::Ticket, bytes, 20));
+    }
+
     fn publish_telemetry(&self) {
         if self.first_train.is_none() {
             return;
