@@ -75,13 +75,35 @@ impl MatmulLayout {
     }
 }
 
-/// Shape of causal self-attention over a `(b, t, 3c)` qkv tensor with `nh` heads.
+/// Shape of causal self-attention with `nh` query heads of `c / nh`
+/// channels sharing `nkv` key/value heads (grouped-query attention; `nkv ==
+/// nh` is multi-head attention, GPT-2's). The qkv tensor is `(b, t, (nh +
+/// 2·nkv)·hs)` laid out `[q (nh heads) | k (nkv heads) | v (nkv heads)]`;
+/// query head `h` reads key/value head `h / (nh / nkv)`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AttentionShape {
     pub b: usize,
     pub t: usize,
     pub c: usize,
     pub nh: usize,
+    pub nkv: usize,
+}
+
+impl AttentionShape {
+    /// Multi-head attention: as many key/value heads as query heads, qkv `(b, t, 3c)`.
+    pub fn mha(b: usize, t: usize, c: usize, nh: usize) -> Self {
+        AttentionShape { b, t, c, nh, nkv: nh }
+    }
+
+    /// Channels of one head.
+    pub fn head_size(&self) -> usize {
+        self.c / self.nh
+    }
+
+    /// Floats of one position's qkv row: `(nh + 2·nkv)·hs`.
+    pub fn qkv_width(&self) -> usize {
+        self.c + 2 * self.nkv * self.head_size()
+    }
 }
 
 /// Shape of the token + position encoder: `(b, t)` tokens into `c` channels.
@@ -134,6 +156,15 @@ impl AdamWStep {
         }
         (1.0 - pow(self.beta1, self.step), 1.0 - pow(self.beta2, self.step))
     }
+}
+
+/// The message of a backend without the Llama ops.
+pub const LLAMA_CPU_ONLY: &str = "the llama architecture runs on --device cpu in this build";
+
+/// A Llama op called on a backend that lacks it: a bug (the model checks
+/// `has_llama_ops` before it builds a Llama), never a wrong answer.
+fn llama_op_missing<B: Backend + ?Sized>(backend: &B, op: &str) -> ! {
+    panic!("{op} on {}: {LLAMA_CPU_ONLY}", backend.describe())
 }
 
 /// The operations the GPT model needs from a device.
@@ -343,6 +374,75 @@ pub trait Backend: Sync {
     fn gelu_backward_fresh(&self, dinp: &mut Self::Tensor, inp: &Self::Tensor, dout: &Self::Tensor) {
         self.zero(dinp);
         self.gelu_backward(dinp, inp, dout);
+    }
+
+    // ---- the Llama architecture: RMSNorm, rotary embeddings, SwiGLU ----
+    /// Whether this backend has the Llama ops below. The model asks before
+    /// it builds a Llama on a backend (`model::check_backend`), so a
+    /// backend without them is never called for them.
+    fn has_llama_ops(&self) -> bool {
+        false
+    }
+    /// out(n, c) = inp · rstd · weight per row, rstd = 1/√(mean(inp²) + 1e-5)
+    /// kept in `rstd` (n) for the backward pass.
+    fn rmsnorm_forward(
+        &self,
+        out: &mut Self::Tensor,
+        rstd: &mut Self::Tensor,
+        inp: &Self::Tensor,
+        weight: &Self::Tensor,
+        n: usize,
+        c: usize,
+    ) {
+        let _ = (out, rstd, inp, weight, n, c);
+        llama_op_missing(self, "rmsnorm_forward")
+    }
+    /// dinp += the input gradient, dweight += the weight gradient.
+    fn rmsnorm_backward(
+        &self,
+        dinp: &mut Self::Tensor,
+        dweight: &mut Self::Tensor,
+        dout: &Self::Tensor,
+        inp: &Self::Tensor,
+        weight: &Self::Tensor,
+        rstd: &Self::Tensor,
+        n: usize,
+        c: usize,
+    ) {
+        let _ = (dinp, dweight, dout, inp, weight, rstd, n, c);
+        llama_op_missing(self, "rmsnorm_backward")
+    }
+    /// Rotates the q and k heads of a qkv tensor (`s`'s layout) in place by
+    /// each row's position in its sequence: channel i of a head pairs with
+    /// i + hs/2 at angle pos·θ^(−2i/hs) (Hugging Face Llama's rotate-half
+    /// layout). The v heads are left alone.
+    fn rope_forward(&self, qkv: &mut Self::Tensor, s: AttentionShape, theta: f32) {
+        let _ = (qkv, s, theta);
+        llama_op_missing(self, "rope_forward")
+    }
+    /// The backward of [`rope_forward`](Backend::rope_forward), in place on
+    /// the gradient: each pair rotated back (a rotation's transpose).
+    fn rope_backward(&self, dqkv: &mut Self::Tensor, s: AttentionShape, theta: f32) {
+        let _ = (dqkv, s, theta);
+        llama_op_missing(self, "rope_backward")
+    }
+    /// out(n, h) = silu(gate)·up, each row of `inp` (n, 2h) `[gate | up]`.
+    fn swiglu_forward(&self, out: &mut Self::Tensor, inp: &Self::Tensor, n: usize, h: usize) {
+        let _ = (out, inp, n, h);
+        llama_op_missing(self, "swiglu_forward")
+    }
+    /// dinp(n, 2h) written (not accumulated) with the gradient of
+    /// [`swiglu_forward`](Backend::swiglu_forward) given dout(n, h).
+    fn swiglu_backward_fresh(
+        &self,
+        dinp: &mut Self::Tensor,
+        inp: &Self::Tensor,
+        dout: &Self::Tensor,
+        n: usize,
+        h: usize,
+    ) {
+        let _ = (dinp, inp, dout, n, h);
+        llama_op_missing(self, "swiglu_backward_fresh")
     }
 
     // ---- residual ----

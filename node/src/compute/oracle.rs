@@ -171,7 +171,7 @@ pub const MATMUL_SHAPES: [MatmulShape; 4] = [
 ];
 
 pub fn attention_case<B: Backend>(g: &B, s: AttentionShape, seed: u64) {
-    let AttentionShape { b, t, c, nh } = s;
+    let AttentionShape { b, t, c, nh, .. } = s;
     let qkv = values(b * t * 3 * c, seed, 1.5);
     // The CPU's fused kernels keep one logsumexp per row; the device's
     // probabilities are checked against the CPU's materialised reference.

@@ -1,14 +1,17 @@
-//! The GPT model over any Backend: explicit forward and backward passes, one
-//! backend op per step of llm.c's train_gpt2.c, and the optimizer update.
+//! The model over any Backend: explicit forward and backward passes, one
+//! backend op per step of llm.c's train_gpt2.c (GPT-2 here, the Llama
+//! architecture's passes in `llama`), and the optimizer update.
 //!
 //! Owns the device tensors: parameters, their gradients, AdamW moments,
 //! activations and activation gradients for one `(batch, seq)` shape, and a
 //! small `stats` tensor (losses, gradient norm) that is the only thing read
 //! back per step.
 
-use super::config::ModelConfig;
+use super::config::{Architecture, ModelConfig};
 use super::params::{layer_index, lnf_index, param_specs, LayerParam as P, ParamSpec, WPE, WTE};
 use crate::compute::{AdamWStep, AttentionShape, Backend, EncoderShape, LogitsShape, MatmulShape};
+
+mod llama;
 
 /// Slots of the stats tensor.
 const STAT_NORM: usize = 0;
@@ -57,7 +60,14 @@ struct Acts<T> {
     losses: T,
 }
 
-/// Activations and their gradients for one `(batch, seq)` shape.
+/// Activations and their gradients for one `(batch, seq)` shape, of the
+/// model's architecture.
+enum Work<T> {
+    Gpt2(Workspace<T>),
+    Llama(llama::Workspace<T>),
+}
+
+/// GPT-2's activations and their gradients for one `(batch, seq)` shape.
 struct Workspace<T> {
     acts: Acts<T>,
     grads: Grads<T>,
@@ -97,7 +107,7 @@ pub struct Gpt<B: Backend> {
     partials: B::Tensor,
     stats: B::Tensor,
     /// Activation buffers for `shape`, allocated on first use.
-    acts: Option<Workspace<B::Tensor>>,
+    acts: Option<Work<B::Tensor>>,
     shape: (usize, usize),
     inputs: B::Tokens,
     targets: B::Tokens,
@@ -118,11 +128,16 @@ pub struct Gpt<B: Backend> {
     max_micro: usize,
 }
 
-/// `(out, in)` of tensor `i` when it is a matmul weight (the 2-D tensors
-/// but the position table, which is only added).
-fn matmul_weight_dims(i: usize, spec: &ParamSpec) -> Option<(usize, usize)> {
+/// `(out, in)` of tensor `i` when it is a matmul weight: the 2-D tensors
+/// but GPT-2's position table and an untied Llama's token embedding, which
+/// are only gathered from.
+fn matmul_weight_dims(cfg: &ModelConfig, i: usize, spec: &ParamSpec) -> Option<(usize, usize)> {
+    let gathered = match cfg.arch {
+        Architecture::Gpt2 => i == WPE,
+        Architecture::Llama(l) => i == WTE && !l.tied_embeddings,
+    };
     match spec.shape[..] {
-        [oc, c] if i != WPE => Some((oc, c)),
+        [oc, c] if !gathered => Some((oc, c)),
         _ => None,
     }
 }
@@ -196,7 +211,7 @@ impl<B: Backend> Gpt<B> {
             .iter()
             .enumerate()
             .map(|(i, s)| {
-                let (oc, c) = matmul_weight_dims(i, s)?;
+                let (oc, c) = matmul_weight_dims(&config, i, s)?;
                 let len = backend.weight_image_len(oc, c);
                 (len > 0).then(|| backend.tensor(len))
             })
@@ -268,7 +283,8 @@ impl<B: Backend> Gpt<B> {
             return;
         }
         for (i, image) in self.images.iter_mut().enumerate() {
-            if let (Some(image), Some((oc, c))) = (image, matmul_weight_dims(i, &self.specs[i])) {
+            if let (Some(image), Some((oc, c))) = (image, matmul_weight_dims(&self.config, i, &self.specs[i]))
+            {
                 backend.write_weight_image(image, &self.params[i], oc, c);
             }
         }
@@ -304,6 +320,13 @@ impl<B: Backend> Gpt<B> {
             return;
         }
         let cfg = &self.config;
+        if let Architecture::Llama(shape) = &cfg.arch {
+            self.acts = Some(Work::Llama(llama::Workspace::new(backend, cfg, shape, b, t)));
+            self.shape = (b, t);
+            self.inputs = backend.tokens(b * t);
+            self.targets = backend.tokens(b * t);
+            return;
+        }
         let (c, nh, vp, bt) = (cfg.n_embd, cfg.n_head, cfg.padded_vocab_size, b * t);
         let z = |n: usize| backend.tensor(n);
         let layers = (0..cfg.n_layer)
@@ -313,7 +336,7 @@ impl<B: Backend> Gpt<B> {
                 ln1_rstd: z(bt),
                 qkv: z(bt * 3 * c),
                 atty: z(bt * c),
-                att: z(backend.attention_scratch_len(AttentionShape { b, t, c, nh })),
+                att: z(backend.attention_scratch_len(AttentionShape::mha(b, t, c, nh))),
                 attproj: z(bt * c),
                 residual2: z(bt * c),
                 ln2: z(bt * c),
@@ -344,7 +367,7 @@ impl<B: Backend> Gpt<B> {
             losses: z(bt),
         };
         let grads = Grads { residual: z(bt * c), layer: glayer, lnf: z(bt * c), logits: z(bt * vp) };
-        self.acts = Some(Workspace { acts, grads });
+        self.acts = Some(Work::Gpt2(Workspace { acts, grads }));
         self.shape = (b, t);
         self.inputs = backend.tokens(bt);
         self.targets = backend.tokens(bt);
@@ -358,11 +381,20 @@ impl<B: Backend> Gpt<B> {
         self.ensure_shape(backend, b, t);
         self.refresh_images(backend);
         backend.upload_tokens(&mut self.inputs, inputs);
+        if let Some(targets) = targets {
+            assert_eq!(targets.len(), b * t);
+            backend.upload_tokens(&mut self.targets, targets);
+        }
+        if !self.config.arch.is_gpt2() {
+            return self.forward_llama(backend, targets.is_some(), b, t);
+        }
         let cfg = &self.config;
         let (c, nh, bt) = (cfg.n_embd, cfg.n_head, b * t);
         let p = &self.params;
         let img = |i: usize| self.images[i].as_ref();
-        let acts = &mut self.acts.as_mut().expect("activations allocated").acts;
+        let Some(Work::Gpt2(Workspace { acts, .. })) = self.acts.as_mut() else {
+            unreachable!("GPT-2 activations allocated by ensure_shape")
+        };
         backend.encoder_forward(&mut acts.encoded, &self.inputs, &p[WTE], &p[WPE], EncoderShape { b, t, c });
         for l in 0..cfg.n_layer {
             let (done, rest) = acts.layers.split_at_mut(l);
@@ -384,7 +416,7 @@ impl<B: Backend> Gpt<B> {
             let (qkv, attproj, fc, fcproj) = (i(P::QkvW), i(P::AttProjW), i(P::FcW), i(P::FcProjW));
             let qkv_bias = Some(w(P::QkvB));
             forward_matmul(backend, &mut a.qkv, &a.ln1, &p[qkv], img(qkv), qkv_bias, mm(3 * c, c));
-            backend.attention_forward(&mut a.atty, &mut a.att, &a.qkv, AttentionShape { b, t, c, nh });
+            backend.attention_forward(&mut a.atty, &mut a.att, &a.qkv, AttentionShape::mha(b, t, c, nh));
             let (pw, pb) = (&p[attproj], Some(w(P::AttProjB)));
             forward_matmul(backend, &mut a.attproj, &a.atty, pw, img(attproj), pb, mm(c, c));
             backend.residual_forward(&mut a.residual2, residual, &a.attproj);
@@ -422,9 +454,7 @@ impl<B: Backend> Gpt<B> {
         let vp = cfg.padded_vocab_size;
         let head = MatmulShape { n: bt, c, oc: vp };
         forward_matmul(backend, &mut acts.logits, &acts.lnf, &p[WTE], img(WTE), None, head);
-        if let Some(targets) = targets {
-            assert_eq!(targets.len(), bt);
-            backend.upload_tokens(&mut self.targets, targets);
+        if targets.is_some() {
             let ls = LogitsShape { n: bt, v: cfg.vocab_size, vp };
             backend.softmax_xent_forward(&mut acts.losses, &mut acts.probs, &acts.logits, &self.targets, ls);
             let slot = STAT_LOSS0 + self.micro.min(self.max_micro - 1);
@@ -435,7 +465,11 @@ impl<B: Backend> Gpt<B> {
 
     /// Logits of the last forward pass, downloaded (`b·t × padded vocab`).
     pub fn download_logits(&self, backend: &B) -> Vec<f32> {
-        self.acts.as_ref().map(|w| backend.download(&w.acts.logits)).unwrap_or_default()
+        match &self.acts {
+            Some(Work::Gpt2(w)) => backend.download(&w.acts.logits),
+            Some(Work::Llama(w)) => backend.download(&w.logits),
+            None => Vec::new(),
+        }
     }
 
     /// Zeroes parameter gradients (already zero after `optimizer_step`) and
@@ -458,13 +492,18 @@ impl<B: Backend> Gpt<B> {
     /// accumulating into the parameter gradients scaled by `1/accum` (and by
     /// the backend's loss scale, which `optimizer_step` divides out).
     pub fn backward(&mut self, backend: &B, accum: usize) {
+        if !self.config.arch.is_gpt2() {
+            return self.backward_llama(backend, accum);
+        }
         let (b, t) = self.shape;
         let cfg = &self.config;
         let (c, nh, bt, vp) = (cfg.n_embd, cfg.n_head, b * t, cfg.padded_vocab_size);
         let p = &self.params;
         let img = |i: usize| self.images[i].as_ref();
         let gp = &mut self.grads;
-        let Workspace { acts, grads: g } = self.acts.as_mut().expect("forward before backward");
+        let Some(Work::Gpt2(Workspace { acts, grads: g })) = self.acts.as_mut() else {
+            panic!("forward before backward")
+        };
         self.grads_zeroed = false;
         // Each imaged weight's gradient comes from one product per
         // micro-batch, which writes it when it is stale.
@@ -572,7 +611,7 @@ impl<B: Backend> Gpt<B> {
                 &gl.atty,
                 &a.qkv,
                 &a.att,
-                AttentionShape { b, t, c, nh },
+                AttentionShape::mha(b, t, c, nh),
             );
             let (dw, db) = two_mut(gp, idx(P::QkvW), idx(P::QkvB));
             backward_matmul(
@@ -623,7 +662,7 @@ impl<B: Backend> Gpt<B> {
             let hp = AdamWStep { weight_decay: if spec.decay { hp.weight_decay } else { 0.0 }, ..hp };
             let (p, g, m, v) =
                 (&mut self.params[i], &mut self.grads[i], &mut self.adam_m[i], &mut self.adam_v[i]);
-            match (&mut self.images[i], matmul_weight_dims(i, spec)) {
+            match (&mut self.images[i], matmul_weight_dims(&self.config, i, spec)) {
                 (Some(image), Some(dims)) => {
                     backend.adamw_update_imaged(p, g, m, v, image, dims, &self.stats, STAT_SCALE, hp)
                 }

@@ -1,15 +1,17 @@
 //! The model's parameter tensors: their canonical order, names, shapes and
-//! GPT-2 initialisation.
+//! initialisation. GPT-2's layout is here, Llama's in `llama`.
 //!
-//! Canonical order (used for flattening, hashing, checkpoints and deltas):
+//! GPT-2's canonical order (used for flattening, hashing, checkpoints and deltas):
 //! `wte`, `wpe`, then for each layer `ln_1.{weight,bias}`,
 //! `attn.c_attn.{weight,bias}`, `attn.c_proj.{weight,bias}`,
 //! `ln_2.{weight,bias}`, `mlp.c_fc.{weight,bias}`, `mlp.c_proj.{weight,bias}`,
 //! and last `ln_f.{weight,bias}`. Names are Hugging Face GPT-2's; weights are
 //! stored `(out, in)` as in llm.c (Hugging Face's Conv1D stores `(in, out)`).
 
-use super::config::ModelConfig;
+use super::config::{Architecture, ModelConfig};
 use super::rng::Rng;
+
+pub mod llama;
 
 /// Per-layer tensor kinds, in canonical order within a layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,8 +69,25 @@ pub fn lnf_index(cfg: &ModelConfig) -> usize {
     2 + PER_LAYER * cfg.n_layer
 }
 
+/// Index of the LM head's weight: the token embedding when tied (always
+/// for GPT-2), else Llama's `lm_head.weight`, the last tensor.
+pub fn head_index(cfg: &ModelConfig) -> usize {
+    match cfg.arch {
+        Architecture::Llama(l) if !l.tied_embeddings => llama::norm_index(cfg) + 1,
+        _ => WTE,
+    }
+}
+
 /// All parameter tensors in canonical order.
 pub fn param_specs(cfg: &ModelConfig) -> Vec<ParamSpec> {
+    match &cfg.arch {
+        Architecture::Gpt2 => gpt2_specs(cfg),
+        Architecture::Llama(shape) => llama::param_specs(cfg, shape),
+    }
+}
+
+/// GPT-2's tensors in canonical order.
+fn gpt2_specs(cfg: &ModelConfig) -> Vec<ParamSpec> {
     let (c, l) = (cfg.n_embd, cfg.n_layer);
     let std = 0.02f32;
     // GPT-2 scales the residual projections by 1/sqrt(2L).
@@ -112,10 +131,12 @@ pub fn split_params(cfg: &ModelConfig, flat: &[f32]) -> Vec<Vec<f32>> {
     out
 }
 
-/// GPT-2 initial values for every tensor, deterministic in `seed`. Padded
-/// vocabulary rows of `wte` start at zero (they are never read by the loss).
+/// Initial values for every tensor, deterministic in `seed`. Padded
+/// vocabulary rows of the embedding and the LM head start at zero (they are
+/// never read by the loss).
 pub fn init_params(cfg: &ModelConfig, seed: u64) -> Vec<Vec<f32>> {
     let mut rng = Rng::new(seed);
+    let head = head_index(cfg);
     param_specs(cfg)
         .iter()
         .enumerate()
@@ -125,7 +146,7 @@ pub fn init_params(cfg: &ModelConfig, seed: u64) -> Vec<Vec<f32>> {
                 Init::Zeros => vec![0.0; s.numel()],
                 Init::Ones => vec![1.0; s.numel()],
             };
-            if i == WTE {
+            if i == WTE || i == head {
                 v[cfg.vocab_size * cfg.n_embd..].fill(0.0);
             }
             v
@@ -148,5 +169,31 @@ mod tests {
         let a = init_params(&cfg, 3);
         assert_eq!(a, init_params(&cfg, 3));
         assert_ne!(a, init_params(&cfg, 4));
+    }
+
+    #[test]
+    fn llama_specs_cover_every_parameter_once() {
+        use llama::{layer_index, norm_index, LlamaParam};
+        for name in ["llama-tiny", "llama-60m"] {
+            let cfg = ModelConfig::preset(name).unwrap();
+            let untied = !cfg.arch.llama().unwrap().tied_embeddings;
+            let specs = param_specs(&cfg);
+            assert_eq!(specs.len(), 1 + llama::PER_LAYER * cfg.n_layer + 1 + untied as usize, "{name}");
+            assert_eq!(specs.iter().map(|s| s.numel()).sum::<usize>(), cfg.param_count(), "{name}");
+            assert_eq!(specs[layer_index(1, LlamaParam::DownW)].name, "layers.1.mlp.down_proj.weight");
+            assert_eq!(specs[norm_index(&cfg)].name, "norm.weight");
+            let head = head_index(&cfg);
+            assert_eq!(specs[head].name, if untied { "lm_head.weight" } else { "embed_tokens.weight" });
+            // no biases: every 1-D tensor is a norm's weight, starting at one
+            for s in specs.iter().filter(|s| s.shape.len() == 1) {
+                assert!(s.name.ends_with("norm.weight") && s.init == Init::Ones, "{}", s.name);
+            }
+            if name == "llama-tiny" {
+                let p = init_params(&cfg, 1);
+                let real = cfg.vocab_size * cfg.n_embd;
+                assert!(p[head][..real].iter().any(|x| *x != 0.0));
+                assert_eq!(p.len(), specs.len());
+            }
+        }
     }
 }

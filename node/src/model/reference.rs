@@ -1,8 +1,9 @@
-//! A deliberately naive f64 GPT forward pass, used only by tests: the loss it
-//! computes is the ground truth for the f32 backends' forward pass and, by
-//! central finite differences, for their analytic gradients.
+//! A deliberately naive f64 forward pass (GPT-2 here, Llama in `llama`),
+//! used only by tests: the loss it computes is the ground truth for the f32
+//! backends' forward pass and, by central finite differences, for their
+//! analytic gradients.
 
-use super::config::ModelConfig;
+use super::config::{Architecture, ModelConfig};
 use super::params::{layer_index, lnf_index, LayerParam as P, WPE, WTE};
 
 fn layernorm(x: &[f64], w: &[f64], b: &[f64]) -> Vec<f64> {
@@ -28,6 +29,8 @@ fn gelu(x: f64) -> f64 {
     0.5 * x * (1.0 + u.clamp(-10.0, 10.0).tanh())
 }
 
+mod llama;
+
 /// Mean cross-entropy of the model on `(inputs, targets)`, both `b × t`.
 pub fn loss(
     cfg: &ModelConfig,
@@ -37,6 +40,9 @@ pub fn loss(
     b: usize,
     t: usize,
 ) -> f64 {
+    if let Architecture::Llama(shape) = &cfg.arch {
+        return llama::loss(cfg, shape, params, inputs, targets, b, t);
+    }
     let (c, nh, v) = (cfg.n_embd, cfg.n_head, cfg.vocab_size);
     let hs = c / nh;
     let mut total = 0.0;

@@ -1,10 +1,10 @@
 //! Model-level tests on the CPU backend: forward against the f64 reference,
 //! every tensor's analytic gradient against f64 central finite differences,
-//! and bit-exact determinism of training.
+//! and bit-exact determinism of training (GPT-2 here, Llama in `llama`).
 
 use super::config::ModelConfig;
 use super::gpt::Gpt;
-use super::params::{init_params, WTE};
+use super::params::{head_index, init_params, WTE};
 use super::reference;
 use super::rng::Rng;
 use crate::compute::cpu::{CpuBackend, Isa, Precision};
@@ -26,6 +26,7 @@ fn params(cfg: &ModelConfig, seed: u64) -> Vec<Vec<f32>> {
         }
     }
     p[WTE][cfg.vocab_size * cfg.n_embd..].fill(0.0);
+    p[head_index(cfg)][cfg.vocab_size * cfg.n_embd..].fill(0.0);
     p
 }
 
@@ -50,6 +51,8 @@ fn cpu_paths() -> Vec<CpuBackend> {
         .map(|isa| CpuBackend::with_options(isa, Precision::Fp32).expect("supported path"))
         .collect()
 }
+
+mod llama;
 
 fn to_f64(p: &[Vec<f32>]) -> Vec<Vec<f64>> {
     p.iter().map(|t| t.iter().map(|x| *x as f64).collect()).collect()
@@ -81,12 +84,15 @@ const GRAD_RTOL: f64 = 1e-3;
 #[test]
 fn every_parameter_gradient_matches_central_finite_differences() {
     for be in cpu_paths() {
-        gradient_check(&be);
+        gradient_check(&be, &small_cfg());
     }
 }
 
-fn gradient_check(be: &CpuBackend) {
-    let cfg = small_cfg();
+/// Every tensor's analytic gradient on `be` against central finite
+/// differences of the f64 reference, at its largest coordinate and six
+/// random ones.
+fn gradient_check(be: &CpuBackend, cfg: &ModelConfig) {
+    let cfg = cfg.clone();
     let (b, t) = (2, 7);
     let p = params(&cfg, 3);
     let (x, y) = batch(&cfg, b, t, 4);
@@ -102,7 +108,8 @@ fn gradient_check(be: &CpuBackend) {
     let mut checked = 0;
     for (ti, spec) in model.specs().to_vec().iter().enumerate() {
         let g = &grads[ti];
-        let limit = if ti == WTE { cfg.vocab_size * cfg.n_embd } else { g.len() };
+        let vocab_rows = ti == WTE || ti == head_index(&cfg);
+        let limit = if vocab_rows { cfg.vocab_size * cfg.n_embd } else { g.len() };
         let scale = g[..limit].iter().fold(0f64, |m, v| m.max(v.abs() as f64));
         assert!(scale > 0.0, "{}: gradient is identically zero", spec.name);
         // the coordinate of largest gradient, plus random ones
@@ -132,10 +139,17 @@ fn gradient_check(be: &CpuBackend) {
     assert!(checked >= 7 * model.specs().len());
     // padded vocabulary rows get no gradient
     assert!(grads[WTE][cfg.vocab_size * cfg.n_embd..].iter().all(|g| *g == 0.0));
+    assert!(grads[head_index(&cfg)][cfg.vocab_size * cfg.n_embd..].iter().all(|g| *g == 0.0));
 }
 
 fn train_run(be: CpuBackend, steps: usize) -> (Vec<f32>, blake3::Hash) {
-    let cfg = ModelConfig::preset("tiny").unwrap();
+    train_preset(be, "tiny", steps)
+}
+
+/// `steps` AdamW steps of `preset` from seed 42 on seeded random batches:
+/// the losses and a hash of the final weights.
+fn train_preset(be: CpuBackend, preset: &str, steps: usize) -> (Vec<f32>, blake3::Hash) {
+    let cfg = ModelConfig::preset(preset).unwrap();
     let (b, t) = (4, 32);
     let mut model = Gpt::new(&be, cfg.clone(), &init_params(&cfg, 42), 1);
     let mut losses = Vec::new();

@@ -41,11 +41,15 @@ pub fn scratch_len(s: AttentionShape) -> usize {
 #[derive(Clone, Copy)]
 struct Head<'a> {
     qkv: &'a [f32],
-    /// Batch row and head.
+    /// Batch row, query head and the key/value head it reads.
     bi: usize,
     h: usize,
+    kvh: usize,
     tt: usize,
     c: usize,
+    /// Key/value heads, and floats of one position's qkv row.
+    nkv: usize,
+    c3: usize,
     hs: usize,
     scale: f32,
     /// Query rows padded to whole blocks, keys to whole tiles, channels to whole tiles.
@@ -58,14 +62,17 @@ struct Head<'a> {
 
 impl<'a> Head<'a> {
     fn new(isa: Isa, qkv: &'a [f32], s: AttentionShape, bh: usize) -> Head<'a> {
-        let hs = s.c / s.nh;
+        let hs = s.head_size();
         Head {
             wide: isa.is_avx512() && isa.supported(),
             qkv,
             bi: bh / s.nh,
             h: bh % s.nh,
+            kvh: (bh % s.nh) / (s.nh / s.nkv),
             tt: s.t,
             c: s.c,
+            nkv: s.nkv,
+            c3: s.qkv_width(),
             hs,
             scale: 1.0 / (hs as f32).sqrt(),
             tq: s.t.next_multiple_of(QB),
@@ -75,9 +82,15 @@ impl<'a> Head<'a> {
     }
 
     /// Offset of row t's part (0 = q, 1 = k, 2 = v) of this head in a
-    /// (b, t, 3c) tensor.
+    /// (b, t, (nh + 2·nkv)·hs) tensor: its query head's q, its key/value
+    /// head's k and v.
     fn at(&self, t: usize, part: usize) -> usize {
-        (self.bi * self.tt + t) * 3 * self.c + part * self.c + self.h * self.hs
+        let col = match part {
+            0 => self.h * self.hs,
+            1 => self.c + self.kvh * self.hs,
+            _ => self.c + (self.nkv + self.kvh) * self.hs,
+        };
+        (self.bi * self.tt + t) * self.c3 + col
     }
 
     /// Copies part `part` into `rows`, one padded row per t, zeros in the
@@ -140,8 +153,9 @@ fn sized(v: &mut Vec<f32>, len: usize) -> &mut [f32] {
 /// out(b, t, c) = softmax(q·kᵀ·scale, causal)·v per head; `lse` (b, nh, t)
 /// gets each row's logsumexp of the scaled scores.
 pub fn forward(isa: Isa, out: &mut [f32], lse: &mut [f32], qkv: &[f32], s: AttentionShape) {
-    let AttentionShape { b, t: tt, c, nh } = s;
-    assert!(out.len() >= b * tt * c && lse.len() >= b * nh * tt && qkv.len() >= b * tt * 3 * c);
+    let AttentionShape { b, t: tt, c, nh, nkv } = s;
+    assert!(nkv > 0 && nh.is_multiple_of(nkv), "query heads in whole groups");
+    assert!(out.len() >= b * tt * c && lse.len() >= b * nh * tt && qkv.len() >= b * tt * s.qkv_width());
     let outp = SharedMut(out.as_mut_ptr());
     lse[..b * nh * tt].par_chunks_mut(tt).enumerate().for_each_init(Scratch::default, |ws, (bh, lse_bh)| {
         let hd = Head::new(isa, qkv, s, bh);
@@ -173,8 +187,10 @@ pub fn forward(isa: Isa, out: &mut [f32], lse: &mut [f32], qkv: &[f32], s: Atten
 
 /// dqkv (+)= the gradient of [`forward`] given dout(b, t, c) (written instead
 /// of accumulated when `accumulate` is false), recomputing the
-/// probabilities from the saved logsumexps. Each head's dq, dk and dv
-/// gather in scratch and are added to dqkv at the end.
+/// probabilities from the saved logsumexps. One task per (batch row,
+/// key/value head): its k and v are loaded once, the group's query heads
+/// run in order, each head's dq goes to dqkv as it finishes, and the
+/// group's dk and dv (summed over its heads in that order) at the end.
 pub fn backward(
     isa: Isa,
     accumulate: bool,
@@ -184,42 +200,54 @@ pub fn backward(
     lse: &[f32],
     s: AttentionShape,
 ) {
-    let AttentionShape { b, t: tt, c, nh } = s;
-    assert!(dqkv.len() >= b * tt * 3 * c && lse.len() >= b * nh * tt && dout.len() >= b * tt * c);
+    let AttentionShape { b, t: tt, c, nh, nkv } = s;
+    assert!(nkv > 0 && nh.is_multiple_of(nkv), "query heads in whole groups");
+    assert!(dqkv.len() >= b * tt * s.qkv_width() && lse.len() >= b * nh * tt && dout.len() >= b * tt * c);
+    let group = nh / nkv;
     let dp = SharedMut(dqkv.as_mut_ptr());
-    (0..b * nh).into_par_iter().for_each_init(Scratch::default, |ws, bh| {
-        let hd = Head::new(isa, qkv, s, bh);
-        let (hs, hp, tk) = (hd.hs, hd.hp, hd.tk);
-        hd.rows(0, sized(&mut ws.q, hd.tq * hp));
-        hd.rows(1, sized(&mut ws.k, tk * hp));
-        hd.cols(1, sized(&mut ws.kt, hs * tk));
-        hd.cols(2, sized(&mut ws.vt, hs * tk));
-        let d = sized(&mut ws.dout, hd.tq * hp);
-        for t in 0..tt {
-            d[t * hp..t * hp + hs].copy_from_slice(&dout[(hd.bi * tt + t) * c + hd.h * hs..][..hs]);
-            d[t * hp + hs..(t + 1) * hp].fill(0.0);
-        }
-        d[tt * hp..].fill(0.0);
-        zeroed(&mut ws.dq, hd.tq * hp);
+    (0..b * nkv).into_par_iter().for_each_init(Scratch::default, |ws, bkv| {
+        let (bi, kvh) = (bkv / nkv, bkv % nkv);
+        let first = Head::new(isa, qkv, s, bi * nh + kvh * group);
+        let (hs, hp, tk) = (first.hs, first.hp, first.tk);
+        first.rows(1, sized(&mut ws.k, tk * hp));
+        first.cols(1, sized(&mut ws.kt, hs * tk));
+        first.cols(2, sized(&mut ws.vt, hs * tk));
         zeroed(&mut ws.dk, tk * hp);
         zeroed(&mut ws.dv, tk * hp);
         // A block writes its probabilities and score gradients for every key
         // tile it sees before reading them.
         sized(&mut ws.p, QB * tk);
         sized(&mut ws.dp, QB * tk);
-        let lse_bh = &lse[bh * tt..(bh + 1) * tt];
-        for t0 in (0..tt).step_by(QB) {
-            backward_block(isa, hd, t0, lse_bh, ws);
-        }
-        // SAFETY: the (bi, h) task owns the h-th head's q, k and v columns of
-        // batch row bi in dqkv; tasks never overlap and dqkv outlives them.
-        for t in 0..tt {
-            for (part, src) in [(0, &ws.dq), (1, &ws.dk), (2, &ws.dv)] {
-                let dst = unsafe { std::slice::from_raw_parts_mut(dp.ptr().add(hd.at(t, part)), hs) };
-                for (x, g) in dst.iter_mut().zip(&src[t * hp..]) {
-                    *x = if accumulate { *x + g } else { *g };
-                }
+        // SAFETY: the (bi, kvh) task owns its group's q columns and the
+        // kvh-th k and v columns of batch row bi in dqkv; tasks never
+        // overlap and dqkv outlives them.
+        let write = |at: usize, src: &[f32]| {
+            let dst = unsafe { std::slice::from_raw_parts_mut(dp.ptr().add(at), hs) };
+            for (x, g) in dst.iter_mut().zip(src) {
+                *x = if accumulate { *x + g } else { *g };
             }
+        };
+        for bh in bi * nh + kvh * group..bi * nh + (kvh + 1) * group {
+            let hd = Head::new(isa, qkv, s, bh);
+            hd.rows(0, sized(&mut ws.q, hd.tq * hp));
+            let d = sized(&mut ws.dout, hd.tq * hp);
+            for t in 0..tt {
+                d[t * hp..t * hp + hs].copy_from_slice(&dout[(hd.bi * tt + t) * c + hd.h * hs..][..hs]);
+                d[t * hp + hs..(t + 1) * hp].fill(0.0);
+            }
+            d[tt * hp..].fill(0.0);
+            zeroed(&mut ws.dq, hd.tq * hp);
+            let lse_bh = &lse[bh * tt..(bh + 1) * tt];
+            for t0 in (0..tt).step_by(QB) {
+                backward_block(isa, hd, t0, lse_bh, ws);
+            }
+            for t in 0..tt {
+                write(hd.at(t, 0), &ws.dq[t * hp..]);
+            }
+        }
+        for t in 0..tt {
+            write(first.at(t, 1), &ws.dk[t * hp..]);
+            write(first.at(t, 2), &ws.dv[t * hp..]);
         }
     });
 }

@@ -376,7 +376,7 @@ mod tests {
         be.gelu_backward_fresh(&mut got, &x, &d);
         assert_eq!(bits(&got), bits(&want), "gelu");
 
-        let a = AttentionShape { b: 2, t: 9, c: 16, nh: 2 };
+        let a = AttentionShape::mha(2, 9, 16, 2);
         let qkv = values(2 * 9 * 48, 6);
         let (mut out, mut att) = (vec![0.0; 2 * 9 * 16], vec![0.0; be.attention_scratch_len(a)]);
         be.attention_forward(&mut out, &mut att, &qkv, a);

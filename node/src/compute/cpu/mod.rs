@@ -1,7 +1,8 @@
 //! The CPU backend: the correctness oracle for every other backend and a real,
 //! multi-threaded backend for volunteers without a GPU.
 //!
-//! Tensors are plain `Vec<f32>`; the kernels live in `kernels`, the GEMM in
+//! Tensors are plain `Vec<f32>`; the kernels live in `kernels` (the Llama
+//! architecture's in `llama`), the GEMM in
 //! `gemm` (micro-kernels in `microkernel`), vector helpers in `simd`, the
 //! instruction-set and precision choice in `isa`. Threads come from rayon's
 //! global pool (`RAYON_NUM_THREADS` sets its size).
@@ -11,6 +12,7 @@ pub mod bench;
 pub mod gemm;
 pub mod isa;
 pub mod kernels;
+pub mod llama;
 pub mod microkernel;
 pub mod simd;
 
@@ -323,6 +325,53 @@ impl Backend for CpuBackend {
     }
     fn gelu_backward_fresh(&self, dinp: &mut Vec<f32>, inp: &Vec<f32>, dout: &Vec<f32>) {
         kernels::gelu_backward(self.isa, false, dinp, inp, dout);
+    }
+
+    fn has_llama_ops(&self) -> bool {
+        true
+    }
+    fn rmsnorm_forward(
+        &self,
+        out: &mut Vec<f32>,
+        rstd: &mut Vec<f32>,
+        inp: &Vec<f32>,
+        weight: &Vec<f32>,
+        n: usize,
+        c: usize,
+    ) {
+        llama::rmsnorm_forward(self.isa, out, rstd, inp, weight, n, c);
+    }
+    fn rmsnorm_backward(
+        &self,
+        dinp: &mut Vec<f32>,
+        dweight: &mut Vec<f32>,
+        dout: &Vec<f32>,
+        inp: &Vec<f32>,
+        weight: &Vec<f32>,
+        rstd: &Vec<f32>,
+        n: usize,
+        c: usize,
+    ) {
+        llama::rmsnorm_backward(self.isa, true, dinp, dweight, dout, inp, weight, rstd, n, c);
+    }
+    fn rope_forward(&self, qkv: &mut Vec<f32>, s: AttentionShape, theta: f32) {
+        llama::rope(self.isa, false, qkv, s, theta);
+    }
+    fn rope_backward(&self, dqkv: &mut Vec<f32>, s: AttentionShape, theta: f32) {
+        llama::rope(self.isa, true, dqkv, s, theta);
+    }
+    fn swiglu_forward(&self, out: &mut Vec<f32>, inp: &Vec<f32>, n: usize, h: usize) {
+        llama::swiglu_forward(self.isa, out, inp, n, h);
+    }
+    fn swiglu_backward_fresh(
+        &self,
+        dinp: &mut Vec<f32>,
+        inp: &Vec<f32>,
+        dout: &Vec<f32>,
+        n: usize,
+        h: usize,
+    ) {
+        llama::swiglu_backward(self.isa, false, dinp, inp, dout, n, h);
     }
 
     fn residual_forward(&self, out: &mut Vec<f32>, a: &Vec<f32>, b: &Vec<f32>) {

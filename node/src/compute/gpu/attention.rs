@@ -29,6 +29,7 @@ impl GpuBackend {
         s: AttentionShape,
     ) {
         let AttentionShape { t, c, nh, .. } = s;
+        assert_eq!(s.nkv, nh, "grouped-query attention: {}", crate::compute::LLAMA_CPU_ONLY);
         let pipeline = self.pipeline(Kernel::AttentionForward);
         for (b0, b1) in chunks(s.b, self.attention_chunk(s)) {
             let (ov, ob) = self.rules.window(&out.buffer, b0 * t * c, b1 * t * c);
@@ -49,6 +50,7 @@ impl GpuBackend {
         s: AttentionShape,
     ) {
         let AttentionShape { t, c, nh, .. } = s;
+        assert_eq!(s.nkv, nh, "grouped-query attention: {}", crate::compute::LLAMA_CPU_ONLY);
         let per = self.attention_chunk(s);
         let scratch = self.scratch(|x| &mut x.scores, per.min(s.b) * nh * t * t);
         let scores = self.pipeline(Kernel::AttentionBackwardScores);

@@ -54,10 +54,10 @@ fn matmul_layouts_are_exposed_for_benchmarks() {
 #[test]
 fn attention_matches_cpu() {
     let Some(g) = cuda_or_skip("cuda attention_matches_cpu") else { return };
-    attention_case(&g, AttentionShape { b: 2, t: 5, c: 12, nh: 3 }, 50);
-    attention_case(&g, AttentionShape { b: 3, t: 1, c: 8, nh: 2 }, 51);
-    attention_case(&g, AttentionShape { b: 1, t: 300, c: 8, nh: 2 }, 52); // rows wider than a block
-    attention_case(&g, AttentionShape { b: 2, t: 45, c: 140, nh: 2 }, 53); // part score tiles, head size past one chunk
+    attention_case(&g, AttentionShape::mha(2, 5, 12, 3), 50);
+    attention_case(&g, AttentionShape::mha(3, 1, 8, 2), 51);
+    attention_case(&g, AttentionShape::mha(1, 300, 8, 2), 52); // rows wider than a block
+    attention_case(&g, AttentionShape::mha(2, 45, 140, 2), 53); // part score tiles, head size past one chunk
 }
 
 #[test]

@@ -118,11 +118,11 @@ fn matmul_layouts_are_exposed_for_benchmarks() {
 #[test]
 fn attention_matches_cpu() {
     let Some(g) = gpu_or_skip("attention_matches_cpu") else { return };
-    attention_case(g, AttentionShape { b: 2, t: 5, c: 12, nh: 3 }, 50);
-    attention_case(g, AttentionShape { b: 3, t: 1, c: 8, nh: 2 }, 51);
-    attention_case(g, AttentionShape { b: 1, t: 70, c: 8, nh: 2 }, 52); // rows wider than a workgroup
+    attention_case(g, AttentionShape::mha(2, 5, 12, 3), 50);
+    attention_case(g, AttentionShape::mha(3, 1, 8, 2), 51);
+    attention_case(g, AttentionShape::mha(1, 70, 8, 2), 52); // rows wider than a workgroup
     let Some(w) = windowed("attention_matches_cpu (windowed)") else { return };
-    attention_case(&w, AttentionShape { b: 5, t: 9, c: 12, nh: 3 }, 53);
+    attention_case(&w, AttentionShape::mha(5, 9, 12, 3), 53);
 }
 
 #[test]
