@@ -136,14 +136,7 @@ pub fn load(path: &Path) -> Result<Checkpoint, CheckpointError> {
     let meta: CheckpointMeta = serde_json::from_slice(&meta_bytes)
         .map_err(|e| CheckpointError::BadMeta { path: p(), reason: e.to_string() })?;
     let m = &meta.model;
-    let model = ModelConfig::new(m.n_layer, m.n_embd, m.n_head, m.vocab_size, m.max_seq_len)
-        .map_err(|e| CheckpointError::BadMeta { path: p(), reason: e.to_string() })?;
-    if &model != m {
-        return Err(CheckpointError::BadMeta {
-            path: p(),
-            reason: "padded vocabulary does not match".into(),
-        });
-    }
+    let model = m.checked().map_err(|e| CheckpointError::BadMeta { path: p(), reason: e.to_string() })?;
     let copies: u64 = if meta.has_moments { 3 } else { 1 };
     let data_len = copies * 4 * model.param_count() as u64;
     let expected = 20 + meta_len + data_len + 32;

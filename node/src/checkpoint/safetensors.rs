@@ -43,6 +43,8 @@ pub enum SafetensorsError {
     Format { path: PathBuf, reason: String },
     #[error("{path} does not hold a GPT-2 model murmur can load: {reason}")]
     Model { path: PathBuf, reason: String },
+    #[error("Hugging Face export writes GPT-2 models; exporting the {0} architecture is not in this build")]
+    Architecture(&'static str),
 }
 
 fn is_conv1d(name: &str) -> bool {
@@ -124,6 +126,9 @@ pub fn export(dir: &Path, cfg: &ModelConfig, params: &[Vec<f32>]) -> Result<(), 
         let path = path.to_path_buf();
         move |source| SafetensorsError::Write { path, source }
     };
+    if !cfg.arch.is_gpt2() {
+        return Err(SafetensorsError::Architecture(cfg.arch.name()));
+    }
     std::fs::create_dir_all(dir).map_err(werr(dir))?;
     let mut tensors = Vec::new();
     for (i, (spec, data)) in param_specs(cfg).iter().zip(params).enumerate() {

@@ -63,7 +63,7 @@ pub struct SimArgs {
     /// Simulated workers (each trains on its own shard of the data).
     #[arg(long, default_value_t = 8)]
     pub workers: usize,
-    /// Model preset: tiny, small or gpt2-124m.
+    /// Model preset: tiny, small, gpt2-124m, or a Llama (llama-tiny … llama-1b; --device cpu).
     #[arg(long, default_value = "tiny")]
     pub preset: String,
     /// Training data: `synthetic[:key=value,...]`, a text file or folder, or llm.c .bin shards.
@@ -254,12 +254,10 @@ pub fn run(a: SimArgs) -> Result<()> {
     let (config, spec) = resolve(&a)?;
     let corpus = Corpus::open(&spec)?;
     let json = a.json;
-    let report = with_backend!(a.device, super::device::PrecisionArg::Fp32, |backend| simulate(
-        backend,
-        &config,
-        &corpus,
-        |ev| print_event(ev, json)
-    )?);
+    let report = with_backend!(a.device, super::device::PrecisionArg::Fp32, |backend| {
+        crate::model::check_backend(backend, &config.model)?;
+        simulate(backend, &config, &corpus, |ev| print_event(ev, json))?
+    });
     if json {
         println!("{}", serde_json::to_string(&report)?);
     } else {

@@ -69,7 +69,8 @@ layered_settings! {
     #[derive(Args, Deserialize, Debug, Default, Clone, PartialEq)]
     #[serde(deny_unknown_fields)]
     pub struct TrainSettings {
-        /// Model preset: tiny, small or gpt2-124m.
+        /// Model preset: tiny, small, gpt2-124m (GPT-2), or llama-tiny, llama-60m,
+        /// llama-150m, llama-400m, llama-1b (Llama; --device cpu in this build).
         #[arg(long, env = "MURMUR_PRESET")]
         pub preset: Option<String>,
         /// Training data: `synthetic[:key=value,...]`, a text file or folder, or llm.c .bin shards.
@@ -289,6 +290,31 @@ mod tests {
         assert_eq!(c.checkpoint_dir, Some(PathBuf::from("ck")));
         assert_eq!(c.val_batches, 8, "default");
         assert_eq!(c.model, ModelConfig::preset("tiny").expect("tiny"));
+    }
+
+    /// `--preset llama-tiny` trains on the CPU, closes part of the gap to
+    /// the data's entropy floor, and its checkpoint reads back as a Llama
+    /// the run resumes from.
+    #[test]
+    fn llama_tiny_trains_and_resumes_from_its_checkpoint() {
+        use crate::compute::cpu::CpuBackend;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ck = dir.path().to_str().expect("utf-8");
+        let args =
+            ["train", "--preset", "llama-tiny", "--steps", "6", "--batch", "2", "--checkpoint-dir", ck];
+        let cli = Cli::try_parse_from(args).expect("parse");
+        let (config, spec) = resolve(&cli.train).expect("resolve");
+        assert_eq!(config.model, ModelConfig::preset("llama-tiny").expect("preset"));
+        let corpus = Corpus::open(&spec).expect("synthetic corpus");
+        let be = CpuBackend::new();
+        let summary = train(&be, &config, &corpus, None, |_| {}).expect("llama-tiny trains on the CPU");
+        assert!(summary.val_loss < summary.ln_vocab as f32, "{summary:?}");
+        let path = latest_checkpoint(dir.path()).expect("a checkpoint at the last step");
+        let ckpt = native::load(&path).expect("the checkpoint reads back");
+        assert_eq!(ckpt.meta.model, config.model);
+        let more = TrainConfig { steps: 8, ..config };
+        let resumed = train(&be, &more, &corpus, Some(ckpt), |_| {}).expect("resumes");
+        assert_eq!(resumed.steps, 8);
     }
 
     #[test]

@@ -248,6 +248,23 @@ pub fn state_len(spec: &RunSpec) -> u64 {
 mod tests {
     use super::*;
 
+    /// A spec names a Llama by its preset (the wire format is unchanged):
+    /// the preset's numbers check the shape, and a spec that pairs a Llama
+    /// preset with another shape's numbers is refused.
+    #[test]
+    fn a_llama_preset_builds_a_llama_and_its_shape_is_checked() {
+        let p = RunParams { preset: "llama-tiny".into(), ..RunParams::default() };
+        let spec = run_spec(&p).expect("spec");
+        spec.validate().expect("valid");
+        assert_eq!(RunSpec::decode(&spec.encode()).expect("decodes"), spec);
+        let cfg = model_config(&spec).expect("a preset this build has");
+        assert!(matches!(cfg.arch, crate::model::Architecture::Llama(_)));
+        assert_eq!(genesis(&spec).expect("genesis").params.len(), cfg.param_count());
+        let mut forged = spec.clone();
+        forged.model = ModelShape { preset: "llama-tiny".into(), ..model_shape("tiny").expect("tiny") };
+        assert!(matches!(model_config(&forged), Err(SpecError::ShapeMismatch(_))));
+    }
+
     #[test]
     fn default_spec_is_valid_and_genesis_is_deterministic() {
         let spec = run_spec(&RunParams::default()).expect("spec");
