@@ -127,10 +127,10 @@ fn rope_table(t: usize, hs: usize, theta: f32) -> (Vec<f32>, Vec<f32>) {
     let half = hs / 2;
     let mut cos = Vec::with_capacity(t * half);
     let mut sin = Vec::with_capacity(t * half);
+    let inv_freq: Vec<f64> = (0..half).map(|i| (theta as f64).powf(-((2 * i) as f64) / hs as f64)).collect();
     for pos in 0..t {
-        for i in 0..half {
-            let inv_freq = (theta as f64).powf(-((2 * i) as f64) / hs as f64);
-            let angle = pos as f64 * inv_freq;
+        for f in &inv_freq {
+            let angle = pos as f64 * f;
             cos.push(angle.cos() as f32);
             sin.push(angle.sin() as f32);
         }
