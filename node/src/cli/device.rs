@@ -75,6 +75,16 @@ pub fn choose(arg: DeviceArg, precision: PrecisionArg) -> Result<Chosen> {
     })
 }
 
+/// `--device auto` for `model`: the CPU for an architecture only the CPU
+/// backend runs in this build (Llama), rather than a GPU that would refuse
+/// it; any other choice as it was (a named GPU refuses with a message).
+pub fn device_for(arg: DeviceArg, model: &crate::model::ModelConfig) -> DeviceArg {
+    match (arg, model.arch) {
+        (DeviceArg::Auto, crate::model::Architecture::Llama(_)) => DeviceArg::Cpu,
+        _ => arg,
+    }
+}
+
 /// Runs `$body` with `$b` bound to a reference to the chosen backend; a
 /// backend that cannot be opened returns its error from the caller.
 macro_rules! with_backend {
@@ -95,6 +105,15 @@ pub(crate) use with_backend;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn auto_picks_the_cpu_for_a_llama_and_leaves_other_choices() {
+        use crate::model::ModelConfig;
+        let (llama, gpt) = (ModelConfig::preset("llama-tiny").unwrap(), ModelConfig::preset("tiny").unwrap());
+        assert_eq!(device_for(DeviceArg::Auto, &llama), DeviceArg::Cpu);
+        assert_eq!(device_for(DeviceArg::Gpu, &llama), DeviceArg::Gpu);
+        assert_eq!(device_for(DeviceArg::Auto, &gpt), DeviceArg::Auto);
+    }
 
     #[test]
     fn each_precision_names_the_backend_that_has_it() {

@@ -254,7 +254,8 @@ pub fn run(a: SimArgs) -> Result<()> {
     let (config, spec) = resolve(&a)?;
     let corpus = Corpus::open(&spec)?;
     let json = a.json;
-    let report = with_backend!(a.device, super::device::PrecisionArg::Fp32, |backend| {
+    let device = super::device::device_for(a.device, &config.model);
+    let report = with_backend!(device, super::device::PrecisionArg::Fp32, |backend| {
         crate::model::check_backend(backend, &config.model)?;
         simulate(backend, &config, &corpus, |ev| print_event(ev, json))?
     });

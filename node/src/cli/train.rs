@@ -197,13 +197,11 @@ pub fn run(args: TrainArgs) -> Result<()> {
         None => None,
     };
     let json = args.json;
-    let summary = with_backend!(args.device, args.precision, |backend| train(
-        backend,
-        &config,
-        &corpus,
-        resume,
-        |ev| { print_event(ev, json) }
-    )?);
+    let device = super::device::device_for(args.device, &config.model);
+    let summary =
+        with_backend!(device, args.precision, |backend| train(backend, &config, &corpus, resume, |ev| {
+            print_event(ev, json)
+        })?);
     let gap =
         summary.entropy_floor.map(|f| (summary.ln_vocab - summary.val_loss as f64) / (summary.ln_vocab - f));
     if json {
