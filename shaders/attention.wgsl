@@ -1,5 +1,8 @@
-// Causal multi-head attention over qkv (b, t, 3c) laid out [q | k | v],
-// keeping the softmaxed scores att (b, nh, t, t) for the backward pass.
+// Causal multi-head attention over qkv (b, t, (nh + 2·nkv)·hs) laid out
+// [q (nh heads) | k (nkv heads) | v (nkv heads)], query head h reading
+// key/value head h / (nh / nkv) (grouped-query attention; nkv = nh is
+// GPT-2's [q | k | v] of c each), keeping the softmaxed scores att
+// (b, nh, t, t) for the backward pass.
 // One workgroup per (query row, batch·head). Reductions (row max and sum,
 // softmax dot) use a fixed tree in workgroup memory; the backward first
 // writes the score gradients to a scratch tensor, then a second dispatch has
@@ -20,6 +23,7 @@ struct Args {
     att_base: u32,
     att_in_base: u32,
     dout_base: u32,
+    nkv: u32,
 }
 
 @group(0) @binding(0) var<uniform> args: Args;
@@ -49,9 +53,23 @@ fn tree(lid: u32, x: f32, take_max: bool) -> f32 {
     return r;
 }
 
-// Element `d` of part (0 q, 1 k, 2 v) for batch b, position t, head h.
+// Floats of one position's qkv row.
+fn width() -> u32 {
+    return args.c + 2u * args.nkv * args.hs;
+}
+
+// Column of part (0 q, 1 k, 2 v) of query head h: its own q, its group's k and v.
+fn column(part: u32, h: u32) -> u32 {
+    if (part == 0u) {
+        return h * args.hs;
+    }
+    let kvh = h / (args.nh / args.nkv);
+    return args.c + ((part - 1u) * args.nkv + kvh) * args.hs;
+}
+
+// Element `d` of part (0 q, 1 k, 2 v) for batch b, position t, query head h.
 fn qkv_at(b: u32, t: u32, part: u32, h: u32, d: u32) -> f32 {
-    return qkv[args.qkv_base + (b * args.t + t) * 3u * args.c + part * args.c + h * args.hs + d];
+    return qkv[args.qkv_base + (b * args.t + t) * width() + column(part, h) + d];
 }
 
 fn dout_at(b: u32, t: u32, h: u32, d: u32) -> f32 {
@@ -131,9 +149,11 @@ fn attention_backward_scores(
     }
 }
 
-// Workgroup r owns dq[r], dk[r], dv[r] of one head:
-// dq[r] += Σ_{t2<=r} dpre[r,t2] k[t2]; dk[r] += Σ_{t>=r} dpre[t,r] q[t];
-// dv[r] += Σ_{t>=r} att[t,r] dout[t].
+// Workgroup r owns dq[r] of one query head, and dk[r], dv[r] of its
+// key/value head when it is the first of its group (summed over the group's
+// heads in order):
+// dq[r] += Σ_{t2<=r} dpre[r,t2] k[t2]; dk[r] += Σ_heads Σ_{t>=r} dpre[t,r] q[t];
+// dv[r] += Σ_heads Σ_{t>=r} att[t,r] dout[t].
 @compute @workgroup_size(WG)
 fn attention_backward_qkv(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -144,21 +164,27 @@ fn attention_backward_qkv(
     let b = bh / args.nh;
     let h = bh % args.nh;
     let head = bh * args.t * args.t;
-    let c3 = 3u * args.c;
-    let at = args.out_base + (b * args.t + r) * c3 + h * args.hs;
+    let group = args.nh / args.nkv;
+    let row = args.out_base + (b * args.t + r) * width();
     for (var d = lid; d < args.hs; d += WG) {
         var dq = 0.0;
         for (var t2 = 0u; t2 <= r; t2++) {
             dq = fma(scores[args.att_base + head + r * args.t + t2], qkv_at(b, t2, 1u, h, d), dq);
         }
-        var dk = 0.0;
-        var dv = 0.0;
-        for (var t = r; t < args.t; t++) {
-            dk = fma(scores[args.att_base + head + t * args.t + r], qkv_at(b, t, 0u, h, d), dk);
-            dv = fma(att[args.att_in_base + head + t * args.t + r], dout_at(b, t, h, d), dv);
+        out[row + column(0u, h) + d] += dq;
+        if (h % group == 0u) {
+            var dk = 0.0;
+            var dv = 0.0;
+            for (var g = 0u; g < group; g++) {
+                let hg = h + g;
+                let head_g = (bh + g) * args.t * args.t;
+                for (var t = r; t < args.t; t++) {
+                    dk = fma(scores[args.att_base + head_g + t * args.t + r], qkv_at(b, t, 0u, hg, d), dk);
+                    dv = fma(att[args.att_in_base + head_g + t * args.t + r], dout_at(b, t, hg, d), dv);
+                }
+            }
+            out[row + column(1u, h) + d] += dk;
+            out[row + column(2u, h) + d] += dv;
         }
-        out[at + d] += dq;
-        out[at + args.c + d] += dk;
-        out[at + 2u * args.c + d] += dv;
     }
 }

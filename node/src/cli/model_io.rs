@@ -171,8 +171,8 @@ pub fn eval(args: EvalArgs) -> Result<()> {
     })?;
     let (batch, seq) = (spec.inner.batch_size.max(1) as usize, cfg.max_seq_len);
     let mut val = corpus.val_loader(batch, seq)?;
-    let device = super::device::device_for(args.device, &cfg);
-    let loss = with_backend!(device, PrecisionArg::Fp32, |backend| {
+    let chosen = super::device::choose_for(args.device, PrecisionArg::Fp32, &cfg)?;
+    let loss = with_backend!(chosen chosen, |backend| {
         crate::model::check_backend(backend, &cfg)?;
         let mut model = Gpt::new(backend, cfg.clone(), &params, 1);
         crate::train::trainer::evaluate(backend, &mut model, &mut val, VAL_BATCHES)?
@@ -219,8 +219,8 @@ pub fn sample(args: SampleArgs) -> Result<()> {
         top_k: args.top_k,
         seed: args.seed,
     };
-    let device = super::device::device_for(args.device, &cfg);
-    let out = with_backend!(device, super::device::PrecisionArg::Fp32, |backend| {
+    let chosen = super::device::choose_for(args.device, super::device::PrecisionArg::Fp32, &cfg)?;
+    let out = with_backend!(chosen chosen, |backend| {
         crate::model::check_backend(backend, &cfg)?;
         let mut model = Gpt::new(backend, cfg.clone(), &ckpt.params, 1);
         generate(backend, &mut model, &prompt, opts, tok.eot())

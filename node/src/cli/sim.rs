@@ -254,8 +254,8 @@ pub fn run(a: SimArgs) -> Result<()> {
     let (config, spec) = resolve(&a)?;
     let corpus = Corpus::open(&spec)?;
     let json = a.json;
-    let device = super::device::device_for(a.device, &config.model);
-    let report = with_backend!(device, super::device::PrecisionArg::Fp32, |backend| {
+    let chosen = super::device::choose_for(a.device, super::device::PrecisionArg::Fp32, &config.model)?;
+    let report = with_backend!(chosen chosen, |backend| {
         crate::model::check_backend(backend, &config.model)?;
         simulate(backend, &config, &corpus, |ev| print_event(ev, json))?
     });

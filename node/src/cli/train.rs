@@ -197,11 +197,10 @@ pub fn run(args: TrainArgs) -> Result<()> {
         None => None,
     };
     let json = args.json;
-    let device = super::device::device_for(args.device, &config.model);
-    let summary =
-        with_backend!(device, args.precision, |backend| train(backend, &config, &corpus, resume, |ev| {
-            print_event(ev, json)
-        })?);
+    let chosen = super::device::choose_for(args.device, args.precision, &config.model)?;
+    let summary = with_backend!(chosen chosen, |backend| train(backend, &config, &corpus, resume, |ev| {
+        print_event(ev, json)
+    })?);
     let gap =
         summary.entropy_floor.map(|f| (summary.ln_vocab - summary.val_loss as f64) / (summary.ln_vocab - f));
     if json {

@@ -6,6 +6,9 @@
 //! adversarial values (GELU at ±20, logits near 1e3) are included. Backward
 //! checks start from non-zero gradients, since every backward op accumulates.
 //! Each backend's tests get their device their own way and call these.
+//! The Llama architecture's ops and model are in `llama`.
+
+pub mod llama;
 
 use crate::compute::cpu::{attention, CpuBackend};
 use crate::compute::{AdamWStep, AttentionShape, Backend, EncoderShape, LogitsShape, MatmulShape};
@@ -172,7 +175,7 @@ pub const MATMUL_SHAPES: [MatmulShape; 4] = [
 
 pub fn attention_case<B: Backend>(g: &B, s: AttentionShape, seed: u64) {
     let AttentionShape { b, t, c, nh, .. } = s;
-    let qkv = values(b * t * 3 * c, seed, 1.5);
+    let qkv = values(b * t * s.qkv_width(), seed, 1.5);
     // The CPU's fused kernels keep one logsumexp per row; the device's
     // probabilities are checked against the CPU's materialised reference.
     let (mut out, mut att) = (vec![0.0; b * t * c], vec![0.0; CPU.attention_scratch_len(s)]);
@@ -190,7 +193,7 @@ pub fn attention_case<B: Backend>(g: &B, s: AttentionShape, seed: u64) {
     }
 
     let dout = values(b * t * c, seed + 1, 1.0);
-    let mut dqkv = values(b * t * 3 * c, seed + 2, 0.1);
+    let mut dqkv = values(b * t * s.qkv_width(), seed + 2, 0.1);
     let mut gd = up(g, &dqkv);
     CPU.attention_backward(&mut dqkv, &dout, &qkv, &att, s);
     g.attention_backward(&mut gd, &up(g, &dout), &gq, &ga, s);

@@ -5,8 +5,8 @@
 //! - `pipelines`: the embedded shaders, matmul tile configurations, pipeline cache;
 //! - `memory`: tensors, token buffers, binding windows, transfer counters;
 //! - `recorder`: one pending command stream per step, kernel-argument arena;
-//! - `elementwise`, `reduce`, `rows`, `matmul`, `attention`: the host side of
-//!   each kernel family (chunking, arguments, dispatch).
+//! - `elementwise`, `reduce`, `rows`, `matmul`, `attention`, `llama`: the host
+//!   side of each kernel family (chunking, arguments, dispatch).
 //!
 //! Tensors larger than the adapter's storage-binding limit (lavapipe: 128 MiB;
 //! gpt2-124m's wte is 154 MB) are bound through windows: elementwise kernels,
@@ -17,6 +17,7 @@
 mod attention;
 pub mod context;
 mod elementwise;
+mod llama;
 mod matmul;
 pub mod memory;
 pub mod pipelines;
@@ -374,6 +375,53 @@ impl Backend for GpuBackend {
         s: AttentionShape,
     ) {
         self.attention_backward_impl(dqkv, dout, qkv, att, s);
+    }
+
+    fn has_llama_ops(&self) -> bool {
+        true
+    }
+    fn rmsnorm_forward(
+        &self,
+        out: &mut GpuTensor,
+        rstd: &mut GpuTensor,
+        inp: &GpuTensor,
+        weight: &GpuTensor,
+        n: usize,
+        c: usize,
+    ) {
+        self.rmsnorm_forward_impl(out, rstd, inp, weight, n, c);
+    }
+    fn rmsnorm_backward(
+        &self,
+        dinp: &mut GpuTensor,
+        dweight: &mut GpuTensor,
+        dout: &GpuTensor,
+        inp: &GpuTensor,
+        weight: &GpuTensor,
+        rstd: &GpuTensor,
+        n: usize,
+        c: usize,
+    ) {
+        self.rmsnorm_backward_impl(dinp, dweight, dout, inp, weight, rstd, n, c);
+    }
+    fn rope_forward(&self, qkv: &mut GpuTensor, s: AttentionShape, theta: f32) {
+        self.rope_impl(qkv, s, theta, false);
+    }
+    fn rope_backward(&self, dqkv: &mut GpuTensor, s: AttentionShape, theta: f32) {
+        self.rope_impl(dqkv, s, theta, true);
+    }
+    fn swiglu_forward(&self, out: &mut GpuTensor, inp: &GpuTensor, n: usize, h: usize) {
+        self.swiglu_impl(out, inp, None, n, h);
+    }
+    fn swiglu_backward_fresh(
+        &self,
+        dinp: &mut GpuTensor,
+        inp: &GpuTensor,
+        dout: &GpuTensor,
+        n: usize,
+        h: usize,
+    ) {
+        self.swiglu_impl(dinp, inp, Some(dout), n, h);
     }
 
     fn gelu_forward(&self, out: &mut GpuTensor, inp: &GpuTensor) {

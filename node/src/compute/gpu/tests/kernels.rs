@@ -121,6 +121,8 @@ fn attention_matches_cpu() {
     attention_case(g, AttentionShape::mha(2, 5, 12, 3), 50);
     attention_case(g, AttentionShape::mha(3, 1, 8, 2), 51);
     attention_case(g, AttentionShape::mha(1, 70, 8, 2), 52); // rows wider than a workgroup
+    attention_case(g, AttentionShape { b: 2, t: 9, c: 16, nh: 4, nkv: 2 }, 54); // grouped-query
+    attention_case(g, AttentionShape { b: 1, t: 5, c: 12, nh: 3, nkv: 1 }, 55);
     let Some(w) = windowed("attention_matches_cpu (windowed)") else { return };
     attention_case(&w, AttentionShape::mha(5, 9, 12, 3), 53);
 }
@@ -166,4 +168,17 @@ fn adamw_matches_cpu() {
     adamw_case(g, 1037);
     let Some(w) = windowed("adamw (windowed)") else { return };
     adamw_case(&w, 3001);
+}
+
+#[test]
+fn llama_ops_match_cpu() {
+    let Some(g) = gpu_or_skip("llama_ops_match_cpu") else { return };
+    crate::compute::oracle::llama::rmsnorm_case(g);
+    crate::compute::oracle::llama::rope_case(g);
+    crate::compute::oracle::llama::swiglu_case(g);
+    let Some(w) = windowed("llama_ops_match_cpu (windowed)") else { return };
+    crate::compute::oracle::llama::rmsnorm_case(&w);
+    crate::compute::oracle::llama::rope_case(&w);
+    crate::compute::oracle::llama::swiglu_case(&w);
+    attention_case(&w, AttentionShape { b: 3, t: 9, c: 16, nh: 4, nkv: 2 }, 56);
 }
