@@ -63,7 +63,7 @@ pub struct SimArgs {
     /// Simulated workers (each trains on its own shard of the data).
     #[arg(long, default_value_t = 8)]
     pub workers: usize,
-    /// Model preset: tiny, small, gpt2-124m, or a Llama (llama-tiny … llama-1b; --device cpu).
+    /// Model preset: tiny, small, gpt2-124m, or a Llama (llama-tiny … llama-1b; cpu or gpu).
     #[arg(long, default_value = "tiny")]
     pub preset: String,
     /// Training data: `synthetic[:key=value,...]`, a text file or folder, or llm.c .bin shards.

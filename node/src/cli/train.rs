@@ -70,7 +70,7 @@ layered_settings! {
     #[serde(deny_unknown_fields)]
     pub struct TrainSettings {
         /// Model preset: tiny, small, gpt2-124m (GPT-2), or llama-tiny, llama-60m,
-        /// llama-150m, llama-400m, llama-1b (Llama; --device cpu in this build).
+        /// llama-150m, llama-400m, llama-1b (Llama; not on --device cuda in this build).
         #[arg(long, env = "MURMUR_PRESET")]
         pub preset: Option<String>,
         /// Training data: `synthetic[:key=value,...]`, a text file or folder, or llm.c .bin shards.

@@ -158,13 +158,14 @@ impl AdamWStep {
     }
 }
 
-/// The message of a backend without the Llama ops.
-pub const LLAMA_CPU_ONLY: &str = "the llama architecture runs on --device cpu in this build";
+/// The message of a backend without the Llama ops (CUDA in this build).
+pub const NO_LLAMA_OPS: &str =
+    "this backend has no Llama kernels in this build; run the llama architecture with --device cpu or --device gpu";
 
 /// A Llama op called on a backend that lacks it: a bug (the model checks
 /// `has_llama_ops` before it builds a Llama), never a wrong answer.
 fn llama_op_missing<B: Backend + ?Sized>(backend: &B, op: &str) -> ! {
-    panic!("{op} on {}: {LLAMA_CPU_ONLY}", backend.describe())
+    panic!("{op} on {}: {NO_LLAMA_OPS}", backend.describe())
 }
 
 /// The operations the GPT model needs from a device.

@@ -14,7 +14,7 @@ pub use params::{init_params, param_specs, split_params, ParamSpec};
 
 /// A model whose architecture the chosen backend cannot run.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("{backend} cannot run this {arch} model: {}", crate::compute::LLAMA_CPU_ONLY)]
+#[error("{backend} cannot run this {arch} model: {}", crate::compute::NO_LLAMA_OPS)]
 pub struct UnsupportedOnBackend {
     pub arch: &'static str,
     pub backend: String,

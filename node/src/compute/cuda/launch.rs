@@ -171,7 +171,7 @@ impl CudaBackend {
         s: AttentionShape,
     ) {
         let AttentionShape { b, t, c, nh, .. } = s;
-        assert_eq!(s.nkv, nh, "grouped-query attention: {}", crate::compute::LLAMA_CPU_ONLY);
+        assert_eq!(s.nkv, nh, "grouped-query attention: {}", crate::compute::NO_LLAMA_OPS);
         let scale = 1.0 / ((c / nh) as f32).sqrt();
         let (bu, tu, cu, nhu, rowsu, no) = (u(b), u(t), u(c), u(nh), u(b * nh * t), 0u32);
         launch!(self, "attention_scores", score_tiles(b * nh, t);
@@ -189,7 +189,7 @@ impl CudaBackend {
         s: AttentionShape,
     ) {
         let AttentionShape { b, t, c, nh, .. } = s;
-        assert_eq!(s.nkv, nh, "grouped-query attention: {}", crate::compute::LLAMA_CPU_ONLY);
+        assert_eq!(s.nkv, nh, "grouped-query attention: {}", crate::compute::NO_LLAMA_OPS);
         let scale = 1.0 / ((c / nh) as f32).sqrt();
         let (bu, tu, cu, nhu, rowsu, yes) = (u(b), u(t), u(c), u(nh), u(b * nh * t), 1u32);
         let mut guard = self.scratch(Scratch::scores_slot, b * nh * t * t);
