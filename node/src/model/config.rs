@@ -344,6 +344,14 @@ mod tests {
         let bytes = gpt2.training_bytes(4, 1024);
         assert!((9_500_000_000..10_000_000_000).contains(&bytes), "{bytes}");
         assert_eq!(gpt2.training_bytes(u64::MAX, 1024), u64::MAX);
+        // llama-tiny (qkv width 256, SwiGLU hidden 384): a block keeps
+        // 7·128 + 256 + 3·384 + 2 floats a token and 4·64 scores; one
+        // block's gradients 3·128 + 256 + 3·384; the embedding, zero
+        // position table, final norm and their gradients 6·128 + 1.
+        let llama = ModelConfig::preset("llama-tiny").unwrap();
+        let block = 7 * 128 + 256 + 3 * 384 + 2 + 4 * 64;
+        let per_token = 4 * block + (3 * 128 + 256 + 3 * 384) + (6 * 128 + 1) + 3 * 256 + 2;
+        assert_eq!(llama.training_bytes(8, 64), 4 * (4 * 853_120 + 512 * per_token));
     }
 
     #[test]
