@@ -122,7 +122,7 @@ impl CommitteePlan {
     /// committee `level` shards on. None past `MAX_FALLBACKS` or once the
     /// chain would come back to the shard's own committee.
     pub fn fallback(&self, s: u32, level: u32) -> Option<u32> {
-        (level >= 1 && level <= MAX_FALLBACKS && level < self.shards())
+        ((1..=MAX_FALLBACKS).contains(&level) && level < self.shards())
             .then(|| ((u64::from(s) + u64::from(level)) % u64::from(self.shards())) as u32)
     }
     /// Number of roster members the plan seats.
