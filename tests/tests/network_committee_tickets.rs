@@ -1,7 +1,6 @@
-//! A committee run (k = 1: one owner per shard) with ticket admission:
-//! three nodes hold tickets an operator issued and train three rounds on
-//! one StateId; from round 1 on the roster, and so the shards, are those
-//! three. A fourth node with no ticket is refused the RunSpec by the
+//! A committee run (k = 2) with ticket admission: three nodes hold
+//! tickets an operator issued and train three rounds on one StateId; round
+//! 0 seats those three and no one else. A fourth node with no ticket is refused the RunSpec by the
 //! bootstrap server and never joins: its key is on no roster and no node
 //! reports it.
 
@@ -21,7 +20,7 @@ fn a_committee_run_admits_ticket_holders_only() {
     let operator_key = d.join("operator.key");
     std::fs::write(&operator_key, operator.seed()).expect("operator key");
     let op_hex = operator.public().to_string();
-    let extra = ["--admission", "tickets", "--operator", op_hex.as_str(), "--committee-size", "1"];
+    let extra = ["--admission", "tickets", "--operator", op_hex.as_str(), "--committee-size", "2"];
     let (_boot, addr) = start_bootstrap_with(d, &settings, &extra);
     let mut nodes: Vec<Proc> = Vec::new();
     for (name, seed) in [("a", [0xa2; 32]), ("b", [0xb2; 32]), ("c", [0xc2; 32])] {
@@ -55,7 +54,8 @@ fn a_committee_run_admits_ticket_holders_only() {
     let at = |r: u64| rounds.iter().find(|v| v["round"] == r).cloned().unwrap_or_default();
     assert_eq!(at(0)["roster"].as_u64(), Some(3), "round 0 seats the three ticket holders: {}", at(0));
     for r in 1..=2 {
-        assert_eq!(at(r)["shards"].as_u64(), Some(3), "round {r}: one shard per ticket holder: {}", at(r));
+        assert_eq!(at(r)["shards"].as_u64(), Some(1), "round {r}: one committee of the three: {}", at(r));
+        assert_eq!(at(r)["roster"].as_u64(), Some(3), "round {r}: {}", at(r));
     }
     // The outsider got no RunSpec: it stopped without joining.
     assert!(outsider.events_of("joined").is_empty(), "{}", outsider.tail());

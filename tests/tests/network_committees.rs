@@ -1,7 +1,6 @@
 //! Protocol v2 over real processes (issue 14, done-when 3): a bootstrap
 //! server and `MURMUR_COMMITTEE_NODES` (default 16) node processes on
-//! 127.0.0.1 train the tiny preset with committees of k = 1 (one owner per
-//! shard, with backups: version 3's shape) for 5 rounds.
+//! 127.0.0.1 train the tiny preset with committees of k = 4 for 5 rounds.
 //! Every node reports the same StateId for every round; round 0 (no roster
 //! yet) is one committee of everyone and seats every node; from round 1 on
 //! the vector is cut into ⌊N/k⌋ shards; and every node's bytes over the
@@ -34,7 +33,7 @@ use murmur_tests::{
     start_bootstrap_with, start_node_with_env, states_by_round, wait_until, Proc, RunSettings,
 };
 
-const K: usize = 1;
+const K: usize = 4;
 const ROUNDS: u64 = 5;
 
 fn context(procs: &[Proc]) -> String {
