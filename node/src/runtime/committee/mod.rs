@@ -770,7 +770,6 @@ impl CommitteeNode {
             CommitteeAction::PublishResult(r) => self.publish(TopicKind::ShardResult, r.encode()),
             CommitteeAction::FetchAggregate { shard, result_hash, from } => {
                 let layout = self.machine.plan().layout();
-                let len = work::aggregate_len(&self.spec, layout, shard);
                 let form = (aggregate_codec(self.spec.codec), layout.len(shard));
                 let (net, store, tx) = (self.net.clone(), self.store.clone(), self.tx.clone());
                 if from == self.me {
@@ -778,7 +777,8 @@ impl CommitteeNode {
                         .then(|| self.served.list(round, shard, result_hash))
                         .flatten()
                         .and_then(|b| IncludedList::decode(&b).ok());
-                    let ok = store.blobs.len_of(BlobKind::Aggregate, &result_hash) == Some(len);
+                    let len = form.0.payload_len(form.1 as u64);
+                    let ok = len.is_some() && store.blobs.len_of(BlobKind::Aggregate, &result_hash) == len;
                     let _ = tx.send(Internal::Fetched { round, shard, hash: result_hash, ok, included });
                     return;
                 }

@@ -75,11 +75,6 @@ pub fn aggregate_stored(
     Ok(agg)
 }
 
-/// Bytes of shard `shard`'s aggregate payload in run `spec` cut by `layout`.
-pub fn aggregate_len(spec: &RunSpec, layout: ShardLayout, shard: u32) -> u64 {
-    aggregate_codec(spec.codec).payload_len(layout.len(shard) as u64).unwrap_or(0)
-}
-
 /// Apply round `base.round`: every shard's chosen aggregate (None: zero)
 /// read from the store, then the outer step; the new state is stored
 /// (blob, then position).
