@@ -2,8 +2,10 @@
 //! and three nodes on the left, three nodes on the right, joined through a
 //! hub namespace. Once all six share a StateId the hub stops forwarding:
 //! each side keeps training on its own and the two sides' states part. When
-//! the link returns, every node is on one StateId within 3 rounds of the
-//! highest round any node had closed. `MURMUR_PARTITION_ROUNDS=N` (default
+//! the link returns, every node is on one StateId within three round
+//! deadlines (30 s). The bound is in time, not rounds: a side whose members
+//! all train closes a round in under a second, so it may close several more
+//! before the nodes redial (every 3 s). `MURMUR_PARTITION_ROUNDS=N` (default
 //! 3) is how many rounds each side must close apart before the heal.
 //! Needs root and iproute2; `MURMUR_REQUIRE_NETNS=1` (set by `.ci/run`)
 //! turns a missing capability into a failure instead of a skip.
@@ -97,7 +99,7 @@ fn two_halves_train_apart_and_end_on_one_state_after_the_link_returns() {
     );
     let (left_top, right_top) = (highest_round(&l), highest_round(&r));
 
-    // Heal: every node on one state within 3 rounds of the highest round closed.
+    // Heal: every node on one state within three round deadlines.
     net.heal().expect("heal the link");
     let healed_at = Instant::now();
     let heal_round = highest_round(&all);
@@ -114,9 +116,10 @@ fn two_halves_train_apart_and_end_on_one_state_after_the_link_returns() {
     );
     let secs_to_one_state = healed_at.elapsed().as_secs_f64();
     let q = one_state_at.unwrap_or(0);
+    let bound = 3.0 * f64::from(settings.deadline);
     assert!(
-        q <= heal_round + 3,
-        "the nodes first agreed at round {q}, more than 3 rounds after the heal at round {heal_round}\n{}",
+        secs_to_one_state <= bound,
+        "the nodes first agreed at round {q}, {secs_to_one_state:.1} s after the heal (more than {bound} s)\n{}",
         tails(&all)
     );
     // And they stay together: the next round too.

@@ -12,7 +12,7 @@ mod reason;
 mod votes;
 
 pub use reason::{PeerScore, Rejection, Scoreboard, MAX_SCORED_PEERS};
-pub use votes::{MAX_VOTERS, MAX_VOTE_ROUNDS};
+pub use votes::{ELECTORATE_ROUNDS, MAX_VOTERS, MAX_VOTE_ROUNDS};
 
 use crate::admission::{Admission, TicketRefused};
 use crate::codec::Codec;
@@ -244,6 +244,11 @@ pub struct RoundMachine {
     /// that closed the round sooner, or trains ahead in an overlapped run),
     /// with who delivered them; checked again when that round opens.
     early: Vec<(PublicKey, DeltaManifest)>,
+    /// This round's manifests on another base (refused as `WrongBase`),
+    /// kept (once per signer, bounded) in case a re-sync moves the node to
+    /// that base in this same round: they are checked again then, rather
+    /// than lost, since gossip delivers a manifest once.
+    other_base: Vec<(PublicKey, DeltaManifest)>,
 }
 
 impl RoundMachine {
@@ -272,6 +277,7 @@ impl RoundMachine {
             state_retry: None,
             actions: VecDeque::new(),
             early: Vec::new(),
+            other_base: Vec::new(),
         };
         m.open(round, base);
         m
@@ -371,6 +377,9 @@ impl RoundMachine {
     }
 
     fn open(&mut self, round: u64, base: StateId) {
+        if let Some(last) = self.round.checked_sub(1).filter(|_| round > self.round) {
+            self.votes.remember_committers(last);
+        }
         self.round = round;
         self.base = base;
         self.payload_retry.clear();
@@ -385,8 +394,11 @@ impl RoundMachine {
         self.offered.clear();
         self.votes.prune_below(round.saturating_sub(1));
         self.actions.push_back(Action::RoundOpened { round, base });
-        // Manifests of this round that came early are checked now.
-        for (from, m) in std::mem::take(&mut self.early) {
+        // Manifests of this round that came early, or on the base the node
+        // has just moved to, are checked now.
+        let other_base = std::mem::take(&mut self.other_base);
+        let moved_to = other_base.into_iter().filter(|(_, m)| m.base == base);
+        for (from, m) in moved_to.chain(std::mem::take(&mut self.early)) {
             if m.round == round {
                 self.on_manifest(from, m);
             }
@@ -470,6 +482,12 @@ impl RoundMachine {
         } else {
             None
         };
+        if reason == Some(Rejection::WrongBase) && m.round == self.round {
+            let known = self.other_base.iter().any(|(_, e)| e.signer == signer);
+            if !known && self.other_base.len() < MAX_EARLY_MANIFESTS {
+                self.other_base.push((from, m.clone()));
+            }
+        }
         if let Some(reason) = reason {
             return self.reject(signer, reason);
         }
@@ -757,24 +775,30 @@ impl RoundMachine {
         self.phase = Phase::Collecting;
     }
 
-    /// Whether at least half of the electorate, the committers counted for
-    /// the node's last committed round (this round − 1), reported the
-    /// leader's state. A commit for round q then moves the node only when
-    /// the keys that decided its own last round mostly back it: one
+    /// Whether the leader's voters are at least half of an electorate: the
+    /// committers counted for the node's last committed round (this round
+    /// − 1), or those counted for it and its own rounds up to
+    /// `ELECTORATE_ROUNDS` before. A commit for round q then moves the node
+    /// only when keys that decided its recent rounds mostly back it: one
     /// admitted key's commit for a far-future round, or for this round with
     /// nothing included, is recorded and held, never acted on alone, and a
     /// node left behind still follows a majority of them forward, however
-    /// far. Where the node has counted no commits for its last round (the
-    /// run's first round, the first round after a cold start) the round's
-    /// own rule (`Leader::decides`) stands alone.
+    /// far. The last round alone lets a node follow its own side of a
+    /// partition (the other side's keys are gone from it); the span lets the
+    /// side of a healed partition that closed fewer rounds, whose last round
+    /// counted only its own half, follow the other half however far ahead
+    /// that one went (it committed the rounds before the cut). Where the node
+    /// has counted no commits for its last round (the run's first round, the
+    /// first round after a cold start) the round's own rule
+    /// (`Leader::decides`) stands alone.
     fn electorate_backs(&self, leader: &Leader) -> bool {
         let Some(last) = self.round.checked_sub(1) else { return true };
-        let electorate = self.votes.voters(last);
-        if electorate.is_empty() {
-            return true;
-        }
-        let backing = leader.voters.iter().filter(|v| electorate.contains(v)).count();
-        2 * backing >= electorate.len()
+        let half_of = |electorate: BTreeSet<PublicKey>| {
+            let backing = leader.voters.iter().filter(|v| electorate.contains(v)).count();
+            2 * backing >= electorate.len()
+        };
+        let last_round = self.votes.voters(last);
+        last_round.is_empty() || half_of(last_round) || half_of(self.votes.electorate(last))
     }
 
     fn on_commit(&mut self, from: PublicKey, c: RoundCommit) {

@@ -491,6 +491,39 @@ fn a_healed_partition_tie_goes_to_the_smaller_state() {
 }
 
 #[test]
+fn manifests_on_the_base_a_resync_moves_to_are_not_lost() {
+    let mut m = machine();
+    local(&mut m, 1, 30);
+    peer_delta(&mut m, 2, 2, 20);
+    m.handle(DEADLINE, Event::TimerFired);
+    drain(&mut m);
+    let (ours, theirs) = (StateId([0x22; 32]), StateId([0x33; 32]));
+    m.handle(DEADLINE, Event::Aggregated { round: 0, included: vec![hash(20), hash(30)], new_state: ours });
+    drain(&mut m);
+    // Key 4's round-1 delta is on their state: refused while the node is on its own.
+    let k4 = key(4);
+    m.handle(
+        DEADLINE + 1,
+        Event::ManifestReceived { from: k4.public(), manifest: manifest(&k4, 1, theirs, 40) },
+    );
+    assert_eq!(rejects(&drain(&mut m)), vec![(k4.public(), Rejection::WrongBase)]);
+    let inc = vec![hash(20), hash(30)];
+    for i in 2..=3u8 {
+        let c = commit(&key(i), 0, genesis(), inc.clone(), theirs);
+        m.handle(DEADLINE + 2, Event::CommitReceived { from: key(i).public(), commit: c });
+    }
+    // The re-sync to (1, theirs) checks it again: it is fetched now.
+    let actions = drain(&mut m);
+    assert_eq!((m.round(), m.base()), (1, theirs));
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::FetchPayload { payload_hash, .. } if *payload_hash == hash(40))),
+        "{actions:?}"
+    );
+}
+
+#[test]
 fn a_node_left_behind_resyncs_forward() {
     let mut m = machine();
     let s = StateId([0x44; 32]);

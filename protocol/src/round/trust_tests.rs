@@ -118,3 +118,64 @@ fn a_node_left_behind_follows_a_majority_of_its_electorate_however_far() {
     assert_eq!(resyncs(&drain(&mut m)), vec![(5_001, state(0x77))]);
     assert_eq!((m.round(), m.base()), (5_001, state(0x77)));
 }
+
+/// A node (key 1) that closed round 0 with keys 2–7, then `apart` rounds
+/// with keys 2, 3, 4 only (its side of a partition).
+fn on_one_side_of_a_partition(apart: u64) -> RoundMachine {
+    let mut m = RoundMachine::new(cfg(AdmissionPolicy::Open), key(1), 0, genesis(), 0);
+    drain(&mut m);
+    for i in 2..=7u8 {
+        send(&mut m, 1, i, 0, state(0x21), vec![]);
+    }
+    for q in 1..=apart {
+        for i in 2..=4u8 {
+            send(&mut m, 1 + q, i, q, state(0x40 + q as u8), vec![]);
+        }
+    }
+    drain(&mut m);
+    assert_eq!(m.round(), apart + 1);
+    m
+}
+
+#[test]
+fn the_side_of_a_healed_partition_that_closed_fewer_rounds_follows_the_other_half() {
+    // The other half (5, 6, 7) closed rounds much faster: its commits name
+    // round 40 while this node is at round 4. Its last round counted only
+    // 2, 3, 4, but 5, 6, 7 committed round 0, within ELECTORATE_ROUNDS: the
+    // electorate is {2, …, 7}, and three of six back the state.
+    let mut m = on_one_side_of_a_partition(3);
+    for i in 5..=7u8 {
+        send(&mut m, 100, i, 40, state(0x99), vec![]);
+    }
+    assert_eq!(resyncs(&drain(&mut m)), vec![(41, state(0x99))]);
+    // Two of the six do not.
+    let mut m = on_one_side_of_a_partition(3);
+    for i in 5..=6u8 {
+        send(&mut m, 100, i, 40, state(0x99), vec![]);
+    }
+    assert!(resyncs(&drain(&mut m)).is_empty());
+    assert_eq!(m.round(), 4);
+}
+
+#[test]
+fn committers_seen_more_than_electorate_rounds_ago_are_out_of_the_electorate() {
+    let apart = ELECTORATE_ROUNDS + 1;
+    let mut m = on_one_side_of_a_partition(apart);
+    for i in 5..=7u8 {
+        send(&mut m, 100, i, 400, state(0x99), vec![]);
+    }
+    assert!(resyncs(&drain(&mut m)).is_empty());
+    assert_eq!(m.round(), apart + 1);
+}
+
+#[test]
+fn during_a_partition_a_node_follows_a_majority_of_its_own_sides_last_round() {
+    // Keys 5, 6, 7 are cut off: keys 2 and 3 commit round 4, two of the
+    // three committers of the node's last round (though two of six of the
+    // span's).
+    let mut m = on_one_side_of_a_partition(3);
+    for i in 2..=3u8 {
+        send(&mut m, 100, i, 4, state(0x99), vec![]);
+    }
+    assert_eq!(resyncs(&drain(&mut m)), vec![(5, state(0x99))]);
+}

@@ -10,6 +10,9 @@ use std::collections::{BTreeMap, BTreeSet};
 pub const MAX_VOTE_ROUNDS: usize = 8;
 /// Most voters kept per round.
 pub const MAX_VOTERS: usize = 4096;
+/// How many of the node's own last rounds the electorate spans: a
+/// committer counted for any of them is in it.
+pub const ELECTORATE_ROUNDS: u64 = 16;
 
 /// One committer's report for one round.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +44,10 @@ impl Leader {
 pub struct Votes {
     rounds: BTreeMap<u64, BTreeMap<PublicKey, Vote>>,
     equivocators: BTreeMap<u64, BTreeSet<PublicKey>>,
+    /// Each committer of the node's earlier rounds → the last such round it
+    /// was counted for (at most `ELECTORATE_ROUNDS` rounds back, so at most
+    /// `ELECTORATE_ROUNDS × MAX_VOTERS` keys).
+    past_committers: BTreeMap<PublicKey, u64>,
 }
 
 impl Votes {
@@ -92,6 +99,26 @@ impl Votes {
     /// The committers counted for `round` (equivocators left out).
     pub fn voters(&self, round: u64) -> BTreeSet<PublicKey> {
         self.rounds.get(&round).map(|v| v.keys().copied().collect()).unwrap_or_default()
+    }
+
+    /// The electorate of a node whose last round was `last`: every committer
+    /// counted for `last` or for one of the node's own rounds up to
+    /// `ELECTORATE_ROUNDS` before it (kept by `remember_committers`).
+    pub fn electorate(&self, last: u64) -> BTreeSet<PublicKey> {
+        let oldest = last.saturating_sub(ELECTORATE_ROUNDS);
+        let mut e = self.voters(last);
+        e.extend(self.past_committers.iter().filter(|(_, r)| **r >= oldest && **r < last).map(|(k, _)| *k));
+        e
+    }
+
+    /// Keep `round`'s committers in the electorate: called for the node's
+    /// own last round as it leaves it, before its votes are pruned.
+    pub fn remember_committers(&mut self, round: u64) {
+        for k in self.voters(round) {
+            self.past_committers.insert(k, round);
+        }
+        let oldest = round.saturating_sub(ELECTORATE_ROUNDS);
+        self.past_committers.retain(|_, r| *r >= oldest);
     }
 
     /// Forget rounds below `round`.
