@@ -1,6 +1,9 @@
-//! Export and import of Hugging Face GPT-2 checkpoints: `model.safetensors`
-//! with GPT-2's tensor names and layouts, plus a `config.json` that
-//! `transformers.GPT2LMHeadModel` reads.
+//! Export and import of Hugging Face checkpoints: `model.safetensors` with
+//! the architecture's tensor names and layouts, a `config.json` that
+//! `transformers.GPT2LMHeadModel` or `LlamaForCausalLM` reads, and, where
+//! the vocabulary is a murmur tokenizer's (byte or GPT-2), `tokenizer.json`
+//! and `tokenizer_config.json` for `AutoTokenizer`. GPT-2's mapping is
+//! below; Llama's is `hf_llama`'s. Import reads GPT-2 checkpoints.
 //!
 //! Mapping (murmur → Hugging Face):
 //! - `wte.weight`: first `vocab_size` rows of murmur's padded `(Vp, C)` table;
@@ -27,6 +30,9 @@ use safetensors::tensor::Metadata;
 use safetensors::{Dtype, View};
 use serde_json::{json, Value};
 
+use super::hf_llama;
+use crate::data::hf_tokenizer;
+use crate::data::TokenizerKind;
 use crate::model::params::WTE;
 use crate::model::{param_specs, ModelConfig};
 
@@ -43,8 +49,6 @@ pub enum SafetensorsError {
     Format { path: PathBuf, reason: String },
     #[error("{path} does not hold a GPT-2 model murmur can load: {reason}")]
     Model { path: PathBuf, reason: String },
-    #[error("Hugging Face export writes GPT-2 models; exporting the {0} architecture is not in this build")]
-    Architecture(&'static str),
 }
 
 fn is_conv1d(name: &str) -> bool {
@@ -63,10 +67,17 @@ fn transpose(x: &[f32], rows: usize, cols: usize) -> Vec<f32> {
 
 /// One f32 tensor to write: murmur's values, written as they are or
 /// transposed (`rows` × `cols` in memory), converted when the writer asks.
-struct F32Tensor<'a> {
+pub(crate) struct F32Tensor<'a> {
     shape: Vec<usize>,
     values: &'a [f32],
     transpose: Option<(usize, usize)>,
+}
+
+impl<'a> F32Tensor<'a> {
+    /// `values` as they are, in `shape`.
+    pub(crate) fn plain(shape: Vec<usize>, values: &'a [f32]) -> Self {
+        F32Tensor { shape, values, transpose: None }
+    }
 }
 
 impl View for F32Tensor<'_> {
@@ -120,16 +131,66 @@ pub fn hf_config(cfg: &ModelConfig) -> Value {
     })
 }
 
-/// Writes `dir/model.safetensors` and `dir/config.json`.
+fn write_error(path: &Path) -> impl FnOnce(std::io::Error) -> SafetensorsError {
+    let path = path.to_path_buf();
+    move |source| SafetensorsError::Write { path, source }
+}
+
+/// Writes `dir/model.safetensors`, `dir/config.json` and, for a byte or
+/// GPT-2 vocabulary, `dir/tokenizer.json` and `dir/tokenizer_config.json`.
 pub fn export(dir: &Path, cfg: &ModelConfig, params: &[Vec<f32>]) -> Result<(), SafetensorsError> {
-    let werr = |path: &Path| {
-        let path = path.to_path_buf();
-        move |source| SafetensorsError::Write { path, source }
-    };
-    if !cfg.arch.is_gpt2() {
-        return Err(SafetensorsError::Architecture(cfg.arch.name()));
-    }
+    let werr = write_error;
     std::fs::create_dir_all(dir).map_err(werr(dir))?;
+    let tokenizer = TokenizerKind::for_vocabulary(cfg.vocab_size);
+    let (tensors, config) = match cfg.arch.llama() {
+        Some(shape) => {
+            let tensors =
+                hf_llama::tensors(cfg, shape, params).map_err(|e| werr(dir)(std::io::Error::other(e)))?;
+            let eot = tokenizer.and_then(|k| k.build().ok()).and_then(|t| t.eot());
+            (tensors, hf_llama::config(cfg, shape, eot))
+        }
+        None => (gpt2_tensors(dir, cfg, params)?, hf_config(cfg)),
+    };
+    for (name, t) in &tensors {
+        let want: usize = t.shape.iter().product();
+        if t.values.len() != want {
+            return Err(werr(dir)(std::io::Error::other(format!(
+                "{name} holds {} values, its shape {:?} needs {want}",
+                t.values.len(),
+                t.shape
+            ))));
+        }
+    }
+    let about: HashMap<String, String> =
+        [("format", "pt"), ("producer", "murmur")].into_iter().map(|(k, v)| (k.into(), v.into())).collect();
+    let st = dir.join("model.safetensors");
+    safetensors::serialize_to_file(tensors, Some(about), &st).map_err(|e| match e {
+        safetensors::SafeTensorError::IoError(source) => werr(&st)(source),
+        other => werr(&st)(std::io::Error::other(other.to_string())),
+    })?;
+    write_json(&dir.join("config.json"), &config)?;
+    if let Some(kind) = tokenizer {
+        let json = hf_tokenizer::tokenizer_json(kind)
+            .map_err(|e| werr(dir)(std::io::Error::other(e.to_string())))?;
+        write_json(&dir.join("tokenizer.json"), &json)?;
+        write_json(&dir.join("tokenizer_config.json"), &hf_tokenizer::tokenizer_config(kind))?;
+    }
+    Ok(())
+}
+
+fn write_json(path: &Path, value: &Value) -> Result<(), SafetensorsError> {
+    let text =
+        serde_json::to_string_pretty(value).map_err(|e| write_error(path)(std::io::Error::other(e)))?;
+    std::fs::write(path, text).map_err(write_error(path))
+}
+
+/// GPT-2's tensors under their Hugging Face names.
+fn gpt2_tensors<'a>(
+    dir: &Path,
+    cfg: &ModelConfig,
+    params: &'a [Vec<f32>],
+) -> Result<Vec<(String, F32Tensor<'a>)>, SafetensorsError> {
+    let werr = write_error;
     let mut tensors = Vec::new();
     for (i, (spec, data)) in param_specs(cfg).iter().zip(params).enumerate() {
         let tensor = if i == WTE {
@@ -147,29 +208,9 @@ pub fn export(dir: &Path, cfg: &ModelConfig, params: &[Vec<f32>]) -> Result<(), 
         } else {
             F32Tensor { shape: spec.shape.clone(), values: data, transpose: None }
         };
-        let want: usize = tensor.shape.iter().product();
-        if tensor.values.len() != want {
-            return Err(werr(dir)(std::io::Error::other(format!(
-                "{} holds {} values, its shape {:?} needs {want}",
-                spec.name,
-                tensor.values.len(),
-                tensor.shape
-            ))));
-        }
         tensors.push((spec.name.clone(), tensor));
     }
-    let about: HashMap<String, String> =
-        [("format", "pt"), ("producer", "murmur")].into_iter().map(|(k, v)| (k.into(), v.into())).collect();
-    let st = dir.join("model.safetensors");
-    safetensors::serialize_to_file(tensors, Some(about), &st).map_err(|e| match e {
-        safetensors::SafeTensorError::IoError(source) => werr(&st)(source),
-        other => werr(&st)(std::io::Error::other(other.to_string())),
-    })?;
-    let cj = dir.join("config.json");
-    let text =
-        serde_json::to_string_pretty(&hf_config(cfg)).map_err(|e| werr(&cj)(std::io::Error::other(e)))?;
-    std::fs::write(&cj, text).map_err(werr(&cj))?;
-    Ok(())
+    Ok(tensors)
 }
 
 /// A tensor read back: its shape and its values as f32.
@@ -177,7 +218,7 @@ type ReadTensor = (Vec<usize>, Vec<f32>);
 
 /// An open safetensors file whose header has been read and validated;
 /// tensors are read from it one at a time.
-struct SafetensorsFile {
+pub(super) struct SafetensorsFile {
     path: PathBuf,
     file: File,
     meta: Metadata,
@@ -186,7 +227,7 @@ struct SafetensorsFile {
 }
 
 impl SafetensorsFile {
-    fn open(path: &Path) -> Result<Self, SafetensorsError> {
+    pub(super) fn open(path: &Path) -> Result<Self, SafetensorsError> {
         let rerr = |source| SafetensorsError::Read { path: path.to_path_buf(), source };
         let fmt = |reason: String| SafetensorsError::Format { path: path.to_path_buf(), reason };
         let mut file = File::open(path).map_err(rerr)?;
@@ -221,7 +262,7 @@ impl SafetensorsFile {
     }
 
     /// The shape and values (as f32) of tensor `name`; `None` if absent.
-    fn read(&mut self, name: &str) -> Option<Result<ReadTensor, SafetensorsError>> {
+    pub(super) fn read(&mut self, name: &str) -> Option<Result<ReadTensor, SafetensorsError>> {
         let info = self.meta.info(name)?.clone();
         Some(self.read_info(name, &info))
     }

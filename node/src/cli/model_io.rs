@@ -94,6 +94,11 @@ pub struct SampleArgs {
     pub tokenizer: Option<TokenizerKind>,
     #[arg(long, value_enum, default_value = "auto")]
     pub device: DeviceArg,
+    /// Also write a JSON file with the prompt's token ids, the logits at
+    /// each of its positions and the generated ids (to compare murmur's
+    /// forward pass with another implementation's).
+    #[arg(long)]
+    pub logits_out: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -199,11 +204,8 @@ pub fn import(args: ImportArgs) -> Result<()> {
 pub fn sample(args: SampleArgs) -> Result<()> {
     let ckpt = native::load(&args.checkpoint)?;
     let cfg = ckpt.meta.model.clone();
-    let kind = args.tokenizer.unwrap_or(if cfg.vocab_size <= 256 {
-        TokenizerKind::Byte
-    } else {
-        TokenizerKind::Gpt2
-    });
+    let kind =
+        args.tokenizer.or(TokenizerKind::for_vocabulary(cfg.vocab_size)).unwrap_or(TokenizerKind::Gpt2);
     let tok = kind.build()?;
     if tok.vocab_size() > cfg.vocab_size {
         bail!(
@@ -220,11 +222,39 @@ pub fn sample(args: SampleArgs) -> Result<()> {
         seed: args.seed,
     };
     let chosen = super::device::choose_for(args.device, super::device::PrecisionArg::Fp32, &cfg)?;
-    let out = with_backend!(chosen chosen, |backend| {
+    if args.logits_out.is_some() && (prompt.is_empty() || prompt.len() > cfg.max_seq_len) {
+        bail!(
+            "--logits-out needs a --prompt of 1 to {} tokens; this one has {}",
+            cfg.max_seq_len,
+            prompt.len()
+        );
+    }
+    let (out, logits) = with_backend!(chosen chosen, |backend| {
         crate::model::check_backend(backend, &cfg)?;
         let mut model = Gpt::new(backend, cfg.clone(), &ckpt.params, 1);
-        generate(backend, &mut model, &prompt, opts, tok.eot())
+        let logits = args.logits_out.as_ref().map(|_| prompt_logits(backend, &mut model, &prompt));
+        (generate(backend, &mut model, &prompt, opts, tok.eot()), logits)
     });
+    if let (Some(path), Some(logits)) = (&args.logits_out, logits) {
+        let json = serde_json::json!({ "prompt": prompt, "logits": logits, "generated": out });
+        std::fs::write(path, json.to_string())
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+    }
     println!("{}{}", args.prompt, tok.decode(&out));
     Ok(())
+}
+
+/// The logits (real vocabulary only) at each position of `prompt`, which
+/// fits the model's context.
+fn prompt_logits<B: crate::compute::Backend>(
+    backend: &B,
+    model: &mut Gpt<B>,
+    prompt: &[u32],
+) -> Vec<Vec<f32>> {
+    let cfg = model.config.clone();
+    let mut input = prompt.to_vec();
+    input.resize(cfg.max_seq_len, 0);
+    model.forward(backend, &input, None, 1, cfg.max_seq_len);
+    let all = model.download_logits(backend);
+    all.chunks(cfg.padded_vocab_size).take(prompt.len()).map(|row| row[..cfg.vocab_size].to_vec()).collect()
 }

@@ -19,8 +19,8 @@ pub const GPT2_VOCAB_SIZE: usize = 50257;
 /// The id of `<|endoftext|>`.
 pub const GPT2_EOT: u32 = 50256;
 
-const ENCODER_JSON: &str = include_str!("../../assets/gpt2/encoder.json");
-const VOCAB_BPE: &str = include_str!("../../assets/gpt2/vocab.bpe");
+pub(super) const ENCODER_JSON: &str = include_str!("../../assets/gpt2/encoder.json");
+pub(super) const VOCAB_BPE: &str = include_str!("../../assets/gpt2/vocab.bpe");
 
 /// Pieces longer than this are not cached (they are rare and would bloat it).
 const CACHE_PIECE_MAX_BYTES: usize = 64;
@@ -29,7 +29,7 @@ const CACHE_MAX_ENTRIES: usize = 1 << 16;
 
 /// GPT-2's printable stand-in for each byte: printable Latin-1 bytes map to
 /// themselves, the other 68 to U+0100 onwards in byte order.
-fn byte_to_unicode() -> [char; 256] {
+pub(super) fn byte_to_unicode() -> [char; 256] {
     let printable =
         |b: u32| (0x21..=0x7e).contains(&b) || (0xa1..=0xac).contains(&b) || (0xae..=0xff).contains(&b);
     let mut table = ['\0'; 256];

@@ -25,6 +25,7 @@ mod corpus;
 pub mod dataset;
 mod error;
 mod gpt2;
+pub mod hf_tokenizer;
 mod loader;
 mod pretokenizer;
 mod rng;

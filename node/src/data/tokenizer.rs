@@ -76,6 +76,16 @@ impl TokenizerKind {
         }
     }
 
+    /// The tokenizer whose vocabulary a model of `vocab_size` tokens was
+    /// made for: byte at 256 or fewer, GPT-2 at exactly 50257, none else.
+    pub fn for_vocabulary(vocab_size: usize) -> Option<Self> {
+        match vocab_size {
+            0..=256 => Some(TokenizerKind::Byte),
+            super::gpt2::GPT2_VOCAB_SIZE => Some(TokenizerKind::Gpt2),
+            _ => None,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             TokenizerKind::Byte => "byte",
