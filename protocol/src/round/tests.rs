@@ -423,16 +423,23 @@ fn failed_aggregation_returns_to_collecting() {
     assert_eq!((m.phase(), m.ready_count()), (Phase::Collecting, 0));
 }
 
-#[test]
-fn resyncs_when_most_committers_report_another_state() {
+/// A machine that closed round 0 on state 0x22 with its own delta (30)
+/// and key 2's (20); returns it and another state, 0x33.
+fn closed_round_zero() -> (RoundMachine, StateId) {
     let mut m = machine();
     local(&mut m, 1, 30);
     peer_delta(&mut m, 2, 2, 20);
     m.handle(DEADLINE, Event::TimerFired);
     drain(&mut m);
-    let (ours, theirs) = (StateId([0x22; 32]), StateId([0x33; 32]));
+    let ours = StateId([0x22; 32]);
     m.handle(DEADLINE, Event::Aggregated { round: 0, included: vec![hash(20), hash(30)], new_state: ours });
     drain(&mut m);
+    (m, StateId([0x33; 32]))
+}
+
+#[test]
+fn resyncs_when_most_committers_report_another_state() {
+    let (mut m, theirs) = closed_round_zero();
     // One dissenter only ties (1 of 2); a tie goes to the smaller StateId, ours.
     let inc = vec![hash(20), hash(30)];
     m.handle(
@@ -492,14 +499,7 @@ fn a_healed_partition_tie_goes_to_the_smaller_state() {
 
 #[test]
 fn manifests_on_the_base_a_resync_moves_to_are_not_lost() {
-    let mut m = machine();
-    local(&mut m, 1, 30);
-    peer_delta(&mut m, 2, 2, 20);
-    m.handle(DEADLINE, Event::TimerFired);
-    drain(&mut m);
-    let (ours, theirs) = (StateId([0x22; 32]), StateId([0x33; 32]));
-    m.handle(DEADLINE, Event::Aggregated { round: 0, included: vec![hash(20), hash(30)], new_state: ours });
-    drain(&mut m);
+    let (mut m, theirs) = closed_round_zero();
     // Key 4's round-1 delta is on their state: refused while the node is on its own.
     let k4 = key(4);
     m.handle(
