@@ -139,22 +139,20 @@ fn write_error(path: &Path) -> impl FnOnce(std::io::Error) -> SafetensorsError {
 /// Writes `dir/model.safetensors`, `dir/config.json` and, for a byte or
 /// GPT-2 vocabulary, `dir/tokenizer.json` and `dir/tokenizer_config.json`.
 pub fn export(dir: &Path, cfg: &ModelConfig, params: &[Vec<f32>]) -> Result<(), SafetensorsError> {
-    let werr = write_error;
-    std::fs::create_dir_all(dir).map_err(werr(dir))?;
+    std::fs::create_dir_all(dir).map_err(write_error(dir))?;
     let tokenizer = TokenizerKind::for_vocabulary(cfg.vocab_size);
     let (tensors, config) = match cfg.arch.llama() {
         Some(shape) => {
-            let tensors =
-                hf_llama::tensors(cfg, shape, params).map_err(|e| werr(dir)(std::io::Error::other(e)))?;
-            let eot = tokenizer.and_then(|k| k.build().ok()).and_then(|t| t.eot());
-            (tensors, hf_llama::config(cfg, shape, eot))
+            let tensors = hf_llama::tensors(cfg, shape, params)
+                .map_err(|e| write_error(dir)(std::io::Error::other(e)))?;
+            (tensors, hf_llama::config(cfg, shape, tokenizer.and_then(TokenizerKind::eot)))
         }
         None => (gpt2_tensors(dir, cfg, params)?, hf_config(cfg)),
     };
     for (name, t) in &tensors {
         let want: usize = t.shape.iter().product();
         if t.values.len() != want {
-            return Err(werr(dir)(std::io::Error::other(format!(
+            return Err(write_error(dir)(std::io::Error::other(format!(
                 "{name} holds {} values, its shape {:?} needs {want}",
                 t.values.len(),
                 t.shape
@@ -165,13 +163,13 @@ pub fn export(dir: &Path, cfg: &ModelConfig, params: &[Vec<f32>]) -> Result<(), 
         [("format", "pt"), ("producer", "murmur")].into_iter().map(|(k, v)| (k.into(), v.into())).collect();
     let st = dir.join("model.safetensors");
     safetensors::serialize_to_file(tensors, Some(about), &st).map_err(|e| match e {
-        safetensors::SafeTensorError::IoError(source) => werr(&st)(source),
-        other => werr(&st)(std::io::Error::other(other.to_string())),
+        safetensors::SafeTensorError::IoError(source) => write_error(&st)(source),
+        other => write_error(&st)(std::io::Error::other(other.to_string())),
     })?;
     write_json(&dir.join("config.json"), &config)?;
     if let Some(kind) = tokenizer {
         let json = hf_tokenizer::tokenizer_json(kind)
-            .map_err(|e| werr(dir)(std::io::Error::other(e.to_string())))?;
+            .map_err(|e| write_error(dir)(std::io::Error::other(e.to_string())))?;
         write_json(&dir.join("tokenizer.json"), &json)?;
         write_json(&dir.join("tokenizer_config.json"), &hf_tokenizer::tokenizer_config(kind))?;
     }
@@ -190,13 +188,12 @@ fn gpt2_tensors<'a>(
     cfg: &ModelConfig,
     params: &'a [Vec<f32>],
 ) -> Result<Vec<(String, F32Tensor<'a>)>, SafetensorsError> {
-    let werr = write_error;
     let mut tensors = Vec::new();
     for (i, (spec, data)) in param_specs(cfg).iter().zip(params).enumerate() {
         let tensor = if i == WTE {
             let rows = cfg.vocab_size * cfg.n_embd;
             let values = data.get(..rows).ok_or_else(|| {
-                werr(dir)(std::io::Error::other(format!(
+                write_error(dir)(std::io::Error::other(format!(
                     "wte.weight holds {} values, fewer than {rows}",
                     data.len()
                 )))

@@ -16,7 +16,7 @@ use super::device::{with_backend, DeviceArg, PrecisionArg};
 use crate::checkpoint::run_export::{self, load_model};
 use crate::checkpoint::{native, safetensors, Checkpoint, CheckpointMeta};
 use crate::data::TokenizerKind;
-use crate::model::sample::{generate, SampleOptions};
+use crate::model::sample::{context_logits, generate, SampleOptions};
 use crate::model::Gpt;
 use crate::runtime::export::{export_from_data_dir, export_from_network, Pick};
 use crate::runtime::report::Reporter;
@@ -251,10 +251,7 @@ fn prompt_logits<B: crate::compute::Backend>(
     model: &mut Gpt<B>,
     prompt: &[u32],
 ) -> Vec<Vec<f32>> {
-    let cfg = model.config.clone();
-    let mut input = prompt.to_vec();
-    input.resize(cfg.max_seq_len, 0);
-    model.forward(backend, &input, None, 1, cfg.max_seq_len);
-    let all = model.download_logits(backend);
-    all.chunks(cfg.padded_vocab_size).take(prompt.len()).map(|row| row[..cfg.vocab_size].to_vec()).collect()
+    let (vp, v) = (model.config.padded_vocab_size, model.config.vocab_size);
+    let all = context_logits(backend, model, prompt);
+    all.chunks(vp).take(prompt.len()).map(|row| row[..v].to_vec()).collect()
 }

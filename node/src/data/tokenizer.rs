@@ -76,6 +76,14 @@ impl TokenizerKind {
         }
     }
 
+    /// The end-of-text token, without building the tokenizer.
+    pub fn eot(self) -> Option<u32> {
+        match self {
+            TokenizerKind::Byte => None,
+            TokenizerKind::Gpt2 => Some(super::gpt2::GPT2_EOT),
+        }
+    }
+
     /// The tokenizer whose vocabulary a model of `vocab_size` tokens was
     /// made for: byte at 256 or fewer, GPT-2 at exactly 50257, none else.
     pub fn for_vocabulary(vocab_size: usize) -> Option<Self> {

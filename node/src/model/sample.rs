@@ -36,10 +36,7 @@ pub fn generate<B: Backend>(
         let ctx_start = tokens.len().saturating_sub(t);
         let ctx = &tokens[ctx_start..];
         let pos = ctx.len() - 1;
-        let mut input = ctx.to_vec();
-        input.resize(t, 0);
-        model.forward(backend, &input, None, 1, t);
-        let logits = model.download_logits(backend);
+        let logits = context_logits(backend, model, ctx);
         let row = &logits[pos * cfg.padded_vocab_size..pos * cfg.padded_vocab_size + cfg.vocab_size];
         let next = pick(row, opts, &mut rng);
         tokens.push(next);
@@ -48,6 +45,17 @@ pub fn generate<B: Backend>(
         }
     }
     tokens[start..].to_vec()
+}
+
+/// The logits (padded vocabulary rows, `max_seq_len` of them) of one
+/// forward pass over `ctx`, at most `max_seq_len` tokens, padded with token
+/// 0 (causal attention: rows up to `ctx.len() − 1` do not see the padding).
+pub fn context_logits<B: Backend>(backend: &B, model: &mut Gpt<B>, ctx: &[u32]) -> Vec<f32> {
+    let t = model.config.max_seq_len;
+    let mut input = ctx.to_vec();
+    input.resize(t, 0);
+    model.forward(backend, &input, None, 1, t);
+    model.download_logits(backend)
 }
 
 fn pick(logits: &[f32], opts: SampleOptions, rng: &mut Rng) -> u32 {

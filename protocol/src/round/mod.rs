@@ -793,12 +793,17 @@ impl RoundMachine {
     /// (`Leader::decides`) stands alone.
     fn electorate_backs(&self, leader: &Leader) -> bool {
         let Some(last) = self.round.checked_sub(1) else { return true };
-        let half_of = |electorate: BTreeSet<PublicKey>| {
+        let half_of = |electorate: &BTreeSet<PublicKey>| {
             let backing = leader.voters.iter().filter(|v| electorate.contains(v)).count();
             2 * backing >= electorate.len()
         };
         let last_round = self.votes.voters(last);
-        last_round.is_empty() || half_of(last_round) || half_of(self.votes.electorate(last))
+        if last_round.is_empty() || half_of(&last_round) {
+            return true;
+        }
+        let mut span = last_round;
+        span.extend(self.votes.earlier_committers(last));
+        half_of(&span)
     }
 
     fn on_commit(&mut self, from: PublicKey, c: RoundCommit) {

@@ -101,14 +101,12 @@ impl Votes {
         self.rounds.get(&round).map(|v| v.keys().copied().collect()).unwrap_or_default()
     }
 
-    /// The electorate of a node whose last round was `last`: every committer
-    /// counted for `last` or for one of the node's own rounds up to
-    /// `ELECTORATE_ROUNDS` before it (kept by `remember_committers`).
-    pub fn electorate(&self, last: u64) -> BTreeSet<PublicKey> {
+    /// The committers counted for the node's own rounds from
+    /// `ELECTORATE_ROUNDS` before `last` up to (not including) `last`, kept
+    /// by `remember_committers`.
+    pub fn earlier_committers(&self, last: u64) -> impl Iterator<Item = PublicKey> + '_ {
         let oldest = last.saturating_sub(ELECTORATE_ROUNDS);
-        let mut e = self.voters(last);
-        e.extend(self.past_committers.iter().filter(|(_, r)| **r >= oldest && **r < last).map(|(k, _)| *k));
-        e
+        self.past_committers.iter().filter(move |(_, r)| **r >= oldest && **r < last).map(|(k, _)| *k)
     }
 
     /// Keep `round`'s committers in the electorate: called for the node's
