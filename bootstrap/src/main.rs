@@ -18,6 +18,7 @@ use clap::Parser;
 use libp2p::Multiaddr;
 use murmur_node::checkpoint::run_export::{load_model, ExportMeta};
 use murmur_node::data::dataset::{built_in, LocalDataset};
+use murmur_node::data::hf_tokenizer::ExportTokenizer;
 use murmur_node::model::ModelConfig;
 use murmur_node::net::GossipMessage;
 use murmur_node::net::{self, NetConfig, NetEvent, Role};
@@ -244,6 +245,11 @@ fn run(a: Args) -> Result<()> {
             overlapped: a.overlap,
             inner_budget_ms: budget_ms(a.inner_budget)?,
         },
+        // A dataset's own tokenizer sets the model's vocabulary.
+        vocab: hosted.as_ref().and_then(|d| match d.manifest().tokenizer {
+            murmur_protocol::DatasetTokenizer::Bpe { vocab, .. } => Some(vocab),
+            _ => None,
+        }),
     };
     let spec = run_spec(&params)?;
     murmur_node::runtime::committee::check_spec(&spec)
@@ -276,7 +282,12 @@ fn run(a: Args) -> Result<()> {
         }
         Some(dir) => {
             let opts = ArchiveOptions { dir: dir.clone(), every: a.checkpoint_every, keep: a.keep };
-            Some(Arc::new(Archive::new(opts, &spec)?))
+            let vocab = murmur_node::runtime::spec::model_config(&spec)?.vocab_size;
+            let tokenizer = match &hosted {
+                Some(d) => Some(ExportTokenizer::of_dataset(d.manifest().tokenizer, d.tokenizer_json())?),
+                None => ExportTokenizer::for_vocabulary(vocab),
+            };
+            Some(Arc::new(Archive::new(opts, &spec, tokenizer)?))
         }
         None => None,
     };

@@ -1,6 +1,7 @@
-//! The dataset manifest: what a content-addressed dataset holds (tokenizer,
-//! shard size, the blake3 and token count of every shard, split into
-//! training and validation shards), its canonical bytes, and its DatasetId.
+//! The dataset manifest: what a content-addressed dataset holds (its
+//! tokenizer, for a dataset's own BPE the hash of its `tokenizer.json`; shard
+//! size; the blake3 and token count of every shard, split into training and
+//! validation shards), its canonical bytes, and its DatasetId.
 //!
 //! Shards are plain little-endian u16 token arrays (no header); every shard of
 //! a split holds exactly `shard_tokens` tokens except the split's last, which
@@ -10,7 +11,7 @@
 //! at most [`MAX_DATASET_SHARDS`] shards, checked against the remaining input
 //! before anything is allocated.
 
-use crate::hash::{dataset_id_of, DatasetId, ShardHash};
+use crate::hash::{dataset_id_of, DatasetId, ShardHash, TokenizerHash};
 use crate::wire::{MessageType, Reader, WireError, Writer, MAX_DATASET_SHARDS};
 
 /// The manifest format this build writes and reads.
@@ -22,6 +23,11 @@ pub const TOKEN_BYTES: u64 = 2;
 /// Bytes of one encoded shard entry (hash + token count).
 const ENTRY_BYTES: usize = 36;
 
+/// Most bytes a dataset's `tokenizer.json` may take.
+pub const MAX_TOKENIZER_BYTES: u32 = 16 << 20;
+/// Most token ids a dataset's own tokenizer may have (shards hold u16 ids).
+pub const MAX_TOKENIZER_VOCAB: u32 = 1 << 16;
+
 /// How a dataset's text was turned into tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DatasetTokenizer {
@@ -29,21 +35,19 @@ pub enum DatasetTokenizer {
     Byte,
     /// GPT-2 BPE (vocabulary 50257).
     Gpt2,
+    /// The dataset's own tokenizer: a Hugging Face `tokenizer.json` of
+    /// `json_len` bytes whose TokenizerHash is `hash`, with ids `0..vocab`.
+    /// It travels with the dataset like a shard (blob kind `tokenizer`).
+    Bpe { vocab: u32, json_len: u32, hash: TokenizerHash },
 }
 
 impl DatasetTokenizer {
-    pub fn to_u8(self) -> u8 {
+    /// The wire tag (the fields of `Bpe` follow it).
+    pub fn tag(self) -> u8 {
         match self {
             DatasetTokenizer::Byte => 0,
             DatasetTokenizer::Gpt2 => 1,
-        }
-    }
-
-    pub fn from_u8(b: u8) -> Option<Self> {
-        match b {
-            0 => Some(DatasetTokenizer::Byte),
-            1 => Some(DatasetTokenizer::Gpt2),
-            _ => None,
+            DatasetTokenizer::Bpe { .. } => 2,
         }
     }
 
@@ -52,6 +56,7 @@ impl DatasetTokenizer {
         match self {
             DatasetTokenizer::Byte => 256,
             DatasetTokenizer::Gpt2 => 50_257,
+            DatasetTokenizer::Bpe { vocab, .. } => vocab,
         }
     }
 
@@ -59,7 +64,42 @@ impl DatasetTokenizer {
         match self {
             DatasetTokenizer::Byte => "byte",
             DatasetTokenizer::Gpt2 => "gpt2",
+            DatasetTokenizer::Bpe { .. } => "bpe",
         }
+    }
+
+    fn write(self, w: &mut Writer) {
+        w.u8(self.tag());
+        if let DatasetTokenizer::Bpe { vocab, json_len, hash } = self {
+            w.u32(vocab);
+            w.u32(json_len);
+            w.bytes(&hash.0);
+        }
+    }
+
+    fn read(r: &mut Reader<'_>) -> Result<Self, WireError> {
+        match r.u8()? {
+            0 => Ok(DatasetTokenizer::Byte),
+            1 => Ok(DatasetTokenizer::Gpt2),
+            2 => Ok(DatasetTokenizer::Bpe {
+                vocab: r.u32()?,
+                json_len: r.u32()?,
+                hash: TokenizerHash(r.array()?),
+            }),
+            tag => Err(WireError::BadTag { field: "dataset.tokenizer", tag }),
+        }
+    }
+
+    fn validate(self) -> Result<(), WireError> {
+        if let DatasetTokenizer::Bpe { vocab, json_len, .. } = self {
+            if vocab == 0 || vocab > MAX_TOKENIZER_VOCAB {
+                return Err(invalid("dataset.tokenizer.vocab", "must be in 1..=65536"));
+            }
+            if json_len == 0 || json_len > MAX_TOKENIZER_BYTES {
+                return Err(invalid("dataset.tokenizer.json_len", "must be in 1..=16 MiB"));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -122,7 +162,7 @@ impl DatasetManifest {
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::message(MessageType::DatasetManifest);
         w.u8(DATASET_FORMAT);
-        w.u8(self.tokenizer.to_u8());
+        self.tokenizer.write(&mut w);
         w.u32(self.shard_tokens);
         write_entries(&mut w, &self.train);
         write_entries(&mut w, &self.val);
@@ -136,9 +176,7 @@ impl DatasetManifest {
         if format != DATASET_FORMAT {
             return Err(WireError::BadTag { field: "dataset.format", tag: format });
         }
-        let tag = r.u8()?;
-        let tokenizer =
-            DatasetTokenizer::from_u8(tag).ok_or(WireError::BadTag { field: "dataset.tokenizer", tag })?;
+        let tokenizer = DatasetTokenizer::read(&mut r)?;
         let shard_tokens = r.u32()?;
         let train = read_entries(&mut r, "dataset.train", MAX_DATASET_SHARDS)?;
         let val = read_entries(&mut r, "dataset.val", MAX_DATASET_SHARDS - train.len())?;
@@ -150,6 +188,7 @@ impl DatasetManifest {
 
     /// The rules `decode` enforces beyond the byte format.
     pub fn validate(&self) -> Result<(), WireError> {
+        self.tokenizer.validate()?;
         if self.shard_tokens == 0 || self.shard_tokens > MAX_SHARD_TOKENS {
             return Err(invalid("dataset.shard_tokens", "must be in 1..=2^23"));
         }
@@ -239,6 +278,12 @@ pub(crate) mod tests {
         let mut other = sample_manifest();
         other.tokenizer = DatasetTokenizer::Gpt2;
         assert_ne!(other.id(), m.id());
+        let bpe = DatasetTokenizer::Bpe { vocab: 4096, json_len: 300_000, hash: TokenizerHash([7; 32]) };
+        let with_bpe = DatasetManifest { tokenizer: bpe, ..sample_manifest() };
+        assert_eq!(DatasetManifest::decode(&with_bpe.encode()), Ok(with_bpe.clone()));
+        let other_file =
+            DatasetTokenizer::Bpe { vocab: 4096, json_len: 300_000, hash: TokenizerHash([8; 32]) };
+        assert_ne!(DatasetManifest { tokenizer: other_file, ..sample_manifest() }.id(), with_bpe.id());
         assert_eq!(m.tokens(Split::Train), 2130);
         assert_eq!(m.total_bytes(), 2 * 2630);
     }
@@ -280,6 +325,28 @@ pub(crate) mod tests {
                     ..sample_manifest()
                 },
                 "dataset.val",
+            ),
+            (
+                DatasetManifest {
+                    tokenizer: DatasetTokenizer::Bpe {
+                        vocab: 70_000,
+                        json_len: 10,
+                        hash: TokenizerHash([1; 32]),
+                    },
+                    ..sample_manifest()
+                },
+                "dataset.tokenizer.vocab",
+            ),
+            (
+                DatasetManifest {
+                    tokenizer: DatasetTokenizer::Bpe {
+                        vocab: 4096,
+                        json_len: MAX_TOKENIZER_BYTES + 1,
+                        hash: TokenizerHash([1; 32]),
+                    },
+                    ..sample_manifest()
+                },
+                "dataset.tokenizer.json_len",
             ),
         ];
         for (m, want) in cases {

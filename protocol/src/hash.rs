@@ -16,6 +16,8 @@ pub const DOMAIN_PAYLOAD: &str = "murmur 2025-01 v1 delta-payload";
 pub const DOMAIN_DATASET_ID: &str = "murmur 2025-01 v1 dataset-id";
 /// blake3 derive_key context for [`ShardHash`]: hashes a dataset token shard's bytes.
 pub const DOMAIN_DATASET_SHARD: &str = "murmur 2025-01 v1 dataset-shard";
+/// blake3 derive_key context for [`TokenizerHash`]: hashes a dataset's `tokenizer.json` bytes.
+pub const DOMAIN_TOKENIZER: &str = "murmur 2025-01 v1 tokenizer";
 /// blake3 derive_key context for [`ParamsId`]: hashes a model's parameters.
 pub const DOMAIN_PARAMS_ID: &str = "murmur 2025-01 v1 params-id";
 /// blake3 derive_key context of the window-assignment key (see `assignment`).
@@ -80,6 +82,11 @@ digest_type!(
     ShardHash
 );
 
+digest_type!(
+    /// Identifies a dataset's own tokenizer: blake3 (domain [`DOMAIN_TOKENIZER`]) of its `tokenizer.json` bytes.
+    TokenizerHash
+);
+
 /// Hash `bytes` under the derive_key context `domain`.
 pub fn domain_hash(domain: &str, bytes: &[u8]) -> [u8; 32] {
     let mut h = blake3::Hasher::new_derive_key(domain);
@@ -105,6 +112,11 @@ pub fn dataset_id_of(manifest_bytes: &[u8]) -> DatasetId {
 /// The ShardHash of a token shard's bytes.
 pub fn shard_hash_of(shard: &[u8]) -> ShardHash {
     ShardHash(domain_hash(DOMAIN_DATASET_SHARD, shard))
+}
+
+/// The TokenizerHash of a `tokenizer.json` file's bytes.
+pub fn tokenizer_hash_of(json: &[u8]) -> TokenizerHash {
+    TokenizerHash(domain_hash(DOMAIN_TOKENIZER, json))
 }
 
 /// Lower-case hex of `bytes`.

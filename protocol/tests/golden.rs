@@ -12,7 +12,7 @@ use murmur_protocol::committee::{
     ShardDelta, ShardLeaf, ShardResult, ShardedManifest,
 };
 use murmur_protocol::dataset::{DatasetManifest, DatasetTokenizer, ShardEntry};
-use murmur_protocol::hash::{dataset_id_of, shard_hash_of};
+use murmur_protocol::hash::{dataset_id_of, shard_hash_of, tokenizer_hash_of};
 use murmur_protocol::hash::{hex, payload_hash_of, unhex, PayloadHash, RunId, StateId};
 use murmur_protocol::identity::{verify, NodeKey, PublicKey, Signature, SIGN_DELTA_MANIFEST};
 use murmur_protocol::spec::{
@@ -94,6 +94,21 @@ fn dataset_manifest() -> DatasetManifest {
             ShardEntry { hash: shard_hash_of(&shard(4, 2)), tokens: 2 },
         ],
         val: vec![ShardEntry { hash: shard_hash_of(&shard(6, 3)), tokens: 3 }],
+    }
+}
+
+/// The tokenizer.json bytes the BPE manifest vector names.
+const TOKENIZER_JSON: &[u8] = b"{\"model\":{\"type\":\"BPE\"}}";
+
+/// `dataset_manifest()` with its own tokenizer of 300 ids.
+fn dataset_manifest_bpe() -> DatasetManifest {
+    DatasetManifest {
+        tokenizer: DatasetTokenizer::Bpe {
+            vocab: 300,
+            json_len: TOKENIZER_JSON.len() as u32,
+            hash: tokenizer_hash_of(TOKENIZER_JSON),
+        },
+        ..dataset_manifest()
     }
 }
 
@@ -188,6 +203,7 @@ fn vectors() -> Vec<(&'static str, Vec<u8>)> {
     let dataset = dataset_manifest();
     v.push(("dataset_manifest", dataset.encode()));
     v.push(("dataset_id", dataset_id_of(&dataset.encode()).0.to_vec()));
+    v.push(("dataset_manifest_bpe", dataset_manifest_bpe().encode()));
     v.push(("ticket_run_spec", ticket_spec().encode()));
     v.push(("paced_run_spec", paced_spec().encode()));
     v.push(("init_run_spec", init_spec().encode()));
@@ -382,6 +398,7 @@ fn golden_messages_decode_and_verify() {
     let d = DatasetManifest::decode(&read("dataset_manifest")).expect("dataset manifest");
     assert_eq!(d, dataset_manifest());
     assert_eq!(d.id().0.to_vec(), read("dataset_id"));
+    assert_eq!(DatasetManifest::decode(&read("dataset_manifest_bpe")), Ok(dataset_manifest_bpe()));
     assert_eq!(RunSpec::decode(&read("paced_run_spec")), Ok(paced_spec()));
     assert_eq!(RunSpec::decode(&read("init_run_spec")), Ok(init_spec()));
     let ts = RunSpec::decode(&read("ticket_run_spec")).expect("ticket run spec");

@@ -115,7 +115,8 @@ mod tests {
         let shape = *cfg.arch.llama().unwrap();
         let params = init_params(&cfg, 3);
         let dir = tempfile::tempdir().unwrap();
-        export(dir.path(), &cfg, &params).unwrap();
+        let tokenizer = crate::data::hf_tokenizer::ExportTokenizer::for_vocabulary(cfg.vocab_size);
+        export(dir.path(), &cfg, &params, tokenizer.as_ref()).unwrap();
         let mut st = SafetensorsFile::open(&dir.path().join("model.safetensors")).unwrap();
         let (c, hs, h) = (cfg.n_embd, cfg.head_size(), shape.ffn_hidden);
         let (q, kv) = (cfg.n_head * hs, shape.n_kv_head * hs);

@@ -15,6 +15,7 @@ use murmur_protocol::{params_id, DataRef, RunSpec, TrainingState};
 use serde::{Deserialize, Serialize};
 
 use super::safetensors::{self, SafetensorsError};
+use crate::data::hf_tokenizer::ExportTokenizer;
 use crate::model::{split_params, ModelConfig};
 
 /// The metadata file's name in an export directory.
@@ -113,12 +114,13 @@ pub fn tensors_of(cfg: &ModelConfig, flat: &[f32]) -> Result<Vec<Vec<f32>>, Expo
 }
 
 /// Write `state` of the run `spec` (model `cfg`) as an export directory
-/// `out`, which must not exist or be empty.
+/// `out`, which must not exist or be empty, with `tokenizer` beside it.
 pub fn write(
     out: &Path,
     cfg: &ModelConfig,
     state: &TrainingState,
     meta: &ExportMeta,
+    tokenizer: Option<&ExportTokenizer>,
 ) -> Result<(), ExportError> {
     if out.read_dir().is_ok_and(|mut d| d.next().is_some()) {
         return Err(ExportError::Exists(out.to_path_buf()));
@@ -137,7 +139,7 @@ pub fn write(
     let tmp = parent.join(format!(".{name}.partial-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     let written = (|| {
-        safetensors::export(&tmp, cfg, &tensors)?;
+        safetensors::export(&tmp, cfg, &tensors, tokenizer)?;
         let text = serde_json::to_string_pretty(meta).map_err(|e| ExportError::Meta(e.to_string()))?;
         let mp = tmp.join(META_FILE);
         std::fs::write(&mp, text).map_err(werr(&mp))?;
@@ -197,7 +199,7 @@ mod tests {
         state.round = 7;
         let meta = ExportMeta { tokens_seen: 1234, ..ExportMeta::of(&spec, &state) };
         let out = dir.path().join("model");
-        write(&out, &cfg, &state, &meta).expect("export");
+        write(&out, &cfg, &state, &meta, None).expect("export");
         let (back_cfg, back) = load_model(&out).expect("import");
         assert_eq!(back_cfg, cfg);
         let flat: Vec<f32> = back.into_iter().flatten().collect();
@@ -210,7 +212,7 @@ mod tests {
         assert_eq!(read.spec().expect("spec"), spec);
         assert_eq!(read.params_id, params_id(&state.params).to_hex());
         // A second export to the same place is refused and leaves the first.
-        let err = write(&out, &cfg, &state, &meta).expect_err("overwrote an export");
+        let err = write(&out, &cfg, &state, &meta, None).expect_err("overwrote an export");
         assert!(err.to_string().contains("pass a new --out"), "{err}");
         assert_eq!(read_meta(&out).expect("meta"), meta);
         // Nothing but the export is left beside it.
@@ -220,7 +222,10 @@ mod tests {
         // Parameters of another shape are refused before anything is written.
         let small = init_params(&cfg, 1).into_iter().flatten().take(10).collect();
         let bad = TrainingState { params: small, ..state };
-        assert!(matches!(write(&dir.path().join("bad"), &cfg, &bad, &meta), Err(ExportError::Shape { .. })));
+        assert!(matches!(
+            write(&dir.path().join("bad"), &cfg, &bad, &meta, None),
+            Err(ExportError::Shape { .. })
+        ));
         assert!(!dir.path().join("bad").exists());
     }
 }

@@ -1,7 +1,7 @@
 //! Export and import of Hugging Face checkpoints: `model.safetensors` with
 //! the architecture's tensor names and layouts, a `config.json` that
-//! `transformers.GPT2LMHeadModel` or `LlamaForCausalLM` reads, and, where
-//! the vocabulary is a murmur tokenizer's (byte or GPT-2), `tokenizer.json`
+//! `transformers.GPT2LMHeadModel` or `LlamaForCausalLM` reads, and, with
+//! the model's tokenizer (built in or the dataset's own), `tokenizer.json`
 //! and `tokenizer_config.json` for `AutoTokenizer`. GPT-2's mapping is
 //! below; Llama's is `hf_llama`'s. Import reads GPT-2 checkpoints.
 //!
@@ -31,8 +31,7 @@ use safetensors::{Dtype, View};
 use serde_json::{json, Value};
 
 use super::hf_llama;
-use crate::data::hf_tokenizer;
-use crate::data::TokenizerKind;
+use crate::data::hf_tokenizer::ExportTokenizer;
 use crate::model::params::WTE;
 use crate::model::{param_specs, ModelConfig};
 
@@ -136,16 +135,20 @@ fn write_error(path: &Path) -> impl FnOnce(std::io::Error) -> SafetensorsError {
     move |source| SafetensorsError::Write { path, source }
 }
 
-/// Writes `dir/model.safetensors`, `dir/config.json` and, for a byte or
-/// GPT-2 vocabulary, `dir/tokenizer.json` and `dir/tokenizer_config.json`.
-pub fn export(dir: &Path, cfg: &ModelConfig, params: &[Vec<f32>]) -> Result<(), SafetensorsError> {
+/// Writes `dir/model.safetensors`, `dir/config.json` and, with a
+/// tokenizer, `dir/tokenizer.json` and `dir/tokenizer_config.json`.
+pub fn export(
+    dir: &Path,
+    cfg: &ModelConfig,
+    params: &[Vec<f32>],
+    tokenizer: Option<&ExportTokenizer>,
+) -> Result<(), SafetensorsError> {
     std::fs::create_dir_all(dir).map_err(write_error(dir))?;
-    let tokenizer = TokenizerKind::for_vocabulary(cfg.vocab_size);
     let (tensors, config) = match cfg.arch.llama() {
         Some(shape) => {
             let tensors = hf_llama::tensors(cfg, shape, params)
                 .map_err(|e| write_error(dir)(std::io::Error::other(e)))?;
-            (tensors, hf_llama::config(cfg, shape, tokenizer.and_then(TokenizerKind::eot)))
+            (tensors, hf_llama::config(cfg, shape, tokenizer.and_then(ExportTokenizer::eot)))
         }
         None => (gpt2_tensors(dir, cfg, params)?, hf_config(cfg)),
     };
@@ -167,11 +170,11 @@ pub fn export(dir: &Path, cfg: &ModelConfig, params: &[Vec<f32>]) -> Result<(), 
         other => write_error(&st)(std::io::Error::other(other.to_string())),
     })?;
     write_json(&dir.join("config.json"), &config)?;
-    if let Some(kind) = tokenizer {
-        let json = hf_tokenizer::tokenizer_json(kind)
-            .map_err(|e| write_error(dir)(std::io::Error::other(e.to_string())))?;
-        write_json(&dir.join("tokenizer.json"), &json)?;
-        write_json(&dir.join("tokenizer_config.json"), &hf_tokenizer::tokenizer_config(kind))?;
+    if let Some(t) = tokenizer {
+        let json = t.tokenizer_json().map_err(|e| write_error(dir)(std::io::Error::other(e.to_string())))?;
+        let path = dir.join("tokenizer.json");
+        std::fs::write(&path, json).map_err(write_error(&path))?;
+        write_json(&dir.join("tokenizer_config.json"), &t.tokenizer_config())?;
     }
     Ok(())
 }
@@ -371,7 +374,7 @@ mod tests {
         }
         params[WTE][cfg.vocab_size * cfg.n_embd..].fill(0.0);
         let dir = tempfile::tempdir().unwrap();
-        export(dir.path(), &cfg, &params).unwrap();
+        export(dir.path(), &cfg, &params, ExportTokenizer::for_vocabulary(cfg.vocab_size).as_ref()).unwrap();
         let (cfg2, params2) = import(dir.path()).unwrap();
         assert_eq!(cfg2, cfg);
         let be = CpuBackend::new();
@@ -426,7 +429,13 @@ mod tests {
     fn damaged_files_are_rejected_with_reasons() {
         let cfg = ModelConfig::new(1, 8, 2, 10, 4).unwrap();
         let dir = tempfile::tempdir().unwrap();
-        export(dir.path(), &cfg, &init_params(&cfg, 1)).unwrap();
+        export(
+            dir.path(),
+            &cfg,
+            &init_params(&cfg, 1),
+            ExportTokenizer::for_vocabulary(cfg.vocab_size).as_ref(),
+        )
+        .unwrap();
         let st = dir.path().join("model.safetensors");
         let bytes = std::fs::read(&st).unwrap();
 

@@ -1,6 +1,7 @@
 //! `murmur data add`: turn a text file, a folder of text files or llm.c
 //! `.bin` token shards into a content-addressed dataset directory (token
-//! shards + manifest) and print its DatasetId.
+//! shards + manifest, and the dataset's own tokenizer.json when it has one)
+//! and print its DatasetId.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -10,7 +11,7 @@ use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::data::dataset::{build, BuildOptions, DirSink, DEFAULT_SHARD_TOKENS};
-use crate::data::TokenizerKind;
+use crate::data::TokenizerChoice;
 
 /// `murmur data …`
 #[derive(Subcommand, Debug)]
@@ -24,9 +25,11 @@ pub enum DataCommand {
 pub struct AddArgs {
     /// A UTF-8 text file, a folder of text files, an llm.c `.bin` shard or a folder of them.
     pub input: PathBuf,
-    /// Tokenizer: byte or gpt2 (for `.bin` shards: the tokenizer they were made with).
+    /// Tokenizer: byte, gpt2, bpe:VOCAB (a byte-level BPE of VOCAB ids
+    /// trained on the input) or the path of a tokenizer.json (for `.bin`
+    /// shards: the tokenizer they were made with).
     #[arg(long, default_value = "byte")]
-    pub tokenizer: TokenizerKind,
+    pub tokenizer: TokenizerChoice,
     /// Output dataset directory (default: <input name>.dataset beside the input).
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -69,8 +72,11 @@ fn add(a: AddArgs) -> Result<()> {
     );
     let started = Instant::now();
     let mut sink = DirSink::create(&out)?;
-    let opts =
-        BuildOptions { tokenizer: a.tokenizer, shard_tokens: a.shard_tokens, val_tokens: a.val_tokens };
+    let opts = BuildOptions {
+        tokenizer: a.tokenizer.clone(),
+        shard_tokens: a.shard_tokens,
+        val_tokens: a.val_tokens,
+    };
     let (manifest, bytes) = build(&a.input, opts, &mut sink, &|done| bar.set_position(done))
         .with_context(|| format!("building a dataset from {}", a.input.display()))?;
     let id = sink.finish(&manifest)?;
@@ -86,6 +92,7 @@ fn add(a: AddArgs) -> Result<()> {
                 "dataset": id.to_hex(),
                 "out": out.display().to_string(),
                 "tokenizer": manifest.tokenizer.name(),
+                "vocab": manifest.tokenizer.vocab_size(),
                 "train_tokens": train,
                 "val_tokens": val,
                 "shards": manifest.train.len() + manifest.val.len(),
@@ -97,10 +104,11 @@ fn add(a: AddArgs) -> Result<()> {
     } else {
         println!("dataset {id}");
         println!(
-            "  {} → {} ({} tokenizer, {train} train + {val} validation tokens, {} shards)",
+            "  {} → {} ({} tokenizer of {} ids, {train} train + {val} validation tokens, {} shards)",
             a.input.display(),
             out.display(),
             manifest.tokenizer.name(),
+            manifest.tokenizer.vocab_size(),
             manifest.train.len() + manifest.val.len()
         );
         println!("  {bytes} input bytes in {secs:.2} s: {mb_per_s:.1} MB/s");

@@ -4,9 +4,10 @@
 //! and generating text from one.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::{ArgGroup, Args, ValueEnum};
 use libp2p::Multiaddr;
 use murmur_protocol::hash::unhex;
@@ -15,7 +16,8 @@ use murmur_protocol::StateId;
 use super::device::{with_backend, DeviceArg, PrecisionArg};
 use crate::checkpoint::run_export::{self, load_model};
 use crate::checkpoint::{native, safetensors, Checkpoint, CheckpointMeta};
-use crate::data::TokenizerKind;
+use crate::data::hf_tokenizer::ExportTokenizer;
+use crate::data::{BpeTokenizer, Tokenizer, TokenizerChoice, TokenizerKind};
 use crate::model::sample::{context_logits, generate, SampleOptions};
 use crate::model::Gpt;
 use crate::runtime::export::{export_from_data_dir, export_from_network, Pick};
@@ -58,6 +60,10 @@ pub struct ExportArgs {
     pub observer: super::identity::ObserverArgs,
     #[arg(long, value_enum, default_value = "safetensors")]
     pub format: ExportFormat,
+    /// With --checkpoint: the tokenizer written beside the model, byte, gpt2
+    /// or a tokenizer.json (default: byte or gpt2 by the vocabulary size).
+    #[arg(long, requires = "checkpoint")]
+    pub tokenizer: Option<TokenizerChoice>,
     /// Output directory (must not exist, or be empty).
     #[arg(long)]
     pub out: PathBuf,
@@ -89,9 +95,10 @@ pub struct SampleArgs {
     pub top_k: usize,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Tokenizer: byte or gpt2 (default: byte when the vocabulary is 256, else gpt2).
+    /// Tokenizer: byte, gpt2 or a tokenizer.json (a dataset's own is
+    /// `DIR/tokenizer.json`; default: byte when the vocabulary is 256, else gpt2).
     #[arg(long)]
-    pub tokenizer: Option<TokenizerKind>,
+    pub tokenizer: Option<TokenizerChoice>,
     #[arg(long, value_enum, default_value = "auto")]
     pub device: DeviceArg,
     /// Also write a JSON file with the prompt's token ids, the logits at
@@ -114,11 +121,23 @@ pub struct EvalArgs {
     pub json: bool,
 }
 
+/// A tokenizer.json given on the command line.
+fn read_tokenizer_file(path: &std::path::Path) -> Result<BpeTokenizer> {
+    let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(BpeTokenizer::from_json(&bytes, &path.display().to_string())?)
+}
+
 pub fn export(args: ExportArgs) -> Result<()> {
     let ExportFormat::Safetensors = args.format;
     if let Some(path) = &args.checkpoint {
         let ckpt = native::load(path)?;
-        safetensors::export(&args.out, &ckpt.meta.model, &ckpt.params)?;
+        let tokenizer = match &args.tokenizer {
+            None => ExportTokenizer::for_vocabulary(ckpt.meta.model.vocab_size),
+            Some(TokenizerChoice::Kind(kind)) => Some(ExportTokenizer::BuiltIn(*kind)),
+            Some(TokenizerChoice::File(file)) => Some(ExportTokenizer::Own(read_tokenizer_file(file)?)),
+            Some(TokenizerChoice::TrainBpe(_)) => bail!("--tokenizer: give byte, gpt2 or a tokenizer.json"),
+        };
+        safetensors::export(&args.out, &ckpt.meta.model, &ckpt.params, tokenizer.as_ref())?;
         println!("exported step {} to {}", ckpt.meta.step, args.out.display());
         return Ok(());
     }
@@ -204,12 +223,16 @@ pub fn import(args: ImportArgs) -> Result<()> {
 pub fn sample(args: SampleArgs) -> Result<()> {
     let ckpt = native::load(&args.checkpoint)?;
     let cfg = ckpt.meta.model.clone();
-    let kind =
-        args.tokenizer.or(TokenizerKind::for_vocabulary(cfg.vocab_size)).unwrap_or(TokenizerKind::Gpt2);
-    let tok = kind.build()?;
+    let tok: Arc<dyn Tokenizer> = match &args.tokenizer {
+        None => TokenizerKind::for_vocabulary(cfg.vocab_size).unwrap_or(TokenizerKind::Gpt2).build()?,
+        Some(TokenizerChoice::Kind(kind)) => kind.build()?,
+        Some(TokenizerChoice::File(file)) => Arc::new(read_tokenizer_file(file)?),
+        Some(TokenizerChoice::TrainBpe(_)) => bail!("--tokenizer: give byte, gpt2 or a tokenizer.json"),
+    };
     if tok.vocab_size() > cfg.vocab_size {
         bail!(
-            "tokenizer {kind} has {} tokens but the model only {}; pass --tokenizer byte",
+            "the {} tokenizer has {} tokens but the model only {}; pass the tokenizer it was trained with (--tokenizer byte, gpt2 or its tokenizer.json)",
+            tok.name(),
             tok.vocab_size(),
             cfg.vocab_size
         );

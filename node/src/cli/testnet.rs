@@ -59,11 +59,13 @@ pub struct TestnetArgs {
     /// Run seed.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
-    /// Training data: a built-in dataset (`shakespeare`, hosted by the
-    /// bootstrap server and fetched by the nodes) or `synthetic[:options]`
-    /// (known entropy floor).
-    #[arg(long, default_value = "shakespeare")]
-    pub data: String,
+    /// Training data: a built-in dataset (`shakespeare`, or
+    /// `shakespeare-bpe` in a BPE of 4,096 tokens trained on it), a dataset
+    /// directory (`murmur data add`), each hosted by the bootstrap server and
+    /// fetched by the nodes, or `synthetic[:options]` (known entropy floor).
+    /// Default: `shakespeare-bpe` for the Llama presets, else `shakespeare`.
+    #[arg(long)]
+    pub data: Option<String>,
     /// Protocol v2: committees of this many nodes aggregate one shard each
     /// (docs/protocol.md §10); 0 runs version 1's round.
     #[arg(long, default_value_t = 0)]
@@ -112,7 +114,7 @@ pub fn run(a: TestnetArgs) -> Result<()> {
     let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
     let opts = TestnetOptions {
         nodes: a.nodes,
-        preset: a.preset,
+        preset: a.preset.clone(),
         inner_steps: a.inner_steps,
         batch: a.batch,
         deadline: a.deadline,
@@ -127,7 +129,10 @@ pub fn run(a: TestnetArgs) -> Result<()> {
         http: a.http,
         threads_per_node: a.threads_per_node.unwrap_or((cores / a.nodes.max(1)).max(1)),
         seed: a.seed,
-        data: a.data,
+        data: a.data.unwrap_or_else(|| {
+            let bpe = a.preset.starts_with("llama");
+            (if bpe { "shakespeare-bpe" } else { "shakespeare" }).to_string()
+        }),
         overlap: a.overlap,
         inner_budget: a.inner_budget,
         eval_every: a.eval_every,

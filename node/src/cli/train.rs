@@ -184,8 +184,12 @@ pub fn resolve(args: &TrainArgs) -> Result<(TrainConfig, DataSpec)> {
 }
 
 pub fn run(args: TrainArgs) -> Result<()> {
-    let (config, spec) = resolve(&args)?;
+    let (mut config, spec) = resolve(&args)?;
     let corpus = Corpus::open(&spec)?;
+    // A dataset's own tokenizer sets the model's vocabulary.
+    if corpus.tokenizer().name() == "bpe" && corpus.vocab_size() != config.model.vocab_size {
+        config.model = config.model.with_vocab(corpus.vocab_size())?;
+    }
     let resume_path = match (&args.resume_from, args.resume, &config.checkpoint_dir) {
         (Some(p), _, _) => Some(p.clone()),
         (None, true, Some(dir)) => latest_checkpoint(dir),
@@ -210,9 +214,10 @@ pub fn run(args: TrainArgs) -> Result<()> {
         println!("{v}");
     } else {
         println!(
-            "done: {} steps, val loss {:.4}, {:.0} tokens/s{}",
+            "done: {} steps, val loss {:.4}{}, {:.0} tokens/s{}",
             summary.steps,
             summary.val_loss,
+            summary.val_bits_per_byte.map_or_else(String::new, |b| format!(" ({b:.4} bits/byte)")),
             summary.tokens_per_s,
             match (summary.entropy_floor, gap) {
                 (Some(f), Some(g)) =>

@@ -2,7 +2,8 @@
 //! a bootstrap server as an observer, validates the run's gossip like any
 //! node (telemetry, manifests, commits), asks the trainers it meets for
 //! their status, fetches the latest committed state now and then to sample
-//! text from it, and serves a live local web page.
+//! text from it (decoded with the run's dataset tokenizer, fetched from
+//! peers), and serves a live local web page.
 //!
 //! - `board`: what is known of the run, and the page's JSON snapshot.
 //! - `http`: the local web server (page, snapshot, Server-Sent Events).
@@ -20,10 +21,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use libp2p::{Multiaddr, PeerId};
-use murmur_protocol::{PublicKey, RunSpec, StateId, TrainingState};
+use murmur_protocol::{DataRef, PublicKey, RunSpec, StateId, TrainingState};
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 
+use crate::data::{named_tokenizer, Tokenizer};
 use crate::net::{
     self, fetch_blob, peer_of, GossipMessage, NetConfig, NetEvent, NetHandle, Role, XferRequest, XferResponse,
 };
@@ -58,7 +60,13 @@ fn peer_name(k: &PublicKey) -> String {
 
 enum Internal {
     Sample(Result<Sample, String>),
-    Status { peer: PeerId, round: u64, state: Option<[u8; 32]> },
+    /// The tokenizer of the run's dataset, fetched from peers.
+    Tokenizer(Result<Arc<dyn Tokenizer>, String>),
+    Status {
+        peer: PeerId,
+        round: u64,
+        state: Option<[u8; 32]>,
+    },
 }
 
 /// Run the dashboard until the process is stopped.
@@ -67,9 +75,15 @@ pub async fn run_dashboard(opts: DashboardOptions) -> Result<(), RuntimeError> {
     let now_ms = || started.elapsed().as_millis() as u64;
     let out = Reporter { json: opts.json };
     let spec = discover_spec(&opts.who, &opts.bootstrap, Duration::from_secs(60)).await?;
-    let sampler = match Sampler::new(&spec) {
-        Ok(s) => Some(Arc::new(s)),
-        Err(e) => {
+    let dataset = match spec.data_ref() {
+        Ok(DataRef::Dataset { id, manifest_len }) => Some((id, manifest_len)),
+        _ => None,
+    };
+    // A dataset's tokenizer comes from peers once the network is up.
+    let mut sampler = match (dataset, Sampler::new(&spec, None)) {
+        (Some(_), _) => None,
+        (None, Ok(s)) => Some(Arc::new(s)),
+        (None, Err(e)) => {
             tracing::warn!("no text samples: {e}");
             None
         }
@@ -104,6 +118,17 @@ pub async fn run_dashboard(opts: DashboardOptions) -> Result<(), RuntimeError> {
     tokio::spawn(http::serve(listener, snap_rx));
 
     let (tx, mut rx) = mpsc::unbounded_channel::<Internal>();
+    if let Some((id, manifest_len)) = dataset {
+        let (net, tx) = (net.clone(), tx.clone());
+        tokio::spawn(async move {
+            let found = crate::runtime::dataset::dataset_tokenizer_from_peers(&net, id, manifest_len).await;
+            let tokenizer = found.map_err(|e| e.to_string()).and_then(|(named, json)| {
+                named_tokenizer(named, json.as_deref(), &format!("of dataset {id}"))
+                    .map_err(|e| e.to_string())
+            });
+            let _ = tx.send(Internal::Tokenizer(tokenizer));
+        });
+    }
     let mut refresh = tokio::time::interval(REFRESH);
     let mut dirty = false;
     let mut reported_round: Option<u64> = None;
@@ -145,6 +170,10 @@ pub async fn run_dashboard(opts: DashboardOptions) -> Result<(), RuntimeError> {
                         sampling = false;
                         tracing::debug!("sampling: {e}");
                     }
+                    Internal::Tokenizer(found) => match found.and_then(|t| Sampler::new(&spec, Some(t))) {
+                        Ok(s) => sampler = Some(Arc::new(s)),
+                        Err(e) => tracing::warn!("no text samples: {e}"),
+                    },
                     Internal::Status { peer, round, state } => {
                         tracing::debug!(%peer, round, state = ?state.map(|s| StateId(s).to_hex()), "trainer status");
                     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use murmur_protocol::{RunSpec, TrainingState};
 
 use crate::compute::cpu::CpuBackend;
-use crate::data::{Corpus, DataSpec, Tokenizer, TokenizerKind};
+use crate::data::{Corpus, DataSpec, Tokenizer};
 use crate::model::sample::{generate, SampleOptions};
 use crate::model::split_params;
 use crate::model::{Gpt, ModelConfig};
@@ -27,22 +27,27 @@ pub struct Sampler {
 
 impl Sampler {
     /// The run's tokenizer: the corpus's own when the data is synthetic (its
-    /// floor is known too), else byte-level for byte vocabularies and GPT-2
-    /// BPE for the rest.
-    pub fn new(spec: &RunSpec) -> Result<Self, String> {
+    /// floor is known too), else `dataset`'s, the tokenizer the run's
+    /// dataset names (fetched from peers by the caller).
+    pub fn new(spec: &RunSpec, dataset: Option<Arc<dyn Tokenizer>>) -> Result<Self, String> {
         let cfg = model_config(spec).map_err(|e| e.to_string())?;
         // Only synthetic data is opened here (it is generated, not read): a
         // dataset is named by hash and never as a path.
         let synthetic = matches!(spec.data_ref(), Ok(murmur_protocol::DataRef::Synthetic(_)));
         let corpus =
             if synthetic { DataSpec::parse(&spec.data).and_then(|d| Corpus::open(&d)).ok() } else { None };
-        let (tokenizer, entropy_floor) = match corpus {
-            Some(corpus) => (corpus.tokenizer(), corpus.entropy_floor()),
-            None => {
-                let kind = if cfg.vocab_size <= 256 { TokenizerKind::Byte } else { TokenizerKind::Gpt2 };
-                (kind.build().map_err(|e| e.to_string())?, None)
-            }
+        let (tokenizer, entropy_floor) = match (corpus, dataset) {
+            (Some(corpus), _) => (corpus.tokenizer(), corpus.entropy_floor()),
+            (None, Some(tokenizer)) => (tokenizer, None),
+            (None, None) => return Err("the run's dataset tokenizer is not known".into()),
         };
+        if tokenizer.vocab_size() > cfg.vocab_size {
+            return Err(format!(
+                "the data's tokenizer has {} tokens but the model {}",
+                tokenizer.vocab_size(),
+                cfg.vocab_size
+            ));
+        }
         Ok(Self { cfg, tokenizer, prompt: "the ".into(), entropy_floor })
     }
 
@@ -68,7 +73,7 @@ mod tests {
     #[test]
     fn samples_text_from_a_state_with_the_runs_tokenizer() {
         let spec = run_spec(&RunParams::default()).expect("spec");
-        let sampler = Sampler::new(&spec).expect("sampler");
+        let sampler = Sampler::new(&spec, None).expect("sampler");
         assert!(sampler.entropy_floor.is_some_and(|f| f > 0.5 && f < 2.0));
         let g = genesis(&spec).expect("genesis");
         let a = sampler.sample(&g);

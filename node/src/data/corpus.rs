@@ -6,11 +6,16 @@
 //! streams. Token data keeps shards whose file name has a `val` part
 //! (llm.c's `fineweb_val_000000.bin`, `tiny_shakespeare_val.bin`) for
 //! validation; without such files the last 5% of the token stream is held out.
+//! A dataset directory (`murmur data add`) keeps its manifest's splits and
+//! brings its own tokenizer.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use murmur_protocol::dataset::Split;
+
+use super::dataset::dir::{DatasetDir, MANIFEST_FILE};
 use super::error::DataError;
 use super::loader::BatchLoader;
 use super::shard::TokenShard;
@@ -145,6 +150,17 @@ impl Corpus {
             DataSource::Shards(path) => {
                 Self::open_shards(path, spec.tokenizer.unwrap_or(TokenizerKind::Gpt2))?
             }
+            DataSource::Path(path) if path.join(MANIFEST_FILE).is_file() => {
+                if let Some(kind) = spec.tokenizer {
+                    return Err(DataError::BadSpec {
+                        spec: spec.to_string(),
+                        reason: format!(
+                            "a dataset directory names its own tokenizer; drop `--tokenizer {kind}`"
+                        ),
+                    });
+                }
+                Self::open_dataset(path)?
+            }
             DataSource::Path(path) => {
                 let meta = std::fs::metadata(path).map_err(|e| DataError::io(path, e))?;
                 let shards =
@@ -168,6 +184,42 @@ impl Corpus {
         let (train, val) = split_tail(&stores);
         Ok(CorpusInner {
             description: format!("text {} ({count} tokens, tokenizer {kind})", path.display()),
+            vocab: tokenizer.vocab_size(),
+            tokenizer,
+            body: CorpusBody::Tokens { stores, train, val },
+        })
+    }
+
+    /// A dataset directory (`murmur data add`): its splits and its tokenizer.
+    fn open_dataset(path: &Path) -> Result<CorpusInner, DataError> {
+        let dataset = DatasetDir::open(path)?;
+        let tokenizer = dataset.open_tokenizer()?;
+        let m = &dataset.manifest;
+        let stores: Vec<TokenStore> = m
+            .train
+            .iter()
+            .chain(&m.val)
+            .map(|e| {
+                let bytes = dataset.read_shard(&e.hash)?;
+                Ok(TokenStore::Memory {
+                    tokens: bytes
+                        .chunks_exact(2)
+                        .map(|c| u32::from(u16::from_le_bytes([c[0], c[1]])))
+                        .collect(),
+                })
+            })
+            .collect::<Result<_, DataError>>()?;
+        let (train, val) = (whole(&stores, 0..m.train.len()), whole(&stores, m.train.len()..stores.len()));
+        Ok(CorpusInner {
+            description: format!(
+                "dataset {} ({}, {} train + {} val tokens, tokenizer {} of {} ids)",
+                path.display(),
+                dataset.id(),
+                m.tokens(Split::Train),
+                m.tokens(Split::Val),
+                m.tokenizer.name(),
+                m.tokenizer.vocab_size()
+            ),
             vocab: tokenizer.vocab_size(),
             tokenizer,
             body: CorpusBody::Tokens { stores, train, val },
@@ -251,6 +303,36 @@ impl Corpus {
                 Some((train.iter().map(|s| s.len).sum(), val.iter().map(|s| s.len).sum()))
             }
         }
+    }
+
+    /// Bytes of text per token in the validation split (over at most its
+    /// first 2^20 tokens, end-of-text tokens left out), to turn a loss per
+    /// token into bits per byte; `None` for the synthetic corpus.
+    pub fn val_bytes_per_token(&self) -> Result<Option<f64>, DataError> {
+        const SAMPLE: u64 = 1 << 20;
+        let CorpusBody::Tokens { stores, val, .. } = &self.inner.body else { return Ok(None) };
+        let mut tokens: Vec<u32> = Vec::new();
+        for seg in val {
+            let take = seg.len.min(SAMPLE - tokens.len() as u64) as usize;
+            let start = seg.start as usize;
+            match &stores[seg.store] {
+                TokenStore::Memory { tokens: all } => tokens.extend_from_slice(&all[start..start + take]),
+                TokenStore::Shard(shard) => {
+                    let mut window = vec![0u32; take];
+                    let mut file =
+                        std::fs::File::open(shard.path()).map_err(|e| DataError::io(shard.path(), e))?;
+                    shard.read_into(&mut file, seg.start, &mut window, self.inner.vocab)?;
+                    tokens.extend_from_slice(&window);
+                }
+            }
+            if tokens.len() as u64 >= SAMPLE {
+                break;
+            }
+        }
+        let eot = self.inner.tokenizer.eot();
+        tokens.retain(|&t| Some(t) != eot);
+        let bytes = self.inner.tokenizer.decode(&tokens).len();
+        Ok((bytes > 0).then(|| bytes as f64 / tokens.len() as f64))
     }
 
     /// One line saying what was opened.

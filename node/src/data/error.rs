@@ -39,7 +39,7 @@ pub enum DataError {
     #[error("{path} has {extra_bytes} bytes after the {claimed} tokens its header promises; the shard is corrupt, regenerate it")]
     TrailingShardBytes { path: PathBuf, claimed: u64, extra_bytes: u64 },
 
-    #[error("{source_name}: token {token} at position {position} is outside the vocabulary (size {vocab}); the data was made with a different tokenizer, choose the matching one (byte|gpt2)")]
+    #[error("{source_name}: token {token} at position {position} is outside the vocabulary (size {vocab}); the data was made with a different tokenizer, choose the matching one (byte, gpt2 or its tokenizer.json)")]
     TokenOutOfRange { source_name: String, token: u32, position: u64, vocab: usize },
 
     #[error("token {token} does not fit an llm.c uint16 shard (max 65535)")]
@@ -68,6 +68,9 @@ pub enum DataError {
 
     #[error("built-in GPT-2 tokenizer files are damaged: {reason}")]
     TokenizerAsset { reason: String },
+
+    #[error("tokenizer {what}: {reason}")]
+    BadTokenizer { what: String, reason: String },
 
     #[error("dataset {what}: {reason}")]
     BadDataset { what: String, reason: String },

@@ -1,7 +1,8 @@
-//! murmur's tokenizers written as Hugging Face `tokenizer.json` (the
-//! `tokenizers` library's format) and `tokenizer_config.json`, so that
-//! `transformers.AutoTokenizer` reads an exported model's tokens as murmur
-//! does.
+//! The tokenizer an export carries (`ExportTokenizer`): murmur's built-in
+//! tokenizers written as Hugging Face `tokenizer.json` (the `tokenizers`
+//! library's format), or a dataset's own tokenizer.json byte for byte, each
+//! with a `tokenizer_config.json`, so that `transformers.AutoTokenizer` reads
+//! an exported model's tokens as murmur does.
 //!
 //! Both are byte-level BPE models: each byte is GPT-2's printable stand-in
 //! for it (`byte_to_unicode`). The byte tokenizer is that alphabet in byte
@@ -11,9 +12,79 @@
 
 use serde_json::{json, Map, Value};
 
+use murmur_protocol::dataset::DatasetTokenizer;
+
+use super::bpe::BpeTokenizer;
 use super::error::DataError;
 use super::gpt2::{byte_to_unicode, ENCODER_JSON, GPT2_EOT, VOCAB_BPE};
-use super::tokenizer::TokenizerKind;
+use super::tokenizer::{Tokenizer, TokenizerKind};
+
+/// The tokenizer written beside an exported model.
+#[derive(Clone, Debug)]
+pub enum ExportTokenizer {
+    BuiltIn(TokenizerKind),
+    /// A dataset's own tokenizer.json, written as it is.
+    Own(BpeTokenizer),
+}
+
+impl ExportTokenizer {
+    /// The tokenizer a dataset names (`json`: its own tokenizer.json).
+    pub fn of_dataset(named: DatasetTokenizer, json: Option<&[u8]>) -> Result<Self, DataError> {
+        Ok(match named {
+            DatasetTokenizer::Byte => ExportTokenizer::BuiltIn(TokenizerKind::Byte),
+            DatasetTokenizer::Gpt2 => ExportTokenizer::BuiltIn(TokenizerKind::Gpt2),
+            DatasetTokenizer::Bpe { .. } => {
+                let json = json.ok_or_else(|| DataError::BadTokenizer {
+                    what: "of the dataset".into(),
+                    reason: "the dataset names its own tokenizer.json, which is not at hand".into(),
+                })?;
+                let bpe = BpeTokenizer::from_json(json, "of the dataset")?;
+                bpe.check_named(named, "of the dataset")?;
+                ExportTokenizer::Own(bpe)
+            }
+        })
+    }
+
+    /// Without the dataset at hand: the built-in tokenizer a model of
+    /// `vocab_size` tokens was made for, if any.
+    pub fn for_vocabulary(vocab_size: usize) -> Option<Self> {
+        TokenizerKind::for_vocabulary(vocab_size).map(ExportTokenizer::BuiltIn)
+    }
+
+    pub fn vocab_size(&self) -> usize {
+        match self {
+            ExportTokenizer::BuiltIn(kind) => kind.vocab_size(),
+            ExportTokenizer::Own(bpe) => bpe.vocab_size(),
+        }
+    }
+
+    /// The end-of-text id.
+    pub fn eot(&self) -> Option<u32> {
+        match self {
+            ExportTokenizer::BuiltIn(kind) => kind.eot(),
+            ExportTokenizer::Own(bpe) => bpe.eot(),
+        }
+    }
+
+    /// `tokenizer.json`'s bytes.
+    pub fn tokenizer_json(&self) -> Result<Vec<u8>, DataError> {
+        match self {
+            ExportTokenizer::BuiltIn(kind) => serde_json::to_vec_pretty(&tokenizer_json(*kind)?)
+                .map_err(|e| DataError::TokenizerAsset { reason: e.to_string() }),
+            ExportTokenizer::Own(bpe) => Ok(bpe.json().to_vec()),
+        }
+    }
+
+    /// `tokenizer_config.json`.
+    pub fn tokenizer_config(&self) -> Value {
+        let eot = match self {
+            ExportTokenizer::BuiltIn(TokenizerKind::Gpt2) => Some("<|endoftext|>"),
+            ExportTokenizer::BuiltIn(TokenizerKind::Byte) => None,
+            ExportTokenizer::Own(bpe) => bpe.eot_text(),
+        };
+        tokenizer_config(eot)
+    }
+}
 
 fn byte_level(use_regex: bool) -> Value {
     json!({ "type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true, "use_regex": use_regex })
@@ -35,7 +106,7 @@ fn bpe(vocab: Value, merges: Vec<Value>) -> Value {
 }
 
 /// `tokenizer.json` for `kind`.
-pub fn tokenizer_json(kind: TokenizerKind) -> Result<Value, DataError> {
+fn tokenizer_json(kind: TokenizerKind) -> Result<Value, DataError> {
     let (model, added, use_regex) = match kind {
         TokenizerKind::Byte => {
             let vocab: Map<String, Value> =
@@ -66,14 +137,10 @@ pub fn tokenizer_json(kind: TokenizerKind) -> Result<Value, DataError> {
     }))
 }
 
-/// `tokenizer_config.json` for `kind`: the generic fast tokenizer, so that
-/// transformers adds no token of its own (a Llama tokenizer class would put
-/// a beginning-of-sequence token in front).
-pub fn tokenizer_config(kind: TokenizerKind) -> Value {
-    let eot = match kind {
-        TokenizerKind::Byte => Value::Null,
-        TokenizerKind::Gpt2 => json!("<|endoftext|>"),
-    };
+/// `tokenizer_config.json` with end-of-text `eot`: the generic fast
+/// tokenizer, so that transformers adds no token of its own (a Llama
+/// tokenizer class would put a beginning-of-sequence token in front).
+fn tokenizer_config(eot: Option<&str>) -> Value {
     json!({
         "tokenizer_class": "PreTrainedTokenizerFast",
         "model_max_length": 1_000_000_000_000_000_000u64,

@@ -3,6 +3,7 @@
 //!
 //! - `tokenizer`, `gpt2`, `pretokenizer`: byte-level and GPT-2 BPE tokenizers
 //!   (GPT-2 works offline from files embedded from `node/assets/gpt2/`).
+//! - `bpe`: a dataset's own tokenizer.json (trained byte-level BPE or a file).
 //! - `text`, `shard`: UTF-8 text files and folders; llm.c uint16 token shards.
 //! - `synthetic`: a seeded word-like language with an exactly known entropy rate.
 //! - `spec`: `DataSpec`, the parsed `--data` string.
@@ -21,6 +22,7 @@
 //! # Ok::<(), murmur_node::data::DataError>(())
 //! ```
 
+pub mod bpe;
 mod corpus;
 pub mod dataset;
 mod error;
@@ -35,6 +37,7 @@ mod synthetic;
 mod text;
 mod tokenizer;
 
+pub use bpe::BpeTokenizer;
 pub use corpus::Corpus;
 pub use error::DataError;
 pub use gpt2::{Gpt2Tokenizer, GPT2_EOT, GPT2_VOCAB_SIZE};
@@ -42,4 +45,4 @@ pub use loader::{Batch, BatchLoader, LoaderPosition};
 pub use shard::{write_shard, TokenShard, SHARD_HEADER_BYTES, SHARD_MAGIC, SHARD_VERSION};
 pub use spec::{DataSource, DataSpec};
 pub use synthetic::{SyntheticLanguage, SyntheticSpec};
-pub use tokenizer::{ByteTokenizer, Tokenizer, TokenizerKind};
+pub use tokenizer::{named_tokenizer, ByteTokenizer, Tokenizer, TokenizerChoice, TokenizerKind};

@@ -2,8 +2,9 @@
 //!
 //! Accepted forms: `synthetic`, `synthetic:seed=7,words=48,…` (see
 //! `SyntheticSpec::set`), `text:PATH`, `shards:PATH`, or a bare PATH whose kind
-//! is decided when it is opened (a `.bin` file or a folder holding `.bin`
-//! files is read as llm.c token shards, anything else as UTF-8 text).
+//! is decided when it is opened (a dataset directory written by `murmur data
+//! add` as that dataset, a `.bin` file or a folder holding `.bin` files as
+//! llm.c token shards, anything else as UTF-8 text).
 
 use std::fmt;
 use std::path::PathBuf;

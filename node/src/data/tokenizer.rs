@@ -1,10 +1,16 @@
-//! The `Tokenizer` trait, the byte-level tokenizer, and `TokenizerKind`, the
-//! user's choice between byte and GPT-2 BPE.
+//! The `Tokenizer` trait, the byte-level tokenizer, `TokenizerKind` (the
+//! built-in tokenizers: byte and GPT-2 BPE), `TokenizerChoice` (what
+//! `murmur data add --tokenizer` names: one of those, a BPE to train, or a
+//! tokenizer.json), and `named_tokenizer`, the tokenizer a dataset names.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
 
+use murmur_protocol::dataset::DatasetTokenizer;
+
+use super::bpe::BpeTokenizer;
 use super::error::DataError;
 use super::gpt2::Gpt2Tokenizer;
 
@@ -123,6 +129,79 @@ impl FromStr for TokenizerKind {
     }
 }
 
+/// What `murmur data add --tokenizer` names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TokenizerChoice {
+    /// A built-in tokenizer (`byte`, `gpt2`).
+    Kind(TokenizerKind),
+    /// A byte-level BPE of this many ids, trained on the input (`bpe:VOCAB`).
+    TrainBpe(u32),
+    /// An existing Hugging Face `tokenizer.json`.
+    File(PathBuf),
+}
+
+impl Default for TokenizerChoice {
+    fn default() -> Self {
+        TokenizerChoice::Kind(TokenizerKind::Byte)
+    }
+}
+
+impl FromStr for TokenizerChoice {
+    type Err = DataError;
+
+    fn from_str(s: &str) -> Result<Self, DataError> {
+        let s = s.trim();
+        if let Some(vocab) = s.strip_prefix("bpe:") {
+            return vocab.trim().parse().map(TokenizerChoice::TrainBpe).map_err(|_| DataError::BadSpec {
+                spec: s.to_string(),
+                reason: "`bpe:` needs the vocabulary size after it, e.g. `bpe:4096`".to_string(),
+            });
+        }
+        if let Ok(kind) = s.parse() {
+            return Ok(TokenizerChoice::Kind(kind));
+        }
+        if s.ends_with(".json") || s.contains(std::path::MAIN_SEPARATOR) {
+            return Ok(TokenizerChoice::File(PathBuf::from(s)));
+        }
+        Err(DataError::BadSpec {
+            spec: s.to_string(),
+            reason: "unknown tokenizer, choose `byte`, `gpt2`, `bpe:VOCAB` (train one on the input) or the path of a tokenizer.json".to_string(),
+        })
+    }
+}
+
+impl fmt::Display for TokenizerChoice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TokenizerChoice::Kind(k) => write!(f, "{k}"),
+            TokenizerChoice::TrainBpe(vocab) => write!(f, "bpe:{vocab}"),
+            TokenizerChoice::File(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+/// The tokenizer a dataset manifest names; `json` is the dataset's
+/// tokenizer.json when it names its own (checked against the manifest).
+pub fn named_tokenizer(
+    named: DatasetTokenizer,
+    json: Option<&[u8]>,
+    what: &str,
+) -> Result<Arc<dyn Tokenizer>, DataError> {
+    Ok(match named {
+        DatasetTokenizer::Byte => Arc::new(ByteTokenizer),
+        DatasetTokenizer::Gpt2 => Arc::new(Gpt2Tokenizer::new()?),
+        DatasetTokenizer::Bpe { .. } => {
+            let json = json.ok_or_else(|| DataError::BadTokenizer {
+                what: what.to_string(),
+                reason: "the dataset names its own tokenizer.json, which is missing".to_string(),
+            })?;
+            let bpe = BpeTokenizer::from_json(json, what)?;
+            bpe.check_named(named, what)?;
+            Arc::new(bpe)
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,5 +234,19 @@ mod tests {
         let t = TokenizerKind::Byte.build().unwrap();
         assert_eq!(t.name(), "byte");
         assert_eq!(TokenizerKind::Gpt2.vocab_size(), 50257);
+    }
+
+    #[test]
+    fn tokenizer_choices_parse() {
+        assert_eq!("gpt2".parse::<TokenizerChoice>().unwrap(), TokenizerChoice::Kind(TokenizerKind::Gpt2));
+        assert_eq!("bpe:4096".parse::<TokenizerChoice>().unwrap(), TokenizerChoice::TrainBpe(4096));
+        assert_eq!(
+            "out/tokenizer.json".parse::<TokenizerChoice>().unwrap(),
+            TokenizerChoice::File("out/tokenizer.json".into())
+        );
+        for bad in ["bpe:", "bpe:many", "unicode"] {
+            let err = bad.parse::<TokenizerChoice>().unwrap_err();
+            assert!(err.to_string().contains("bpe:"), "{bad}: {err}");
+        }
     }
 }

@@ -132,6 +132,19 @@ impl ModelConfig {
         Self::with_arch(n_layer, n_embd, n_head, vocab_size, max_seq_len, Architecture::Llama(shape))
     }
 
+    /// The same model with a vocabulary of `vocab_size` tokens (a dataset's
+    /// own tokenizer sets it).
+    pub fn with_vocab(&self, vocab_size: usize) -> Result<Self, ConfigError> {
+        Self::with_arch(
+            self.n_layer,
+            self.n_embd,
+            self.n_head,
+            vocab_size,
+            self.max_seq_len,
+            self.arch.clone(),
+        )
+    }
+
     /// Builds and validates a shape of either architecture.
     pub fn with_arch(
         n_layer: usize,

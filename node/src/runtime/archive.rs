@@ -20,6 +20,7 @@ use super::spec::model_config;
 use super::tickets::unix_now;
 use super::RuntimeError;
 use crate::checkpoint::run_export::{self, ExportMeta};
+use crate::data::hf_tokenizer::ExportTokenizer;
 use crate::model::ModelConfig;
 
 /// How long after a round's first commit the follower decides it (unless
@@ -46,16 +47,22 @@ pub struct ArchiveOptions {
 pub struct Archive {
     opts: ArchiveOptions,
     cfg: ModelConfig,
+    /// Written beside each export.
+    tokenizer: Option<ExportTokenizer>,
 }
 
 impl Archive {
-    pub fn new(opts: ArchiveOptions, spec: &RunSpec) -> Result<Self, RuntimeError> {
+    pub fn new(
+        opts: ArchiveOptions,
+        spec: &RunSpec,
+        tokenizer: Option<ExportTokenizer>,
+    ) -> Result<Self, RuntimeError> {
         if opts.every == 0 || opts.keep == 0 {
             return Err(RuntimeError::Config("--checkpoint-every and --keep must be at least 1".into()));
         }
         std::fs::create_dir_all(&opts.dir)
             .map_err(|e| RuntimeError::Config(format!("--checkpoint-dir {}: {e}", opts.dir.display())))?;
-        Ok(Self { cfg: model_config(spec)?, opts })
+        Ok(Self { cfg: model_config(spec)?, opts, tokenizer })
     }
 
     /// Whether the state round `round` commits is archived.
@@ -85,7 +92,8 @@ impl Archive {
         }
         let staging = self.opts.dir.join(format!(".staging-round-{round:08}"));
         let _ = std::fs::remove_dir_all(&staging);
-        run_export::write(&staging, &self.cfg, state, meta).map_err(|e| e.to_string())?;
+        run_export::write(&staging, &self.cfg, state, meta, self.tokenizer.as_ref())
+            .map_err(|e| e.to_string())?;
         pruning(self.opts.keep - 1)?;
         std::fs::rename(&staging, &path)
             .map_err(|e| format!("moving {} into place: {e}", staging.display()))?;

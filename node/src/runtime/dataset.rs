@@ -1,6 +1,7 @@
 //! The run's dataset as the node runtime sees it: resolve the RunSpec's
-//! DataRef (synthetic, or a DatasetId whose manifest comes from the node's
-//! own `--dataset` copy, its store, or its peers), and the `DatasetFeed` the
+//! DataRef (synthetic, or a DatasetId whose manifest, and tokenizer.json when
+//! the dataset has its own, come from the node's own `--dataset` copy, its
+//! store, or its peers), and the `DatasetFeed` the
 //! trainer thread draws each round's batches from — it computes the round's
 //! window assignment, fetches the shards those windows touch (verified
 //! against the manifest, from several peers; a peer serving wrong bytes is
@@ -14,15 +15,16 @@ use std::time::{Duration, Instant};
 
 use libp2p::PeerId;
 use murmur_protocol::assignment::assigned_windows;
-use murmur_protocol::dataset::{DatasetManifest, ShardEntry, Split};
-use murmur_protocol::hash::{hex, DatasetId, ShardHash};
+use murmur_protocol::dataset::{DatasetManifest, DatasetTokenizer, ShardEntry, Split};
+use murmur_protocol::hash::{hex, DatasetId, ShardHash, TokenizerHash};
 use murmur_protocol::{DataRef, PublicKey, RunSpec};
 use serde_json::json;
 
 use super::report::Reporter;
 use super::RuntimeError;
 use crate::data::dataset::{batches_of, shard_tokens, LocalDataset, ShardLru};
-use crate::data::Batch;
+use crate::data::hf_tokenizer::ExportTokenizer;
+use crate::data::{named_tokenizer, Batch};
 use crate::net::fetch::fetch_blob;
 use crate::net::NetHandle;
 use crate::store::{BlobKind, Store};
@@ -65,6 +67,9 @@ pub fn import_local(
     }
     let err = |e: crate::data::DataError| RuntimeError::Config(format!("--dataset: {e}"));
     store.blobs.put(BlobKind::DatasetManifest, local.manifest_bytes())?;
+    if let Some(json) = local.tokenizer_json() {
+        store.blobs.put(BlobKind::Tokenizer, json)?;
+    }
     let m = local.manifest();
     for e in m.train.iter().chain(&m.val) {
         if !store.blobs.contains(BlobKind::DatasetShard, &e.hash.0) {
@@ -97,10 +102,18 @@ pub async fn prepare(
     }
     let manifest_bytes = match store.blobs.get(BlobKind::DatasetManifest, &id.0) {
         Ok(b) => b,
-        Err(_) => fetch_manifest(&net, id, u64::from(manifest_len), &store).await?,
+        Err(_) => fetch_manifest(&net, id, u64::from(manifest_len), Some(&store)).await?,
     };
     let manifest = DatasetManifest::decode(&manifest_bytes)
         .map_err(|e| RuntimeError::Config(format!("dataset {id}: the manifest is invalid: {e}")))?;
+    if let DatasetTokenizer::Bpe { json_len, hash, .. } = manifest.tokenizer {
+        let json = match store.blobs.get(BlobKind::Tokenizer, &hash.0) {
+            Ok(b) => b,
+            Err(_) => fetch_tokenizer(&net, hash, u64::from(json_len), Some(&store)).await?,
+        };
+        named_tokenizer(manifest.tokenizer, Some(&json), &format!("of dataset {id}"))
+            .map_err(|e| RuntimeError::Config(e.to_string()))?;
+    }
     if manifest.tokenizer.vocab_size() as usize > vocab {
         return Err(RuntimeError::Config(format!(
             "dataset {id} uses the {} tokenizer (vocabulary {}), larger than the model's {vocab}",
@@ -145,30 +158,128 @@ pub async fn prepare(
     })))
 }
 
-async fn fetch_manifest(
+/// Fetch blob `id` of `len` bytes from whichever peer serves it within
+/// `MANIFEST_WAIT`, and keep it in `store` when given; the error says what
+/// the last try met.
+async fn fetch_from_peers(
     net: &NetHandle,
-    id: DatasetId,
+    kind: BlobKind,
+    id: [u8; 32],
     len: u64,
-    store: &Store,
-) -> Result<Vec<u8>, RuntimeError> {
+    store: Option<&Store>,
+) -> Result<Result<Vec<u8>, String>, RuntimeError> {
     let give_up = Instant::now() + MANIFEST_WAIT;
     let mut last = String::from("no peer connected");
     while Instant::now() < give_up {
         let peers: Vec<PeerId> = net.peers().await.into_iter().map(|p| p.peer).collect();
         if !peers.is_empty() {
-            match fetch_blob(net, BlobKind::DatasetManifest, id.0, len, len, &peers).await {
+            match fetch_blob(net, kind, id, len, len, &peers).await {
                 Ok(f) => {
-                    store.blobs.put(BlobKind::DatasetManifest, &f.bytes)?;
-                    return Ok(f.bytes);
+                    if let Some(store) = store {
+                        store.blobs.put(kind, &f.bytes)?;
+                    }
+                    return Ok(Ok(f.bytes));
                 }
                 Err(e) => last = e.to_string(),
             }
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    Err(RuntimeError::Config(format!(
-        "no peer served the manifest of dataset {id} ({last}); start the node with --dataset DIR holding it, or ask the bootstrap operator to host it (`murmur-bootstrap --dataset`)"
-    )))
+    Ok(Err(last))
+}
+
+async fn fetch_manifest(
+    net: &NetHandle,
+    id: DatasetId,
+    len: u64,
+    store: Option<&Store>,
+) -> Result<Vec<u8>, RuntimeError> {
+    fetch_from_peers(net, BlobKind::DatasetManifest, id.0, len, store).await?.map_err(|last| {
+        RuntimeError::Config(format!(
+            "no peer served the manifest of dataset {id} ({last}); start the node with --dataset DIR holding it, or ask the bootstrap operator to host it (`murmur-bootstrap --dataset`)"
+        ))
+    })
+}
+
+/// Fetch a dataset's tokenizer.json (`len` bytes, checked against `hash`).
+async fn fetch_tokenizer(
+    net: &NetHandle,
+    hash: TokenizerHash,
+    len: u64,
+    store: Option<&Store>,
+) -> Result<Vec<u8>, RuntimeError> {
+    fetch_from_peers(net, BlobKind::Tokenizer, hash.0, len, store).await?.map_err(|last| {
+        RuntimeError::Config(format!(
+            "no peer served the dataset's tokenizer.json {hash} ({last}); start the node with --dataset DIR holding it"
+        ))
+    })
+}
+
+/// What the manifest of dataset `id` (of `manifest_len` bytes) says of its
+/// tokenizer, and its own tokenizer.json when it has one, from peers: for a
+/// watcher or exporter that holds no copy of the dataset.
+pub async fn dataset_tokenizer_from_peers(
+    net: &NetHandle,
+    id: DatasetId,
+    manifest_len: u32,
+) -> Result<(DatasetTokenizer, Option<Vec<u8>>), RuntimeError> {
+    let bytes = fetch_manifest(net, id, u64::from(manifest_len), None).await?;
+    let manifest = DatasetManifest::decode(&bytes)
+        .map_err(|e| RuntimeError::Config(format!("dataset {id}: the manifest is invalid: {e}")))?;
+    let json = match manifest.tokenizer {
+        DatasetTokenizer::Bpe { json_len, hash, .. } => {
+            Some(fetch_tokenizer(net, hash, u64::from(json_len), None).await?)
+        }
+        DatasetTokenizer::Byte | DatasetTokenizer::Gpt2 => None,
+    };
+    Ok((manifest.tokenizer, json))
+}
+
+/// The tokenizer an export of `spec`'s model (of `vocab` tokens) carries,
+/// from what `store` holds: its dataset's when the store holds the
+/// dataset's manifest (and own tokenizer.json), else the built-in one the
+/// vocabulary was made for.
+pub fn held_export_tokenizer(
+    store: &Store,
+    spec: &RunSpec,
+    vocab: usize,
+) -> Result<Option<ExportTokenizer>, RuntimeError> {
+    let Ok(DataRef::Dataset { id, .. }) = spec.data_ref() else {
+        return Ok(ExportTokenizer::for_vocabulary(vocab));
+    };
+    let Ok(bytes) = store.blobs.get(BlobKind::DatasetManifest, &id.0) else {
+        return Ok(ExportTokenizer::for_vocabulary(vocab));
+    };
+    let manifest = DatasetManifest::decode(&bytes)
+        .map_err(|e| RuntimeError::Config(format!("dataset {id}: the stored manifest is invalid: {e}")))?;
+    let json = match manifest.tokenizer {
+        DatasetTokenizer::Bpe { hash, .. } => store.blobs.get(BlobKind::Tokenizer, &hash.0).ok(),
+        DatasetTokenizer::Byte | DatasetTokenizer::Gpt2 => None,
+    };
+    export_tokenizer_of(manifest.tokenizer, json.as_deref())
+}
+
+/// The tokenizer an export of `spec`'s model (of `vocab` tokens) carries,
+/// from `net`'s peers: its dataset's when the run names a dataset.
+pub async fn export_tokenizer_from_peers(
+    net: &NetHandle,
+    spec: &RunSpec,
+    vocab: usize,
+) -> Result<Option<ExportTokenizer>, RuntimeError> {
+    let Ok(DataRef::Dataset { id, manifest_len }) = spec.data_ref() else {
+        return Ok(ExportTokenizer::for_vocabulary(vocab));
+    };
+    let (named, json) = dataset_tokenizer_from_peers(net, id, manifest_len).await?;
+    export_tokenizer_of(named, json.as_deref())
+}
+
+fn export_tokenizer_of(
+    named: DatasetTokenizer,
+    json: Option<&[u8]>,
+) -> Result<Option<ExportTokenizer>, RuntimeError> {
+    ExportTokenizer::of_dataset(named, json)
+        .map(Some)
+        .map_err(|e| RuntimeError::Config(format!("the export's tokenizer: {e}")))
 }
 
 /// Validation batches made once: (batch, seq, count) and the batches.

@@ -143,7 +143,9 @@ pub fn export_from_data_dir(dir: &Path, pick: Pick, out: &Path) -> Result<Export
     }
     let history = store.meta.history(&spec.run_id())?;
     let meta = with_history(ExportMeta::of(&spec, &state), &history, chosen.val_loss);
-    run_export::write(out, &model_config(&spec)?, &state, &meta)
+    let cfg = model_config(&spec)?;
+    let tokenizer = super::dataset::held_export_tokenizer(&store, &spec, cfg.vocab_size)?;
+    run_export::write(out, &cfg, &state, &meta, tokenizer.as_ref())
         .map_err(|e| RuntimeError::Config(e.to_string()))?;
     Ok(meta)
 }
@@ -196,6 +198,8 @@ pub async fn export_from_network(
         .await
         .map_err(|e| RuntimeError::Config(format!("fetching state {} of round {}: {e}", b.state, b.round)))?;
     let meta = ExportMeta::of(&spec, &state);
-    run_export::write(out, &cfg, &state, &meta).map_err(|e| RuntimeError::Config(e.to_string()))?;
+    let tokenizer = super::dataset::export_tokenizer_from_peers(&net, &spec, cfg.vocab_size).await?;
+    run_export::write(out, &cfg, &state, &meta, tokenizer.as_ref())
+        .map_err(|e| RuntimeError::Config(e.to_string()))?;
     Ok(meta)
 }

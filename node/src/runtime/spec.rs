@@ -4,6 +4,7 @@
 //! seed)), or, in a run that starts from a given model, that model's
 //! parameters, checked against the ParamsId the spec names.
 
+use murmur_protocol::dataset::MAX_TOKENIZER_VOCAB;
 use murmur_protocol::{
     initial_momentum, params_id, AdmissionPolicy, Codec, InnerOptimizer, ModelShape, OuterOptimizer,
     ParamsId, PublicKey, RobustMode, RunSpec, TrainingState,
@@ -56,6 +57,9 @@ pub struct RunParams {
     pub pacing: murmur_protocol::Pacing,
     /// The genesis parameters' hash when the run starts from a given model.
     pub genesis_params: Option<ParamsId>,
+    /// The model's vocabulary when it is not the preset's: the size of a
+    /// dataset's own tokenizer.
+    pub vocab: Option<u32>,
 }
 
 impl Default for RunParams {
@@ -77,13 +81,14 @@ impl Default for RunParams {
             committee_size: 0,
             pacing: murmur_protocol::Pacing::default(),
             genesis_params: None,
+            vocab: None,
         }
     }
 }
 
 /// The model shape of `preset` in the spec's terms.
-pub fn model_shape(preset: &str) -> Result<ModelShape, SpecError> {
-    let c = ModelConfig::preset(preset).map_err(|_| SpecError::UnknownPreset(preset.to_string()))?;
+pub fn model_shape(preset: &str, vocab: Option<u32>) -> Result<ModelShape, SpecError> {
+    let c = preset_config(preset, vocab)?;
     Ok(ModelShape {
         preset: preset.to_string(),
         vocab_size: c.vocab_size as u32,
@@ -144,7 +149,7 @@ pub fn parse_admission(mode: &str, operators: &[PublicKey]) -> Result<AdmissionP
 /// Build a RunSpec from `p`.
 pub fn run_spec(p: &RunParams) -> Result<RunSpec, SpecError> {
     Ok(RunSpec {
-        model: model_shape(&p.preset)?,
+        model: model_shape(&p.preset, p.vocab)?,
         data: p.data.clone(),
         inner: InnerOptimizer {
             lr: p.lr,
@@ -170,11 +175,27 @@ pub fn run_spec(p: &RunParams) -> Result<RunSpec, SpecError> {
     })
 }
 
-/// The model configuration of a spec, checked against this build's preset.
+/// `preset`'s model with vocabulary `vocab` (1..=65536) instead of its own.
+fn preset_config(preset: &str, vocab: Option<u32>) -> Result<ModelConfig, SpecError> {
+    let c = ModelConfig::preset(preset).map_err(|_| SpecError::UnknownPreset(preset.to_string()))?;
+    match vocab {
+        Some(v) if v as usize != c.vocab_size => {
+            if v == 0 || v > MAX_TOKENIZER_VOCAB {
+                return Err(SpecError::ShapeMismatch(preset.to_string()));
+            }
+            c.with_vocab(v as usize).map_err(|_| SpecError::ShapeMismatch(preset.to_string()))
+        }
+        _ => Ok(c),
+    }
+}
+
+/// The model configuration of a spec, checked against this build's preset
+/// (with the spec's vocabulary, which a dataset's own tokenizer sets).
 pub fn model_config(spec: &RunSpec) -> Result<ModelConfig, SpecError> {
     let preset = &spec.model.preset;
-    let c = ModelConfig::preset(preset).map_err(|_| SpecError::UnknownPreset(preset.clone()))?;
-    if model_shape(preset)? != spec.model {
+    let vocab = Some(spec.model.vocab_size);
+    let c = preset_config(preset, vocab)?;
+    if model_shape(preset, vocab)? != spec.model {
         return Err(SpecError::ShapeMismatch(preset.clone()));
     }
     Ok(c)
@@ -261,7 +282,7 @@ mod tests {
         assert!(matches!(cfg.arch, crate::model::Architecture::Llama(_)));
         assert_eq!(genesis(&spec).expect("genesis").params.len(), cfg.param_count());
         let mut forged = spec.clone();
-        forged.model = ModelShape { preset: "llama-tiny".into(), ..model_shape("tiny").expect("tiny") };
+        forged.model = ModelShape { preset: "llama-tiny".into(), ..model_shape("tiny", None).expect("tiny") };
         assert!(matches!(model_config(&forged), Err(SpecError::ShapeMismatch(_))));
     }
 

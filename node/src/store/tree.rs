@@ -10,7 +10,9 @@
 //! Blobs of one chunk or less have a table of one entry: the id itself.
 
 use blake3::hazmat::{self, ChainingValue, HasherExt, Mode};
-use murmur_protocol::hash::{DOMAIN_DATASET_ID, DOMAIN_DATASET_SHARD, DOMAIN_PAYLOAD, DOMAIN_STATE_ID};
+use murmur_protocol::hash::{
+    DOMAIN_DATASET_ID, DOMAIN_DATASET_SHARD, DOMAIN_PAYLOAD, DOMAIN_STATE_ID, DOMAIN_TOKENIZER,
+};
 
 /// Bytes per chunk (a power of two, at least blake3's 1 KiB chunk).
 pub const CHUNK_LEN: u64 = 1 << 20;
@@ -36,17 +38,20 @@ pub enum BlobKind {
     /// Protocol v2: a state's ledger (roster and excluded keys); its id is
     /// `Ledger::hash`.
     Ledger,
+    /// A dataset's own `tokenizer.json`; its id is the TokenizerHash.
+    Tokenizer,
 }
 
 impl BlobKind {
     /// Every kind (the store keeps one directory each).
-    pub const ALL: [BlobKind; 6] = [
+    pub const ALL: [BlobKind; 7] = [
         BlobKind::Delta,
         BlobKind::State,
         BlobKind::DatasetShard,
         BlobKind::DatasetManifest,
         BlobKind::Aggregate,
         BlobKind::Ledger,
+        BlobKind::Tokenizer,
     ];
 
     /// The wire byte of this kind.
@@ -58,6 +63,7 @@ impl BlobKind {
             BlobKind::DatasetManifest => 4,
             BlobKind::Aggregate => 5,
             BlobKind::Ledger => 6,
+            BlobKind::Tokenizer => 7,
         }
     }
 
@@ -69,6 +75,7 @@ impl BlobKind {
             4 => Some(BlobKind::DatasetManifest),
             5 => Some(BlobKind::Aggregate),
             6 => Some(BlobKind::Ledger),
+            7 => Some(BlobKind::Tokenizer),
             _ => None,
         }
     }
@@ -82,6 +89,7 @@ impl BlobKind {
             BlobKind::DatasetManifest => "dataset-manifest",
             BlobKind::Aggregate => "aggregate",
             BlobKind::Ledger => "ledger",
+            BlobKind::Tokenizer => "tokenizer",
         }
     }
 
@@ -94,6 +102,7 @@ impl BlobKind {
             BlobKind::DatasetManifest => DOMAIN_DATASET_ID,
             BlobKind::Aggregate => murmur_protocol::committee::messages::DOMAIN_AGGREGATE,
             BlobKind::Ledger => murmur_protocol::committee::ledger::DOMAIN_STATE_V2,
+            BlobKind::Tokenizer => DOMAIN_TOKENIZER,
         }
     }
 

@@ -20,7 +20,7 @@ pub mod progress;
 pub mod usage;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -59,7 +59,8 @@ pub struct TestnetOptions {
     /// Threads each node's CPU trainer uses.
     pub threads_per_node: usize,
     pub seed: u64,
-    /// The run's data as the bootstrap server's `--data` takes it (`shakespeare`, `synthetic…`).
+    /// The run's data: what the bootstrap server's `--data` takes
+    /// (`shakespeare`, `synthetic…`) or a dataset directory it hosts.
     pub data: String,
     /// Protocol v2's committee size (0: version 1's round).
     pub committee_size: u32,
@@ -322,7 +323,7 @@ fn drive(net: &mut Testnet) -> Result<bool> {
         &o.deadline.to_string(),
         "--seed",
         &o.seed.to_string(),
-        "--data",
+        if Path::new(&o.data).is_dir() { "--dataset" } else { "--data" },
         &o.data,
         "--committee-size",
         &o.committee_size.to_string(),

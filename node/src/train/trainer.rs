@@ -100,6 +100,8 @@ pub struct TrainSummary {
     pub steps: usize,
     pub train_loss: f32,
     pub val_loss: f32,
+    /// The validation loss in bits per byte of text (real text only).
+    pub val_bits_per_byte: Option<f64>,
     pub entropy_floor: Option<f64>,
     pub ln_vocab: f64,
     pub tokens: u64,
@@ -260,6 +262,9 @@ pub fn train<B: Backend>(
         steps: config.steps,
         train_loss: last_loss,
         val_loss,
+        val_bits_per_byte: corpus
+            .val_bytes_per_token()?
+            .map(|bytes| f64::from(val_loss) / std::f64::consts::LN_2 / bytes),
         entropy_floor: corpus.entropy_floor(),
         ln_vocab: (corpus.vocab_size() as f64).ln(),
         tokens,

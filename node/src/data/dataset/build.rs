@@ -8,18 +8,22 @@
 //! allows). Text is read one file at a time, checked to be UTF-8, and
 //! tokenized in pieces cut after a newline that precedes a non-space
 //! character (where both tokenizers give the same tokens as for the whole
-//! text), with the tokenizer's end-of-text token before each file.
+//! text), with the tokenizer's end-of-text token before each file. A BPE
+//! trained for the dataset (`bpe:VOCAB`) is trained on the same pieces first,
+//! and its tokenizer.json goes to the sink beside the shards.
 
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use murmur_protocol::dataset::{DatasetManifest, DatasetTokenizer, ShardEntry, Split, MAX_SHARD_TOKENS};
 use murmur_protocol::hash::{shard_hash_of, ShardHash};
 
+use crate::data::bpe::BpeTokenizer;
 use crate::data::error::DataError;
 use crate::data::shard::TokenShard;
 use crate::data::text::list_files;
-use crate::data::tokenizer::{Tokenizer, TokenizerKind};
+use crate::data::tokenizer::{Tokenizer, TokenizerChoice, TokenizerKind};
 
 /// Default tokens per shard: 2^19 (1 MiB, one transfer chunk).
 pub const DEFAULT_SHARD_TOKENS: u32 = 1 << 19;
@@ -29,29 +33,38 @@ pub const MAX_DEFAULT_VAL_TOKENS: u64 = 1 << 20;
 const PIECE_BYTES: usize = 4 << 20;
 
 /// How to build.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct BuildOptions {
-    pub tokenizer: TokenizerKind,
+    pub tokenizer: TokenizerChoice,
     pub shard_tokens: u32,
     /// Tokens held out for validation; `None` picks the default rule.
     pub val_tokens: Option<u64>,
 }
 
-/// Where finished shards go.
+/// Where a built dataset's files go: its shards and, when it has its own
+/// tokenizer, that tokenizer.json.
 pub trait ShardSink {
     /// Keep shard `bytes` (its hash is `hash`).
     fn put(&mut self, hash: &ShardHash, bytes: Vec<u8>) -> Result<(), DataError>;
+    /// Keep the dataset's own tokenizer.json.
+    fn put_tokenizer(&mut self, json: &[u8]) -> Result<(), DataError>;
 }
 
 /// Keeps shards in memory (built-in datasets, tests).
 #[derive(Debug, Default)]
 pub struct MemorySink {
     pub shards: Vec<(ShardHash, Vec<u8>)>,
+    pub tokenizer: Option<Vec<u8>>,
 }
 
 impl ShardSink for MemorySink {
     fn put(&mut self, hash: &ShardHash, bytes: Vec<u8>) -> Result<(), DataError> {
         self.shards.push((*hash, bytes));
+        Ok(())
+    }
+
+    fn put_tokenizer(&mut self, json: &[u8]) -> Result<(), DataError> {
+        self.tokenizer = Some(json.to_vec());
         Ok(())
     }
 }
@@ -172,8 +185,12 @@ pub fn build(
             DataError::EmptyFile { path: input.to_path_buf() }
         });
     }
-    let vocab = opts.tokenizer.vocab_size() as u32;
     let shards = files.iter().all(|p| is_bin(p));
+    let Resolved { tokenizer, json, named } = resolve_tokenizer(&opts.tokenizer, &files, shards, input)?;
+    if let Some(json) = &json {
+        sink.put_tokenizer(json)?;
+    }
+    let vocab = named.vocab_size();
     let mut sharder = Sharder {
         shard_tokens: opts.shard_tokens as usize,
         vocab,
@@ -204,10 +221,9 @@ pub fn build(
             progress(done);
         }
     } else {
-        let tokenizer = opts.tokenizer.build()?;
-        let estimate = match opts.tokenizer {
-            TokenizerKind::Byte => total_bytes,
-            TokenizerKind::Gpt2 => total_bytes / 4,
+        let estimate = match named {
+            DatasetTokenizer::Byte => total_bytes,
+            _ => total_bytes / 4,
         };
         sharder.val_target = opts.val_tokens.unwrap_or_else(|| default_val_tokens(estimate));
         for file in &files {
@@ -216,8 +232,7 @@ pub fn build(
             if bytes.is_empty() {
                 continue;
             }
-            let text = std::str::from_utf8(&bytes)
-                .map_err(|e| DataError::NotUtf8 { path: file.clone(), offset: e.valid_up_to() })?;
+            let text = utf8(file, &bytes)?;
             if let Some(eot) = tokenizer.eot() {
                 sharder.push(&[eot], &|| name.clone())?;
             }
@@ -234,23 +249,96 @@ pub fn build(
     if val.is_empty() || train.is_empty() {
         return Err(DataError::DatasetTooSmall { tokens: seen, val_tokens: sharder.val_target });
     }
-    let manifest = DatasetManifest {
-        tokenizer: dataset_tokenizer(opts.tokenizer),
-        shard_tokens: opts.shard_tokens,
-        train,
-        val,
-    };
+    let manifest = DatasetManifest { tokenizer: named, shard_tokens: opts.shard_tokens, train, val };
     manifest
         .validate()
         .map_err(|e| DataError::BadDataset { what: input.display().to_string(), reason: e.to_string() })?;
     Ok((manifest, total_bytes))
 }
 
+fn utf8<'a>(file: &Path, bytes: &'a [u8]) -> Result<&'a str, DataError> {
+    std::str::from_utf8(bytes)
+        .map_err(|e| DataError::NotUtf8 { path: file.to_path_buf(), offset: e.valid_up_to() })
+}
+
+/// The tokenizer a build uses.
+struct Resolved {
+    tokenizer: Arc<dyn Tokenizer>,
+    /// The tokenizer.json of a dataset's own tokenizer.
+    json: Option<Vec<u8>>,
+    /// What the manifest says of it.
+    named: DatasetTokenizer,
+}
+
+/// The tokenizer `choice` names for `files`: built in, read from a
+/// tokenizer.json, or trained on the text of `files` (refused for shards).
+fn resolve_tokenizer(
+    choice: &TokenizerChoice,
+    files: &[PathBuf],
+    shards: bool,
+    input: &Path,
+) -> Result<Resolved, DataError> {
+    let bpe = match choice {
+        TokenizerChoice::Kind(kind) => {
+            return Ok(Resolved { tokenizer: kind.build()?, json: None, named: dataset_tokenizer(*kind) })
+        }
+        TokenizerChoice::File(path) => {
+            let what = path.display().to_string();
+            let len = fs::metadata(path).map_err(|e| DataError::io(path, e))?.len();
+            if len > u64::from(murmur_protocol::dataset::MAX_TOKENIZER_BYTES) {
+                return Err(DataError::BadTokenizer {
+                    what,
+                    reason: format!("{len} bytes, more than any tokenizer.json murmur accepts (16 MiB)"),
+                });
+            }
+            BpeTokenizer::from_json(&fs::read(path).map_err(|e| DataError::io(path, e))?, &what)?
+        }
+        TokenizerChoice::TrainBpe(vocab) => {
+            if shards {
+                return Err(DataError::BadTokenizer {
+                    what: input.display().to_string(),
+                    reason: format!("`bpe:{vocab}` trains on text, and .bin shards are already tokens; pass the tokenizer.json they were made with"),
+                });
+            }
+            train_bpe(files, *vocab)?
+        }
+    };
+    Ok(Resolved { named: bpe.dataset_tokenizer(), json: Some(bpe.json().to_vec()), tokenizer: Arc::new(bpe) })
+}
+
+/// Train a BPE of `vocab` ids on the pieces of every text file (read one
+/// at a time; the first unreadable or non-UTF-8 file stops it).
+fn train_bpe(files: &[PathBuf], vocab: u32) -> Result<BpeTokenizer, DataError> {
+    let failed: Mutex<Option<DataError>> = Mutex::new(None);
+    let texts = files.iter().map_while(|file| {
+        let read = fs::read(file).map_err(|e| DataError::io(file, e)).and_then(|bytes| {
+            utf8(file, &bytes)?;
+            Ok(bytes)
+        });
+        match read {
+            Ok(bytes) => Some(bytes),
+            Err(e) => {
+                *failed.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                None
+            }
+        }
+    });
+    let pieces = texts.flat_map(|bytes| {
+        let text = String::from_utf8(bytes).unwrap_or_default();
+        pieces(&text).map(str::to_string).collect::<Vec<_>>()
+    });
+    let bpe = BpeTokenizer::train(pieces, vocab);
+    if let Some(e) = failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(e);
+    }
+    bpe
+}
+
 /// Build a dataset from text in memory (the built-in datasets).
 pub fn build_text(
     text: &str,
     tokenizer: &dyn Tokenizer,
-    kind: TokenizerKind,
+    named: DatasetTokenizer,
     shard_tokens: u32,
     val_tokens: u64,
 ) -> Result<(DatasetManifest, MemorySink), DataError> {
@@ -270,12 +358,7 @@ pub fn build_text(
         sharder.push(&tokenizer.encode(piece), &|| "built-in text".to_string())?;
     }
     sharder.flush()?;
-    let manifest = DatasetManifest {
-        tokenizer: dataset_tokenizer(kind),
-        shard_tokens,
-        train: sharder.train,
-        val: sharder.val,
-    };
+    let manifest = DatasetManifest { tokenizer: named, shard_tokens, train: sharder.train, val: sharder.val };
     manifest
         .validate()
         .map_err(|e| DataError::BadDataset { what: "built-in text".into(), reason: e.to_string() })?;
@@ -284,7 +367,7 @@ pub fn build_text(
 
 /// `text` in pieces of about `PIECE_BYTES`, each cut after a `\n` that is
 /// followed by a non-whitespace character (or at the end).
-fn pieces(text: &str) -> impl Iterator<Item = &str> {
+pub(crate) fn pieces(text: &str) -> impl Iterator<Item = &str> {
     let mut rest = text;
     std::iter::from_fn(move || {
         if rest.is_empty() {
@@ -309,7 +392,7 @@ mod tests {
     use crate::data::shard::write_shard;
 
     fn opts(kind: TokenizerKind, shard_tokens: u32) -> BuildOptions {
-        BuildOptions { tokenizer: kind, shard_tokens, val_tokens: None }
+        BuildOptions { tokenizer: TokenizerChoice::Kind(kind), shard_tokens, val_tokens: None }
     }
 
     #[test]
@@ -385,5 +468,42 @@ mod tests {
         assert_eq!((m.tokens(Split::Train), m.tokens(Split::Val)), (2500, 300));
         assert_eq!(m.train.len(), 3);
         assert_eq!(sink.shards.len(), 4);
+    }
+
+    #[test]
+    fn a_bpe_trained_on_the_input_names_its_file_and_tokenizes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("verse.txt");
+        let text = "Shall I compare thee to a summer's day?\nThou art more lovely and more temperate.\n";
+        std::fs::write(&path, text.repeat(400)).unwrap();
+        let bpe = |vocab| BuildOptions {
+            tokenizer: TokenizerChoice::TrainBpe(vocab),
+            shard_tokens: 1000,
+            val_tokens: Some(500),
+        };
+        let mut sink = MemorySink::default();
+        let (m, _) = build(&path, bpe(300), &mut sink, &|_| {}).unwrap();
+        let json = sink.tokenizer.clone().expect("the tokenizer.json went to the sink");
+        let tokenizer = BpeTokenizer::from_json(&json, "built").unwrap();
+        assert_eq!(m.tokenizer, tokenizer.dataset_tokenizer());
+        // The end-of-text token first, then the text's own tokens.
+        let first: Vec<u16> = sink.shards[0].1.chunks(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
+        assert_eq!(first[0], 0);
+        let ids = tokenizer.encode(text);
+        assert_eq!(first[1..=ids.len()].iter().map(|&t| u32::from(t)).collect::<Vec<_>>(), ids);
+        assert!(m.tokens(Split::Train) + m.tokens(Split::Val) < 400 * text.len() as u64 / 2);
+        // Same input, same DatasetId; another vocabulary, another.
+        assert_eq!(build(&path, bpe(300), &mut MemorySink::default(), &|_| {}).unwrap().0.id(), m.id());
+        assert_ne!(build(&path, bpe(290), &mut MemorySink::default(), &|_| {}).unwrap().0.id(), m.id());
+        // A tokenizer.json given as a file gives the same dataset.
+        let file = dir.path().join("tokenizer.json");
+        std::fs::write(&file, &json).unwrap();
+        let given = BuildOptions { tokenizer: TokenizerChoice::File(file), ..bpe(300) };
+        assert_eq!(build(&path, given, &mut MemorySink::default(), &|_| {}).unwrap().0.id(), m.id());
+        // Shards are already tokens.
+        write_shard(&dir.path().join("toy.bin"), &[1; 3000]).unwrap();
+        let err =
+            build(&dir.path().join("toy.bin"), bpe(300), &mut MemorySink::default(), &|_| {}).unwrap_err();
+        assert!(err.to_string().contains("already tokens"), "{err}");
     }
 }

@@ -1,23 +1,28 @@
 //! A dataset directory, as `murmur data add --out DIR` writes it and
-//! `--dataset DIR` reads it: `DIR/manifest` (the manifest's canonical bytes)
-//! and `DIR/shards/<ShardHash hex>` (each shard's u16 tokens). Every file is
-//! written to a temporary name, fsynced and renamed; every shard is checked
-//! against its hash when read.
+//! `--dataset DIR` reads it: `DIR/manifest` (the manifest's canonical bytes),
+//! `DIR/shards/<ShardHash hex>` (each shard's u16 tokens) and, for a dataset
+//! with its own tokenizer, `DIR/tokenizer.json`. Every file is written to a
+//! temporary name, fsynced and renamed; every shard is checked against its
+//! hash when read, the tokenizer when the directory is opened.
 
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use murmur_protocol::dataset::DatasetManifest;
+use murmur_protocol::dataset::{DatasetManifest, DatasetTokenizer};
 use murmur_protocol::hash::{hex, shard_hash_of, DatasetId, ShardHash};
 
 use super::build::ShardSink;
+use crate::data::bpe::BpeTokenizer;
 use crate::data::error::DataError;
+use crate::data::tokenizer::{named_tokenizer, Tokenizer};
 
 /// File name of the manifest inside a dataset directory.
 pub const MANIFEST_FILE: &str = "manifest";
 /// Folder of the shards inside a dataset directory.
 pub const SHARDS_DIR: &str = "shards";
+/// File name of a dataset's own tokenizer inside a dataset directory.
+pub const TOKENIZER_FILE: &str = "tokenizer.json";
 
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), DataError> {
     let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
@@ -57,6 +62,26 @@ impl ShardSink for DirSink {
         }
         write_atomic(&path, &bytes)
     }
+
+    fn put_tokenizer(&mut self, json: &[u8]) -> Result<(), DataError> {
+        write_atomic(&self.dir.join(TOKENIZER_FILE), json)
+    }
+}
+
+/// `dir/tokenizer.json`, which must be the file `named` (of `json_len` bytes).
+fn read_tokenizer(dir: &Path, named: DatasetTokenizer, json_len: u32) -> Result<BpeTokenizer, DataError> {
+    let path = dir.join(TOKENIZER_FILE);
+    let what = path.display().to_string();
+    let len = fs::metadata(&path).map_err(|e| DataError::io(&path, e))?.len();
+    if len != u64::from(json_len) {
+        return Err(DataError::BadTokenizer {
+            what,
+            reason: format!("{len} bytes where the manifest names a file of {json_len}; the copy is corrupt, rebuild it with `murmur data add`"),
+        });
+    }
+    let tokenizer = BpeTokenizer::from_json(&fs::read(&path).map_err(|e| DataError::io(&path, e))?, &what)?;
+    tokenizer.check_named(named, &what)?;
+    Ok(tokenizer)
 }
 
 /// A dataset directory opened for reading.
@@ -65,6 +90,8 @@ pub struct DatasetDir {
     pub dir: PathBuf,
     pub manifest: DatasetManifest,
     pub manifest_bytes: Vec<u8>,
+    /// The dataset's own tokenizer, when the manifest names one (checked).
+    pub tokenizer: Option<BpeTokenizer>,
 }
 
 impl DatasetDir {
@@ -85,7 +112,22 @@ impl DatasetDir {
                 "{MANIFEST_FILE} is not a valid dataset manifest ({e}); rebuild it with `murmur data add`"
             ),
         })?;
-        Ok(Self { dir: dir.to_path_buf(), manifest, manifest_bytes: bytes })
+        let tokenizer = match manifest.tokenizer {
+            DatasetTokenizer::Bpe { json_len, .. } => {
+                Some(read_tokenizer(dir, manifest.tokenizer, json_len)?)
+            }
+            DatasetTokenizer::Byte | DatasetTokenizer::Gpt2 => None,
+        };
+        Ok(Self { dir: dir.to_path_buf(), manifest, manifest_bytes: bytes, tokenizer })
+    }
+
+    /// The dataset's tokenizer (built in, or its own).
+    pub fn open_tokenizer(&self) -> Result<std::sync::Arc<dyn Tokenizer>, DataError> {
+        named_tokenizer(
+            self.manifest.tokenizer,
+            self.tokenizer.as_ref().map(BpeTokenizer::json),
+            &self.dir.display().to_string(),
+        )
     }
 
     pub fn id(&self) -> DatasetId {
@@ -113,7 +155,7 @@ impl DatasetDir {
 mod tests {
     use super::*;
     use crate::data::dataset::build::{build, BuildOptions};
-    use crate::data::tokenizer::TokenizerKind;
+    use crate::data::tokenizer::{TokenizerChoice, TokenizerKind};
 
     #[test]
     fn a_built_directory_reopens_and_checks_its_shards() {
@@ -122,7 +164,11 @@ mod tests {
         fs::write(&input, "to be or not to be\n".repeat(2000)).unwrap();
         let out = dir.path().join("ds");
         let mut sink = DirSink::create(&out).unwrap();
-        let opts = BuildOptions { tokenizer: TokenizerKind::Byte, shard_tokens: 4096, val_tokens: None };
+        let opts = BuildOptions {
+            tokenizer: TokenizerChoice::Kind(TokenizerKind::Byte),
+            shard_tokens: 4096,
+            val_tokens: None,
+        };
         let (manifest, _) = build(&input, opts, &mut sink, &|_| {}).unwrap();
         let id = sink.finish(&manifest).unwrap();
         let opened = DatasetDir::open(&out).unwrap();
@@ -140,5 +186,37 @@ mod tests {
         fs::write(out.join(MANIFEST_FILE), b"\x01\x07junk").unwrap();
         let err = DatasetDir::open(&out).unwrap_err();
         assert!(err.to_string().contains("not a valid dataset manifest"), "{err}");
+    }
+
+    #[test]
+    fn a_directory_with_its_own_tokenizer_checks_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("in.txt");
+        fs::write(&input, &crate::data::dataset::builtin::SHAKESPEARE_TEXT[..40_000]).unwrap();
+        let out = dir.path().join("ds");
+        let mut sink = DirSink::create(&out).unwrap();
+        let opts =
+            BuildOptions { tokenizer: TokenizerChoice::TrainBpe(300), shard_tokens: 4096, val_tokens: None };
+        let (manifest, _) = build(&input, opts, &mut sink, &|_| {}).unwrap();
+        sink.finish(&manifest).unwrap();
+        let opened = DatasetDir::open(&out).unwrap();
+        let tokenizer = opened.open_tokenizer().unwrap();
+        assert_eq!((tokenizer.name(), tokenizer.vocab_size()), ("bpe", 300));
+        assert_eq!(tokenizer.decode(&tokenizer.encode("to be")), "to be");
+        assert_eq!(opened.manifest.tokenizer.vocab_size(), 300);
+        // A changed file, or none, is refused before anything trains on it.
+        let path = out.join(TOKENIZER_FILE);
+        let json = fs::read(&path).unwrap();
+        let changed =
+            String::from_utf8(json.clone()).unwrap().replacen("\"dropout\":null", "\"dropout\":0.00", 1);
+        assert_eq!(changed.len(), json.len());
+        fs::write(&path, changed).unwrap();
+        let err = DatasetDir::open(&out).unwrap_err();
+        assert!(err.to_string().contains("not the tokenizer the dataset names"), "{err}");
+        fs::write(&path, &json[..json.len() - 1]).unwrap();
+        let err = DatasetDir::open(&out).unwrap_err();
+        assert!(err.to_string().contains("where the manifest names a file of"), "{err}");
+        fs::remove_file(&path).unwrap();
+        assert!(matches!(DatasetDir::open(&out), Err(DataError::MissingPath { .. })));
     }
 }

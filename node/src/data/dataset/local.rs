@@ -55,6 +55,14 @@ impl LocalDataset {
         dataset_id_of(self.manifest_bytes())
     }
 
+    /// The dataset's own tokenizer.json, when it has one (checked when opened).
+    pub fn tokenizer_json(&self) -> Option<&[u8]> {
+        match self {
+            LocalDataset::Dir(d) => d.tokenizer.as_ref().map(|t| t.json()),
+            LocalDataset::BuiltIn(m) => m.tokenizer.as_deref(),
+        }
+    }
+
     /// The RunSpec `data` string naming this dataset.
     pub fn data_ref(&self) -> String {
         murmur_protocol::DataRef::Dataset { id: self.id(), manifest_len: self.manifest_bytes().len() as u32 }
