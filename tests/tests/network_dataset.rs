@@ -171,6 +171,7 @@ fn a_run_spec_naming_a_local_path_is_refused_without_opening_it() {
             dataset: DatasetOptions::default(),
             ticket: None,
             eval_every: 1,
+            checkpointing: false,
             max_peers_per_ip: murmur_node::net::slots::MAX_PER_IP,
         };
         let (tx, rx) = std::sync::mpsc::channel();

@@ -69,6 +69,12 @@ pub struct NodeArgs {
     /// spent in inner steps.
     #[arg(long, default_value_t = 1, env = "MURMUR_EVAL_EVERY")]
     pub eval_every: u64,
+    /// Activation checkpointing (Llama presets): keep each block's input
+    /// only and recompute the block in the backward, for a fraction of the
+    /// activation memory at the cost of one more forward pass. The node
+    /// checks before it trains that the run's shape fits the memory free.
+    #[arg(long, env = "MURMUR_CHECKPOINTING")]
+    pub checkpointing: bool,
     /// Most peers that may be connected in from one IP address (peers the
     /// run names — its bootstrap servers, operators, admitted keys — are
     /// not counted).
@@ -131,6 +137,7 @@ pub fn run(a: NodeArgs) -> Result<()> {
         dataset: DatasetOptions { local: a.dataset, cache_bytes: a.data_cache },
         ticket: a.ticket,
         eval_every: a.eval_every,
+        checkpointing: a.checkpointing,
         max_peers_per_ip: a.max_peers_per_ip,
     };
     super::run_until_ctrl_c(run_node(opts))

@@ -113,6 +113,11 @@ layered_settings! {
         /// Save a checkpoint every N steps (0: only at the end).
         #[arg(long, env = "MURMUR_CHECKPOINT_EVERY")]
         pub checkpoint_every: Option<usize>,
+        /// Activation checkpointing (Llama presets): keep each block's input
+        /// only and recompute the block in the backward, for a fraction of
+        /// the activation memory at the cost of one more forward pass.
+        #[arg(long, env = "MURMUR_CHECKPOINTING", num_args = 0..=1, default_missing_value = "true")]
+        pub checkpointing: Option<bool>,
     }
 }
 
@@ -172,8 +177,12 @@ pub fn resolve(args: &TrainArgs) -> Result<(TrainConfig, DataSpec)> {
         val_batches: pick!(val_batches, 8),
         checkpoint_every: pick!(checkpoint_every, 0),
         checkpoint_dir: s.checkpoint_dir.clone(),
+        checkpointing: pick!(checkpointing, false),
         model,
     };
+    if config.checkpointing && config.model.arch.is_gpt2() {
+        bail!("--checkpointing is for the Llama presets; {preset} is GPT-2");
+    }
     if config.batch == 0 || config.seq == 0 || config.steps == 0 {
         bail!("--batch, --seq and --steps must each be at least 1");
     }

@@ -185,6 +185,11 @@ pub trait Backend: Sync {
     fn describe(&self) -> String;
 
     // ---- memory ----
+    /// Bytes free for new tensors on the device, when the backend can tell
+    /// (the CPU backend: the host's available memory).
+    fn memory_available(&self) -> Option<u64> {
+        None
+    }
     /// A zero-filled tensor of `len` floats.
     fn tensor(&self, len: usize) -> Self::Tensor;
     /// A zero-filled token buffer of `len` ids.

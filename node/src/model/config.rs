@@ -135,14 +135,7 @@ impl ModelConfig {
     /// The same model with a vocabulary of `vocab_size` tokens (a dataset's
     /// own tokenizer sets it).
     pub fn with_vocab(&self, vocab_size: usize) -> Result<Self, ConfigError> {
-        Self::with_arch(
-            self.n_layer,
-            self.n_embd,
-            self.n_head,
-            vocab_size,
-            self.max_seq_len,
-            self.arch.clone(),
-        )
+        Self::with_arch(self.n_layer, self.n_embd, self.n_head, vocab_size, self.max_seq_len, self.arch)
     }
 
     /// Builds and validates a shape of either architecture.
@@ -290,36 +283,6 @@ impl ModelConfig {
         self.param_count_u64() as usize
     }
 
-    /// Bytes the model's buffers take to train on `batch` sequences of `t`
-    /// tokens (`Gpt::new` and its activations for one shape): parameters,
-    /// gradients and both AdamW moments, then per token every block's
-    /// activations and the N_head·T attention scores, one block's
-    /// activation gradients, the embeddings and final norm with their
-    /// gradients, logits, probabilities and their gradient (3·V), and two
-    /// token ids. GPT-2's block keeps 18·C + 4 floats a token and its
-    /// gradients 14·C; Llama's (qkv width Q, MLP hidden H) keeps 7·C + Q +
-    /// 3·H + 2 and its gradients 3·C + Q + 3·H. A lower bound (the CPU
-    /// backend's weight images come on top); u64 arithmetic that
-    /// saturates, so any batch a peer names gets an answer instead of an
-    /// overflow.
-    pub fn training_bytes(&self, batch: u64, t: u64) -> u64 {
-        let (l, c, nh, vp) =
-            (self.n_layer as u64, self.n_embd as u64, self.n_head as u64, self.padded_vocab_size as u64);
-        let (block, rest) = match self.arch {
-            Architecture::Gpt2 => (18 * c + 4, 18 * c + 3),
-            Architecture::Llama(s) => {
-                let (q, h) = (self.qkv_width() as u64, s.ffn_hidden as u64);
-                // the zero position table and its gradient's scratch are C a token each
-                (7 * c + q + 3 * h + 2, 3 * c + q + 3 * h + 6 * c + 1)
-            }
-        };
-        let per_layer = block.saturating_add(nh.saturating_mul(t));
-        let per_token = l.saturating_mul(per_layer).saturating_add(rest + 3 * vp + 2);
-        let tokens = batch.saturating_mul(t);
-        let floats = (4 * self.param_count_u64()).saturating_add(tokens.saturating_mul(per_token));
-        floats.saturating_mul(4)
-    }
-
     /// Training FLOPs per token at sequence length `t`, as llm.c counts them:
     /// 6·N for the matmuls plus 6·L·C·T for attention.
     pub fn flops_per_token(&self, t: usize) -> f64 {
@@ -341,30 +304,6 @@ mod tests {
         assert_eq!(tiny.padded_vocab_size, 256);
         assert_eq!(tiny.param_count(), 834_304);
         assert_eq!(ModelConfig::preset("small").unwrap().param_count(), 30_062_592);
-    }
-
-    #[test]
-    fn training_bytes_count_the_buffers_of_one_shape() {
-        let tiny = ModelConfig::preset("tiny").unwrap();
-        // 4 copies of 834,304 parameters, then 512 tokens of
-        // 4·(18·128 + 4 + 4·64) + 18·128 + 3 + 3·256 + 2 floats.
-        let per_token = 4 * (18 * 128 + 4 + 4 * 64) + 18 * 128 + 3 + 3 * 256 + 2;
-        assert_eq!(tiny.training_bytes(8, 64), 4 * (4 * 834_304 + 512 * per_token));
-        // GPT-2 small at B=4, T=1024: the attention scores alone are
-        // 4·12·1024² floats a layer, the logits' three 4096 × 50304; about
-        // 9.8 GB in all.
-        let gpt2 = ModelConfig::preset("gpt2-124m").unwrap();
-        let bytes = gpt2.training_bytes(4, 1024);
-        assert!((9_500_000_000..10_000_000_000).contains(&bytes), "{bytes}");
-        assert_eq!(gpt2.training_bytes(u64::MAX, 1024), u64::MAX);
-        // llama-tiny (qkv width 256, SwiGLU hidden 384): a block keeps
-        // 7·128 + 256 + 3·384 + 2 floats a token and 4·64 scores; one
-        // block's gradients 3·128 + 256 + 3·384; the embedding, zero
-        // position table, final norm and their gradients 6·128 + 1.
-        let llama = ModelConfig::preset("llama-tiny").unwrap();
-        let block = 7 * 128 + 256 + 3 * 384 + 2 + 4 * 64;
-        let per_token = 4 * block + (3 * 128 + 256 + 3 * 384) + (6 * 128 + 1) + 3 * 256 + 2;
-        assert_eq!(llama.training_bytes(8, 64), 4 * (4 * 853_120 + 512 * per_token));
     }
 
     #[test]

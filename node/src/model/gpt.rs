@@ -12,6 +12,9 @@ use super::params::{layer_index, lnf_index, param_specs, LayerParam as P, ParamS
 use crate::compute::{AdamWStep, AttentionShape, Backend, EncoderShape, LogitsShape, MatmulShape};
 
 mod llama;
+mod memory;
+
+pub use memory::{check_fits, MemoryNeed};
 
 /// Slots of the stats tensor.
 const STAT_NORM: usize = 0;
@@ -88,6 +91,53 @@ struct Grads<T> {
     logits: T,
 }
 
+impl<T> Workspace<T> {
+    /// GPT-2's buffers for `(b, t)`, each made by `z` from its length in
+    /// floats (`att`: the backend's attention scratch length).
+    fn build(z: &mut impl FnMut(usize) -> T, att: usize, cfg: &ModelConfig, (b, t): (usize, usize)) -> Self {
+        let (c, vp, bt) = (cfg.n_embd, cfg.padded_vocab_size, b * t);
+        let layers = (0..cfg.n_layer)
+            .map(|_| LayerActs {
+                ln1: z(bt * c),
+                ln1_mean: z(bt),
+                ln1_rstd: z(bt),
+                qkv: z(bt * 3 * c),
+                atty: z(bt * c),
+                att: z(att),
+                attproj: z(bt * c),
+                residual2: z(bt * c),
+                ln2: z(bt * c),
+                ln2_mean: z(bt),
+                ln2_rstd: z(bt),
+                fch: z(bt * 4 * c),
+                fch_gelu: z(bt * 4 * c),
+                fcproj: z(bt * c),
+                residual3: z(bt * c),
+            })
+            .collect();
+        let glayer = LayerGrads {
+            ln1: z(bt * c),
+            qkv: z(bt * 3 * c),
+            atty: z(bt * c),
+            ln2: z(bt * c),
+            fch: z(bt * 4 * c),
+            fch_gelu: z(bt * 4 * c),
+        };
+        let acts = Acts {
+            encoded: z(bt * c),
+            layers,
+            lnf: z(bt * c),
+            lnf_mean: z(bt),
+            lnf_rstd: z(bt),
+            logits: z(bt * vp),
+            probs: z(bt * vp),
+            losses: z(bt),
+        };
+        let grads = Grads { residual: z(bt * c), layer: glayer, lnf: z(bt * c), logits: z(bt * vp) };
+        Workspace { acts, grads }
+    }
+}
+
 /// A GPT model living on backend `B`.
 pub struct Gpt<B: Backend> {
     pub config: ModelConfig,
@@ -108,6 +158,9 @@ pub struct Gpt<B: Backend> {
     stats: B::Tensor,
     /// Activation buffers for `shape`, allocated on first use.
     acts: Option<Work<B::Tensor>>,
+    /// Llama: keep only each block's input and recompute the block in the
+    /// backward (`set_checkpointing`).
+    checkpointing: bool,
     shape: (usize, usize),
     inputs: B::Tokens,
     targets: B::Tokens,
@@ -206,6 +259,34 @@ impl<B: Backend> Gpt<B> {
         for (p, v) in params.iter_mut().zip(values) {
             backend.upload(p, v);
         }
+        Self::with_params(backend, config, specs, params, max_micro)
+    }
+
+    /// `new`, taking the host values and freeing each once it is uploaded,
+    /// so a large model's host copy and device copy are never both whole.
+    pub fn from_values(backend: &B, config: ModelConfig, values: Vec<Vec<f32>>, max_micro: usize) -> Self {
+        let specs = param_specs(&config);
+        assert_eq!(values.len(), specs.len(), "parameter tensor count");
+        let params = specs
+            .iter()
+            .zip(values)
+            .map(|(s, v)| {
+                let mut p = backend.tensor(s.numel());
+                backend.upload(&mut p, &v);
+                p
+            })
+            .collect();
+        Self::with_params(backend, config, specs, params, max_micro)
+    }
+
+    fn with_params(
+        backend: &B,
+        config: ModelConfig,
+        specs: Vec<ParamSpec>,
+        params: Vec<B::Tensor>,
+        max_micro: usize,
+    ) -> Self {
+        let alloc = |s: &ParamSpec| backend.tensor(s.numel());
         let max_micro = max_micro.max(1);
         let images = specs
             .iter()
@@ -228,6 +309,7 @@ impl<B: Backend> Gpt<B> {
             specs,
             config,
             acts: None,
+            checkpointing: false,
             shape: (0, 0),
             inputs: backend.tokens(0),
             targets: backend.tokens(0),
@@ -321,56 +403,42 @@ impl<B: Backend> Gpt<B> {
         }
         let cfg = &self.config;
         if let Architecture::Llama(shape) = &cfg.arch {
-            self.acts = Some(Work::Llama(llama::Workspace::new(backend, cfg, shape, b, t)));
+            let att = backend.attention_scratch_len(llama::attention_shape(cfg, b, t));
+            let ws = llama::Workspace::build(
+                &mut |n| backend.tensor(n),
+                att,
+                cfg,
+                shape,
+                (b, t),
+                self.checkpointing,
+            );
+            self.acts = Some(Work::Llama(ws));
             self.shape = (b, t);
             self.inputs = backend.tokens(b * t);
             self.targets = backend.tokens(b * t);
             return;
         }
-        let (c, nh, vp, bt) = (cfg.n_embd, cfg.n_head, cfg.padded_vocab_size, b * t);
-        let z = |n: usize| backend.tensor(n);
-        let layers = (0..cfg.n_layer)
-            .map(|_| LayerActs {
-                ln1: z(bt * c),
-                ln1_mean: z(bt),
-                ln1_rstd: z(bt),
-                qkv: z(bt * 3 * c),
-                atty: z(bt * c),
-                att: z(backend.attention_scratch_len(AttentionShape::mha(b, t, c, nh))),
-                attproj: z(bt * c),
-                residual2: z(bt * c),
-                ln2: z(bt * c),
-                ln2_mean: z(bt),
-                ln2_rstd: z(bt),
-                fch: z(bt * 4 * c),
-                fch_gelu: z(bt * 4 * c),
-                fcproj: z(bt * c),
-                residual3: z(bt * c),
-            })
-            .collect();
-        let glayer = LayerGrads {
-            ln1: z(bt * c),
-            qkv: z(bt * 3 * c),
-            atty: z(bt * c),
-            ln2: z(bt * c),
-            fch: z(bt * 4 * c),
-            fch_gelu: z(bt * 4 * c),
-        };
-        let acts = Acts {
-            encoded: z(bt * c),
-            layers,
-            lnf: z(bt * c),
-            lnf_mean: z(bt),
-            lnf_rstd: z(bt),
-            logits: z(bt * vp),
-            probs: z(bt * vp),
-            losses: z(bt),
-        };
-        let grads = Grads { residual: z(bt * c), layer: glayer, lnf: z(bt * c), logits: z(bt * vp) };
-        self.acts = Some(Work::Gpt2(Workspace { acts, grads }));
+        let att = backend.attention_scratch_len(AttentionShape::mha(b, t, cfg.n_embd, cfg.n_head));
+        let ws = Workspace::build(&mut |n| backend.tensor(n), att, cfg, (b, t));
+        self.acts = Some(Work::Gpt2(ws));
         self.shape = (b, t);
-        self.inputs = backend.tokens(bt);
-        self.targets = backend.tokens(bt);
+        self.inputs = backend.tokens(b * t);
+        self.targets = backend.tokens(b * t);
+    }
+
+    /// Activation checkpointing (the Llama architecture): keep each block's
+    /// input only and recompute the block's activations in the backward,
+    /// for the same gradients with one block's activations held instead of
+    /// every block's. Returns false, changing nothing, for GPT-2.
+    pub fn set_checkpointing(&mut self, on: bool) -> bool {
+        if self.config.arch.is_gpt2() {
+            return !on;
+        }
+        if on != self.checkpointing {
+            self.checkpointing = on;
+            self.acts = None;
+        }
+        true
     }
 
     /// Forward pass over `inputs` (b×t). With `targets`, computes the mean

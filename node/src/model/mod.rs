@@ -9,7 +9,7 @@ pub mod rng;
 pub mod sample;
 
 pub use config::{Architecture, ConfigError, LlamaShape, ModelConfig, PRESETS};
-pub use gpt::{Gpt, StepStats};
+pub use gpt::{check_fits, Gpt, MemoryNeed, StepStats};
 pub use params::{init_params, param_specs, split_params, ParamSpec};
 
 /// A model whose architecture the chosen backend cannot run.

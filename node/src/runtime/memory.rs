@@ -9,18 +9,19 @@ use std::io::Read;
 use murmur_protocol::{DataRef, RunSpec};
 
 use super::spec::{state_len, SpecError};
-use crate::model::ModelConfig;
+use crate::compute::cpu::CpuBackend;
+use crate::compute::device::Chosen;
+use crate::model::{MemoryNeed, ModelConfig};
 
-/// Bytes a node needs at least to train `spec` with model `cfg`: two
-/// states (the one trained from and the next), on the CPU backend the
-/// model's training buffers (`ModelConfig::training_bytes`; a GPU keeps
-/// them in its own memory), and in a dataset run the round's windows, which
-/// are fetched before the round trains (a u32 input and target a token).
-pub fn run_bytes(spec: &RunSpec, cfg: &ModelConfig, on_cpu: bool) -> u64 {
+/// Bytes a node needs at least to train `spec`: two states (the one
+/// trained from and the next), `model` (on the CPU backend the model's
+/// buffers at the run's shape, `host_model_need`; a GPU keeps them in its
+/// own memory), and in a dataset run the round's windows, which are fetched
+/// before the round trains (a u32 input and target a token).
+pub fn run_bytes(spec: &RunSpec, cfg: &ModelConfig, model: u64) -> u64 {
     let batch = u64::from(spec.inner.batch_size);
     let t = cfg.max_seq_len as u64;
     let states = state_len(spec).saturating_mul(2);
-    let model = if on_cpu { cfg.training_bytes(batch, t) } else { 0 };
     let windows = match spec.data_ref() {
         Ok(DataRef::Dataset { .. }) => {
             u64::from(spec.inner_steps).saturating_mul(batch).saturating_mul(t).saturating_mul(8)
@@ -30,21 +31,37 @@ pub fn run_bytes(spec: &RunSpec, cfg: &ModelConfig, on_cpu: bool) -> u64 {
     states.saturating_add(model).saturating_add(windows)
 }
 
+/// The host memory the model takes at the run's shape on `device`: its
+/// buffers counted on the CPU backend (`MemoryNeed`), with or without
+/// activation checkpointing; 0 on a GPU, whose buffers are its own.
+pub fn host_model_need(spec: &RunSpec, cfg: &ModelConfig, device: Chosen, checkpointing: bool) -> u64 {
+    let Chosen::Cpu(precision) = device else { return 0 };
+    let Ok(backend) = CpuBackend::from_env(precision) else { return 0 };
+    let shape = (spec.inner.batch_size as usize, cfg.max_seq_len);
+    MemoryNeed::of(&backend, cfg, shape, checkpointing).total()
+}
+
 /// Refuse a run that needs more than `available` bytes (`physical_memory`;
 /// None: not known, nothing is refused here and the RunSpec's own bounds
-/// still hold).
+/// still hold). `model` is `host_model_need`'s; `checkpointed` says what it
+/// would be with activation checkpointing, which a Llama offers (None: no
+/// such option, or it is on already).
 pub fn check_fits(
     spec: &RunSpec,
     cfg: &ModelConfig,
-    device: &'static str,
+    (device, model, checkpointed): (&'static str, u64, Option<u64>),
     available: Option<u64>,
 ) -> Result<(), SpecError> {
     let Some(available) = available else { return Ok(()) };
-    let need = run_bytes(spec, cfg, device == "cpu");
+    let need = run_bytes(spec, cfg, model);
     if need <= available {
         return Ok(());
     }
     let gib = |b: u64| b as f64 / f64::from(1u32 << 30);
+    let with_checkpointing = checkpointed
+        .map(|m| run_bytes(spec, cfg, m))
+        .filter(|&n| n <= available)
+        .map_or_else(String::new, |n| format!("start this node with --checkpointing ({:.1} GiB), ", gib(n)));
     Err(SpecError::TooBig {
         need_gib: gib(need),
         have_gib: gib(available),
@@ -52,6 +69,7 @@ pub fn check_fits(
         context: spec.model.context_len,
         steps: spec.inner_steps,
         device,
+        with_checkpointing,
     })
 }
 
@@ -75,9 +93,15 @@ fn parse_mem_total(meminfo: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compute::cpu::Precision;
     use crate::runtime::spec::{model_config, run_spec, RunParams};
 
     const GIB: u64 = 1 << 30;
+
+    /// `check_fits`' device argument for the CPU backend in fp32.
+    fn on_cpu(spec: &RunSpec, cfg: &ModelConfig) -> (&'static str, u64, Option<u64>) {
+        ("cpu", host_model_need(spec, cfg, Chosen::Cpu(Precision::Fp32), false), None)
+    }
 
     #[test]
     fn a_run_needing_more_memory_than_the_machine_has_is_refused() {
@@ -87,17 +111,38 @@ mod tests {
         let spec = run_spec(&p).expect("spec");
         spec.validate().expect("within the spec's bounds");
         let cfg = model_config(&spec).expect("config");
-        let err = check_fits(&spec, &cfg, "cpu", Some(64 * GIB)).expect_err("2.4 TB fit in 64 GiB");
+        let err =
+            check_fits(&spec, &cfg, on_cpu(&spec, &cfg), Some(64 * GIB)).expect_err("2.4 TB fit in 64 GiB");
         let msg = err.to_string();
         assert!(msg.contains("64.0 GiB") && msg.contains("batch 1024 × 1024 tokens"), "{msg}");
         assert!(msg.contains("--batch"), "{msg}");
         // On a GPU the activations are the device's: the host holds states.
-        assert!(check_fits(&spec, &cfg, "gpu", Some(64 * GIB)).is_ok());
+        assert!(check_fits(&spec, &cfg, ("gpu", 0, None), Some(64 * GIB)).is_ok());
         // The default run fits in a gigabyte; an unknown machine refuses nothing.
         let tiny = run_spec(&RunParams::default()).expect("spec");
         let tiny_cfg = model_config(&tiny).expect("config");
-        assert!(check_fits(&tiny, &tiny_cfg, "cpu", Some(GIB)).is_ok());
-        assert!(check_fits(&spec, &cfg, "cpu", None).is_ok());
+        assert!(check_fits(&tiny, &tiny_cfg, on_cpu(&tiny, &tiny_cfg), Some(GIB)).is_ok());
+        assert!(check_fits(&spec, &cfg, on_cpu(&spec, &cfg), None).is_ok());
+    }
+
+    #[test]
+    fn a_llama_run_that_fits_only_checkpointed_says_so() {
+        let p = RunParams { preset: "llama-400m".into(), batch_size: 16, ..RunParams::default() };
+        let spec = run_spec(&p).expect("spec");
+        spec.validate().expect("within the spec's bounds");
+        let cfg = model_config(&spec).expect("config");
+        let cpu = Chosen::Cpu(Precision::Fp32);
+        let (full, kept) =
+            (host_model_need(&spec, &cfg, cpu, false), host_model_need(&spec, &cfg, cpu, true));
+        assert!(kept < full, "{kept} vs {full}");
+        let room = run_bytes(&spec, &cfg, kept);
+        let err =
+            check_fits(&spec, &cfg, ("cpu", full, Some(kept)), Some(room)).expect_err("too big").to_string();
+        assert!(err.contains("start this node with --checkpointing (") && err.contains("--batch"), "{err}");
+        assert!(check_fits(&spec, &cfg, ("cpu", kept, None), Some(room)).is_ok());
+        // Where checkpointing would not fit either, it is not offered.
+        let err = check_fits(&spec, &cfg, ("cpu", full, Some(kept)), Some(room - 1)).expect_err("too big");
+        assert!(!err.to_string().contains("--checkpointing"), "{err}");
     }
 
     #[test]
@@ -108,11 +153,11 @@ mod tests {
         let spec = run_spec(&p).expect("spec");
         spec.validate().expect("within the spec's bounds");
         let cfg = model_config(&spec).expect("config");
-        assert!(run_bytes(&spec, &cfg, false) >= 262_144_000 * 8);
-        assert!(check_fits(&spec, &cfg, "gpu", Some(GIB)).is_err());
+        assert!(run_bytes(&spec, &cfg, 0) >= 262_144_000 * 8);
+        assert!(check_fits(&spec, &cfg, ("gpu", 0, None), Some(GIB)).is_err());
         let synthetic = RunParams { batch_size: 4096, inner_steps: 1000, ..RunParams::default() };
         let spec = run_spec(&synthetic).expect("spec");
-        assert!(run_bytes(&spec, &cfg, false) < GIB / 16);
+        assert!(run_bytes(&spec, &cfg, 0) < GIB / 16);
     }
 
     #[test]

@@ -95,6 +95,8 @@ pub struct NodeOptions {
     pub ticket: Option<PathBuf>,
     /// Evaluate after every N-th round (0: never).
     pub eval_every: u64,
+    /// Activation checkpointing (Llama; `--checkpointing`).
+    pub checkpointing: bool,
     /// `--max-peers-per-ip`: strangers that may connect in from one address.
     pub max_peers_per_ip: u32,
 }
@@ -125,7 +127,10 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
     let own_ticket = tickets::own_ticket(&spec, &key.public(), opts.ticket.as_deref())?;
     store.meta.set_spec(&spec.encode())?;
     let cfg = spec::model_config(&spec)?;
-    memory::check_fits(&spec, &cfg, opts.device.name(), memory::physical_memory())?;
+    let model = memory::host_model_need(&spec, &cfg, opts.device, opts.checkpointing);
+    let checkpointed = (!cfg.arch.is_gpt2() && !opts.checkpointing)
+        .then(|| memory::host_model_need(&spec, &cfg, opts.device, true));
+    memory::check_fits(&spec, &cfg, (opts.device.name(), model, checkpointed), memory::physical_memory())?;
     let fetch_genesis = spec.genesis_params.is_some() && store.meta.position(&spec.run_id())?.is_none();
     if fetch_genesis {
         startup::fetch_genesis(&who, &opts.bootstrap, &store, &spec, Duration::from_secs(60)).await?;
@@ -181,7 +186,14 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
     let feed =
         dataset::prepare(&spec, &opts.dataset, store.clone(), net.clone(), key.public(), cfg.vocab_size, out)
             .await?;
-    let trainer_setup = trainer::TrainerSetup { spec: spec.clone(), cfg, shard, device: opts.device, feed };
+    let trainer_setup = trainer::TrainerSetup {
+        spec: spec.clone(),
+        cfg,
+        shard,
+        device: opts.device,
+        feed,
+        checkpointing: opts.checkpointing,
+    };
     let trainer = trainer::spawn(&trainer_setup, done_tx).map_err(RuntimeError::Trainer)?;
     let mut done_rx = done_rx;
     // A node that starts a run measures the genesis state first, so the

@@ -21,9 +21,18 @@ pub enum SpecError {
     #[error("run spec's model shape does not match preset `{0}` in this build")]
     ShapeMismatch(String),
     #[error(
-        "this run needs at least {need_gib:.1} GiB of memory (batch {batch} × {context} tokens, {steps} inner steps, on the {device} backend) and this machine has {have_gib:.1} GiB: ask the run's operator for a smaller --batch, or join from a machine with more memory"
+        "this run needs at least {need_gib:.1} GiB of memory (batch {batch} × {context} tokens, {steps} inner steps, on the {device} backend) and this machine has {have_gib:.1} GiB: {with_checkpointing}ask the run's operator for a smaller --batch, or join from a machine with more memory"
     )]
-    TooBig { need_gib: f64, have_gib: f64, batch: u32, context: u32, steps: u32, device: &'static str },
+    TooBig {
+        need_gib: f64,
+        have_gib: f64,
+        batch: u32,
+        context: u32,
+        steps: u32,
+        device: &'static str,
+        /// What activation checkpointing would need, when it would fit.
+        with_checkpointing: String,
+    },
     #[error(
         "this run starts from a given model (parameters {0}), which this node does not hold: join it with --bootstrap so the node fetches its genesis state"
     )]

@@ -239,6 +239,8 @@ pub struct TrainerSetup {
     pub device: Chosen,
     /// The run's dataset, when it names one (else the spec's data must be synthetic).
     pub feed: Option<Arc<DatasetFeed>>,
+    /// Activation checkpointing (Llama; `--checkpointing`).
+    pub checkpointing: bool,
 }
 
 /// The corpus of a run whose data is synthetic (generated, not fetched).
@@ -262,7 +264,7 @@ pub fn stream_corpus(spec: &RunSpec, cfg: &ModelConfig) -> Result<Corpus, String
 /// on the thread itself, which then owns it). With a dataset feed the
 /// batches come from it; otherwise the spec's data must be synthetic.
 pub fn spawn(setup: &TrainerSetup, done: mpsc::UnboundedSender<JobDone>) -> Result<TrainerHandle, String> {
-    let TrainerSetup { spec, cfg, shard, device, feed } = setup.clone();
+    let TrainerSetup { spec, cfg, shard, device, feed, checkpointing } = setup.clone();
     let spec = &spec;
     let batch = spec.inner.batch_size.max(1) as usize;
     let seq = cfg.max_seq_len;
@@ -287,6 +289,7 @@ pub fn spawn(setup: &TrainerSetup, done: mpsc::UnboundedSender<JobDone>) -> Resu
         step: 0,
         busy: busy.clone(),
         last_steps_end: None,
+        checkpointing,
     };
     let (opened_tx, opened_rx) = std_mpsc::channel::<Result<String, String>>();
     std::thread::Builder::new()
@@ -324,6 +327,7 @@ struct Worker {
     busy: Arc<BusyClock>,
     /// When the last training job's inner steps ended.
     last_steps_end: Option<Instant>,
+    checkpointing: bool,
 }
 
 /// Mean loss of `model` over `batches` (no parameter update).
@@ -400,12 +404,12 @@ impl Worker {
                 m.upload_params_flat(backend, flat);
                 m
             }
-            None => model.insert(Gpt::new(
-                backend,
-                self.cfg.clone(),
-                &crate::model::split_params(&self.cfg, flat),
-                1,
-            )),
+            None => {
+                let values = crate::model::split_params(&self.cfg, flat);
+                let m = model.insert(Gpt::from_values(backend, self.cfg.clone(), values, 1));
+                m.set_checkpointing(self.checkpointing);
+                m
+            }
         }
     }
 

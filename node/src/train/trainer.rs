@@ -63,6 +63,9 @@ pub struct TrainConfig {
     /// `checkpoint_dir` is set.
     pub checkpoint_every: usize,
     pub checkpoint_dir: Option<PathBuf>,
+    /// Activation checkpointing (Llama): recompute each block in the backward.
+    #[serde(default)]
+    pub checkpointing: bool,
 }
 
 /// What the loop reports.
@@ -124,6 +127,8 @@ pub enum TrainError {
     Checkpoint(#[from] crate::checkpoint::CheckpointError),
     #[error("the data's vocabulary ({data}) is larger than the model's ({model}); use a model preset with a larger vocabulary or a smaller tokenizer")]
     VocabMismatch { data: usize, model: usize },
+    #[error("{0}")]
+    Memory(String),
     #[error("sequence length {seq} exceeds the model's context {max}; pass --seq {max} or less")]
     SeqTooLong { seq: usize, max: usize },
     #[error("checkpoint does not match this run: {0}")]
@@ -168,6 +173,8 @@ pub fn train<B: Backend>(
     if config.seq > cfg.max_seq_len {
         return Err(TrainError::SeqTooLong { seq: config.seq, max: cfg.max_seq_len });
     }
+    crate::model::check_fits(backend, cfg, (config.batch, config.seq), config.checkpointing)
+        .map_err(TrainError::Memory)?;
     let accum = config.grad_accum.max(1);
     let mut loader = corpus.train_loader(config.batch, config.seq, config.seed, 0, 1)?;
     let mut val_loader = corpus.val_loader(config.batch, config.seq)?;
@@ -188,8 +195,9 @@ pub fn train<B: Backend>(
             }
             (model, ckpt.meta.step as usize)
         }
-        None => (Gpt::new(backend, cfg.clone(), &init_params(cfg, config.seed), accum), 0),
+        None => (Gpt::from_values(backend, cfg.clone(), init_params(cfg, config.seed), accum), 0),
     };
+    model.set_checkpointing(config.checkpointing);
     sink(&TrainEvent::Start {
         params: cfg.param_count(),
         backend: backend.describe(),

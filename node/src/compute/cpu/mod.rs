@@ -95,6 +95,15 @@ impl CpuBackend {
     }
 }
 
+/// The host's available memory (`MemAvailable` of /proc/meminfo), where
+/// the system says.
+fn host_memory_available() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
 impl Backend for CpuBackend {
     type Tensor = Vec<f32>;
     type Tokens = Vec<u32>;
@@ -104,6 +113,9 @@ impl Backend for CpuBackend {
         format!("cpu ({} threads, {}, {})", rayon::current_num_threads(), self.isa, self.precision)
     }
 
+    fn memory_available(&self) -> Option<u64> {
+        host_memory_available()
+    }
     fn tensor(&self, len: usize) -> Vec<f32> {
         vec![0.0; len]
     }

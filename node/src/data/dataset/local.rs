@@ -14,7 +14,7 @@ use crate::data::error::DataError;
 /// A local copy of a dataset.
 #[derive(Debug, Clone)]
 pub enum LocalDataset {
-    Dir(DatasetDir),
+    Dir(Box<DatasetDir>),
     BuiltIn(&'static MemoryDataset),
 }
 
@@ -34,7 +34,7 @@ impl LocalDataset {
                 ),
             });
         }
-        Ok(LocalDataset::Dir(DatasetDir::open(path)?))
+        Ok(LocalDataset::Dir(Box::new(DatasetDir::open(path)?)))
     }
 
     pub fn manifest(&self) -> &DatasetManifest {

@@ -8,6 +8,12 @@
 //! The embedding runs through the encoder op with a zero position table
 //! (Llama's positions enter through the rotary embeddings), whose gradient
 //! goes to a scratch buffer: `t × C` floats each, against a block's many.
+//!
+//! With activation checkpointing the workspace keeps only each block's
+//! input (the residual stream, `B·T × C`) and one block's activations: the
+//! backward recomputes a block's forward from its input just before it
+//! differentiates it. The forward ops are deterministic, so the gradients
+//! are the same bits as without it, for one more forward pass of compute.
 
 use super::{backward_matmul, forward_matmul, Gpt, Work, STAT_LOSS0};
 use crate::compute::{AttentionShape, Backend, EncoderShape, LogitsShape, MatmulShape};
@@ -32,7 +38,6 @@ struct LayerActs<T> {
     /// silu(gate)·up, H a row.
     fch_act: T,
     fcproj: T,
-    residual3: T,
 }
 
 /// Gradients of one block's activations, shared by every block in turn.
@@ -47,11 +52,16 @@ struct LayerGrads<T> {
 
 /// A Llama's activations and their gradients for one `(batch, seq)` shape.
 pub(super) struct Workspace<T> {
-    encoded: T,
+    /// The residual stream between blocks: `residuals[l]` is block `l`'s
+    /// input (`[0]` the embedding), `residuals[n_layer]` the last output.
+    residuals: Vec<T>,
     /// The encoder's position table (zeros) and its gradient's scratch, `t × C`.
     zero_positions: T,
     dpositions: T,
+    /// Every block's activations, or with checkpointing one block's,
+    /// recomputed per block in the backward.
     layers: Vec<LayerActs<T>>,
+    checkpointing: bool,
     lnf: T,
     lnf_rstd: T,
     pub(super) logits: T,
@@ -66,18 +76,20 @@ pub(super) struct Workspace<T> {
 }
 
 impl<T> Workspace<T> {
-    pub(super) fn new<B: Backend<Tensor = T>>(
-        backend: &B,
+    /// The buffers for `(b, t)`, each made by `z` from its length in floats
+    /// (`att`: the backend's attention scratch length).
+    pub(super) fn build(
+        z: &mut impl FnMut(usize) -> T,
+        att: usize,
         cfg: &ModelConfig,
         shape: &LlamaShape,
-        b: usize,
-        t: usize,
+        (b, t): (usize, usize),
+        checkpointing: bool,
     ) -> Self {
         let (c, h, vp, bt) = (cfg.n_embd, shape.ffn_hidden, cfg.padded_vocab_size, b * t);
         let qw = cfg.qkv_width();
-        let z = |n: usize| backend.tensor(n);
-        let att = backend.attention_scratch_len(attention_shape(cfg, b, t));
-        let layers = (0..cfg.n_layer)
+        let kept = if checkpointing { cfg.n_layer.min(1) } else { cfg.n_layer };
+        let layers = (0..kept)
             .map(|_| LayerActs {
                 ln1: z(bt * c),
                 ln1_rstd: z(bt),
@@ -91,14 +103,14 @@ impl<T> Workspace<T> {
                 fch: z(bt * 2 * h),
                 fch_act: z(bt * h),
                 fcproj: z(bt * c),
-                residual3: z(bt * c),
             })
             .collect();
         Workspace {
-            encoded: z(bt * c),
+            residuals: (0..=cfg.n_layer).map(|_| z(bt * c)).collect(),
             zero_positions: z(t * c),
             dpositions: z(t * c),
             layers,
+            checkpointing,
             lnf: z(bt * c),
             lnf_rstd: z(bt),
             logits: z(bt * vp),
@@ -119,7 +131,7 @@ impl<T> Workspace<T> {
     }
 }
 
-fn attention_shape(cfg: &ModelConfig, b: usize, t: usize) -> AttentionShape {
+pub(super) fn attention_shape(cfg: &ModelConfig, b: usize, t: usize) -> AttentionShape {
     AttentionShape { b, t, c: cfg.n_embd, nh: cfg.n_head, nkv: cfg.n_kv_head() }
 }
 
@@ -128,41 +140,24 @@ impl<B: Backend> Gpt<B> {
     /// mean loss goes to the stats tensor.
     pub(super) fn forward_llama(&mut self, backend: &B, with_targets: bool, b: usize, t: usize) {
         let cfg = &self.config;
-        let shape = *cfg.arch.llama().expect("a llama config");
-        let (c, h, bt, qw) = (cfg.n_embd, shape.ffn_hidden, b * t, cfg.qkv_width());
-        let (theta, ashape) = (shape.rope_theta as f32, attention_shape(cfg, b, t));
+        let (c, bt) = (cfg.n_embd, b * t);
         let p = &self.params;
-        let img = |i: usize| self.images[i].as_ref();
         let Some(Work::Llama(ws)) = self.acts.as_mut() else {
             unreachable!("Llama activations allocated by ensure_shape")
         };
         let enc = EncoderShape { b, t, c };
-        backend.encoder_forward(&mut ws.encoded, &self.inputs, &p[WTE], &ws.zero_positions, enc);
-        let mm = |oc, ic| MatmulShape { n: bt, c: ic, oc };
+        backend.encoder_forward(&mut ws.residuals[0], &self.inputs, &p[WTE], &ws.zero_positions, enc);
         for l in 0..cfg.n_layer {
-            let (done, rest) = ws.layers.split_at_mut(l);
-            let a = &mut rest[0];
-            let residual = if l == 0 { &ws.encoded } else { &done[l - 1].residual3 };
-            let i = |k: P| layer_index(l, k);
-            backend.rmsnorm_forward(&mut a.ln1, &mut a.ln1_rstd, residual, &p[i(P::AttnNorm)], bt, c);
-            let (qkv, o) = (i(P::QkvW), i(P::OW));
-            forward_matmul(backend, &mut a.qkv, &a.ln1, &p[qkv], img(qkv), None, mm(qw, c));
-            backend.rope_forward(&mut a.qkv, ashape, theta);
-            backend.attention_forward(&mut a.atty, &mut a.att, &a.qkv, ashape);
-            forward_matmul(backend, &mut a.attproj, &a.atty, &p[o], img(o), None, mm(c, c));
-            backend.residual_forward(&mut a.residual2, residual, &a.attproj);
-            backend.rmsnorm_forward(&mut a.ln2, &mut a.ln2_rstd, &a.residual2, &p[i(P::MlpNorm)], bt, c);
-            let (gate_up, down) = (i(P::GateUpW), i(P::DownW));
-            forward_matmul(backend, &mut a.fch, &a.ln2, &p[gate_up], img(gate_up), None, mm(2 * h, c));
-            backend.swiglu_forward(&mut a.fch_act, &a.fch, bt, h);
-            forward_matmul(backend, &mut a.fcproj, &a.fch_act, &p[down], img(down), None, mm(c, h));
-            backend.residual_forward(&mut a.residual3, &a.residual2, &a.fcproj);
+            let a = &mut ws.layers[if ws.checkpointing { 0 } else { l }];
+            let (inputs, outputs) = ws.residuals.split_at_mut(l + 1);
+            let block = Block { backend, cfg, params: p, images: &self.images, l, b, t };
+            block.forward(a, &inputs[l], Some(&mut outputs[0]));
         }
-        let last = ws.layers.last().map_or(&ws.encoded, |a| &a.residual3);
+        let last = &ws.residuals[cfg.n_layer];
         backend.rmsnorm_forward(&mut ws.lnf, &mut ws.lnf_rstd, last, &p[norm_index(cfg)], bt, c);
         let (vp, head) = (cfg.padded_vocab_size, head_index(cfg));
         let hs = MatmulShape { n: bt, c, oc: vp };
-        forward_matmul(backend, &mut ws.logits, &ws.lnf, &p[head], img(head), None, hs);
+        forward_matmul(backend, &mut ws.logits, &ws.lnf, &p[head], self.images[head].as_ref(), None, hs);
         if with_targets {
             let ls = LogitsShape { n: bt, v: cfg.vocab_size, vp };
             backend.softmax_xent_forward(&mut ws.losses, &mut ws.probs, &ws.logits, &self.targets, ls);
@@ -197,7 +192,7 @@ impl<B: Backend> Gpt<B> {
         let head_w = (&p[head], img(head));
         backward_matmul(backend, &mut ws.dlnf, &mut gp[head], None, dlogits, lnf, head_w, head_shape, fresh);
         let norm = norm_index(cfg);
-        let last = ws.layers.last().map_or(&ws.encoded, |a| &a.residual3);
+        let last = &ws.residuals[cfg.n_layer];
         backend.zero(&mut ws.dresidual);
         backend.rmsnorm_backward(
             &mut ws.dresidual,
@@ -211,8 +206,14 @@ impl<B: Backend> Gpt<B> {
         );
         let mm = |oc, ic| MatmulShape { n: bt, c: ic, oc };
         for l in (0..cfg.n_layer).rev() {
-            let a = &ws.layers[l];
-            let residual = if l == 0 { &ws.encoded } else { &ws.layers[l - 1].residual3 };
+            let residual = &ws.residuals[l];
+            let a = if ws.checkpointing {
+                let block = Block { backend, cfg, params: p, images: &self.images, l, b, t };
+                block.forward(&mut ws.layers[0], residual, None);
+                &ws.layers[0]
+            } else {
+                &ws.layers[l]
+            };
             let (gl, dres) = (&mut ws.dlayer, &mut ws.dresidual);
             let i = |k: P| layer_index(l, k);
             let w = |k: P| (&p[i(k)], img(i(k)));
@@ -241,5 +242,45 @@ impl<B: Backend> Gpt<B> {
         backend.zero(&mut ws.dpositions);
         let enc = EncoderShape { b, t, c };
         backend.encoder_backward(&mut gp[WTE], &mut ws.dpositions, &ws.dresidual, &self.inputs, enc);
+    }
+}
+
+/// One block of the model: what its forward pass reads.
+struct Block<'a, B: Backend> {
+    backend: &'a B,
+    cfg: &'a ModelConfig,
+    params: &'a [B::Tensor],
+    images: &'a [Option<B::Tensor>],
+    l: usize,
+    b: usize,
+    t: usize,
+}
+
+impl<B: Backend> Block<'_, B> {
+    /// Block `l`'s forward from `input` into `a`, and its output (the next
+    /// residual) into `output` when given (a recomputation needs none).
+    fn forward(&self, a: &mut LayerActs<B::Tensor>, input: &B::Tensor, output: Option<&mut B::Tensor>) {
+        let (backend, cfg, p) = (self.backend, self.cfg, self.params);
+        let shape = *cfg.arch.llama().expect("a llama config");
+        let (c, h, bt, qw) = (cfg.n_embd, shape.ffn_hidden, self.b * self.t, cfg.qkv_width());
+        let (theta, ashape) = (shape.rope_theta as f32, attention_shape(cfg, self.b, self.t));
+        let img = |i: usize| self.images[i].as_ref();
+        let mm = |oc, ic| MatmulShape { n: bt, c: ic, oc };
+        let i = |k: P| layer_index(self.l, k);
+        backend.rmsnorm_forward(&mut a.ln1, &mut a.ln1_rstd, input, &p[i(P::AttnNorm)], bt, c);
+        let (qkv, o) = (i(P::QkvW), i(P::OW));
+        forward_matmul(backend, &mut a.qkv, &a.ln1, &p[qkv], img(qkv), None, mm(qw, c));
+        backend.rope_forward(&mut a.qkv, ashape, theta);
+        backend.attention_forward(&mut a.atty, &mut a.att, &a.qkv, ashape);
+        forward_matmul(backend, &mut a.attproj, &a.atty, &p[o], img(o), None, mm(c, c));
+        backend.residual_forward(&mut a.residual2, input, &a.attproj);
+        backend.rmsnorm_forward(&mut a.ln2, &mut a.ln2_rstd, &a.residual2, &p[i(P::MlpNorm)], bt, c);
+        let (gate_up, down) = (i(P::GateUpW), i(P::DownW));
+        forward_matmul(backend, &mut a.fch, &a.ln2, &p[gate_up], img(gate_up), None, mm(2 * h, c));
+        backend.swiglu_forward(&mut a.fch_act, &a.fch, bt, h);
+        forward_matmul(backend, &mut a.fcproj, &a.fch_act, &p[down], img(down), None, mm(c, h));
+        if let Some(output) = output {
+            backend.residual_forward(output, &a.residual2, &a.fcproj);
+        }
     }
 }

@@ -92,3 +92,39 @@ fn llama_tiny_learns_a_repeated_batch() {
     assert!((losses[0] - ln_vocab).abs() < 0.1, "first loss {} vs ln V {ln_vocab}", losses[0]);
     assert!(losses[39] < 0.5 * ln_vocab, "loss after 40 steps: {:?}", losses);
 }
+
+/// Activation checkpointing recomputes each block from its input: the loss
+/// and every gradient are the same bits as with every block's activations
+/// kept, on every path in both precisions; GPT-2 refuses it.
+#[test]
+fn checkpointed_llama_gradients_are_the_same_bits() {
+    for cfg in small_llamas() {
+        let (b, t) = (2, 7);
+        let p = params(&cfg, 3);
+        let (x, y) = batch(&cfg, b, t, 4);
+        for fp32 in cpu_paths() {
+            for precision in [Precision::Fp32, Precision::Bf16] {
+                let be = CpuBackend::with_options(fp32.isa(), precision).expect("supported path");
+                let run = |checkpointing: bool| {
+                    let mut model = Gpt::new(&be, cfg.clone(), &p, 1);
+                    assert!(model.set_checkpointing(checkpointing));
+                    model.zero_grad(&be);
+                    model.forward(&be, &x, Some(&y), b, t);
+                    model.backward(&be, 1);
+                    let grads: Vec<Vec<u32>> = model
+                        .download_grads(&be)
+                        .iter()
+                        .map(|g| g.iter().map(|v| v.to_bits()).collect())
+                        .collect();
+                    (model.read_stats(&be).mean_loss().to_bits(), grads)
+                };
+                assert_eq!(run(true), run(false), "{} {precision} {:?}", be.isa(), cfg.arch);
+            }
+        }
+    }
+    let gpt2 = ModelConfig::preset("tiny").unwrap();
+    let be = CpuBackend::new();
+    let mut model = Gpt::new(&be, gpt2.clone(), &init_params(&gpt2, 1), 1);
+    assert!(!model.set_checkpointing(true));
+    assert!(model.set_checkpointing(false));
+}

@@ -18,7 +18,7 @@ fn trainer() -> (super::TrainerHandle, mpsc::UnboundedReceiver<JobDone>) {
             .expect("spec");
     let cfg = crate::runtime::spec::model_config(&spec).expect("model");
     let device = crate::compute::device::cpu(Precision::Fp32).expect("cpu");
-    let setup = TrainerSetup { spec, cfg, shard: 3, device, feed: None };
+    let setup = TrainerSetup { spec, cfg, shard: 3, device, feed: None, checkpointing: false };
     let (tx, rx) = mpsc::unbounded_channel();
     (spawn(&setup, tx).expect("trainer"), rx)
 }
