@@ -35,9 +35,12 @@ pub fn run_bytes(spec: &RunSpec, cfg: &ModelConfig, model: u64) -> u64 {
 /// buffers counted on the CPU backend (`MemoryNeed`), with or without
 /// activation checkpointing; 0 on a GPU, whose buffers are its own.
 pub fn host_model_need(spec: &RunSpec, cfg: &ModelConfig, device: Chosen, checkpointing: bool) -> u64 {
-    // The only device in a build without the GPU backends.
-    #[allow(irrefutable_let_patterns)]
-    let Chosen::Cpu(precision) = device else { return 0 };
+    let precision = match device {
+        Chosen::Cpu(precision) => precision,
+        // A GPU (no such variant in a build without the GPU backends).
+        #[allow(unreachable_patterns)]
+        _ => return 0,
+    };
     let Ok(backend) = CpuBackend::from_env(precision) else { return 0 };
     let shape = (spec.inner.batch_size as usize, cfg.max_seq_len);
     MemoryNeed::of(&backend, cfg, shape, checkpointing).total()
