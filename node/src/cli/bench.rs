@@ -104,14 +104,18 @@ pub struct BenchCodecsArgs {
 pub struct BenchTrainArgs {
     #[arg(long, value_enum, default_value = "auto")]
     pub device: DeviceArg,
+    /// A model preset (e.g. llama-60m) instead of the GPT-2 shape flags;
+    /// --vocab then sets its vocabulary only when given.
+    #[arg(long, conflicts_with_all = ["layers", "channels", "heads"])]
+    pub preset: Option<String>,
     #[arg(long, default_value_t = 4)]
     pub layers: usize,
     #[arg(long, default_value_t = 256)]
     pub channels: usize,
     #[arg(long, default_value_t = 4)]
     pub heads: usize,
-    #[arg(long, default_value_t = 256)]
-    pub vocab: usize,
+    #[arg(long)]
+    pub vocab: Option<usize>,
     #[arg(long, default_value_t = 4)]
     pub batch: usize,
     #[arg(long, default_value_t = 64)]
@@ -136,7 +140,16 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Gemm(a) => bench_gemm(a),
         BenchCommand::Transfer(a) => super::transfer::run(a),
         BenchCommand::Train(a) => {
-            let cfg = ModelConfig::new(a.layers, a.channels, a.heads, a.vocab, a.seq)?;
+            let cfg = match &a.preset {
+                Some(preset) => {
+                    let c = ModelConfig::preset(preset)?;
+                    match a.vocab {
+                        Some(v) => c.with_vocab(v)?,
+                        None => c,
+                    }
+                }
+                None => ModelConfig::new(a.layers, a.channels, a.heads, a.vocab.unwrap_or(256), a.seq)?,
+            };
             let r = with_backend!(a.device, a.precision, |backend| bench_train(
                 backend, &cfg, a.batch, a.seq, a.warmup, a.steps
             ));
@@ -145,8 +158,9 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             } else {
                 let ns = |t: Option<f64>| t.map_or("-".to_string(), |t| format!("{t:.0}"));
                 println!(
-                    "{}: L{} C{} H{} V{} B{} T{} ({:.2}M params): {:.1} ms/step, {:.0} tokens/s, {:.1} GFLOP/s; cores {}/{} ns apart",
+                    "{}: {}L{} C{} H{} V{} B{} T{} ({:.2}M params): {:.1} ms/step, {:.0} tokens/s, {:.1} GFLOP/s; cores {}/{} ns apart",
                     r.backend,
+                    a.preset.as_ref().map_or(String::new(), |p| format!("{p} ")),
                     r.layers,
                     r.channels,
                     r.heads,

@@ -104,8 +104,8 @@ pub const PRESETS: &[&str] =
 /// Largest parameter count accepted from a file or flag (2^33 floats = 32 GiB).
 const MAX_PARAMS: u64 = 1 << 33;
 
-/// The GPT-2 BPE vocabulary the Llama presets train on (this build has no
-/// Llama tokenizer); padded to 50304.
+/// The GPT-2 BPE vocabulary the larger presets have (a run on a dataset
+/// with its own tokenizer takes that tokenizer's instead); padded to 50304.
 const GPT2_VOCAB: usize = 50257;
 
 impl ModelConfig {
