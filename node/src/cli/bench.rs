@@ -150,6 +150,9 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
                 }
                 None => ModelConfig::new(a.layers, a.channels, a.heads, a.vocab.unwrap_or(256), a.seq)?,
             };
+            if a.seq > cfg.max_seq_len {
+                anyhow::bail!("--seq {} is longer than the model's context {}", a.seq, cfg.max_seq_len);
+            }
             let r = with_backend!(a.device, a.precision, |backend| bench_train(
                 backend, &cfg, a.batch, a.seq, a.warmup, a.steps
             ));

@@ -55,7 +55,7 @@ pub enum Command {
     Dashboard(dashboard::DashboardArgs),
     /// Run a local network on this machine: a bootstrap server, N nodes and the dashboard.
     Testnet(testnet::TestnetArgs),
-    /// Prepare datasets: `murmur data add <input> --tokenizer byte|gpt2`.
+    /// Prepare datasets: `murmur data add <input> --tokenizer byte|gpt2|bpe:VOCAB|tokenizer.json`.
     #[command(subcommand)]
     Data(data::DataCommand),
     /// Admission tickets: `murmur ticket issue` (operators of a ticket run).

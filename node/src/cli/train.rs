@@ -196,8 +196,8 @@ pub fn run(args: TrainArgs) -> Result<()> {
     let (mut config, spec) = resolve(&args)?;
     let corpus = Corpus::open(&spec)?;
     // A dataset's own tokenizer sets the model's vocabulary.
-    if corpus.tokenizer().name() == "bpe" && corpus.vocab_size() != config.model.vocab_size {
-        config.model = config.model.with_vocab(corpus.vocab_size())?;
+    if let Some(vocab) = corpus.own_vocabulary().filter(|&v| v != config.model.vocab_size) {
+        config.model = config.model.with_vocab(vocab)?;
     }
     let resume_path = match (&args.resume_from, args.resume, &config.checkpoint_dir) {
         (Some(p), _, _) => Some(p.clone()),
@@ -338,6 +338,7 @@ mod tests {
                 "preset" => "preset = \"tiny\"\n".to_string(),
                 "data" | "tokenizer" | "checkpoint_dir" => format!("{k} = \"x\"\n"),
                 "lr" | "weight_decay" | "grad_clip" => format!("{k} = 0.5\n"),
+                "checkpointing" => format!("{k} = true\n"),
                 _ => format!("{k} = 2\n"),
             })
             .collect();

@@ -121,12 +121,20 @@ pub async fn run_dashboard(opts: DashboardOptions) -> Result<(), RuntimeError> {
     if let Some((id, manifest_len)) = dataset {
         let (net, tx) = (net.clone(), tx.clone());
         tokio::spawn(async move {
-            let found = crate::runtime::dataset::dataset_tokenizer_from_peers(&net, id, manifest_len).await;
-            let tokenizer = found.map_err(|e| e.to_string()).and_then(|(named, json)| {
-                named_tokenizer(named, json.as_deref(), &format!("of dataset {id}"))
-                    .map_err(|e| e.to_string())
-            });
-            let _ = tx.send(Internal::Tokenizer(tokenizer));
+            // Until some peer serves it (each try waits a minute for one).
+            loop {
+                let found =
+                    crate::runtime::dataset::dataset_tokenizer_from_peers(&net, id, manifest_len).await;
+                let tokenizer = found.map_err(|e| e.to_string()).and_then(|(named, json)| {
+                    named_tokenizer(named, json.as_deref(), &format!("of dataset {id}"))
+                        .map_err(|e| e.to_string())
+                });
+                let fetched = tokenizer.is_ok();
+                if tx.send(Internal::Tokenizer(tokenizer)).is_err() || fetched {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_secs(10)).await;
+            }
         });
     }
     let mut refresh = tokio::time::interval(REFRESH);

@@ -90,9 +90,15 @@ impl BpeTokenizer {
                 format!("a tokenizer.json holds 1..={MAX_TOKENIZER_BYTES} bytes, this one {}", json.len()),
             ));
         }
-        let inner = tokenizers::Tokenizer::from_bytes(json).map_err(|e| {
+        let mut inner = tokenizers::Tokenizer::from_bytes(json).map_err(|e| {
             bad(what, format!("not a Hugging Face tokenizer.json ({e}); give the file `tokenizer.json` of a tokenizer or train one with `--tokenizer bpe:VOCAB`"))
         })?;
+        // murmur tokenizes whole documents: a file's truncation would drop
+        // text and its padding would add tokens (or ask for any length).
+        inner
+            .with_truncation(None)
+            .map_err(|e| bad(what, format!("its truncation cannot be turned off ({e})")))?
+            .with_padding(None);
         let vocab = inner.get_vocab_size(true);
         if vocab == 0 || vocab > MAX_TOKENIZER_VOCAB as usize {
             return Err(bad(
@@ -118,6 +124,24 @@ impl BpeTokenizer {
         })
     }
 
+    /// A dataset's own tokenizer from the tokenizer.json `json` its manifest
+    /// names as `named` (None for the built-in tokenizers); refused when the
+    /// file is missing or not the one named.
+    pub fn of_dataset(
+        named: DatasetTokenizer,
+        json: Option<&[u8]>,
+        what: &str,
+    ) -> Result<Option<Self>, DataError> {
+        if !matches!(named, DatasetTokenizer::Bpe { .. }) {
+            return Ok(None);
+        }
+        let json =
+            json.ok_or_else(|| bad(what, "the dataset names its own tokenizer.json, which is missing"))?;
+        let bpe = Self::from_json(json, what)?;
+        bpe.check_named(named, what)?;
+        Ok(Some(bpe))
+    }
+
     /// The tokenizer.json bytes.
     pub fn json(&self) -> &[u8] {
         &self.json
@@ -133,7 +157,8 @@ impl BpeTokenizer {
         self.eot.map(|(_, name)| name)
     }
 
-    /// The token a byte-level tokenizer gives `text`, if exactly one (tests).
+    /// The token a byte-level tokenizer gives `text`, if exactly one.
+    #[cfg(test)]
     pub fn token_of(&self, text: &str) -> Option<u32> {
         self.inner.token_to_id(text)
     }
@@ -170,9 +195,11 @@ impl Tokenizer for BpeTokenizer {
     }
 
     fn encode(&self, text: &str) -> Vec<u32> {
-        // Encoding with a byte-level model cannot fail; a model brought from
-        // elsewhere that fails on some text gives no tokens for it.
-        self.inner.encode(text, false).map(|e| e.get_ids().to_vec()).unwrap_or_default()
+        self.try_encode(text).unwrap_or_default()
+    }
+
+    fn try_encode(&self, text: &str) -> Result<Vec<u32>, String> {
+        self.inner.encode(text, false).map(|e| e.get_ids().to_vec()).map_err(|e| e.to_string())
     }
 
     fn decode(&self, ids: &[u32]) -> String {

@@ -13,9 +13,10 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use murmur_protocol::dataset::Split;
+use murmur_protocol::dataset::{DatasetTokenizer, Split};
 
 use super::dataset::dir::{DatasetDir, MANIFEST_FILE};
+use super::dataset::shard_tokens;
 use super::error::DataError;
 use super::loader::BatchLoader;
 use super::shard::TokenShard;
@@ -61,6 +62,8 @@ pub(crate) struct CorpusInner {
     pub description: String,
     pub tokenizer: Arc<dyn Tokenizer>,
     pub vocab: usize,
+    /// The data brings its own tokenizer (a dataset's tokenizer.json).
+    pub own_tokenizer: bool,
     pub body: CorpusBody,
 }
 
@@ -143,6 +146,7 @@ impl Corpus {
                     ),
                     tokenizer: TokenizerKind::Byte.build()?,
                     vocab: 256,
+                    own_tokenizer: false,
                     body: CorpusBody::Synthetic(language),
                 }
             }
@@ -185,6 +189,7 @@ impl Corpus {
         Ok(CorpusInner {
             description: format!("text {} ({count} tokens, tokenizer {kind})", path.display()),
             vocab: tokenizer.vocab_size(),
+            own_tokenizer: false,
             tokenizer,
             body: CorpusBody::Tokens { stores, train, val },
         })
@@ -201,12 +206,9 @@ impl Corpus {
             .chain(&m.val)
             .map(|e| {
                 let bytes = dataset.read_shard(&e.hash)?;
-                Ok(TokenStore::Memory {
-                    tokens: bytes
-                        .chunks_exact(2)
-                        .map(|c| u32::from(u16::from_le_bytes([c[0], c[1]])))
-                        .collect(),
-                })
+                let name = format!("{} shard {}", path.display(), e.hash);
+                let tokens = shard_tokens(&bytes, m.tokenizer.vocab_size(), &name)?;
+                Ok(TokenStore::Memory { tokens: tokens.into_iter().map(u32::from).collect() })
             })
             .collect::<Result<_, DataError>>()?;
         let (train, val) = (whole(&stores, 0..m.train.len()), whole(&stores, m.train.len()..stores.len()));
@@ -221,6 +223,7 @@ impl Corpus {
                 m.tokenizer.vocab_size()
             ),
             vocab: tokenizer.vocab_size(),
+            own_tokenizer: matches!(m.tokenizer, DatasetTokenizer::Bpe { .. }),
             tokenizer,
             body: CorpusBody::Tokens { stores, train, val },
         })
@@ -263,9 +266,17 @@ impl Corpus {
                 val_files.len()
             ),
             vocab: tokenizer.vocab_size(),
+            own_tokenizer: false,
             tokenizer,
             body: CorpusBody::Tokens { stores, train, val },
         })
+    }
+
+    /// The vocabulary of the data's own tokenizer, when it brings one (a
+    /// dataset directory with a tokenizer.json): a model trained on it
+    /// takes this vocabulary.
+    pub fn own_vocabulary(&self) -> Option<usize> {
+        self.inner.own_tokenizer.then_some(self.inner.vocab)
     }
 
     /// Vocabulary size of the tokens this corpus yields (before padding).

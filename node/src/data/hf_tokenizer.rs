@@ -30,18 +30,10 @@ pub enum ExportTokenizer {
 impl ExportTokenizer {
     /// The tokenizer a dataset names (`json`: its own tokenizer.json).
     pub fn of_dataset(named: DatasetTokenizer, json: Option<&[u8]>) -> Result<Self, DataError> {
-        Ok(match named {
-            DatasetTokenizer::Byte => ExportTokenizer::BuiltIn(TokenizerKind::Byte),
-            DatasetTokenizer::Gpt2 => ExportTokenizer::BuiltIn(TokenizerKind::Gpt2),
-            DatasetTokenizer::Bpe { .. } => {
-                let json = json.ok_or_else(|| DataError::BadTokenizer {
-                    what: "of the dataset".into(),
-                    reason: "the dataset names its own tokenizer.json, which is not at hand".into(),
-                })?;
-                let bpe = BpeTokenizer::from_json(json, "of the dataset")?;
-                bpe.check_named(named, "of the dataset")?;
-                ExportTokenizer::Own(bpe)
-            }
+        Ok(match (named, BpeTokenizer::of_dataset(named, json, "of the dataset")?) {
+            (_, Some(bpe)) => ExportTokenizer::Own(bpe),
+            (DatasetTokenizer::Gpt2, None) => ExportTokenizer::BuiltIn(TokenizerKind::Gpt2),
+            (_, None) => ExportTokenizer::BuiltIn(TokenizerKind::Byte),
         })
     }
 

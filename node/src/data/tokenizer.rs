@@ -20,6 +20,12 @@ pub trait Tokenizer: Send + Sync {
     fn vocab_size(&self) -> usize;
     /// Token ids for `text`.
     fn encode(&self, text: &str) -> Vec<u32>;
+    /// Token ids for `text`, or why this tokenizer cannot encode it (a
+    /// tokenizer.json brought from elsewhere may fail where murmur's own
+    /// cannot; `encode` then gives no tokens).
+    fn try_encode(&self, text: &str) -> Result<Vec<u32>, String> {
+        Ok(self.encode(text))
+    }
     /// Text for `ids`; invalid UTF-8 and unknown ids become U+FFFD.
     fn decode(&self, ids: &[u32]) -> String;
     /// The end-of-text token placed between documents, if the tokenizer has one.
@@ -187,18 +193,10 @@ pub fn named_tokenizer(
     json: Option<&[u8]>,
     what: &str,
 ) -> Result<Arc<dyn Tokenizer>, DataError> {
-    Ok(match named {
-        DatasetTokenizer::Byte => Arc::new(ByteTokenizer),
-        DatasetTokenizer::Gpt2 => Arc::new(Gpt2Tokenizer::new()?),
-        DatasetTokenizer::Bpe { .. } => {
-            let json = json.ok_or_else(|| DataError::BadTokenizer {
-                what: what.to_string(),
-                reason: "the dataset names its own tokenizer.json, which is missing".to_string(),
-            })?;
-            let bpe = BpeTokenizer::from_json(json, what)?;
-            bpe.check_named(named, what)?;
-            Arc::new(bpe)
-        }
+    Ok(match (named, BpeTokenizer::of_dataset(named, json, what)?) {
+        (_, Some(bpe)) => Arc::new(bpe),
+        (DatasetTokenizer::Gpt2, None) => Arc::new(Gpt2Tokenizer::new()?),
+        (_, None) => Arc::new(ByteTokenizer),
     })
 }
 

@@ -4,8 +4,6 @@
 //! run too big for the machine is refused with a clear error instead of
 //! aborting the process on allocation.
 
-use std::io::Read;
-
 use murmur_protocol::{DataRef, RunSpec};
 
 use super::spec::{state_len, SpecError};
@@ -81,18 +79,7 @@ pub fn check_fits(
 /// The machine's physical memory in bytes: `MemTotal` of /proc/meminfo on
 /// Linux; None elsewhere or when it cannot be read.
 pub fn physical_memory() -> Option<u64> {
-    let mut text = String::new();
-    std::fs::File::open("/proc/meminfo").ok()?.take(64 * 1024).read_to_string(&mut text).ok()?;
-    parse_mem_total(&text)
-}
-
-/// `MemTotal:  <n> kB` in bytes.
-fn parse_mem_total(meminfo: &str) -> Option<u64> {
-    let line = meminfo.lines().find_map(|l| l.strip_prefix("MemTotal:"))?;
-    let mut words = line.split_whitespace();
-    let kib: u64 = words.next()?.parse().ok()?;
-    (words.next() == Some("kB")).then_some(())?;
-    kib.checked_mul(1024)
+    crate::compute::cpu::meminfo("MemTotal")
 }
 
 #[cfg(test)]
@@ -167,10 +154,6 @@ mod tests {
 
     #[test]
     fn physical_memory_is_read_from_meminfo() {
-        assert_eq!(parse_mem_total("MemTotal:       24576000 kB\nMemFree: 1 kB\n"), Some(24_576_000 * 1024));
-        assert_eq!(parse_mem_total("MemFree: 1 kB\n"), None);
-        assert_eq!(parse_mem_total("MemTotal: lots\n"), None);
-        assert_eq!(parse_mem_total("MemTotal: 99999999999999999 kB\n"), None);
         if cfg!(target_os = "linux") {
             assert!(physical_memory().is_some_and(|b| b > 0));
         }

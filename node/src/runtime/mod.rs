@@ -127,6 +127,12 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
     let own_ticket = tickets::own_ticket(&spec, &key.public(), opts.ticket.as_deref())?;
     store.meta.set_spec(&spec.encode())?;
     let cfg = spec::model_config(&spec)?;
+    if opts.checkpointing && cfg.arch.is_gpt2() {
+        tracing::warn!(
+            "--checkpointing is for Llama models; this run's {} is GPT-2, so it is off",
+            spec.model.preset
+        );
+    }
     let model = memory::host_model_need(&spec, &cfg, opts.device, opts.checkpointing);
     let checkpointed = (!cfg.arch.is_gpt2() && !opts.checkpointing)
         .then(|| memory::host_model_need(&spec, &cfg, opts.device, true));

@@ -95,12 +95,21 @@ impl CpuBackend {
     }
 }
 
-/// The host's available memory (`MemAvailable` of /proc/meminfo), where
-/// the system says.
-fn host_memory_available() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+/// Field `field` of /proc/meminfo (`MemTotal`, `MemAvailable`) in bytes,
+/// where the system says (Linux); None elsewhere or when it cannot be read.
+pub fn meminfo(field: &str) -> Option<u64> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open("/proc/meminfo").ok()?.take(64 * 1024).read_to_string(&mut text).ok()?;
+    parse_meminfo(&text, field)
+}
+
+/// `<field>:  <n> kB` of a meminfo text, in bytes.
+fn parse_meminfo(text: &str, field: &str) -> Option<u64> {
+    let line = text.lines().find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?;
+    let mut words = line.split_whitespace();
+    let kib: u64 = words.next()?.parse().ok()?;
+    (words.next() == Some("kB")).then_some(())?;
     kib.checked_mul(1024)
 }
 
@@ -114,7 +123,7 @@ impl Backend for CpuBackend {
     }
 
     fn memory_available(&self) -> Option<u64> {
-        host_memory_available()
+        meminfo("MemAvailable")
     }
     fn tensor(&self, len: usize) -> Vec<f32> {
         vec![0.0; len]
@@ -457,5 +466,24 @@ impl Backend for CpuBackend {
         hp: AdamWStep,
     ) {
         kernels::adamw_update(self.isa, param, GradIn::Zero(grad), m, v, stats[scale_slot], hp);
+    }
+}
+
+#[cfg(test)]
+mod meminfo_tests {
+    use super::*;
+
+    #[test]
+    fn meminfo_fields_are_read_in_bytes() {
+        let text = "MemTotal:       24576000 kB\nMemFree: 1 kB\nMemAvailable:   2048 kB\n";
+        assert_eq!(parse_meminfo(text, "MemTotal"), Some(24_576_000 * 1024));
+        assert_eq!(parse_meminfo(text, "MemAvailable"), Some(2048 * 1024));
+        assert_eq!(parse_meminfo(text, "Mem"), None);
+        assert_eq!(parse_meminfo("MemFree: 1 kB\n", "MemTotal"), None);
+        assert_eq!(parse_meminfo("MemTotal: lots\n", "MemTotal"), None);
+        assert_eq!(parse_meminfo("MemTotal: 99999999999999999 kB\n", "MemTotal"), None);
+        if cfg!(target_os = "linux") {
+            assert!(meminfo("MemAvailable").is_some_and(|b| b > 0));
+        }
     }
 }

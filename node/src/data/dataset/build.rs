@@ -237,7 +237,11 @@ pub fn build(
                 sharder.push(&[eot], &|| name.clone())?;
             }
             for piece in pieces(text) {
-                sharder.push(&tokenizer.encode(piece), &|| name.clone())?;
+                let tokens = tokenizer.try_encode(piece).map_err(|reason| DataError::BadTokenizer {
+                    what: tokenizer.name().to_string(),
+                    reason: format!("it cannot encode {name}: {reason}"),
+                })?;
+                sharder.push(&tokens, &|| name.clone())?;
                 done += piece.len() as u64;
                 progress(done);
             }
