@@ -140,10 +140,14 @@ struct Args {
     max_peers_per_ip: u32,
 }
 
-/// The parameters of the model at `path`, flat, if its shape is `preset`'s.
-fn model_params(path: &std::path::Path, preset: &str) -> Result<Vec<f32>> {
+/// The parameters of the model at `path`, flat, if its shape is `preset`'s
+/// (with vocabulary `vocab` when the hosted dataset brings its own tokenizer).
+fn model_params(path: &std::path::Path, preset: &str, vocab: Option<u32>) -> Result<Vec<f32>> {
     let (cfg, tensors) = load_model(path).map_err(|e| anyhow::anyhow!("--init-from: {e}"))?;
-    let want = ModelConfig::preset(preset).map_err(|e| anyhow::anyhow!("--preset: {e}"))?;
+    let mut want = ModelConfig::preset(preset).map_err(|e| anyhow::anyhow!("--preset: {e}"))?;
+    if let Some(v) = vocab {
+        want = want.with_vocab(v as usize).map_err(|e| anyhow::anyhow!("--preset: {e}"))?;
+    }
     if cfg != want {
         let shape = |c: &ModelConfig| {
             format!(
@@ -223,7 +227,12 @@ fn run(a: Args) -> Result<()> {
         .iter()
         .map(|k| parse_public_key(k).map_err(|e| anyhow::anyhow!("--operator: {e}")))
         .collect::<Result<Vec<_>>>()?;
-    let init = a.init_from.as_deref().map(|p| model_params(p, &a.preset)).transpose()?;
+    // A dataset's own tokenizer sets the model's vocabulary.
+    let vocab = hosted.as_ref().and_then(|d| match d.manifest().tokenizer {
+        murmur_protocol::DatasetTokenizer::Bpe { vocab, .. } => Some(vocab),
+        _ => None,
+    });
+    let init = a.init_from.as_deref().map(|p| model_params(p, &a.preset, vocab)).transpose()?;
     let params = RunParams {
         genesis_params: init.as_deref().map(murmur_protocol::params_id),
         preset: a.preset.clone(),
@@ -245,11 +254,7 @@ fn run(a: Args) -> Result<()> {
             overlapped: a.overlap,
             inner_budget_ms: budget_ms(a.inner_budget)?,
         },
-        // A dataset's own tokenizer sets the model's vocabulary.
-        vocab: hosted.as_ref().and_then(|d| match d.manifest().tokenizer {
-            murmur_protocol::DatasetTokenizer::Bpe { vocab, .. } => Some(vocab),
-            _ => None,
-        }),
+        vocab,
     };
     let spec = run_spec(&params)?;
     murmur_node::runtime::committee::check_spec(&spec)
