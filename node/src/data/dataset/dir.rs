@@ -123,11 +123,11 @@ impl DatasetDir {
 
     /// The dataset's tokenizer (built in, or its own).
     pub fn open_tokenizer(&self) -> Result<std::sync::Arc<dyn Tokenizer>, DataError> {
-        named_tokenizer(
-            self.manifest.tokenizer,
-            self.tokenizer.as_ref().map(BpeTokenizer::json),
-            &self.dir.display().to_string(),
-        )
+        match &self.tokenizer {
+            // Checked against the manifest when the directory was opened.
+            Some(own) => Ok(std::sync::Arc::new(own.clone())),
+            None => named_tokenizer(self.manifest.tokenizer, None, &self.dir.display().to_string()),
+        }
     }
 
     pub fn id(&self) -> DatasetId {

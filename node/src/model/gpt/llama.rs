@@ -208,8 +208,12 @@ impl<B: Backend> Gpt<B> {
         for l in (0..cfg.n_layer).rev() {
             let residual = &ws.residuals[l];
             let a = if ws.checkpointing {
-                let block = Block { backend, cfg, params: p, images: &self.images, l, b, t };
-                block.forward(&mut ws.layers[0], residual, None);
+                // The forward left the top block's activations in the one
+                // set kept; every block below is recomputed from its input.
+                if l + 1 < cfg.n_layer {
+                    let block = Block { backend, cfg, params: p, images: &self.images, l, b, t };
+                    block.forward(&mut ws.layers[0], residual, None);
+                }
                 &ws.layers[0]
             } else {
                 &ws.layers[l]
