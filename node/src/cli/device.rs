@@ -75,23 +75,6 @@ pub fn choose(arg: DeviceArg, precision: PrecisionArg) -> Result<Chosen> {
     })
 }
 
-/// [`choose`] for `model`: `--device auto` passes over CUDA for a Llama
-/// (the CUDA backend has no Llama ops in this build) and takes a hardware
-/// wgpu adapter, else the CPU; any other choice as `choose` makes it (a
-/// named CUDA device refuses a Llama with a message when it is opened).
-pub fn choose_for(
-    arg: DeviceArg,
-    precision: PrecisionArg,
-    model: &crate::model::ModelConfig,
-) -> Result<Chosen> {
-    match (arg, precision, model.arch) {
-        (DeviceArg::Auto, PrecisionArg::Fp32 | PrecisionArg::Bf16, crate::model::Architecture::Llama(_)) => {
-            Ok(device::auto_without_cuda(precision.for_cpu()?)?)
-        }
-        _ => choose(arg, precision),
-    }
-}
-
 /// Runs `$body` with `$b` bound to a reference to the chosen backend; a
 /// backend that cannot be opened returns its error from the caller.
 macro_rules! with_backend {
@@ -123,22 +106,6 @@ pub(crate) use with_backend;
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn auto_never_picks_cuda_for_a_llama_and_named_devices_stay() {
-        use crate::model::ModelConfig;
-        let (llama, gpt) = (ModelConfig::preset("llama-tiny").unwrap(), ModelConfig::preset("tiny").unwrap());
-        let auto = choose_for(DeviceArg::Auto, PrecisionArg::Fp32, &llama).expect("auto resolves");
-        assert!(["cpu", "gpu"].contains(&auto.name()), "{}", auto.name());
-        let bf16 = choose_for(DeviceArg::Auto, PrecisionArg::Bf16, &llama).expect("bf16 on the CPU");
-        assert_eq!(bf16, Chosen::Cpu(Precision::Bf16));
-        let cpu = choose_for(DeviceArg::Cpu, PrecisionArg::Fp32, &llama).expect("cpu");
-        assert_eq!(cpu, Chosen::Cpu(Precision::Fp32));
-        assert_eq!(
-            choose_for(DeviceArg::Auto, PrecisionArg::Fp32, &gpt).ok(),
-            choose(DeviceArg::Auto, PrecisionArg::Fp32).ok()
-        );
-    }
 
     #[test]
     fn each_precision_names_the_backend_that_has_it() {

@@ -195,9 +195,8 @@ pub fn eval(args: EvalArgs) -> Result<()> {
     })?;
     let (batch, seq) = (spec.inner.batch_size.max(1) as usize, cfg.max_seq_len);
     let mut val = corpus.val_loader(batch, seq)?;
-    let chosen = super::device::choose_for(args.device, PrecisionArg::Fp32, &cfg)?;
+    let chosen = super::device::choose(args.device, PrecisionArg::Fp32)?;
     let loss = with_backend!(chosen chosen, |backend| {
-        crate::model::check_backend(backend, &cfg)?;
         let mut model = Gpt::new(backend, cfg.clone(), &params, 1);
         crate::train::trainer::evaluate(backend, &mut model, &mut val, VAL_BATCHES)?
     });
@@ -244,7 +243,7 @@ pub fn sample(args: SampleArgs) -> Result<()> {
         top_k: args.top_k,
         seed: args.seed,
     };
-    let chosen = super::device::choose_for(args.device, super::device::PrecisionArg::Fp32, &cfg)?;
+    let chosen = super::device::choose(args.device, super::device::PrecisionArg::Fp32)?;
     if args.logits_out.is_some() && (prompt.is_empty() || prompt.len() > cfg.max_seq_len) {
         bail!(
             "--logits-out needs a --prompt of 1 to {} tokens; this one has {}",
@@ -253,7 +252,6 @@ pub fn sample(args: SampleArgs) -> Result<()> {
         );
     }
     let (out, logits) = with_backend!(chosen chosen, |backend| {
-        crate::model::check_backend(backend, &cfg)?;
         let mut model = Gpt::new(backend, cfg.clone(), &ckpt.params, 1);
         let logits = args.logits_out.as_ref().map(|_| prompt_logits(backend, &mut model, &prompt));
         (generate(backend, &mut model, &prompt, opts, tok.eot()), logits)

@@ -254,9 +254,8 @@ pub fn run(a: SimArgs) -> Result<()> {
     let (config, spec) = resolve(&a)?;
     let corpus = Corpus::open(&spec)?;
     let json = a.json;
-    let chosen = super::device::choose_for(a.device, super::device::PrecisionArg::Fp32, &config.model)?;
+    let chosen = super::device::choose(a.device, super::device::PrecisionArg::Fp32)?;
     let report = with_backend!(chosen chosen, |backend| {
-        crate::model::check_backend(backend, &config.model)?;
         simulate(backend, &config, &corpus, |ev| print_event(ev, json))?
     });
     if json {

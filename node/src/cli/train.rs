@@ -70,7 +70,7 @@ layered_settings! {
     #[serde(deny_unknown_fields)]
     pub struct TrainSettings {
         /// Model preset: tiny, small, gpt2-124m (GPT-2), or llama-tiny, llama-60m,
-        /// llama-150m, llama-400m, llama-1b (Llama; not on --device cuda in this build).
+        /// llama-150m, llama-400m, llama-1b (Llama).
         #[arg(long, env = "MURMUR_PRESET")]
         pub preset: Option<String>,
         /// Training data: `synthetic[:key=value,...]`, a text file or folder, or llm.c .bin shards.
@@ -210,7 +210,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
         None => None,
     };
     let json = args.json;
-    let chosen = super::device::choose_for(args.device, args.precision, &config.model)?;
+    let chosen = super::device::choose(args.device, args.precision)?;
     let summary = with_backend!(chosen chosen, |backend| train(backend, &config, &corpus, resume, |ev| {
         print_event(ev, json)
     })?);

@@ -117,23 +117,11 @@ pub fn cuda() -> Result<Chosen, DeviceError> {
 /// `--device auto`: a CUDA device, else a hardware wgpu adapter, else the
 /// CPU (always the CPU for bf16).
 pub fn auto(precision: crate::compute::cpu::Precision) -> Result<Chosen, DeviceError> {
-    auto_among(precision, true)
-}
-
-/// `--device auto` for a model the CUDA backend cannot run (the Llama
-/// architecture in this build): a hardware wgpu adapter, else the CPU.
-pub fn auto_without_cuda(precision: crate::compute::cpu::Precision) -> Result<Chosen, DeviceError> {
-    auto_among(precision, false)
-}
-
-fn auto_among(precision: crate::compute::cpu::Precision, with_cuda: bool) -> Result<Chosen, DeviceError> {
     if precision != crate::compute::cpu::Precision::Fp32 {
         return cpu(precision);
     }
-    #[cfg(not(feature = "cuda"))]
-    let _ = with_cuda;
     #[cfg(feature = "cuda")]
-    if with_cuda {
+    {
         use crate::compute::cuda::{first_device, libs::CudaLibrary, CudaError};
         match first_device() {
             Ok(ordinal) => return Ok(Chosen::Cuda(ordinal)),

@@ -158,16 +158,6 @@ impl AdamWStep {
     }
 }
 
-/// The message of a backend without the Llama ops (CUDA in this build).
-pub const NO_LLAMA_OPS: &str =
-    "this backend has no Llama kernels in this build; run the llama architecture with --device cpu or --device gpu";
-
-/// A Llama op called on a backend that lacks it: a bug (the model checks
-/// `has_llama_ops` before it builds a Llama), never a wrong answer.
-fn llama_op_missing<B: Backend + ?Sized>(backend: &B, op: &str) -> ! {
-    panic!("{op} on {}: {NO_LLAMA_OPS}", backend.describe())
-}
-
 /// The operations the GPT model needs from a device.
 ///
 /// `Tensor` holds `f32`s, `Tokens` holds `u32` token ids; both live on the
@@ -383,12 +373,6 @@ pub trait Backend: Sync {
     }
 
     // ---- the Llama architecture: RMSNorm, rotary embeddings, SwiGLU ----
-    /// Whether this backend has the Llama ops below. The model asks before
-    /// it builds a Llama on a backend (`model::check_backend`), so a
-    /// backend without them is never called for them.
-    fn has_llama_ops(&self) -> bool {
-        false
-    }
     /// out(n, c) = inp · rstd · weight per row, rstd = 1/√(mean(inp²) + 1e-5)
     /// kept in `rstd` (n) for the backward pass.
     fn rmsnorm_forward(
@@ -399,10 +383,7 @@ pub trait Backend: Sync {
         weight: &Self::Tensor,
         n: usize,
         c: usize,
-    ) {
-        let _ = (out, rstd, inp, weight, n, c);
-        llama_op_missing(self, "rmsnorm_forward")
-    }
+    );
     /// dinp += the input gradient, dweight += the weight gradient.
     fn rmsnorm_backward(
         &self,
@@ -414,29 +395,17 @@ pub trait Backend: Sync {
         rstd: &Self::Tensor,
         n: usize,
         c: usize,
-    ) {
-        let _ = (dinp, dweight, dout, inp, weight, rstd, n, c);
-        llama_op_missing(self, "rmsnorm_backward")
-    }
+    );
     /// Rotates the q and k heads of a qkv tensor (`s`'s layout) in place by
     /// each row's position in its sequence: channel i of a head pairs with
     /// i + hs/2 at angle pos·θ^(−2i/hs) (Hugging Face Llama's rotate-half
     /// layout). The v heads are left alone.
-    fn rope_forward(&self, qkv: &mut Self::Tensor, s: AttentionShape, theta: f32) {
-        let _ = (qkv, s, theta);
-        llama_op_missing(self, "rope_forward")
-    }
+    fn rope_forward(&self, qkv: &mut Self::Tensor, s: AttentionShape, theta: f32);
     /// The backward of [`rope_forward`](Backend::rope_forward), in place on
     /// the gradient: each pair rotated back (a rotation's transpose).
-    fn rope_backward(&self, dqkv: &mut Self::Tensor, s: AttentionShape, theta: f32) {
-        let _ = (dqkv, s, theta);
-        llama_op_missing(self, "rope_backward")
-    }
+    fn rope_backward(&self, dqkv: &mut Self::Tensor, s: AttentionShape, theta: f32);
     /// out(n, h) = silu(gate)·up, each row of `inp` (n, 2h) `[gate | up]`.
-    fn swiglu_forward(&self, out: &mut Self::Tensor, inp: &Self::Tensor, n: usize, h: usize) {
-        let _ = (out, inp, n, h);
-        llama_op_missing(self, "swiglu_forward")
-    }
+    fn swiglu_forward(&self, out: &mut Self::Tensor, inp: &Self::Tensor, n: usize, h: usize);
     /// dinp(n, 2h) written (not accumulated) with the gradient of
     /// [`swiglu_forward`](Backend::swiglu_forward) given dout(n, h).
     fn swiglu_backward_fresh(
@@ -446,10 +415,7 @@ pub trait Backend: Sync {
         dout: &Self::Tensor,
         n: usize,
         h: usize,
-    ) {
-        let _ = (dinp, inp, dout, n, h);
-        llama_op_missing(self, "swiglu_backward_fresh")
-    }
+    );
 
     // ---- residual ----
     /// The backward needs no op: the model carries the residual stream's

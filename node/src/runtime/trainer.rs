@@ -298,10 +298,6 @@ pub fn spawn(setup: &TrainerSetup, done: mpsc::UnboundedSender<JobDone>) -> Resu
             on_backend!(
                 device,
                 |backend| {
-                    if let Err(e) = crate::model::check_backend(&backend, &worker.cfg) {
-                        let _ = opened_tx.send(Err(e.to_string()));
-                        return;
-                    }
                     let _ = opened_tx.send(Ok(backend.describe()));
                     worker.run(backend, rx, done)
                 },

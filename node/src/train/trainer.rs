@@ -135,8 +135,6 @@ pub enum TrainError {
     ResumeMismatch(String),
     #[error("training diverged at step {step}: loss is {loss}; lower --lr or enable --grad-clip")]
     Diverged { step: usize, loss: f32 },
-    #[error(transparent)]
-    Backend(#[from] crate::model::UnsupportedOnBackend),
 }
 
 /// Mean loss over `batches` held-out batches.
@@ -166,7 +164,6 @@ pub fn train<B: Backend>(
     mut sink: impl FnMut(&TrainEvent),
 ) -> Result<TrainSummary, TrainError> {
     let cfg = &config.model;
-    crate::model::check_backend(backend, cfg)?;
     if corpus.vocab_size() > cfg.vocab_size {
         return Err(TrainError::VocabMismatch { data: corpus.vocab_size(), model: cfg.vocab_size });
     }

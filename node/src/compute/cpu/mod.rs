@@ -348,9 +348,6 @@ impl Backend for CpuBackend {
         kernels::gelu_backward(self.isa, false, dinp, inp, dout);
     }
 
-    fn has_llama_ops(&self) -> bool {
-        true
-    }
     fn rmsnorm_forward(
         &self,
         out: &mut Vec<f32>,

@@ -183,6 +183,50 @@ impl Backend for CudaBackend {
         self.attention_backward_impl(dqkv, dout, qkv, att, s);
     }
 
+    fn rmsnorm_forward(
+        &self,
+        out: &mut CudaTensor,
+        rstd: &mut CudaTensor,
+        inp: &CudaTensor,
+        weight: &CudaTensor,
+        n: usize,
+        c: usize,
+    ) {
+        self.rmsnorm_forward_impl(out, rstd, inp, weight, n, c);
+    }
+    fn rmsnorm_backward(
+        &self,
+        dinp: &mut CudaTensor,
+        dweight: &mut CudaTensor,
+        dout: &CudaTensor,
+        inp: &CudaTensor,
+        weight: &CudaTensor,
+        rstd: &CudaTensor,
+        n: usize,
+        c: usize,
+    ) {
+        self.rmsnorm_backward_impl(dinp, dweight, dout, inp, weight, rstd, n, c);
+    }
+    fn rope_forward(&self, qkv: &mut CudaTensor, s: AttentionShape, theta: f32) {
+        self.rope_impl(qkv, s, theta, false);
+    }
+    fn rope_backward(&self, dqkv: &mut CudaTensor, s: AttentionShape, theta: f32) {
+        self.rope_impl(dqkv, s, theta, true);
+    }
+    fn swiglu_forward(&self, out: &mut CudaTensor, inp: &CudaTensor, n: usize, h: usize) {
+        self.swiglu_forward_impl(out, inp, n, h);
+    }
+    fn swiglu_backward_fresh(
+        &self,
+        dinp: &mut CudaTensor,
+        inp: &CudaTensor,
+        dout: &CudaTensor,
+        n: usize,
+        h: usize,
+    ) {
+        self.swiglu_backward_impl(dinp, inp, dout, n, h);
+    }
+
     fn gelu_forward(&self, out: &mut CudaTensor, inp: &CudaTensor) {
         self.gelu_forward_impl(out, inp);
     }

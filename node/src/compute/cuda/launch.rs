@@ -2,7 +2,7 @@
 //! order of launches for each op. Elementwise kernels take one thread per
 //! element; row kernels one block of `BLOCK` threads per row; column
 //! reductions one block of 32 × 32 threads per 32 columns; attention scores
-//! one block per 32 × 32 tile.
+//! one block per 32 × 32 tile. The Llama kernels (llama.cu) are in `llama`.
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
@@ -10,19 +10,19 @@ use super::{CudaBackend, CudaTensor, CudaTokens, Scratch};
 use crate::compute::{AdamWStep, AttentionShape, EncoderShape, LogitsShape, MatmulLayout, MatmulShape};
 
 /// Threads per block; the row kernels' trees assume exactly this many.
-const BLOCK: u32 = 256;
+pub(super) const BLOCK: u32 = 256;
 /// Elements one `reduce_partials` block folds (BLOCK · ITEMS in reduce.cu).
 const REDUCE_CHUNK: usize = 256 * 16;
 
 /// One thread per element of `n`.
-fn elements(n: usize) -> LaunchConfig {
+pub(super) fn elements(n: usize) -> LaunchConfig {
     let blocks = u32::try_from(n.div_ceil(BLOCK as usize).max(1))
         .unwrap_or_else(|_| panic!("{n} elements: grid too large"));
     LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (BLOCK, 1, 1), shared_mem_bytes: 0 }
 }
 
 /// One block per row.
-fn rows(n: usize) -> LaunchConfig {
+pub(super) fn rows(n: usize) -> LaunchConfig {
     let blocks = u32::try_from(n.max(1)).unwrap_or_else(|_| panic!("{n} rows: grid too large"));
     LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (BLOCK, 1, 1), shared_mem_bytes: 0 }
 }
@@ -32,7 +32,7 @@ fn rows(n: usize) -> LaunchConfig {
 /// kernels' COLS × LANES).
 const COLUMN_WIDTH: u32 = 32;
 const COLUMN_LANES: u32 = 32;
-fn columns(n: usize) -> LaunchConfig {
+pub(super) fn columns(n: usize) -> LaunchConfig {
     let blocks = u32::try_from(n.div_ceil(COLUMN_WIDTH as usize).max(1))
         .unwrap_or_else(|_| panic!("{n} columns: grid too large"));
     LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (COLUMN_WIDTH, COLUMN_LANES, 1), shared_mem_bytes: 0 }
@@ -55,7 +55,7 @@ fn score_tiles(heads: usize, t: usize) -> LaunchConfig {
 }
 
 /// A size as the kernels' `unsigned`.
-fn u(v: usize) -> u32 {
+pub(super) fn u(v: usize) -> u32 {
     u32::try_from(v).unwrap_or_else(|_| panic!("size {v} exceeds the CUDA kernels' 32-bit indices"))
 }
 
@@ -72,6 +72,7 @@ macro_rules! launch {
         }
     }};
 }
+pub(super) use launch;
 
 impl CudaBackend {
     pub(super) fn encoder_forward_impl(
@@ -170,14 +171,13 @@ impl CudaBackend {
         qkv: &CudaTensor,
         s: AttentionShape,
     ) {
-        let AttentionShape { b, t, c, nh, .. } = s;
-        assert_eq!(s.nkv, nh, "grouped-query attention: {}", crate::compute::NO_LLAMA_OPS);
-        let scale = 1.0 / ((c / nh) as f32).sqrt();
-        let (bu, tu, cu, nhu, rowsu, no) = (u(b), u(t), u(c), u(nh), u(b * nh * t), 0u32);
+        let AttentionShape { b, t, c, nh, nkv } = s;
+        let scale = 1.0 / (s.head_size() as f32).sqrt();
+        let (bu, tu, cu, nhu, nkvu, rowsu, no) = (u(b), u(t), u(c), u(nh), u(nkv), u(b * nh * t), 0u32);
         launch!(self, "attention_scores", score_tiles(b * nh, t);
-            &mut att.buf, &qkv.buf, &qkv.buf, &bu, &tu, &cu, &nhu, &scale, &no);
+            &mut att.buf, &qkv.buf, &qkv.buf, &bu, &tu, &cu, &nhu, &nkvu, &scale, &no);
         launch!(self, "attention_softmax", rows(b * nh * t); &mut att.buf, &rowsu, &tu);
-        launch!(self, "attention_values", elements(b * t * c); &mut out.buf, &att.buf, &qkv.buf, &bu, &tu, &cu, &nhu);
+        launch!(self, "attention_values", elements(b * t * c); &mut out.buf, &att.buf, &qkv.buf, &bu, &tu, &cu, &nhu, &nkvu);
     }
 
     pub(super) fn attention_backward_impl(
@@ -188,18 +188,17 @@ impl CudaBackend {
         att: &CudaTensor,
         s: AttentionShape,
     ) {
-        let AttentionShape { b, t, c, nh, .. } = s;
-        assert_eq!(s.nkv, nh, "grouped-query attention: {}", crate::compute::NO_LLAMA_OPS);
-        let scale = 1.0 / ((c / nh) as f32).sqrt();
-        let (bu, tu, cu, nhu, rowsu, yes) = (u(b), u(t), u(c), u(nh), u(b * nh * t), 1u32);
+        let AttentionShape { b, t, c, nh, nkv } = s;
+        let scale = 1.0 / (s.head_size() as f32).sqrt();
+        let (bu, tu, cu, nhu, nkvu, rowsu, yes) = (u(b), u(t), u(c), u(nh), u(nkv), u(b * nh * t), 1u32);
         let mut guard = self.scratch(Scratch::scores_slot, b * nh * t * t);
         let Some(datt) = guard.scores.as_mut() else { unreachable!("scratch() fills the slot") };
         launch!(self, "attention_scores", score_tiles(b * nh, t);
-            &mut *datt, &qkv.buf, &dout.buf, &bu, &tu, &cu, &nhu, &scale, &yes);
+            &mut *datt, &qkv.buf, &dout.buf, &bu, &tu, &cu, &nhu, &nkvu, &scale, &yes);
         launch!(self, "attention_softmax_backward", rows(b * nh * t); &mut *datt, &att.buf, &rowsu, &tu, &scale);
-        launch!(self, "attention_backward_q", elements(b * t * c); &mut dqkv.buf, &*datt, &qkv.buf, &bu, &tu, &cu, &nhu);
-        launch!(self, "attention_backward_kv", elements(b * t * c);
-            &mut dqkv.buf, &*datt, &att.buf, &dout.buf, &qkv.buf, &bu, &tu, &cu, &nhu);
+        launch!(self, "attention_backward_q", elements(b * t * c); &mut dqkv.buf, &*datt, &qkv.buf, &bu, &tu, &cu, &nhu, &nkvu);
+        launch!(self, "attention_backward_kv", elements(b * t * nkv * s.head_size());
+            &mut dqkv.buf, &*datt, &att.buf, &dout.buf, &qkv.buf, &bu, &tu, &cu, &nhu, &nkvu);
     }
 
     pub(super) fn gelu_forward_impl(&self, out: &mut CudaTensor, inp: &CudaTensor) {

@@ -20,6 +20,7 @@ mod blas;
 pub mod context;
 mod launch;
 pub mod libs;
+mod llama;
 pub mod memory;
 pub mod programs;
 pub mod testing;

@@ -31,7 +31,7 @@ macro_rules! program {
 }
 
 /// Every kernel family, one file each (mirroring shaders/*.wgsl).
-pub const PROGRAMS: [Program; 9] = [
+pub const PROGRAMS: [Program; 10] = [
     program!("adamw.cu", ["adamw_update"]),
     program!(
         "attention.cu",
@@ -47,6 +47,17 @@ pub const PROGRAMS: [Program; 9] = [
     program!("encoder.cu", ["encoder_forward", "encoder_backward_wpe", "encoder_backward_wte"]),
     program!("gelu.cu", ["gelu_forward", "gelu_backward"]),
     program!("layernorm.cu", ["layernorm_forward", "layernorm_backward_input", "layernorm_backward_params"]),
+    program!(
+        "llama.cu",
+        [
+            "rmsnorm_forward",
+            "rmsnorm_backward_input",
+            "rmsnorm_backward_params",
+            "rope",
+            "swiglu_forward",
+            "swiglu_backward",
+        ]
+    ),
     program!("matmul.cu", ["bias_rows", "column_sums"]),
     program!("reduce.cu", ["reduce_partials", "reduce_final", "grad_clip_scale"]),
     program!("residual.cu", ["residual_forward"]),

@@ -377,9 +377,6 @@ impl Backend for GpuBackend {
         self.attention_backward_impl(dqkv, dout, qkv, att, s);
     }
 
-    fn has_llama_ops(&self) -> bool {
-        true
-    }
     fn rmsnorm_forward(
         &self,
         out: &mut GpuTensor,

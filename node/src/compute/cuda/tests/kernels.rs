@@ -58,6 +58,17 @@ fn attention_matches_cpu() {
     attention_case(&g, AttentionShape::mha(3, 1, 8, 2), 51);
     attention_case(&g, AttentionShape::mha(1, 300, 8, 2), 52); // rows wider than a block
     attention_case(&g, AttentionShape::mha(2, 45, 140, 2), 53); // part score tiles, head size past one chunk
+    attention_case(&g, AttentionShape { b: 2, t: 9, c: 16, nh: 4, nkv: 2 }, 54); // grouped-query
+    attention_case(&g, AttentionShape { b: 1, t: 37, c: 12, nh: 3, nkv: 1 }, 55);
+    // one key/value head, part tiles
+}
+
+#[test]
+fn llama_ops_match_cpu() {
+    let Some(g) = cuda_or_skip("cuda llama_ops_match_cpu") else { return };
+    crate::compute::oracle::llama::rmsnorm_case(&g);
+    crate::compute::oracle::llama::rope_case(&g);
+    crate::compute::oracle::llama::swiglu_case(&g);
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! Whole training steps on the CUDA backend: the tiny preset tracks the CPU
-//! backend's losses, reruns are bit-identical (shared body in
+//! backend's losses, reruns are bit-identical, a small Llama's loss and
+//! gradients track the CPU's (shared body in
 //! `compute::oracle`), and a step moves only tokens up and the stats down.
 
 use crate::compute::cuda::testing::cuda_or_skip;
@@ -11,6 +12,12 @@ fn twenty_tiny_steps_track_the_cpu_and_rerun_bit_identically() {
         return;
     };
     training_tracks_cpu_and_reruns_bit_identically(&g);
+}
+
+#[test]
+fn a_small_llama_matches_the_cpu() {
+    let Some(g) = cuda_or_skip("cuda a_small_llama_matches_the_cpu") else { return };
+    crate::compute::oracle::llama::llama_model_matches_cpu(&g);
 }
 
 #[test]

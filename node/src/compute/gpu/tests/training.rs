@@ -58,9 +58,5 @@ fn f16_products_keep_small_gradients_through_the_loss_scale() {
 #[test]
 fn a_small_llama_matches_the_cpu() {
     let Some(g) = gpu_or_skip("a_small_llama_matches_the_cpu") else { return };
-    assert_eq!(
-        crate::model::check_backend(g, &crate::model::ModelConfig::preset("llama-tiny").unwrap()),
-        Ok(())
-    );
     crate::compute::oracle::llama::llama_model_matches_cpu(g);
 }
