@@ -331,7 +331,8 @@ pub trait Backend: Sync {
     fn attention_scratch_len(&self, s: AttentionShape) -> usize {
         s.b * s.nh * s.t * s.t
     }
-    /// qkv is (b, t, 3c) laid out [q | k | v]; out is (b, t, c); att keeps
+    /// qkv is `s`'s layout (`[q | k | v]`, `qkv_width` floats a position);
+    /// out is (b, t, c); att keeps
     /// what the backward pass needs (`attention_scratch_len` floats).
     fn attention_forward(
         &self,

@@ -172,6 +172,7 @@ impl CudaBackend {
         s: AttentionShape,
     ) {
         let AttentionShape { b, t, c, nh, nkv } = s;
+        assert!(nkv > 0 && nh.is_multiple_of(nkv), "query heads in whole groups: {s:?}");
         let scale = 1.0 / (s.head_size() as f32).sqrt();
         let (bu, tu, cu, nhu, nkvu, rowsu, no) = (u(b), u(t), u(c), u(nh), u(nkv), u(b * nh * t), 0u32);
         launch!(self, "attention_scores", score_tiles(b * nh, t);
@@ -189,6 +190,7 @@ impl CudaBackend {
         s: AttentionShape,
     ) {
         let AttentionShape { b, t, c, nh, nkv } = s;
+        assert!(nkv > 0 && nh.is_multiple_of(nkv), "query heads in whole groups: {s:?}");
         let scale = 1.0 / (s.head_size() as f32).sqrt();
         let (bu, tu, cu, nhu, nkvu, rowsu, yes) = (u(b), u(t), u(c), u(nh), u(nkv), u(b * nh * t), 1u32);
         let mut guard = self.scratch(Scratch::scores_slot, b * nh * t * t);

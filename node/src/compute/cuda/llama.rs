@@ -45,6 +45,7 @@ impl CudaBackend {
     /// RoPE in place on a qkv tensor (`inverse`: its gradient).
     pub(super) fn rope_impl(&self, qkv: &mut CudaTensor, s: AttentionShape, theta: f32, inverse: bool) {
         let (hs, width, heads, n) = (s.head_size(), s.qkv_width(), s.nh + s.nkv, s.b * s.t);
+        assert!(hs.is_multiple_of(2), "RoPE pairs the channels of a head: {s:?}");
         let pairs = heads * hs / 2;
         let grid_y = u32::try_from(pairs.div_ceil(BLOCK as usize).max(1)).ok().filter(|&p| p <= 65_535);
         let grid_y = grid_y.unwrap_or_else(|| panic!("{pairs} pairs a row: RoPE grid too large"));

@@ -47,7 +47,7 @@ pub fn rope_case<B: Backend>(g: &B) {
                     g.rope_backward(&mut got, s, 10_000.0);
                 }
             }
-            // rope: atol 1e-5, rtol 1e-4 (the device computes its angles in f32)
+            // rope: atol 1e-5, rtol 1e-4 (wgpu computes its angles in f32)
             assert_close(&format!("rope {s:?} inverse {inverse}"), &g.download(&got), &want, 1e-5, 1e-4);
         }
     }
