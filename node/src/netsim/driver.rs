@@ -517,8 +517,16 @@ impl Sim {
             else {
                 continue;
             };
-            if !plan_has_me && !holders.is_empty() {
-                let from = holders[n % holders.len()];
+            // As the node does: each input not held from its signer, else
+            // from a holder of the shard.
+            let from = if plan_has_me || j == i {
+                None
+            } else if self.serves(j) {
+                Some(j)
+            } else {
+                (!holders.is_empty()).then(|| holders[n % holders.len()])
+            };
+            if let Some(from) = from {
                 done = done.max(self.net.send(
                     now,
                     round,
