@@ -6,32 +6,6 @@
 // element is one thread summing in a fixed order (the scores in shared-memory
 // tiles); softmax rows are one block with a fixed tree. No atomics.
 
-#define BLOCK 256
-
-__device__ float block_sum(float x, float* sh) {
-    sh[threadIdx.x] = x;
-    __syncthreads();
-    for (unsigned s = BLOCK / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-        __syncthreads();
-    }
-    float r = sh[0];
-    __syncthreads();
-    return r;
-}
-
-__device__ float block_max(float x, float* sh) {
-    sh[threadIdx.x] = x;
-    __syncthreads();
-    for (unsigned s = BLOCK / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) sh[threadIdx.x] = fmaxf(sh[threadIdx.x], sh[threadIdx.x + s]);
-        __syncthreads();
-    }
-    float r = sh[0];
-    __syncthreads();
-    return r;
-}
-
 // scores[bh, t, t2] = q[t]·k[t2] · scale for t2 ≤ t (0 above the diagonal);
 // with `from_dout`, datt[bh, t, t2] = dout[t]·v[t2] instead. A block owns a
 // TILE × TILE tile of (t, t2) for one bh (grid: bh, tile of t, tile of t2):

@@ -5,20 +5,6 @@
 // row order and thread (x, 0) adding the 32 partials in order of y: no
 // atomics, deterministic.
 
-#define BLOCK 256
-
-__device__ float block_sum(float x, float* sh) {
-    sh[threadIdx.x] = x;
-    __syncthreads();
-    for (unsigned s = BLOCK / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-        __syncthreads();
-    }
-    float r = sh[0];
-    __syncthreads();
-    return r;
-}
-
 extern "C" __global__ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                                              const float* w, const float* b, unsigned n, unsigned c) {
     __shared__ float sh[BLOCK];

@@ -8,20 +8,7 @@
 // the angle pos·θ^(−2i/hs) and its cos and sin in double, as the CPU
 // backend's table. SwiGLU: one thread per output element.
 
-#define BLOCK 256
 #define EPS 1e-5f
-
-__device__ float block_sum(float x, float* sh) {
-    sh[threadIdx.x] = x;
-    __syncthreads();
-    for (unsigned s = BLOCK / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-        __syncthreads();
-    }
-    float r = sh[0];
-    __syncthreads();
-    return r;
-}
 
 // out(n, c) = x · rstd · w per row, rstd = 1/√(mean(x²) + eps) kept in rstd (n).
 extern "C" __global__ void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* w,

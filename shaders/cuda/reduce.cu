@@ -5,20 +5,7 @@
 // into out[slot] · scale. `grad_clip_scale` turns the per-tensor squared norms
 // into the global norm and the clipping factor.
 
-#define BLOCK 256
 #define ITEMS 16
-
-__device__ float block_sum(float x, float* sh) {
-    sh[threadIdx.x] = x;
-    __syncthreads();
-    for (unsigned s = BLOCK / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-        __syncthreads();
-    }
-    float r = sh[0];
-    __syncthreads();
-    return r;
-}
 
 extern "C" __global__ void reduce_partials(float* partials, const float* x, unsigned n, unsigned square) {
     __shared__ float sh[BLOCK];

@@ -3,32 +3,6 @@
 // row with fixed trees for the max and the sum; the loss is computed from the
 // logits (ln Σ + max − logit[target]) so it keeps precision when p underflows.
 
-#define BLOCK 256
-
-__device__ float block_sum(float x, float* sh) {
-    sh[threadIdx.x] = x;
-    __syncthreads();
-    for (unsigned s = BLOCK / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
-        __syncthreads();
-    }
-    float r = sh[0];
-    __syncthreads();
-    return r;
-}
-
-__device__ float block_max(float x, float* sh) {
-    sh[threadIdx.x] = x;
-    __syncthreads();
-    for (unsigned s = BLOCK / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) sh[threadIdx.x] = fmaxf(sh[threadIdx.x], sh[threadIdx.x + s]);
-        __syncthreads();
-    }
-    float r = sh[0];
-    __syncthreads();
-    return r;
-}
-
 extern "C" __global__ void softmax_xent_forward(float* losses, float* probs, const float* logits,
                                                 const unsigned* targets, unsigned n, unsigned v, unsigned vp) {
     __shared__ float sh[BLOCK];

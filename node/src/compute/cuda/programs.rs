@@ -15,7 +15,8 @@ use cudarc::nvrtc::{result as nvrtc, sys};
 use super::libs::CudaLibrary;
 use super::CudaError;
 
-/// One `.cu` file: its name under shaders/cuda and its source.
+/// One `.cu` file: its name under shaders/cuda and its source (after
+/// block.cuh, the block reductions every file shares).
 #[derive(Clone, Copy, Debug)]
 pub struct Program {
     pub file: &'static str,
@@ -26,7 +27,14 @@ pub struct Program {
 
 macro_rules! program {
     ($file:literal, [$($k:literal),* $(,)?]) => {
-        Program { file: $file, source: include_str!(concat!("../../../../shaders/cuda/", $file)), kernels: &[$($k),*] }
+        Program {
+            file: $file,
+            source: concat!(
+                include_str!("../../../../shaders/cuda/block.cuh"),
+                include_str!(concat!("../../../../shaders/cuda/", $file))
+            ),
+            kernels: &[$($k),*],
+        }
     };
 }
 
