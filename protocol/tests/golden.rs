@@ -8,7 +8,7 @@
 use murmur_protocol::codec::{decode_delta, encode_delta, Codec};
 use murmur_protocol::committee::messages::aggregate_hash;
 use murmur_protocol::committee::{
-    aggregate_codec, merkle_proof, merkle_root, shard_norm, verify_proof, FraudProof, IncludedList, Ledger,
+    aggregate_codec, merkle_root, shard_norm, verify_proof, FraudProof, IncludedList, Ledger, MerkleTree,
     ShardDelta, ShardLeaf, ShardResult, ShardedManifest,
 };
 use murmur_protocol::dataset::{DatasetManifest, DatasetTokenizer, ShardEntry};
@@ -290,7 +290,7 @@ fn v2_shard_delta() -> ShardDelta {
         shard: 1,
         shards: V2_SHARDS,
         norm: leaves[1].norm,
-        proof: merkle_proof(&leaves, 1),
+        proof: MerkleTree::new(&leaves).proof(1),
         payload: v2_shard_payload(1),
     }
 }

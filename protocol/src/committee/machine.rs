@@ -23,7 +23,7 @@
 //! `murmur netsim` runs a thousand single-owner shards.
 
 use super::ledger::{Ledger, MAX_LEDGER_KEYS};
-use super::merkle::{merkle_root, verify_proof, ShardLeaf};
+use super::merkle::{verify_proof, MerkleTree, ShardLeaf};
 use super::messages::{FraudProof, IncludedList, ShardResult, ShardedManifest};
 use super::plan::{CommitteePlan, MAX_FALLBACKS};
 use crate::codec::Codec;
@@ -171,6 +171,14 @@ pub enum CommitteeAction {
     Apply { round: u64, base: StateId, shards: Vec<Option<[u8; 32]>>, ledger: Ledger },
 }
 
+/// This node's delta of the round: its leaves and their tree (each shard
+/// sent goes with a proof from it).
+#[derive(Debug, Clone)]
+struct OwnDelta {
+    leaves: Vec<ShardLeaf>,
+    tree: MerkleTree,
+}
+
 /// A shard that came before its manifest: its leaf and Merkle proof.
 type EarlyShard = (ShardLeaf, Vec<[u8; 32]>);
 
@@ -224,7 +232,7 @@ pub struct CommitteeMachine {
     opened_at: u64,
     now: u64,
     /// Our leaves once trained (to re-send a shard to a fallback committee).
-    mine: Option<(ShardedManifest, Vec<ShardLeaf>)>,
+    mine: Option<OwnDelta>,
     manifests: BTreeMap<PublicKey, ShardedManifest>,
     /// Shard inputs received (for the shards we aggregate): shard → signer → leaf.
     inputs: BTreeMap<u32, BTreeMap<PublicKey, ShardLeaf>>,
@@ -537,6 +545,7 @@ impl CommitteeMachine {
         if self.mine.is_some() || leaves.len() != self.plan.shards() as usize {
             return;
         }
+        let tree = MerkleTree::new(&leaves);
         let m = ShardedManifest {
             run: self.cfg.run,
             round: self.round,
@@ -548,25 +557,29 @@ impl CommitteeMachine {
             element_count: self.cfg.element_count,
             shards: self.plan.shards(),
             norm,
-            root: merkle_root(&leaves),
+            root: tree.root(),
             signature: Signature([0; 64]),
         }
         .sign(&self.key);
         self.actions.push_back(CommitteeAction::PublishManifest(m.clone()));
-        self.manifests.insert(self.me, m.clone());
+        self.manifests.insert(self.me, m);
+        self.mine = Some(OwnDelta { leaves, tree });
         for s in 0..self.plan.shards() {
-            self.send_shard(s, s, &leaves);
+            self.send_shard(s, s);
         }
-        self.mine = Some((m, leaves));
     }
 
     /// Send our shard `s` to the committee of shard `to_committee`.
-    fn send_shard(&mut self, s: u32, to_committee: u32, leaves: &[ShardLeaf]) {
-        let proof = super::merkle::merkle_proof(leaves, s as usize);
+    fn send_shard(&mut self, s: u32, to_committee: u32) {
+        let Some((leaf, proof)) = self.mine.as_ref().and_then(|own| {
+            let leaf = *own.leaves.get(s as usize)?;
+            Some((leaf, own.tree.proof(s as usize)))
+        }) else {
+            return;
+        };
         let members = self.members(to_committee);
         for to in members {
             if to == self.me {
-                let leaf = leaves[s as usize];
                 self.inputs.entry(s).or_default().insert(self.me, leaf);
             } else {
                 self.actions.push_back(CommitteeAction::SendShard {
@@ -654,8 +667,8 @@ impl CommitteeMachine {
         self.manifests.insert(signer, m);
         // In an open round every announcer aggregates: it gets our delta too.
         if self.open_round() {
-            if let Some((_, leaves)) = &self.mine {
-                let proof = super::merkle::merkle_proof(leaves, 0);
+            if let Some(own) = &self.mine {
+                let proof = own.tree.proof(0);
                 self.actions.push_back(CommitteeAction::SendShard {
                     to: signer,
                     shard: 0,
@@ -983,8 +996,8 @@ impl CommitteeMachine {
             if let Some(e) = self.resend.get_mut(&(to, shard)) {
                 e.1 = None;
             }
-            if let Some((_, leaves)) = &self.mine {
-                let proof = super::merkle::merkle_proof(leaves, shard as usize);
+            if let Some(own) = &self.mine {
+                let proof = own.tree.proof(shard as usize);
                 let shards = self.plan.shards();
                 self.actions.push_back(CommitteeAction::SendShard { to, shard, shards, proof });
             }
@@ -1063,9 +1076,7 @@ impl CommitteeMachine {
             self.duties.insert(s, false);
             self.duty_since.insert(s, self.now);
         }
-        if let Some((_, leaves)) = self.mine.clone() {
-            self.send_shard(s, f, &leaves);
-        }
+        self.send_shard(s, f);
     }
 
     fn next_ledger(&self) -> Ledger {

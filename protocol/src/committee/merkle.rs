@@ -47,31 +47,51 @@ fn level_up(level: &[[u8; 32]]) -> Vec<[u8; 32]> {
 
 /// The root over `leaves` in shard order (all zeros for none).
 pub fn merkle_root(leaves: &[ShardLeaf]) -> [u8; 32] {
-    let mut level: Vec<[u8; 32]> = leaves.iter().map(ShardLeaf::hash).collect();
-    if level.is_empty() {
-        return [0; 32];
-    }
-    while level.len() > 1 {
-        level = level_up(&level);
-    }
-    level[0]
+    MerkleTree::new(leaves).root()
 }
 
-/// The sibling hashes from leaf `index` to the root (levels where the node
-/// is carried up contribute none).
-pub fn merkle_proof(leaves: &[ShardLeaf], index: usize) -> Vec<[u8; 32]> {
-    let mut level: Vec<[u8; 32]> = leaves.iter().map(ShardLeaf::hash).collect();
-    let mut i = index;
-    let mut proof = Vec::new();
-    while level.len() > 1 {
-        let sibling = i ^ 1;
-        if sibling < level.len() {
-            proof.push(level[sibling]);
+/// Every level of the tree over a delta's leaves, built once, so each of
+/// its S proofs costs ⌈log₂ S⌉ copies rather than a rebuild.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MerkleTree {
+    /// Leaf hashes first, the root's level (one node) last; no levels for
+    /// no leaves.
+    levels: Vec<Vec<[u8; 32]>>,
+}
+
+impl MerkleTree {
+    pub fn new(leaves: &[ShardLeaf]) -> Self {
+        let mut level: Vec<[u8; 32]> = leaves.iter().map(ShardLeaf::hash).collect();
+        let mut levels = Vec::new();
+        while level.len() > 1 {
+            let up = level_up(&level);
+            levels.push(level);
+            level = up;
         }
-        level = level_up(&level);
-        i /= 2;
+        if !level.is_empty() {
+            levels.push(level);
+        }
+        Self { levels }
     }
-    proof
+
+    /// The root (all zeros for no leaves).
+    pub fn root(&self) -> [u8; 32] {
+        self.levels.last().map_or([0; 32], |top| top[0])
+    }
+
+    /// The sibling hashes from leaf `index` to the root (levels where the
+    /// node is carried up contribute none).
+    pub fn proof(&self, index: usize) -> Vec<[u8; 32]> {
+        let mut i = index;
+        let mut proof = Vec::new();
+        for level in self.levels.iter().take(self.levels.len().saturating_sub(1)) {
+            if let Some(sibling) = level.get(i ^ 1) {
+                proof.push(*sibling);
+            }
+            i /= 2;
+        }
+        proof
+    }
 }
 
 /// Whether `leaf` is leaf `leaf.shard` of `count` under `root`.
@@ -113,8 +133,10 @@ mod tests {
         for n in [1u32, 2, 3, 5, 8, 13, 125] {
             let l = leaves(n);
             let root = merkle_root(&l);
+            let tree = MerkleTree::new(&l);
+            assert_eq!(tree.root(), root);
             for (i, leaf) in l.iter().enumerate() {
-                let p = merkle_proof(&l, i);
+                let p = tree.proof(i);
                 assert!(p.len() <= 7);
                 assert!(verify_proof(&root, n, leaf, &p), "n={n} i={i}");
                 let mut forged = *leaf;
@@ -131,7 +153,7 @@ mod tests {
     fn a_proof_with_an_extra_or_missing_hash_fails() {
         let l = leaves(6);
         let root = merkle_root(&l);
-        let mut p = merkle_proof(&l, 2);
+        let mut p = MerkleTree::new(&l).proof(2);
         p.push([0; 32]);
         assert!(!verify_proof(&root, 6, &l[2], &p));
         p.truncate(1);

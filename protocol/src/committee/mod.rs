@@ -15,7 +15,7 @@ pub mod plan;
 pub use aggregate::{aggregate_codec, aggregate_shard, shard_norm, ShardAggregate, ShardInput};
 pub use ledger::Ledger;
 pub use machine::{CommitteeAction, CommitteeConfig, CommitteeEvent, CommitteeMachine, SeenSignatures};
-pub use merkle::{merkle_proof, merkle_root, verify_proof, ShardLeaf};
+pub use merkle::{merkle_root, verify_proof, MerkleTree, ShardLeaf};
 pub use messages::{FraudProof, IncludedList, ProofRefused, ShardDelta, ShardResult, ShardedManifest};
 pub use plan::{CommitteePlan, ShardLayout};
 

@@ -533,8 +533,9 @@ impl CommitteeNode {
                         self.keep(r, BlobKind::Delta, l.payload_hash.0);
                     }
                     self.own = Some((r, leaves.clone()));
+                    let tree = murmur_protocol::committee::MerkleTree::new(&leaves);
                     for (s, leaf) in leaves.iter().enumerate() {
-                        let proof = murmur_protocol::committee::merkle_proof(&leaves, s);
+                        let proof = tree.proof(s);
                         let shards = leaves.len() as u32;
                         self.served.hold_leaf(ShardOffer {
                             round: r,
