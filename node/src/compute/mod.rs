@@ -176,7 +176,8 @@ pub trait Backend: Sync {
 
     // ---- memory ----
     /// Bytes free for new tensors on the device, when the backend can tell
-    /// (the CPU backend: the host's available memory).
+    /// (the CPU backend: the host's available memory; CUDA: the device's
+    /// free memory).
     fn memory_available(&self) -> Option<u64> {
         None
     }

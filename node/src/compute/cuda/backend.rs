@@ -37,6 +37,12 @@ impl Backend for CudaBackend {
         format!("cuda ({}, sm_{}, {} MiB, matmul cuBLAS)", self.name, self.arch, self.memory_bytes >> 20)
     }
 
+    /// The device's free memory (cuMemGetInfo), so `murmur train` checks
+    /// a shape against the GPU as it does against the host on the CPU.
+    fn memory_available(&self) -> Option<u64> {
+        self.stream.context().mem_get_info().ok().map(|(free, _total)| free as u64)
+    }
+
     fn tensor(&self, len: usize) -> CudaTensor {
         CudaTensor { buf: self.alloc(len), len }
     }

@@ -34,3 +34,15 @@ fn a_training_step_moves_only_tokens_up_and_stats_down() {
     assert_eq!(t.downloads, 1, "only the stats come down: {t:?}");
     assert!(t.bytes_down <= 64, "{t:?}");
 }
+
+#[test]
+fn the_memory_check_reads_the_devices_free_memory() {
+    let Some(g) = cuda_or_skip("cuda the_memory_check_reads_the_devices_free_memory") else { return };
+    use crate::compute::Backend;
+    let free = g.memory_available().expect("cuMemGetInfo answers");
+    assert!(free > 0 && free <= g.memory_bytes as u64, "{free} of {}", g.memory_bytes);
+    let llama = crate::model::ModelConfig::preset("llama-1b").expect("a preset");
+    let err =
+        crate::model::check_fits(&g, &llama, (512, 2048), false).expect_err("512 × 2048 tokens of llama-1b");
+    assert!(err.contains("is free") && err.contains("what fits"), "{err}");
+}
