@@ -298,6 +298,17 @@ pub fn spawn(setup: &TrainerSetup, done: mpsc::UnboundedSender<JobDone>) -> Resu
             on_backend!(
                 device,
                 |backend| {
+                    // The host was checked before the run started; a GPU's
+                    // own memory only now that it is open.
+                    if !matches!(device, Chosen::Cpu(_)) {
+                        let shape = (batch, seq);
+                        if let Err(e) =
+                            crate::model::check_fits(&backend, &worker.cfg, shape, worker.checkpointing)
+                        {
+                            let _ = opened_tx.send(Err(e));
+                            return;
+                        }
+                    }
                     let _ = opened_tx.send(Ok(backend.describe()));
                     worker.run(backend, rx, done)
                 },
