@@ -5,7 +5,7 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use murmur_protocol::committee::merkle::MAX_PROOF_LEN;
-use murmur_protocol::committee::{merkle_proof, merkle_root, verify_proof, ShardDelta, ShardLeaf};
+use murmur_protocol::committee::{merkle_root, verify_proof, MerkleTree, ShardDelta, ShardLeaf};
 use murmur_protocol::hash::PayloadHash;
 
 fn filler(s: u32) -> ShardLeaf {
@@ -23,7 +23,7 @@ fuzz_target!(|data: &[u8]| {
         let leaves: Vec<ShardLeaf> =
             (0..d.shards).map(|s| if s == d.shard { leaf } else { filler(s) }).collect();
         let root = merkle_root(&leaves);
-        let honest = merkle_proof(&leaves, d.shard as usize);
+        let honest = MerkleTree::new(&leaves).proof(d.shard as usize);
         assert!(honest.len() <= MAX_PROOF_LEN);
         assert!(verify_proof(&root, d.shards, &leaf, &honest), "the honest proof verifies");
         if verify_proof(&root, d.shards, &leaf, &d.proof) {
