@@ -41,6 +41,7 @@ pub enum MessageType {
     ShardResult = 11,
     IncludedList = 12,
     FraudProof = 13,
+    IncludedSigners = 14,
 }
 
 impl MessageType {
@@ -59,6 +60,7 @@ impl MessageType {
             11 => Self::ShardResult,
             12 => Self::IncludedList,
             13 => Self::FraudProof,
+            14 => Self::IncludedSigners,
             _ => return None,
         })
     }

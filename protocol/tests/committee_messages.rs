@@ -9,7 +9,7 @@ use murmur_protocol::committee::merkle::MAX_PROOF_LEN;
 use murmur_protocol::committee::messages::{MAX_INCLUDED, SHARD_RESULT_BYTES};
 use murmur_protocol::committee::plan::MAX_SHARDS;
 use murmur_protocol::committee::{
-    FraudProof, IncludedList, ProofRefused, ShardDelta, ShardResult, ShardedManifest,
+    FraudProof, IncludedList, IncludedSigners, ProofRefused, ShardDelta, ShardResult, ShardedManifest,
 };
 use murmur_protocol::hash::{RunId, StateId};
 use murmur_protocol::identity::{NodeKey, PublicKey, Signature};
@@ -197,6 +197,12 @@ fn samples() -> Vec<(&'static str, MessageType, Vec<u8>, Decoder)> {
             IncludedList::decode(b).map(|m| m.encode())
         }),
         (
+            "IncludedSigners",
+            MessageType::IncludedSigners,
+            IncludedSigners::of(&list(3), &[PublicKey([1; 32]), PublicKey([9; 32])]).encode(),
+            |b| IncludedSigners::decode(b).map(|m| m.encode()),
+        ),
+        (
             "FraudProof",
             MessageType::FraudProof,
             FraudProof::TwoResults { a: result(&key(1), 3, 2, 9), b: result(&key(1), 3, 2, 10) }.encode(),
@@ -241,6 +247,27 @@ proptest! {
         prop_assert_eq!(back.encode(), bytes);
         prop_assert_eq!(back.root(), l.root());
         prop_assert_eq!(IncludedList::new(l.entries.clone()), l);
+    }
+
+    #[test]
+    fn included_signers_hash_to_their_lists_root(
+        l in included_list(),
+        extra in proptest::collection::btree_set(h32(), 0..20),
+        take in proptest::collection::vec(any::<bool>(), 64),
+    ) {
+        // A roster of some of the list's signers and some who did not sign.
+        let mut roster: Vec<PublicKey> =
+            l.entries.iter().zip(&take).filter(|(_, t)| **t).map(|(e, _)| e.0).collect();
+        roster.extend(extra.into_iter().map(PublicKey));
+        roster.sort();
+        roster.dedup();
+        let s = IncludedSigners::of(&l, &roster);
+        let back = IncludedSigners::decode(&s.encode()).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(&back, &s);
+        let signers: Vec<PublicKey> = l.entries.iter().map(|e| e.0).collect();
+        prop_assert_eq!(back.signers(&roster), Ok(signers));
+        prop_assert_eq!(back.root(&roster), Ok(l.root()));
+        prop_assert_eq!(s.on_roster.len(), roster.len().div_ceil(8));
     }
 
     #[test]
@@ -652,4 +679,36 @@ fn canonical_puts_the_smaller_encoding_first() {
     }
     let w = FraudProof::WrongResult { result: result(&k, 3, 2, 9), included: list(3) };
     assert_eq!(w.clone().canonical(), w);
+}
+
+/// The signers of a thousand-member roster travel in a bit each, and bits
+/// that do not fit the roster, or a "newcomer" on it, are refused.
+#[test]
+fn included_signers_are_a_bit_a_member_and_must_fit_their_roster() {
+    let mut roster: Vec<PublicKey> = (0..1000u32).map(|i| PublicKey(key_of(i + 1))).collect();
+    roster.sort();
+    let all = IncludedList::new(roster.iter().map(|k| (*k, [3; 32])).collect());
+    let s = IncludedSigners::of(&all, &roster);
+    assert_eq!(s.encode().len(), 2 + 4 + 125 + 4 + 32, "125 bytes of bits for 1,000 members");
+    assert!(all.encode().len() > 64_000);
+    assert_eq!(s.root(&roster), Ok(all.root()));
+    // Another roster gives other signers, so another root.
+    assert_ne!(s.root(&roster[..999]).ok(), Some(all.root()));
+    let short = &roster[..996];
+    assert!(s.signers(short).is_err(), "bit 999 set past a 996-member roster");
+    let mut newcomer_on_roster = IncludedSigners::of(&IncludedList::new(vec![(roster[0], [0; 32])]), &[]);
+    assert_eq!(newcomer_on_roster.newcomers, vec![roster[0]]);
+    assert!(newcomer_on_roster.signers(&roster).is_err(), "bits for 1,000 members missing");
+    newcomer_on_roster.on_roster = vec![0; 125];
+    assert!(newcomer_on_roster.signers(&roster).is_err(), "a newcomer that is on the roster");
+    let mut w = Writer::message(MessageType::IncludedSigners);
+    w.u32(0);
+    w.u32(2);
+    w.bytes(&[2; 32]);
+    w.bytes(&[1; 32]);
+    w.bytes(&[0; 32]);
+    assert!(matches!(IncludedSigners::decode(&w.finish()), Err(WireError::Invalid { .. })));
+    let mut w = Writer::message(MessageType::IncludedSigners);
+    w.u32(MAX_INCLUDED as u32 / 8 + 1);
+    assert!(matches!(IncludedSigners::decode(&w.finish()), Err(WireError::TooLong { .. })));
 }

@@ -8,8 +8,8 @@
 use murmur_protocol::codec::{decode_delta, encode_delta, Codec};
 use murmur_protocol::committee::messages::aggregate_hash;
 use murmur_protocol::committee::{
-    aggregate_codec, merkle_root, shard_norm, verify_proof, FraudProof, IncludedList, Ledger, MerkleTree,
-    ShardDelta, ShardLeaf, ShardResult, ShardedManifest,
+    aggregate_codec, merkle_root, shard_norm, verify_proof, FraudProof, IncludedList, IncludedSigners,
+    Ledger, MerkleTree, ShardDelta, ShardLeaf, ShardResult, ShardedManifest,
 };
 use murmur_protocol::dataset::{DatasetManifest, DatasetTokenizer, ShardEntry};
 use murmur_protocol::hash::{dataset_id_of, shard_hash_of, tokenizer_hash_of};
@@ -296,6 +296,12 @@ fn v2_shard_delta() -> ShardDelta {
 }
 
 /// The golden key's manifest and one by 0x11… (its root all `aa`).
+/// The roster the golden IncludedSigners' bits refer to: the 0x11 key and
+/// one that did not sign, so the fixed key is a newcomer.
+fn v2_signers_roster() -> Vec<PublicKey> {
+    vec![PublicKey([0x11; 32]), PublicKey([0x22; 32])]
+}
+
 fn v2_included() -> IncludedList {
     IncludedList::new(vec![(PublicKey([0x11; 32]), [0xaa; 32]), (key().public(), v2_manifest().root)])
 }
@@ -333,6 +339,7 @@ fn v2_vectors() -> Vec<(&'static str, Vec<u8>)> {
         ("shard_delta", v2_shard_delta().encode()),
         ("included_list", v2_included().encode()),
         ("included_root", v2_included().root().to_vec()),
+        ("included_signers", IncludedSigners::of(&v2_included(), &v2_signers_roster()).encode()),
         ("aggregate_hash", aggregate_hash(&v2_lone_aggregate()).to_vec()),
         ("shard_result", v2_result().encode()),
         (
@@ -425,6 +432,12 @@ fn golden_messages_decode_and_verify() {
     let l = IncludedList::decode(&read("included_list")).expect("included list");
     assert_eq!(l.root().to_vec(), read("included_root"));
     assert!(l.entries.contains(&(m.signer, m.root)));
+    let s = IncludedSigners::decode(&read("included_signers")).expect("included signers");
+    assert_eq!(s.root(&v2_signers_roster()).map(|r| r.to_vec()), Ok(read("included_root")));
+    assert_eq!(
+        (s.on_roster.as_slice(), s.newcomers.as_slice()),
+        ([0b01u8].as_slice(), [m.signer].as_slice())
+    );
     let r = ShardResult::decode(&read("shard_result")).expect("shard result");
     assert_eq!(r.verify(), Ok(()));
     assert_eq!((r.included_root, r.included_count as usize), (l.root(), l.len()));

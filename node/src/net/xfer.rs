@@ -67,6 +67,9 @@ pub enum XferRequest {
     /// Protocol v2: the leaf and proof the responder holds of `signer`'s
     /// shard `shard` in `round` (re-checks pull inputs this way).
     Leaf { round: u64, shard: u32, signer: PublicKey },
+    /// Protocol v2: the included signers (IncludedSigners, against the
+    /// round's roster) of the responder's result `result_hash`.
+    Signers { round: u64, shard: u32, result_hash: [u8; 32] },
     /// Protocol v2: the parts of v2 state `state` the responder holds (its
     /// parameters' StateId and its ledger's hash and length).
     StateParts { state: [u8; 32] },
@@ -119,7 +122,8 @@ pub enum XferResponse {
     Busy,
     /// A shard offer was taken (the payload will be pulled).
     Accepted,
-    /// An included list (canonical IncludedList bytes, decoded by the asker).
+    /// An included list or included signers (the canonical IncludedList or
+    /// IncludedSigners bytes the request asked for, decoded by the asker).
     Included(Vec<u8>),
     Leaf(ShardOffer),
     StateParts {
@@ -259,6 +263,12 @@ impl XferRequest {
                 out.push(8);
                 out.extend_from_slice(&t.encode());
             }
+            XferRequest::Signers { round, shard, result_hash } => {
+                out.push(9);
+                out.extend_from_slice(&round.to_le_bytes());
+                out.extend_from_slice(&shard.to_le_bytes());
+                out.extend_from_slice(result_hash);
+            }
         }
         out
     }
@@ -280,6 +290,7 @@ impl XferRequest {
             8 => XferRequest::Present(
                 Ticket::decode(c.take(TICKET_BYTES)?).map_err(|_| bad("malformed ticket"))?,
             ),
+            9 => XferRequest::Signers { round: c.u64()?, shard: c.u32()?, result_hash: c.id()? },
             _ => return Err(bad("unknown request")),
         };
         c.finish()?;
@@ -584,6 +595,7 @@ mod tests {
             XferRequest::Chunk { kind: BlobKind::Delta, id: [1; 32], len: 5 << 20, index: 3 },
             XferRequest::Offer(offer()),
             XferRequest::Included { round: 3, shard: 2, result_hash: [6; 32] },
+            XferRequest::Signers { round: 3, shard: 0, result_hash: [6; 32] },
             XferRequest::Leaf { round: 3, shard: 2, signer: PublicKey([8; 32]) },
             XferRequest::StateParts { state: [4; 32] },
             XferRequest::Present(Ticket::issue(

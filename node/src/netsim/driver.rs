@@ -12,8 +12,8 @@ use murmur_protocol::codec::{decode_delta, encode_delta};
 use murmur_protocol::committee::messages::aggregate_hash;
 use murmur_protocol::committee::{
     aggregate_codec, aggregate_shard, shard_norm, CommitteeAction, CommitteeConfig, CommitteeEvent,
-    CommitteeMachine, IncludedList, Ledger, SeenSignatures, ShardInput, ShardLeaf, ShardResult,
-    ShardedManifest,
+    CommitteeMachine, IncludedList, IncludedSigners, Ledger, SeenSignatures, ShardInput, ShardLeaf,
+    ShardResult, ShardedManifest,
 };
 use murmur_protocol::hash::{payload_hash_of, RunId, StateId};
 use murmur_protocol::identity::{NodeKey, PublicKey};
@@ -74,9 +74,10 @@ struct Sim {
     /// This round's aggregated values by result hash.
     values: HashMap<[u8; 32], Arc<Vec<f32>>>,
     aggregates: HashMap<[u8; 32], (IncludedList, u64, [u8; 32])>,
-    /// The included list behind each result hash signed this round (a
-    /// liar's wrong hash keeps the honest list it computed).
-    lists: HashMap<[u8; 32], IncludedList>,
+    /// The included signers behind each result hash signed this round,
+    /// against its signer's roster (a liar's wrong hash keeps the honest
+    /// list it computed), as the signer serves them.
+    lists: HashMap<[u8; 32], IncludedSigners>,
     /// The manifests each node signed, by (round, node).
     signed: HashMap<(u64, usize), Vec<ShardedManifest>>,
     /// Hashes of everything gossiped (gossip's duplicate filter).
@@ -298,7 +299,8 @@ impl Sim {
                     self.values.insert(hash, Arc::new(lie));
                     self.first_offence[i].get_or_insert(round);
                 }
-                self.lists.insert(hash, list.clone());
+                let signers = IncludedSigners::of(&list, &self.machines[i].ledger().roster);
+                self.lists.insert(hash, signers);
                 let e = CommitteeEvent::ShardAggregated {
                     shard,
                     included: list,
@@ -467,7 +469,7 @@ impl Sim {
         }
     }
 
-    fn list_for(&self, hash: [u8; 32]) -> Option<IncludedList> {
+    fn list_for(&self, hash: [u8; 32]) -> Option<IncludedSigners> {
         self.lists.get(&hash).cloned()
     }
 

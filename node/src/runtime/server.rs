@@ -113,6 +113,7 @@ impl ContentServer for StoreServer {
             }
             XferRequest::Offer(_)
             | XferRequest::Included { .. }
+            | XferRequest::Signers { .. }
             | XferRequest::Leaf { .. }
             | XferRequest::StateParts { .. } => {
                 self.committee.get().and_then(|c| c.answer(request)).unwrap_or(XferResponse::NotFound)

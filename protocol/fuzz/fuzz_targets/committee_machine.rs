@@ -16,8 +16,8 @@ use libfuzzer_sys::fuzz_target;
 use murmur_protocol::codec::Codec;
 use murmur_protocol::committee::merkle::MAX_PROOF_LEN;
 use murmur_protocol::committee::{
-    merkle_proof, merkle_root, CommitteeAction, CommitteeConfig, CommitteeEvent, CommitteeMachine,
-    FraudProof, IncludedList, Ledger, ShardDelta, ShardLeaf, ShardResult, ShardedManifest,
+    merkle_root, CommitteeAction, CommitteeConfig, CommitteeEvent, CommitteeMachine, FraudProof,
+    IncludedList, IncludedSigners, Ledger, MerkleTree, ShardDelta, ShardLeaf, ShardResult, ShardedManifest,
 };
 use murmur_protocol::hash::{PayloadHash, RunId, StateId};
 use murmur_protocol::identity::{NodeKey, PublicKey, Signature};
@@ -187,7 +187,7 @@ fn event(
         3 => {
             let ls = leaves(i, v, shards);
             let s = u32::from(b) % shards;
-            let mut proof = merkle_proof(&ls, s as usize);
+            let mut proof = MerkleTree::new(&ls).proof(s as usize);
             if c & 0x20 != 0 {
                 proof.reverse();
                 proof.push([c; 32]);
@@ -270,7 +270,18 @@ fn event(
         },
         13 => {
             let (shard, result_hash) = pick(&d.fetches, c)?;
-            let included = if shard == 0 { d.list_with_hash(m, shard, result_hash) } else { None };
+            let included = if shard == 0 {
+                // Fuzzed bytes, or the signers of a list the driver holds
+                // against this machine's roster.
+                if a & 0x40 != 0 {
+                    IncludedSigners::decode(inp.bytes()).ok()
+                } else {
+                    d.list_with_hash(m, shard, result_hash)
+                        .map(|l| IncludedSigners::of(&l, &m.ledger().roster))
+                }
+            } else {
+                None
+            };
             CommitteeEvent::AggregateFetched { shard, result_hash, ok: a & 0x80 == 0, included }
         }
         14 => {

@@ -9,7 +9,6 @@
 //! it for an offence in a round before r was verified by then (a proof has
 //! a whole round to reach every honest node before it changes a state).
 
-use super::messages::IncludedList;
 use crate::hash::{domain_hash, StateId};
 use crate::identity::PublicKey;
 use crate::wire::{Reader, WireError, Writer};
@@ -39,10 +38,10 @@ impl Ledger {
         self.excluded.contains_key(key)
     }
 
-    /// The ledger after closing a round: `shard0` is the applied result's
-    /// included list of shard 0 (None when shard 0 got no result: the roster
+    /// The ledger after closing a round: `shard0` is the signers of the
+    /// applied result of shard 0, ascending (None when shard 0 got no result: the roster
     /// stays), `proven` the keys whose offences may now be recorded.
-    pub fn next(&self, shard0: Option<&IncludedList>, proven: &BTreeMap<PublicKey, u64>) -> Self {
+    pub fn next(&self, shard0: Option<&[PublicKey]>, proven: &BTreeMap<PublicKey, u64>) -> Self {
         let mut excluded = self.excluded.clone();
         for (k, r) in proven {
             if excluded.len() < MAX_LEDGER_KEYS {
@@ -50,7 +49,7 @@ impl Ledger {
             }
         }
         let roster: Vec<PublicKey> = match shard0 {
-            Some(list) => list.entries.iter().map(|e| e.0).collect(),
+            Some(signers) => signers.to_vec(),
             None => self.roster.clone(),
         };
         let roster = roster.into_iter().filter(|k| !excluded.contains_key(k)).take(MAX_LEDGER_KEYS).collect();
@@ -132,13 +131,9 @@ mod tests {
     #[test]
     fn the_next_roster_is_shard_zeros_signers_less_the_excluded() {
         let l = Ledger::genesis((1..=4).map(|i| PublicKey([i; 32])).collect());
-        let list = IncludedList::new(vec![
-            (PublicKey([1; 32]), [0; 32]),
-            (PublicKey([3; 32]), [0; 32]),
-            (PublicKey([5; 32]), [0; 32]),
-        ]);
+        let signers = [PublicKey([1; 32]), PublicKey([3; 32]), PublicKey([5; 32])];
         let proven = BTreeMap::from([(PublicKey([3; 32]), 7u64)]);
-        let n = l.next(Some(&list), &proven);
+        let n = l.next(Some(&signers), &proven);
         assert_eq!(n.roster, vec![PublicKey([1; 32]), PublicKey([5; 32])]);
         assert_eq!(n.excluded.get(&PublicKey([3; 32])), Some(&7));
         assert_eq!(l.next(None, &BTreeMap::new()).roster, l.roster);

@@ -24,7 +24,7 @@
 
 use super::ledger::{Ledger, MAX_LEDGER_KEYS};
 use super::merkle::{verify_proof, MerkleTree, ShardLeaf};
-use super::messages::{FraudProof, IncludedList, ShardResult, ShardedManifest};
+use super::messages::{FraudProof, IncludedList, IncludedSigners, ShardResult, ShardedManifest};
 use super::plan::{CommitteePlan, MAX_FALLBACKS};
 use crate::codec::Codec;
 use crate::hash::{domain_hash, RunId, StateId};
@@ -112,12 +112,13 @@ pub enum CommitteeEvent {
         included: IncludedList,
     },
     /// An aggregated shard was fetched and hashes to `result_hash` (or
-    /// not); for shard 0 with the result's included list (the next roster).
+    /// not); for shard 0 with the result's included signers (the next
+    /// roster), which the machine checks against the result.
     AggregateFetched {
         shard: u32,
         result_hash: [u8; 32],
         ok: bool,
-        included: Option<IncludedList>,
+        included: Option<IncludedSigners>,
     },
     /// The driver recomputed `result`'s shard from its included inputs.
     Rechecked {
@@ -156,7 +157,7 @@ pub enum CommitteeAction {
     /// Gossip this signed result to every node.
     PublishResult(ShardResult),
     /// Fetch the aggregated values of `shard` from `from` (for shard 0 also
-    /// the included list of its result) and report `AggregateFetched`; one
+    /// the included signers of its result, `IncludedSigners`) and report `AggregateFetched`; one
     /// attempt: the machine retries other holders after a back-off.
     FetchAggregate { shard: u32, result_hash: [u8; 32], from: PublicKey },
     /// Ask `result.signer` for the included list of `result`.
@@ -249,8 +250,8 @@ pub struct CommitteeMachine {
     proven: BTreeMap<PublicKey, u64>,
     /// Accused keys whose wrong-result proof is being recomputed.
     verifying: BTreeSet<PublicKey>,
-    /// The included list of shard 0's chosen result.
-    included0: Option<IncludedList>,
+    /// The signers of shard 0's chosen result (its hash, the signers).
+    included0: Option<([u8; 32], Vec<PublicKey>)>,
     /// Shards that arrived before their manifest: signer → (leaf, proof).
     early: BTreeMap<PublicKey, Vec<EarlyShard>>,
     /// The ledger the pending Apply carries.
@@ -884,16 +885,22 @@ impl CommitteeMachine {
         }
     }
 
-    fn on_fetched(&mut self, shard: u32, result_hash: [u8; 32], ok: bool, included: Option<IncludedList>) {
+    fn on_fetched(&mut self, shard: u32, result_hash: [u8; 32], ok: bool, included: Option<IncludedSigners>) {
         let Some(v) = self.shards.get(shard as usize) else { return };
         if v.chosen != Some(result_hash) {
             return;
         }
-        let root = v.results.values().find(|r| r.result_hash == result_hash).map(|r| r.included_root);
-        let list_ok = shard != 0 || included.as_ref().is_some_and(|l| Some(l.root()) == root);
-        let ok = ok && list_ok;
-        if shard == 0 && ok {
-            self.included0 = included;
+        let claim = v.results.values().find(|r| r.result_hash == result_hash);
+        let claim = claim.map(|r| (r.included_root, r.included_count as usize));
+        let roster = &self.ledger.roster;
+        let signers = included.and_then(|s| {
+            let (root, count) = claim?;
+            let signers = s.signers(roster).ok()?;
+            (s.root(roster).ok() == Some(root) && signers.len() == count).then_some(signers)
+        });
+        let ok = ok && (shard != 0 || signers.is_some());
+        if let (0, true, Some(signers)) = (shard, ok, signers) {
+            self.included0 = Some((result_hash, signers));
         }
         let now = self.now;
         let v = &mut self.shards[shard as usize];
@@ -1082,11 +1089,10 @@ impl CommitteeMachine {
     fn next_ledger(&self) -> Ledger {
         let shard0 = self.shards.first().and_then(|v| {
             let hash = v.chosen?;
-            let r = v.results.values().find(|r| r.result_hash == hash)?;
-            self.included0.clone().filter(|l| l.root() == r.included_root)
+            self.included0.as_ref().filter(|(h, _)| *h == hash).map(|(_, signers)| signers.as_slice())
         });
         let proven: BTreeMap<PublicKey, u64> =
             self.proven.iter().filter(|(_, r)| **r < self.round).map(|(k, r)| (*k, *r)).collect();
-        self.ledger.next(shard0.as_ref(), &proven)
+        self.ledger.next(shard0, &proven)
     }
 }

@@ -37,7 +37,8 @@ struct Net {
     now: u64,
     payloads: HashMap<(usize, u32), (Vec<u8>, ShardLeaf)>,
     values: HashMap<[u8; 32], Vec<f32>>,
-    lists: HashMap<[u8; 32], IncludedList>,
+    /// Each result's included signers, against its aggregator's roster.
+    lists: HashMap<[u8; 32], IncludedSigners>,
     liars: BTreeSet<usize>,
     withholders: BTreeSet<usize>,
     /// Nodes that publish results but serve no aggregate.
@@ -150,7 +151,8 @@ impl Net {
                     a.result_hash = messages::aggregate_hash(&a.payload);
                 }
                 self.values.insert(a.result_hash, a.values);
-                self.lists.insert(a.result_hash, a.included.clone());
+                let signers = IncludedSigners::of(&a.included, &self.machines[i].ledger().roster);
+                self.lists.insert(a.result_hash, signers);
                 self.inbox.push_back((
                     i,
                     CommitteeEvent::ShardAggregated {

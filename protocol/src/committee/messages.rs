@@ -11,8 +11,13 @@ use crate::identity::{self, NodeKey, PublicKey, Signature, SignatureError};
 use crate::identity::{SIGN_SHARDED_MANIFEST, SIGN_SHARD_RESULT};
 use crate::wire::{MessageType, Reader, WireError, Writer, MAX_ELEMENTS};
 
-/// Domain of an IncludedList's hash (a ShardResult's `included_root`).
+/// Domain of an IncludedList's hash (a ShardResult's `included_root`):
+/// of the hashes of its signers and of its roots.
 pub const DOMAIN_INCLUDED: &str = "murmur 2026-11 v2 included-list";
+/// Domain of the hash of an IncludedList's signers.
+pub const DOMAIN_INCLUDED_SIGNERS: &str = "murmur 2026-11 v2 included-signers";
+/// Domain of the hash of an IncludedList's manifest roots.
+pub const DOMAIN_INCLUDED_ROOTS: &str = "murmur 2026-11 v2 included-roots";
 /// Domain of an aggregated shard's hash (of its encoded payload).
 pub const DOMAIN_AGGREGATE: &str = "murmur 2026-11 v2 aggregate";
 /// Most entries in an IncludedList (and trainers a shard aggregates).
@@ -298,15 +303,126 @@ impl IncludedList {
         }
         Ok(Self { entries })
     }
-    /// The `included_root` a ShardResult names for this list.
+    /// The `included_root` a ShardResult names for this list: the hash of
+    /// its signers' hash and its roots' hash, so the signers alone
+    /// ([`IncludedSigners`]) can be checked against it.
     pub fn root(&self) -> [u8; 32] {
-        domain_hash(DOMAIN_INCLUDED, &self.encode())
+        let signers: Vec<PublicKey> = self.entries.iter().map(|e| e.0).collect();
+        included_root(&signers_hash(&signers), &self.roots_hash())
+    }
+    /// The hash of the manifest roots, in signer order.
+    pub fn roots_hash(&self) -> [u8; 32] {
+        let mut w = Writer::default();
+        w.u32(self.entries.len() as u32);
+        for (_, root) in &self.entries {
+            w.bytes(root);
+        }
+        domain_hash(DOMAIN_INCLUDED_ROOTS, &w.finish())
     }
     pub fn len(&self) -> usize {
         self.entries.len()
     }
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+}
+
+fn signers_hash(signers: &[PublicKey]) -> [u8; 32] {
+    let mut w = Writer::default();
+    w.u32(signers.len() as u32);
+    for k in signers {
+        w.bytes(&k.0);
+    }
+    domain_hash(DOMAIN_INCLUDED_SIGNERS, &w.finish())
+}
+
+fn included_root(signers_hash: &[u8; 32], roots_hash: &[u8; 32]) -> [u8; 32] {
+    let mut b = [0u8; 64];
+    b[..32].copy_from_slice(signers_hash);
+    b[32..].copy_from_slice(roots_hash);
+    domain_hash(DOMAIN_INCLUDED, &b)
+}
+
+/// The signers of an IncludedList, compact: a bit per member of the
+/// round's roster (ascending keys, bit i of byte i / 8 for member i) and
+/// the keys not on it, with the hash of the list's roots, so it is checked
+/// against a result's `included_root` without the roots. What every node
+/// fetches with shard 0's aggregate (the next roster): ⌈R/8⌉ bytes instead
+/// of 64 a trainer.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct IncludedSigners {
+    pub on_roster: Vec<u8>,
+    /// Signers not on the roster, strictly increasing.
+    pub newcomers: Vec<PublicKey>,
+    pub roots_hash: [u8; 32],
+}
+
+impl IncludedSigners {
+    /// `list`'s signers against `roster` (ascending).
+    pub fn of(list: &IncludedList, roster: &[PublicKey]) -> Self {
+        let mut on_roster = vec![0u8; roster.len().div_ceil(8)];
+        let mut newcomers = Vec::new();
+        for (k, _) in &list.entries {
+            match roster.binary_search(k) {
+                Ok(i) => on_roster[i / 8] |= 1 << (i % 8),
+                Err(_) => newcomers.push(*k),
+            }
+        }
+        Self { on_roster, newcomers, roots_hash: list.roots_hash() }
+    }
+    /// The signers, ascending, given the roster the bits refer to; an error
+    /// when the bits do not fit that roster or a newcomer is on it.
+    pub fn signers(&self, roster: &[PublicKey]) -> Result<Vec<PublicKey>, WireError> {
+        if self.on_roster.len() != roster.len().div_ceil(8)
+            || !roster.len().is_multiple_of(8)
+                && self.on_roster.last().is_some_and(|b| b >> (roster.len() % 8) != 0)
+        {
+            return Err(WireError::Invalid {
+                field: "on_roster",
+                why: "must have one bit per roster member",
+            });
+        }
+        if self.newcomers.iter().any(|k| roster.binary_search(k).is_ok()) {
+            return Err(WireError::Invalid { field: "newcomers", why: "must not be on the roster" });
+        }
+        let mut out: Vec<PublicKey> = roster
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| (self.on_roster[i / 8] >> (i % 8)) & 1 == 1)
+            .map(|(_, k)| *k)
+            .chain(self.newcomers.iter().copied())
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+    /// The `included_root` these signers and roots hash to, given the roster.
+    pub fn root(&self, roster: &[PublicKey]) -> Result<[u8; 32], WireError> {
+        Ok(included_root(&signers_hash(&self.signers(roster)?), &self.roots_hash))
+    }
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer::message(MessageType::IncludedSigners);
+        nested(&mut w, &self.on_roster);
+        w.u32(self.newcomers.len() as u32);
+        for k in &self.newcomers {
+            w.bytes(&k.0);
+        }
+        w.bytes(&self.roots_hash);
+        w.finish()
+    }
+    pub fn decode(bytes: &[u8]) -> Result<Self, WireError> {
+        let mut r = Reader::message(bytes, MessageType::IncludedSigners)?;
+        let on_roster = read_nested(&mut r, "on_roster", MAX_INCLUDED / 8)?.to_vec();
+        let n = r.count("newcomers", MAX_INCLUDED, 32)?;
+        let mut newcomers = Vec::with_capacity(n);
+        for _ in 0..n {
+            newcomers.push(PublicKey(r.array()?));
+        }
+        let roots_hash = r.array()?;
+        r.finish()?;
+        if newcomers.windows(2).any(|p| p[0] >= p[1]) {
+            return Err(WireError::Invalid { field: "newcomers", why: "must strictly increase" });
+        }
+        Ok(Self { on_roster, newcomers, roots_hash })
     }
 }
 

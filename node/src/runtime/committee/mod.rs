@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use libp2p::PeerId;
 use murmur_protocol::committee::{
     aggregate_codec, CommitteeAction, CommitteeConfig, CommitteeEvent, CommitteeMachine, IncludedList,
-    Ledger, ShardLeaf, ShardResult, ShardedManifest,
+    IncludedSigners, Ledger, ShardLeaf, ShardResult, ShardedManifest,
 };
 use murmur_protocol::hash::hex;
 use murmur_protocol::{ErrorFeedback, PublicKey, RoundCommit, RunSpec, Signature, StateId, TrainingState};
@@ -111,7 +111,7 @@ enum Internal {
         shard: u32,
         hash: [u8; 32],
         ok: bool,
-        included: Option<IncludedList>,
+        included: Option<IncludedSigners>,
     },
     Included {
         round: u64,
@@ -563,7 +563,8 @@ impl CommitteeNode {
             Internal::Aggregated { round: r, shard, result } if r == round => match result {
                 Ok((included, total_tokens, result_hash)) => {
                     self.keep(r, BlobKind::Aggregate, result_hash);
-                    self.served.hold_list(r, shard, result_hash, included.encode());
+                    let signers = IncludedSigners::of(&included, &self.machine.ledger().roster);
+                    self.served.hold_list(r, shard, result_hash, included.encode(), signers.encode());
                     self.feed(CommitteeEvent::ShardAggregated { shard, included, total_tokens, result_hash });
                 }
                 Err(e) => {
@@ -775,9 +776,9 @@ impl CommitteeNode {
                 let (net, store, tx) = (self.net.clone(), self.store.clone(), self.tx.clone());
                 if from == self.me {
                     let included = (shard == 0)
-                        .then(|| self.served.list(round, shard, result_hash))
+                        .then(|| self.served.signers(round, shard, result_hash))
                         .flatten()
-                        .and_then(|b| IncludedList::decode(&b).ok());
+                        .and_then(|b| IncludedSigners::decode(&b).ok());
                     let len = form.0.payload_len(form.1 as u64);
                     let ok = len.is_some() && store.blobs.len_of(BlobKind::Aggregate, &result_hash) == len;
                     let _ = tx.send(Internal::Fetched { round, shard, hash: result_hash, ok, included });

@@ -29,7 +29,8 @@ pub type StateParts = ([u8; 32], [u8; 32], u64);
 #[derive(Default)]
 struct Held {
     leaves: HashMap<LeafKey, ShardOffer>,
-    lists: HashMap<ListKey, Vec<u8>>,
+    /// Our results' included lists and included signers (canonical bytes).
+    lists: HashMap<ListKey, (Vec<u8>, Vec<u8>)>,
     /// The current and the previous state, by v2 StateId.
     states: Vec<([u8; 32], StateParts)>,
 }
@@ -83,16 +84,21 @@ impl CommitteeServed {
         self.held().leaves.get(&(round, shard, signer)).cloned()
     }
 
-    /// Serve the included list (canonical bytes) of our result.
-    pub fn hold_list(&self, round: u64, shard: u32, result_hash: [u8; 32], list: Vec<u8>) {
+    /// Serve the included list and the included signers (canonical bytes
+    /// each) of our result.
+    pub fn hold_list(&self, round: u64, shard: u32, result_hash: [u8; 32], list: Vec<u8>, signers: Vec<u8>) {
         let mut h = self.held();
-        if h.lists.len() < MAX_HELD_LISTS && list.len() <= MAX_SERVED_LIST_BYTES {
-            h.lists.insert((round, shard, result_hash), list);
+        if h.lists.len() < MAX_HELD_LISTS && list.len().max(signers.len()) <= MAX_SERVED_LIST_BYTES {
+            h.lists.insert((round, shard, result_hash), (list, signers));
         }
     }
 
     pub fn list(&self, round: u64, shard: u32, result_hash: [u8; 32]) -> Option<Vec<u8>> {
-        self.held().lists.get(&(round, shard, result_hash)).cloned()
+        self.held().lists.get(&(round, shard, result_hash)).map(|(list, _)| list.clone())
+    }
+
+    pub fn signers(&self, round: u64, shard: u32, result_hash: [u8; 32]) -> Option<Vec<u8>> {
+        self.held().lists.get(&(round, shard, result_hash)).map(|(_, signers)| signers.clone())
     }
 
     /// The answer to a v2 request (`None`: not a v2 request).
@@ -105,6 +111,9 @@ impl CommitteeServed {
             XferRequest::Included { round, shard, result_hash } => {
                 self.list(*round, *shard, *result_hash).map_or(XferResponse::NotFound, XferResponse::Included)
             }
+            XferRequest::Signers { round, shard, result_hash } => self
+                .signers(*round, *shard, *result_hash)
+                .map_or(XferResponse::NotFound, XferResponse::Included),
             XferRequest::Leaf { round, shard, signer } => {
                 self.leaf(*round, *shard, *signer).map_or(XferResponse::NotFound, XferResponse::Leaf)
             }
@@ -144,11 +153,13 @@ mod tests {
         assert_eq!(served.answer(&XferRequest::Offer(offer(3, 1))), Some(XferResponse::Accepted));
         assert_eq!(rx.try_recv().ok(), Some(offer(3, 1)));
         served.hold_leaf(offer(3, 1));
-        served.hold_list(3, 1, [5; 32], vec![9; 8]);
+        served.hold_list(3, 1, [5; 32], vec![9; 8], vec![7; 4]);
         let ask = XferRequest::Leaf { round: 3, shard: 1, signer: PublicKey([1; 32]) };
         assert_eq!(served.answer(&ask), Some(XferResponse::Leaf(offer(3, 1))));
         let list = XferRequest::Included { round: 3, shard: 1, result_hash: [5; 32] };
         assert_eq!(served.answer(&list), Some(XferResponse::Included(vec![9; 8])));
+        let signers = XferRequest::Signers { round: 3, shard: 1, result_hash: [5; 32] };
+        assert_eq!(served.answer(&signers), Some(XferResponse::Included(vec![7; 4])));
         assert_eq!(
             served.answer(&XferRequest::Included { round: 3, shard: 0, result_hash: [5; 32] }),
             Some(XferResponse::NotFound)

@@ -1,6 +1,6 @@
 //! Protocol v2's transfers, each one task: offering a shard to a committee
 //! member, pulling an offered shard's payload, fetching an aggregated shard
-//! (with shard 0's included list), asking for a result's included list,
+//! (with shard 0's included signers), asking for a result's included list,
 //! and gathering a re-check's inputs. Every byte is checked against a hash
 //! the caller already trusts (a leaf under a signed root, a signed result)
 //! before it is stored or used; nothing here decides anything.
@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use libp2p::PeerId;
-use murmur_protocol::committee::{verify_proof, IncludedList, ShardResult, ShardedManifest};
+use murmur_protocol::committee::{verify_proof, IncludedList, IncludedSigners, ShardResult, ShardedManifest};
 use murmur_protocol::{decode_delta, Codec, PublicKey};
 
 use crate::net::offer::ShardOffer;
@@ -57,7 +57,7 @@ pub async fn pull_payload(
 
 /// Fetch the aggregate payload `hash` of `elements` values in `codec` from
 /// `from`, check that it decodes, and store it; for shard 0 also the
-/// included list behind that result.
+/// included signers behind that result (the machine checks them).
 #[allow(clippy::too_many_arguments)]
 pub async fn fetch_aggregate(
     net: NetHandle,
@@ -67,7 +67,7 @@ pub async fn fetch_aggregate(
     hash: [u8; 32],
     (codec, elements): (Codec, usize),
     from: PublicKey,
-) -> (bool, Option<IncludedList>) {
+) -> (bool, Option<IncludedSigners>) {
     let Some(peer) = peer_id_of(&from) else { return (false, None) };
     let Some(len) = codec.payload_len(elements as u64) else { return (false, None) };
     if store.blobs.len_of(BlobKind::Aggregate, &hash) != Some(len) {
@@ -85,8 +85,11 @@ pub async fn fetch_aggregate(
     if shard != 0 {
         return (true, None);
     }
-    let list = included(&net, peer, round, shard, hash).await;
-    (list.is_some(), list)
+    let signers = match ask(&net, peer, XferRequest::Signers { round, shard, result_hash: hash }).await {
+        Some(XferResponse::Included(b)) => IncludedSigners::decode(&b).ok(),
+        _ => None,
+    };
+    (signers.is_some(), signers)
 }
 
 async fn included(
