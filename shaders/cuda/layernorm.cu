@@ -57,33 +57,24 @@ extern "C" __global__ void layernorm_backward_input(float* dinp, const float* do
 }
 
 // dweight[j] += Σ_i norm[i, j] · dout[i, j]; dbias[j] += Σ_i dout[i, j].
-// Block (PCOLS, PLANES), one block per PCOLS channels.
-#define PCOLS 32
-#define PLANES 32
+// Block (COLS, LANES), one block per COLS channels: two column reductions.
 extern "C" __global__ void layernorm_backward_params(float* dw, float* db, const float* dout, const float* inp,
                                                      const float* mean, const float* rstd, unsigned n,
                                                      unsigned c) {
-    __shared__ float pw[PLANES][PCOLS + 1];
-    __shared__ float pb[PLANES][PCOLS + 1];
+    __shared__ float part[LANES][COLS + 1];
     unsigned x = threadIdx.x, y = threadIdx.y;
-    size_t j = (size_t)blockIdx.x * PCOLS + x;
+    size_t j = (size_t)blockIdx.x * COLS + x;
     float aw = 0.0f, ab = 0.0f;
     if (j < c) {
-        for (size_t i = y; i < n; i += PLANES) {
+        for (size_t i = y; i < n; i += LANES) {
             float d = dout[i * c + j];
             aw += (inp[i * c + j] - mean[i]) * rstd[i] * d;
             ab += d;
         }
     }
-    pw[y][x] = aw;
-    pb[y][x] = ab;
-    __syncthreads();
+    float sw = lanes_sum(aw, part);
+    float sb = lanes_sum(ab, part);
     if (y == 0 && j < c) {
-        float sw = 0.0f, sb = 0.0f;
-        for (unsigned l = 0; l < PLANES; l++) {
-            sw += pw[l][x];
-            sb += pb[l][x];
-        }
         dw[j] += sw;
         db[j] += sb;
     }

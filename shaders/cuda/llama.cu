@@ -39,26 +39,18 @@ extern "C" __global__ void rmsnorm_backward_input(float* dinp, const float* dout
     for (unsigned j = threadIdx.x; j < c; j += BLOCK) dinp[row * c + j] += rs * w[j] * d[j] - x[j] * coef;
 }
 
-#define COLS 32
-#define LANES 32
-
-// dw[j] += Σ_rows dout[r, j] · x[r, j] · rstd[r].
+// dw[j] += Σ_rows dout[r, j] · x[r, j] · rstd[r], a column reduction.
 extern "C" __global__ void rmsnorm_backward_params(float* dw, const float* dout, const float* inp,
                                                    const float* rstd, unsigned n, unsigned c) {
-    __shared__ float part[LANES][COLS];
+    __shared__ float part[LANES][COLS + 1];
     unsigned x = threadIdx.x, y = threadIdx.y;
     size_t j = (size_t)blockIdx.x * COLS + x;
     float acc = 0.0f;
     if (j < c) {
         for (size_t r = y; r < n; r += LANES) acc = fmaf(dout[r * c + j] * inp[r * c + j], rstd[r], acc);
     }
-    part[y][x] = acc;
-    __syncthreads();
-    if (y == 0 && j < c) {
-        float s = 0.0f;
-        for (unsigned l = 0; l < LANES; l++) s += part[l][x];
-        dw[j] += s;
-    }
+    float sum = lanes_sum(acc, part);
+    if (y == 0 && j < c) dw[j] += sum;
 }
 
 // In place on qkv (rows of `width` floats): pair (i, i + hs/2) of each of

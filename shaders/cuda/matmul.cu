@@ -1,12 +1,7 @@
 // The parts of a linear layer around cuBLAS's GEMM: the forward's bias,
 // broadcast into every output row before the GEMM accumulates onto it, and
-// the backward's bias gradient. Column sums give a block 32 columns and
-// 32 × 32 threads: thread (x, y) sums rows y, y + 32, … of column x in row
-// order, then thread (x, 0) adds the 32 partial sums in order of y (no
-// atomics: the same order, so the same bits, on every run).
-
-#define COLS 32
-#define LANES 32
+// the backward's bias gradient, a column reduction (block.cuh's lanes_sum:
+// no atomics, the same order, so the same bits, on every run).
 
 extern "C" __global__ void bias_rows(float* out, const float* bias, unsigned n, unsigned oc) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -22,11 +17,6 @@ extern "C" __global__ void column_sums(float* dbias, const float* dout, unsigned
     if (j < oc) {
         for (size_t i = y; i < n; i += LANES) acc += dout[i * oc + j];
     }
-    part[y][x] = acc;
-    __syncthreads();
-    if (y == 0 && j < oc) {
-        float sum = 0.0f;
-        for (unsigned l = 0; l < LANES; l++) sum += part[l][x];
-        dbias[j] += sum;
-    }
+    float sum = lanes_sum(acc, part);
+    if (y == 0 && j < oc) dbias[j] += sum;
 }
