@@ -895,8 +895,8 @@ impl CommitteeMachine {
         let roster = &self.ledger.roster;
         let signers = included.and_then(|s| {
             let (root, count) = claim?;
-            let signers = s.signers(roster).ok()?;
-            (s.root(roster).ok() == Some(root) && signers.len() == count).then_some(signers)
+            let (signers, got) = s.signers_and_root(roster).ok()?;
+            (got == root && signers.len() == count).then_some(signers)
         });
         let ok = ok && (shard != 0 || signers.is_some());
         if let (0, true, Some(signers)) = (shard, ok, signers) {

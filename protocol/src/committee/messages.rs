@@ -395,9 +395,16 @@ impl IncludedSigners {
         out.sort();
         Ok(out)
     }
+    /// The signers (as [`signers`](Self::signers)) and the `included_root`
+    /// they and the roots hash to, given the roster: one expansion for both.
+    pub fn signers_and_root(&self, roster: &[PublicKey]) -> Result<(Vec<PublicKey>, [u8; 32]), WireError> {
+        let signers = self.signers(roster)?;
+        let root = included_root(&signers_hash(&signers), &self.roots_hash);
+        Ok((signers, root))
+    }
     /// The `included_root` these signers and roots hash to, given the roster.
     pub fn root(&self, roster: &[PublicKey]) -> Result<[u8; 32], WireError> {
-        Ok(included_root(&signers_hash(&self.signers(roster)?), &self.roots_hash))
+        self.signers_and_root(roster).map(|(_, root)| root)
     }
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::message(MessageType::IncludedSigners);
