@@ -1,17 +1,19 @@
 //! Protocol v2's frames on the transfer protocol (docs/protocol.md §10.7):
 //! a trainer *offers* one shard of its delta to a committee member (the
-//! shard's leaf and Merkle proof; the member then pulls the payload as a
-//! content-addressed Delta blob), and anyone may ask a node for the leaf it
-//! holds of a signer's shard (re-checks) or for the included list behind
-//! one of its shard results.
+//! shard's leaf and Merkle proof, with the signed manifest they prove
+//! against; the member then pulls the payload as a content-addressed Delta
+//! blob), and anyone may ask a node for the leaf it holds of a signer's
+//! shard (re-checks) or for the included list behind one of its shard
+//! results.
 
 use murmur_protocol::committee::merkle::MAX_PROOF_LEN;
-use murmur_protocol::committee::ShardLeaf;
+use murmur_protocol::committee::{ShardLeaf, ShardedManifest};
 use murmur_protocol::{PayloadHash, PublicKey};
 use std::io;
 
-/// One shard of `signer`'s delta for `round`: its leaf and its proof
-/// against the manifest's root (a tree of `shards` leaves).
+/// One shard of `signer`'s delta for `round`: its leaf, its proof against
+/// the manifest's root (a tree of `shards` leaves), and that manifest as
+/// the signer signed it (checked by whoever uses the offer).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShardOffer {
     pub round: u64,
@@ -19,13 +21,18 @@ pub struct ShardOffer {
     pub shards: u32,
     pub leaf: ShardLeaf,
     pub proof: Vec<[u8; 32]>,
+    pub manifest: Box<ShardedManifest>,
 }
 
 // Norms are finite (checked on decode), so equality is total.
 impl Eq for ShardOffer {}
 
+/// Most bytes of the manifest an offer carries.
+pub const MAX_OFFER_MANIFEST_BYTES: usize = 512;
+
 /// Most bytes a ShardOffer takes.
-pub const MAX_OFFER_BYTES: usize = 8 + 32 + 4 + 4 + 32 + 8 + 4 + 1 + MAX_PROOF_LEN * 32;
+pub const MAX_OFFER_BYTES: usize =
+    8 + 32 + 4 + 4 + 32 + 8 + 4 + 1 + MAX_PROOF_LEN * 32 + 2 + MAX_OFFER_MANIFEST_BYTES;
 
 fn bad(what: &'static str) -> io::Error {
     super::xfer::malformed(what)
@@ -44,6 +51,9 @@ impl ShardOffer {
         for h in &self.proof {
             out.extend_from_slice(h);
         }
+        let m = self.manifest.encode();
+        out.extend_from_slice(&(m.len() as u16).to_le_bytes());
+        out.extend_from_slice(&m);
     }
 
     /// Read an offer from the front of `b`, returning the rest.
@@ -75,26 +85,59 @@ impl ShardOffer {
         for _ in 0..n {
             proof.push(id_of(take(32)?));
         }
+        let len = usize::from(u16::from_le_bytes(take(2)?.try_into().unwrap_or([0; 2])));
+        if len > MAX_OFFER_MANIFEST_BYTES {
+            return Err(bad("shard offer manifest too long"));
+        }
+        let manifest =
+            ShardedManifest::decode(take(len)?).map_err(|_| bad("shard offer manifest malformed"))?;
         if shards == 0 || shard >= shards || !norm.is_finite() || norm < 0.0 || payload_len == 0 {
             return Err(bad("shard offer out of range"));
         }
+        if manifest.signer != signer || manifest.round != round || manifest.shards != shards {
+            return Err(bad("shard offer manifest is not the offer's signer, round and shard count"));
+        }
         let leaf = ShardLeaf { shard, payload_hash, payload_len, norm };
-        Ok((Self { round, signer, shards, leaf, proof }, c))
+        Ok((Self { round, signer, shards, leaf, proof, manifest: Box::new(manifest) }, c))
     }
+}
+
+/// A signed manifest of `key` for `round` with `shards` shards (tests).
+#[cfg(test)]
+pub(crate) fn test_manifest(key: &murmur_protocol::NodeKey, round: u64, shards: u32) -> ShardedManifest {
+    use murmur_protocol::{Codec, RunId, Signature, StateId};
+    ShardedManifest {
+        run: RunId([1; 32]),
+        round,
+        base: StateId([2; 32]),
+        signer: key.public(),
+        tokens: 10,
+        train_loss: 1.0,
+        codec: Codec::Int8Block { block: 64 },
+        element_count: u64::from(shards).max(400),
+        shards,
+        norm: 2.0,
+        root: [5; 32],
+        signature: Signature([0; 64]),
+    }
+    .sign(key)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use murmur_protocol::NodeKey;
 
     #[test]
     fn offers_round_trip_and_bad_ones_are_refused() {
+        let key = NodeKey::from_seed([3; 32]);
         let o = ShardOffer {
             round: 7,
-            signer: PublicKey([3; 32]),
+            signer: key.public(),
             shards: 4,
             leaf: ShardLeaf { shard: 2, payload_hash: PayloadHash([9; 32]), payload_len: 100, norm: 1.5 },
             proof: vec![[1; 32], [2; 32]],
+            manifest: Box::new(test_manifest(&key, 7, 4)),
         };
         let mut b = Vec::new();
         o.write(&mut b);
@@ -110,10 +153,15 @@ mod tests {
         let mut b = Vec::new();
         bad_shard.write(&mut b);
         assert!(ShardOffer::read(&b).is_err());
-        let mut nan = o;
+        let mut nan = o.clone();
         nan.leaf.norm = f32::NAN;
         let mut b = Vec::new();
         nan.write(&mut b);
         assert!(ShardOffer::read(&b).is_err());
+        let mut someone_elses = o;
+        *someone_elses.manifest = test_manifest(&NodeKey::from_seed([4; 32]), 7, 4);
+        let mut b = Vec::new();
+        someone_elses.write(&mut b);
+        assert!(ShardOffer::read(&b).is_err(), "a manifest of another signer is refused");
     }
 }

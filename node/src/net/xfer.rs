@@ -24,8 +24,9 @@ use murmur_protocol::{PublicKey, Ticket};
 pub const XFER_PROTOCOL: StreamProtocol = StreamProtocol::new("/murmur/xfer/1.0.0");
 /// Wire version byte of every frame body.
 pub const XFER_VERSION: u8 = 1;
-/// Largest request frame body (a shard offer with its proof).
-pub const MAX_REQUEST_BYTES: usize = 1024;
+/// Largest request frame body (a shard offer with its proof and manifest).
+pub const MAX_REQUEST_BYTES: usize = 2048;
+const _: () = assert!(super::offer::MAX_OFFER_BYTES + 16 <= MAX_REQUEST_BYTES);
 /// Largest included list served (entries of 64 bytes in one response frame).
 pub const MAX_SERVED_LIST_BYTES: usize = 1 << 20;
 /// Largest RunSpec carried in a status response.
@@ -573,9 +574,10 @@ mod tests {
 
     fn offer() -> ShardOffer {
         use murmur_protocol::committee::ShardLeaf;
+        let key = murmur_protocol::NodeKey::from_seed([2; 32]);
         ShardOffer {
             round: 4,
-            signer: PublicKey([2; 32]),
+            signer: key.public(),
             shards: 1 << 16,
             leaf: ShardLeaf {
                 shard: 65_535,
@@ -584,6 +586,7 @@ mod tests {
                 norm: 0.5,
             },
             proof: vec![[7; 32]; 16],
+            manifest: Box::new(super::super::offer::test_manifest(&key, 4, 1 << 16)),
         }
     }
 

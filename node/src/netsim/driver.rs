@@ -53,6 +53,8 @@ type Progress = (u64, Option<u64>, Option<StateId>);
 
 enum Msg {
     Event(Box<CommitteeEvent>),
+    /// Events one transfer delivers together, in order.
+    Events(Vec<CommitteeEvent>),
     Timer(u64),
     /// Bytes that arrive with nothing to report (one input of a re-check).
     Bytes,
@@ -233,6 +235,14 @@ impl Sim {
                     }
                     self.machines[to].handle(now, *e);
                 }
+                Msg::Events(es) => {
+                    if self.offline[to] {
+                        continue;
+                    }
+                    for e in es {
+                        self.machines[to].handle(now, e);
+                    }
+                }
                 Msg::Bytes => continue,
             }
             self.drain(to, now)?;
@@ -267,25 +277,33 @@ impl Sim {
             CommitteeAction::Train { round, base, plan } => self.train(i, now, round, base, &plan)?,
             CommitteeAction::PublishManifest(m) => {
                 if self.roles[i] == Role::Equivocator {
-                    let mut other = m.clone();
-                    other.train_loss += 1.0;
-                    other.root[0] ^= 1;
-                    let other = other.sign(&self.keys[i]);
-                    self.first_offence[i].get_or_insert(round);
-                    self.signed.entry((round, i)).or_default().push(other.clone());
+                    let other = self.second_manifest(i, round, m.clone());
                     self.gossip(i, now, round, &other.encode(), CommitteeEvent::ManifestReceived(other));
                 }
                 self.signed.entry((round, i)).or_default().push(m.clone());
                 self.gossip(i, now, round, &m.encode(), CommitteeEvent::ManifestReceived(m));
             }
-            CommitteeAction::SendShard { to, shard, shards, proof } => {
+            CommitteeAction::SendShard { to, shard, shards, proof, manifest } => {
                 let Some(&j) = self.index.get(&to) else { return Ok(()) };
                 let Some((payload, leaf)) = self.payloads.get(&(round, i, shard)).cloned() else {
                     return Ok(());
                 };
-                let bytes = 70 + 32 * proof.len() as u64 + payload.len() as u64;
-                let e = CommitteeEvent::ShardReceived { signer: self.keys[i].public(), shards, leaf, proof };
-                self.net.send(now, round, Kind::Shards, i, j, bytes, Msg::Event(Box::new(e)));
+                let signed = self.signed.entry((round, i)).or_default();
+                if !signed.contains(&manifest) {
+                    signed.push((*manifest).clone());
+                }
+                let manifest = match self.roles[i] {
+                    // An equivocator signs a second manifest (same delta, a
+                    // different claim) and sends it with its odd shards.
+                    Role::Equivocator if shard % 2 == 1 => self.second_manifest(i, round, *manifest),
+                    _ => *manifest,
+                };
+                let bytes =
+                    70 + 32 * proof.len() as u64 + payload.len() as u64 + manifest.encode().len() as u64;
+                let signer = self.keys[i].public();
+                let m = CommitteeEvent::ManifestReceived(manifest);
+                let e = CommitteeEvent::ShardReceived { signer, shards, leaf, proof };
+                self.net.send(now, round, Kind::Shards, i, j, bytes, Msg::Events(vec![m, e]));
             }
             CommitteeAction::AggregateShard { shard, inputs, leaves } => {
                 if self.roles[i] == Role::Withholder || self.offline[i] {
@@ -327,6 +345,23 @@ impl Sim {
             }
         }
         Ok(())
+    }
+
+    /// An equivocator's second manifest of `round`: `first` with another
+    /// claimed loss, signed (once a round; kept with what it signed).
+    fn second_manifest(&mut self, i: usize, round: u64, first: ShardedManifest) -> ShardedManifest {
+        self.first_offence[i].get_or_insert(round);
+        let signed = self.signed.entry((round, i)).or_default();
+        if !signed.iter().any(|m| m.signed_bytes() == first.signed_bytes()) {
+            signed.push(first.clone());
+        }
+        let mut other = first;
+        other.train_loss += 1.0;
+        let other = other.sign(&self.keys[i]);
+        if !signed.iter().any(|m| m.signed_bytes() == other.signed_bytes()) {
+            signed.push(other.clone());
+        }
+        other
     }
 
     /// Gossip an encoded message; the same bytes gossiped again (another
@@ -514,9 +549,13 @@ impl Sim {
             let Some((payload, leaf)) = self.payloads.get(&(round, j, result.shard)).cloned() else {
                 continue;
             };
-            let Some(m) =
+            // The manifest the shard's owner holds (what a holder serves
+            // with the leaf), else the one its signer signed with that root.
+            let owner = self.index.get(&result.signer).copied();
+            let held = owner.and_then(|o| self.machines[o].manifest_of(signer)).filter(|m| m.root == *root);
+            let Some(m) = held.cloned().or_else(|| {
                 self.signed.get(&(round, j)).and_then(|v| v.iter().find(|m| m.root == *root)).cloned()
-            else {
+            }) else {
                 continue;
             };
             // As the node does: each input not held from its signer, else
@@ -535,7 +574,7 @@ impl Sim {
                     Kind::Checks,
                     from,
                     i,
-                    payload.len() as u64 + 100,
+                    payload.len() as u64 + 100 + m.encode().len() as u64,
                     Msg::Bytes,
                 ));
             }
@@ -544,11 +583,12 @@ impl Sim {
         }
         let (_, _, hash) = self.aggregate(round, result.shard, &inputs, &leaves)?;
         let matches = hash == result.result_hash;
-        self.net.at(
-            done + 1,
-            i,
-            Msg::Event(Box::new(CommitteeEvent::Rechecked { result, included, matches })),
-        );
+        // The manifests came with the inputs: the machine compares them
+        // with those it holds (an equivocator's second one is a proof).
+        let mut events: Vec<CommitteeEvent> =
+            inputs.into_iter().map(CommitteeEvent::ManifestReceived).collect();
+        events.push(CommitteeEvent::Rechecked { result, included, matches });
+        self.net.at(done + 1, i, Msg::Events(events));
         Ok(())
     }
 

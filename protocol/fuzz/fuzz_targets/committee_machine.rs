@@ -314,8 +314,9 @@ fn check_action(m: &CommitteeMachine, d: &mut Driver, action: CommitteeAction) {
             assert!(x.verify().is_ok(), "our manifest verifies");
             assert_eq!(ShardedManifest::decode(&x.encode()).as_ref(), Ok(&x));
         }
-        CommitteeAction::SendShard { shard, shards, proof, .. } => {
+        CommitteeAction::SendShard { shard, shards, proof, manifest, .. } => {
             assert!(shard < shards && proof.len() <= MAX_PROOF_LEN);
+            assert!(manifest.verify().is_ok() && manifest.shards == shards, "our manifest goes with it");
         }
         CommitteeAction::AggregateShard { shard, inputs, leaves } => {
             assert!(!inputs.is_empty() && inputs.len() == leaves.len());

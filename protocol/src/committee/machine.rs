@@ -146,11 +146,13 @@ pub enum CommitteeEvent {
 pub enum CommitteeAction {
     /// Train from `base` for `round`, cut the delta by `plan`'s layout.
     Train { round: u64, base: StateId, plan: CommitteePlan },
-    /// Gossip this signed manifest to every node.
+    /// Gossip this signed manifest to every node (an open round only: its
+    /// committee is every announcer).
     PublishManifest(ShardedManifest),
-    /// Send shard `shard` of our delta, with its proof, to `to` (one
-    /// attempt; report `ShardUndelivered` when it fails).
-    SendShard { to: PublicKey, shard: u32, shards: u32, proof: Vec<[u8; 32]> },
+    /// Send shard `shard` of our delta, with its proof and our signed
+    /// manifest, to `to` (one attempt; report `ShardUndelivered` when it
+    /// fails). The manifest travels only with the shards.
+    SendShard { to: PublicKey, shard: u32, shards: u32, proof: Vec<[u8; 32]>, manifest: Box<ShardedManifest> },
     /// Aggregate `shard` from exactly these inputs (their payloads were
     /// received) and report `ShardAggregated` or `ShardAggregationFailed`.
     AggregateShard { shard: u32, inputs: Vec<ShardedManifest>, leaves: Vec<ShardLeaf> },
@@ -562,7 +564,9 @@ impl CommitteeMachine {
             signature: Signature([0; 64]),
         }
         .sign(&self.key);
-        self.actions.push_back(CommitteeAction::PublishManifest(m.clone()));
+        if self.open_round() {
+            self.actions.push_back(CommitteeAction::PublishManifest(m.clone()));
+        }
         self.manifests.insert(self.me, m);
         self.mine = Some(OwnDelta { leaves, tree });
         for s in 0..self.plan.shards() {
@@ -578,6 +582,7 @@ impl CommitteeMachine {
         }) else {
             return;
         };
+        let Some(manifest) = self.manifests.get(&self.me).cloned().map(Box::new) else { return };
         let members = self.members(to_committee);
         for to in members {
             if to == self.me {
@@ -588,6 +593,7 @@ impl CommitteeMachine {
                     shard: s,
                     shards: self.plan.shards(),
                     proof: proof.clone(),
+                    manifest: manifest.clone(),
                 });
             }
         }
@@ -647,6 +653,11 @@ impl CommitteeMachine {
         {
             return;
         }
+        // The same manifest again (it travels with every shard a trainer
+        // sends) costs no second signature check.
+        if self.manifests.get(&m.signer).is_some_and(|old| *old == m) {
+            return;
+        }
         if !self.manifest_signed(&m) {
             return;
         }
@@ -668,13 +679,14 @@ impl CommitteeMachine {
         self.manifests.insert(signer, m);
         // In an open round every announcer aggregates: it gets our delta too.
         if self.open_round() {
-            if let Some(own) = &self.mine {
+            if let (Some(own), Some(ours)) = (&self.mine, self.manifests.get(&self.me)) {
                 let proof = own.tree.proof(0);
                 self.actions.push_back(CommitteeAction::SendShard {
                     to: signer,
                     shard: 0,
                     shards: self.plan.shards(),
                     proof,
+                    manifest: Box::new(ours.clone()),
                 });
             }
         }
@@ -1003,10 +1015,11 @@ impl CommitteeMachine {
             if let Some(e) = self.resend.get_mut(&(to, shard)) {
                 e.1 = None;
             }
-            if let Some(own) = &self.mine {
+            if let (Some(own), Some(ours)) = (&self.mine, self.manifests.get(&self.me)) {
                 let proof = own.tree.proof(shard as usize);
                 let shards = self.plan.shards();
-                self.actions.push_back(CommitteeAction::SendShard { to, shard, shards, proof });
+                let manifest = Box::new(ours.clone());
+                self.actions.push_back(CommitteeAction::SendShard { to, shard, shards, proof, manifest });
             }
         }
         // Retries of aggregate fetches that are due.

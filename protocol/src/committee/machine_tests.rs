@@ -119,10 +119,11 @@ impl Net {
                 ));
             }
             CommitteeAction::PublishManifest(m) => self.all(i, CommitteeEvent::ManifestReceived(m)),
-            CommitteeAction::SendShard { to, shard, shards, proof } => {
+            CommitteeAction::SendShard { to, shard, shards, proof, manifest } => {
                 let j = self.index(&to);
                 let leaf = self.payloads[&(i, shard)].1;
                 let signer = self.keys[i].public();
+                self.inbox.push_back((j, CommitteeEvent::ManifestReceived(*manifest)));
                 self.inbox.push_back((j, CommitteeEvent::ShardReceived { signer, shards, leaf, proof }));
             }
             CommitteeAction::AggregateShard { shard, inputs, leaves } => {

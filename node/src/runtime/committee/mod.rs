@@ -123,6 +123,9 @@ enum Internal {
         result: ShardResult,
         included: IncludedList,
         matches: bool,
+        /// The inputs' signed manifests (verified), for the machine to
+        /// compare with those it holds.
+        manifests: Vec<ShardedManifest>,
     },
     Applied {
         round: u64,
@@ -469,13 +472,16 @@ impl CommitteeNode {
         }
     }
 
-    /// A shard offered to us: pull its payload if it is for this round and
-    /// of the right length (the machine checks the proof once it holds the
-    /// signer's manifest).
+    /// A shard offered to us: its manifest goes to the machine (which
+    /// checks it); the payload is pulled if it is for this round and of
+    /// the right length (the machine checks the proof against the manifest).
     fn on_offer(&mut self, offer: ShardOffer) {
         if offer.round > self.machine.round() {
             self.keep_early(offer.round, Early::Offer(offer));
             return;
+        }
+        if offer.round == self.machine.round() {
+            self.feed(CommitteeEvent::ManifestReceived((*offer.manifest).clone()));
         }
         let plan = self.machine.plan();
         let layout = plan.layout();
@@ -533,19 +539,26 @@ impl CommitteeNode {
                         self.keep(r, BlobKind::Delta, l.payload_hash.0);
                     }
                     self.own = Some((r, leaves.clone()));
+                    self.feed(CommitteeEvent::LocalDeltaReady {
+                        tokens,
+                        train_loss,
+                        norm,
+                        leaves: leaves.clone(),
+                    });
+                    // Our leaves, served to re-checkers with the manifest
+                    // the machine signed over them.
+                    let Some(manifest) = self.machine.manifest_of(&self.me).cloned() else { return };
                     let tree = murmur_protocol::committee::MerkleTree::new(&leaves);
                     for (s, leaf) in leaves.iter().enumerate() {
-                        let proof = tree.proof(s);
-                        let shards = leaves.len() as u32;
                         self.served.hold_leaf(ShardOffer {
                             round: r,
                             signer: self.me,
-                            shards,
+                            shards: leaves.len() as u32,
                             leaf: *leaf,
-                            proof,
+                            proof: tree.proof(s),
+                            manifest: Box::new(manifest.clone()),
                         });
                     }
-                    self.feed(CommitteeEvent::LocalDeltaReady { tokens, train_loss, norm, leaves });
                 }
                 Ok(_) => {}
                 Err(e) => tracing::error!("{e}"),
@@ -581,7 +594,10 @@ impl CommitteeNode {
             Internal::Included { round: r, result, list } if r == round => {
                 self.feed(CommitteeEvent::IncludedReceived { result, included: list })
             }
-            Internal::Rechecked { round: r, result, included, matches } if r == round => {
+            Internal::Rechecked { round: r, result, included, matches, manifests } if r == round => {
+                for m in manifests {
+                    self.feed(CommitteeEvent::ManifestReceived(m));
+                }
                 if !matches {
                     self.out.event(
                         "wrong_result",
@@ -749,10 +765,10 @@ impl CommitteeNode {
                 self.out.event("announced", json!({ "round": m.round, "shards": m.shards }));
                 self.publish(TopicKind::ShardedManifest, m.encode());
             }
-            CommitteeAction::SendShard { to, shard, shards, proof } => {
+            CommitteeAction::SendShard { to, shard, shards, proof, manifest } => {
                 let Some((r, leaves)) = &self.own else { return };
                 let Some(leaf) = leaves.get(shard as usize).copied() else { return };
-                let offer = ShardOffer { round: *r, signer: self.me, shards, leaf, proof };
+                let offer = ShardOffer { round: *r, signer: self.me, shards, leaf, proof, manifest };
                 let (net, tx) = (self.net.clone(), self.tx.clone());
                 tokio::spawn(async move {
                     if !transfer::send_offer(net, to, offer).await {
@@ -901,33 +917,27 @@ impl CommitteeNode {
     /// `holders` where this node lacks them) and report whether it matches.
     fn recheck(&mut self, result: ShardResult, included: IncludedList, holders: Vec<PublicKey>) {
         let round = self.machine.round();
-        let mut inputs: Vec<ShardedManifest> = Vec::with_capacity(included.len());
-        for (signer, root) in &included.entries {
-            match self.machine.manifest_of(signer).filter(|m| m.root == *root) {
-                Some(m) => inputs.push(m.clone()),
-                // A manifest this node never saw: it cannot re-check.
-                None => return,
-            }
-        }
+        let inputs: Vec<(PublicKey, [u8; 32])> = included.entries.clone();
         let held: Vec<Option<ShardOffer>> =
-            inputs.iter().map(|m| self.served.leaf(round, result.shard, m.signer)).collect();
+            inputs.iter().map(|(signer, _)| self.served.leaf(round, result.shard, *signer)).collect();
         let layout = self.machine.plan().layout();
         let Some(cap) = self.spec.codec.payload_len(layout.len(result.shard) as u64) else { return };
         let (net, store, spec, tx) =
             (self.net.clone(), self.store.clone(), self.spec.clone(), self.tx.clone());
-        let shard = result.shard;
-        let want = transfer::RecheckInputs { round, shard, inputs, held, holders, cap };
+        let (shard, shards, run) = (result.shard, layout.shards(), self.spec.run_id());
+        let want = transfer::RecheckInputs { run, round, shard, shards, inputs, held, holders, cap };
         tokio::spawn(async move {
             let Some(offers) = transfer::gather_inputs(&net, &store, &want).await else { return };
-            let inputs = want.inputs;
-            let leaves: Vec<ShardLeaf> = offers.iter().map(|o| o.leaf).collect();
+            let (manifests, leaves): (Vec<ShardedManifest>, Vec<ShardLeaf>) =
+                offers.into_iter().map(|o| (*o.manifest, o.leaf)).unzip();
+            let inputs = manifests.clone();
             let recomputed = tokio::task::spawn_blocking(move || {
                 work::aggregate_stored(&store, &spec, layout, shard, &inputs, &leaves).map(|a| a.result_hash)
             })
             .await;
             if let Ok(Ok(hash)) = recomputed {
                 let matches = hash == result.result_hash;
-                let _ = tx.send(Internal::Rechecked { round, result, included, matches });
+                let _ = tx.send(Internal::Rechecked { round, result, included, matches, manifests });
             }
         });
     }

@@ -137,13 +137,18 @@ mod tests {
     use murmur_protocol::committee::ShardLeaf;
     use murmur_protocol::PayloadHash;
 
+    fn key(signer: u8) -> murmur_protocol::NodeKey {
+        murmur_protocol::NodeKey::from_seed([signer; 32])
+    }
+
     fn offer(round: u64, signer: u8) -> ShardOffer {
         ShardOffer {
             round,
-            signer: PublicKey([signer; 32]),
+            signer: key(signer).public(),
             shards: 2,
             leaf: ShardLeaf { shard: 1, payload_hash: PayloadHash([1; 32]), payload_len: 10, norm: 1.0 },
             proof: vec![[2; 32]],
+            manifest: Box::new(crate::net::offer::test_manifest(&key(signer), round, 2)),
         }
     }
 
@@ -154,7 +159,7 @@ mod tests {
         assert_eq!(rx.try_recv().ok(), Some(offer(3, 1)));
         served.hold_leaf(offer(3, 1));
         served.hold_list(3, 1, [5; 32], vec![9; 8], vec![7; 4]);
-        let ask = XferRequest::Leaf { round: 3, shard: 1, signer: PublicKey([1; 32]) };
+        let ask = XferRequest::Leaf { round: 3, shard: 1, signer: key(1).public() };
         assert_eq!(served.answer(&ask), Some(XferResponse::Leaf(offer(3, 1))));
         let list = XferRequest::Included { round: 3, shard: 1, result_hash: [5; 32] };
         assert_eq!(served.answer(&list), Some(XferResponse::Included(vec![9; 8])));
@@ -165,7 +170,7 @@ mod tests {
             Some(XferResponse::NotFound)
         );
         served.open_round(4);
-        assert!(served.leaf(3, 1, PublicKey([1; 32])).is_some(), "the last round is kept");
+        assert!(served.leaf(3, 1, key(1).public()).is_some(), "the last round is kept");
         served.open_round(5);
         assert_eq!(served.answer(&ask), Some(XferResponse::NotFound));
         assert_eq!(served.answer(&XferRequest::Status), None);

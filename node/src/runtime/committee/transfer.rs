@@ -1,15 +1,16 @@
-//! Protocol v2's transfers, each one task: offering a shard to a committee
-//! member, pulling an offered shard's payload, fetching an aggregated shard
-//! (with shard 0's included signers), asking for a result's included list,
-//! and gathering a re-check's inputs. Every byte is checked against a hash
-//! the caller already trusts (a leaf under a signed root, a signed result)
+//! Protocol v2's transfers, each one task: offering a shard (with its
+//! manifest) to a committee member, pulling an offered shard's payload,
+//! fetching an aggregated shard (with shard 0's included signers), asking
+//! for a result's included list, and gathering a re-check's inputs with
+//! their signers' manifests. Every byte is checked against a hash the
+//! caller already trusts (a leaf under a signed root, a signed result)
 //! before it is stored or used; nothing here decides anything.
 
 use std::time::Duration;
 
 use libp2p::PeerId;
-use murmur_protocol::committee::{verify_proof, IncludedList, IncludedSigners, ShardResult, ShardedManifest};
-use murmur_protocol::{decode_delta, Codec, PublicKey};
+use murmur_protocol::committee::{verify_proof, IncludedList, IncludedSigners, ShardResult};
+use murmur_protocol::{decode_delta, Codec, PublicKey, RunId};
 
 use crate::net::offer::ShardOffer;
 use crate::net::{fetch_blob, peer_id_of, NetHandle, XferRequest, XferResponse};
@@ -111,41 +112,58 @@ pub async fn request_included(net: NetHandle, result: &ShardResult) -> Option<In
     included(&net, peer, result.round, result.shard, result.result_hash).await
 }
 
-/// What a re-check needs gathered: the inputs' manifests, the leaves this
-/// node already holds of them, who else holds them, and the payload cap.
+/// What a re-check needs gathered: the included inputs (signer and
+/// manifest root), the leaves this node already holds, who else holds
+/// them, the round's run and shard count, and the payload cap.
 pub struct RecheckInputs {
+    pub run: RunId,
     pub round: u64,
     pub shard: u32,
-    pub inputs: Vec<ShardedManifest>,
+    pub shards: u32,
+    pub inputs: Vec<(PublicKey, [u8; 32])>,
     pub held: Vec<Option<ShardOffer>>,
     pub holders: Vec<PublicKey>,
     pub cap: u64,
 }
 
-/// The leaves of a re-check's inputs, each proven against its signer's
-/// manifest, with the payloads in the store: asked of the holders (and the
-/// signer) unless held already. None when any input cannot be had (a
-/// re-check that cannot be completed proves nothing either way).
+impl RecheckInputs {
+    /// Whether `o` is the input `(signer, root)` of this re-check: the
+    /// shard, under a manifest of this run and round with that root and
+    /// signature, proven against it.
+    fn proves(&self, o: &ShardOffer, signer: &PublicKey, root: &[u8; 32]) -> bool {
+        let m = &o.manifest;
+        o.signer == *signer
+            && o.leaf.shard == self.shard
+            && m.signer == *signer
+            && m.root == *root
+            && m.run == self.run
+            && m.round == self.round
+            && m.shards == self.shards
+            && verify_proof(root, m.shards, &o.leaf, &o.proof)
+            && m.verify().is_ok()
+    }
+}
+
+/// The leaves of a re-check's inputs with their signed manifests, each
+/// proven against the included root, with the payloads in the store: asked
+/// of the signer and the holders unless held already. None when any input
+/// cannot be had (a re-check that cannot be completed proves nothing
+/// either way).
 pub async fn gather_inputs(net: &NetHandle, store: &Store, want: &RecheckInputs) -> Option<Vec<ShardOffer>> {
     let (round, shard) = (want.round, want.shard);
     let holder_peers: Vec<PeerId> = want.holders.iter().filter_map(peer_id_of).collect();
     let mut out = Vec::with_capacity(want.inputs.len());
-    for (m, have) in want.inputs.iter().zip(&want.held) {
-        let mut offer = have.clone().filter(|o| verify_proof(&m.root, m.shards, &o.leaf, &o.proof));
-        let mut asked: Vec<PeerId> = peer_id_of(&m.signer).into_iter().collect();
+    for ((signer, root), have) in want.inputs.iter().zip(&want.held) {
+        let mut offer = have.clone().filter(|o| want.proves(o, signer, root));
+        let mut asked: Vec<PeerId> = peer_id_of(signer).into_iter().collect();
         asked.extend(holder_peers.iter().copied());
         for peer in &asked {
             if offer.is_some() {
                 break;
             }
-            let req = XferRequest::Leaf { round, shard, signer: m.signer };
+            let req = XferRequest::Leaf { round, shard, signer: *signer };
             if let Some(XferResponse::Leaf(o)) = ask(net, *peer, req).await {
-                if o.signer == m.signer
-                    && o.leaf.shard == shard
-                    && verify_proof(&m.root, m.shards, &o.leaf, &o.proof)
-                {
-                    offer = Some(o);
-                }
+                offer = Some(o).filter(|o| want.proves(o, signer, root));
             }
         }
         let offer = offer?;
