@@ -309,7 +309,7 @@ impl Sim {
                 if self.roles[i] == Role::Withholder || self.offline[i] {
                     return Ok(());
                 }
-                let (list, tokens, mut hash) = self.aggregate(round, shard, &inputs, &leaves)?;
+                let (list, tokens, mut hash) = self.aggregate(i, round, shard, &inputs, &leaves)?;
                 if self.roles[i] == Role::Liar {
                     let honest = self.values.get(&hash).cloned().unwrap_or_default();
                     let lie: Vec<f32> = honest.iter().map(|v| v + 0.05).collect();
@@ -429,16 +429,22 @@ impl Sim {
     }
 
     /// Aggregate a shard (once per distinct input set), keeping the values.
+    /// Aggregate `shard` of `round` from `inputs` as node `i` does: with
+    /// the shard's length in `i`'s plan (the round `i` is in; another
+    /// node may have moved on to a plan that cuts the vector differently).
     fn aggregate(
         &mut self,
+        i: usize,
         round: u64,
         shard: u32,
         inputs: &[ShardedManifest],
         leaves: &[ShardLeaf],
     ) -> Result<(IncludedList, u64, [u8; 32])> {
+        let n = self.machines[i].plan().layout().len(shard);
         let mut key = blake3::Hasher::new();
         key.update(&round.to_le_bytes());
         key.update(&shard.to_le_bytes());
+        key.update(&(n as u64).to_le_bytes());
         for (m, l) in inputs.iter().zip(leaves) {
             key.update(&m.signer.0);
             key.update(&l.payload_hash.0);
@@ -447,10 +453,6 @@ impl Sim {
         if let Some(a) = self.aggregates.get(&key) {
             return Ok(a.clone());
         }
-        let signer0 = inputs.first().map(|m| m.signer);
-        let n = signer0
-            .and_then(|s| self.index.get(&s))
-            .map_or(0, |&i| self.machines[i].plan().layout().len(shard));
         let mut decoded = Vec::with_capacity(inputs.len());
         for m in inputs {
             let j = self.index[&m.signer];
@@ -545,9 +547,12 @@ impl Sim {
             .collect();
         let plan_has_me = self.machines[i].plan().is_member(result.shard, &self.keys[i].public());
         for (n, (signer, root)) in included.entries.iter().enumerate() {
-            let Some(&j) = self.index.get(signer) else { continue };
+            // An input that cannot be had leaves the re-check without a
+            // verdict, as the node's does: a recomputation over fewer
+            // inputs would accuse an honest owner.
+            let Some(&j) = self.index.get(signer) else { return Ok(()) };
             let Some((payload, leaf)) = self.payloads.get(&(round, j, result.shard)).cloned() else {
-                continue;
+                return Ok(());
             };
             // The manifest the shard's owner holds (what a holder serves
             // with the leaf), else the one its signer signed with that root.
@@ -556,7 +561,7 @@ impl Sim {
             let Some(m) = held.cloned().or_else(|| {
                 self.signed.get(&(round, j)).and_then(|v| v.iter().find(|m| m.root == *root)).cloned()
             }) else {
-                continue;
+                return Ok(());
             };
             // As the node does: each input not held from its signer, else
             // from a holder of the shard.
@@ -581,7 +586,7 @@ impl Sim {
             leaves.push(leaf);
             inputs.push(m);
         }
-        let (_, _, hash) = self.aggregate(round, result.shard, &inputs, &leaves)?;
+        let (_, _, hash) = self.aggregate(i, round, result.shard, &inputs, &leaves)?;
         let matches = hash == result.result_hash;
         // The manifests came with the inputs: the machine compares them
         // with those it holds (an equivocator's second one is a proof).

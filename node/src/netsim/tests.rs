@@ -1,6 +1,7 @@
 //! `murmur netsim` at CI size: traffic per node stays flat as N grows,
 //! adversaries are excluded by proofs while honest nodes agree and the
-//! model trains, and churned nodes rejoin on the common state.
+//! model trains (committees of 8, and one owner per shard), and churned
+//! nodes rejoin on the common state.
 
 use super::*;
 use murmur_protocol::{Codec, OuterOptimizer, RobustMode};
@@ -74,6 +75,25 @@ fn adversaries_are_excluded_by_proofs_while_honest_nodes_agree_and_the_model_tra
     let (c, a) = (loss(&clean), loss(&attacked));
     assert!(c < clean.rounds[0].val_loss.unwrap(), "the clean run trains");
     assert!((a - c).abs() <= 0.05 * c, "attacked {a} vs clean {c}");
+}
+
+#[test]
+fn with_one_owner_per_shard_honest_nodes_agree_and_only_offenders_are_excluded() {
+    // Withholders make rounds end at different times, so re-checks run
+    // while other nodes have moved on to the next plan: each must still
+    // recompute with its own round's shard length, or it accuses honest
+    // owners and the honest nodes part ways.
+    let mut cfg = base(64, 65_536, Workload::Linear { inner_steps: 8, batch: 16, lr: 4.0 });
+    cfg.k = 1;
+    cfg.rounds = 4;
+    cfg.seed = 1;
+    cfg.adversaries = Adversaries { poisoners: 4, liars: 4, withholders: 4, equivocators: 4 };
+    let r = run(cfg).unwrap();
+    for x in &r.rounds {
+        assert_eq!((x.honest_states, x.honest_applied), (1, 48), "round {}", x.round);
+        assert!(x.excluded <= 8, "round {}: {} keys excluded, only 8 offended", x.round, x.excluded);
+    }
+    assert!(r.offenders.iter().any(|o| o.excluded_from.is_some()), "offenders are excluded");
 }
 
 #[test]
