@@ -276,11 +276,11 @@ impl Sim {
         match action {
             CommitteeAction::Train { round, base, plan } => self.train(i, now, round, base, &plan)?,
             CommitteeAction::PublishManifest(m) => {
+                self.record_signed(i, round, &m);
                 if self.roles[i] == Role::Equivocator {
-                    let other = self.second_manifest(i, round, m.clone());
+                    let other = self.second_manifest(i, round, &m);
                     self.gossip(i, now, round, &other.encode(), CommitteeEvent::ManifestReceived(other));
                 }
-                self.signed.entry((round, i)).or_default().push(m.clone());
                 self.gossip(i, now, round, &m.encode(), CommitteeEvent::ManifestReceived(m));
             }
             CommitteeAction::SendShard { to, shard, shards, proof, manifest } => {
@@ -288,14 +288,11 @@ impl Sim {
                 let Some((payload, leaf)) = self.payloads.get(&(round, i, shard)).cloned() else {
                     return Ok(());
                 };
-                let signed = self.signed.entry((round, i)).or_default();
-                if !signed.contains(&manifest) {
-                    signed.push((*manifest).clone());
-                }
+                self.record_signed(i, round, &manifest);
                 let manifest = match self.roles[i] {
                     // An equivocator signs a second manifest (same delta, a
                     // different claim) and sends it with its odd shards.
-                    Role::Equivocator if shard % 2 == 1 => self.second_manifest(i, round, *manifest),
+                    Role::Equivocator if shard % 2 == 1 => self.second_manifest(i, round, &manifest),
                     _ => *manifest,
                 };
                 let bytes =
@@ -347,20 +344,26 @@ impl Sim {
         Ok(())
     }
 
-    /// An equivocator's second manifest of `round`: `first` with another
-    /// claimed loss, signed (once a round; kept with what it signed).
-    fn second_manifest(&mut self, i: usize, round: u64, first: ShardedManifest) -> ShardedManifest {
-        self.first_offence[i].get_or_insert(round);
+    /// Keep `m` among the manifests node `i` signed for `round`.
+    fn record_signed(&mut self, i: usize, round: u64, m: &ShardedManifest) {
         let signed = self.signed.entry((round, i)).or_default();
-        if !signed.iter().any(|m| m.signed_bytes() == first.signed_bytes()) {
-            signed.push(first.clone());
+        if !signed.contains(m) {
+            signed.push(m.clone());
         }
-        let mut other = first;
+    }
+
+    /// An equivocator's second manifest of `round`: `first` (recorded
+    /// already) with another claimed loss, signed once a round and kept
+    /// with what it signed.
+    fn second_manifest(&mut self, i: usize, round: u64, first: &ShardedManifest) -> ShardedManifest {
+        self.first_offence[i].get_or_insert(round);
+        if let Some(other) = self.signed.get(&(round, i)).and_then(|v| v.iter().find(|m| *m != first)) {
+            return other.clone();
+        }
+        let mut other = first.clone();
         other.train_loss += 1.0;
         let other = other.sign(&self.keys[i]);
-        if !signed.iter().any(|m| m.signed_bytes() == other.signed_bytes()) {
-            signed.push(other.clone());
-        }
+        self.record_signed(i, round, &other);
         other
     }
 
@@ -428,10 +431,10 @@ impl Sim {
         Ok(())
     }
 
-    /// Aggregate a shard (once per distinct input set), keeping the values.
-    /// Aggregate `shard` of `round` from `inputs` as node `i` does: with
-    /// the shard's length in `i`'s plan (the round `i` is in; another
-    /// node may have moved on to a plan that cuts the vector differently).
+    /// Aggregate `shard` of `round` from `inputs` as node `i` does (once
+    /// per distinct input set, keeping the values): with the shard's length
+    /// in `i`'s plan (the round `i` is in; another node may have moved on
+    /// to a plan that cuts the vector differently).
     fn aggregate(
         &mut self,
         i: usize,

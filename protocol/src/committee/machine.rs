@@ -574,27 +574,25 @@ impl CommitteeMachine {
         }
     }
 
+    /// Sending our shard `shard` to `to`: its proof and our signed
+    /// manifest go with it (None before we trained).
+    fn our_shard_to(&self, to: PublicKey, shard: u32) -> Option<CommitteeAction> {
+        let own = self.mine.as_ref()?;
+        let manifest = Box::new(self.manifests.get(&self.me)?.clone());
+        let proof = own.tree.proof(shard as usize);
+        Some(CommitteeAction::SendShard { to, shard, shards: self.plan.shards(), proof, manifest })
+    }
+
     /// Send our shard `s` to the committee of shard `to_committee`.
     fn send_shard(&mut self, s: u32, to_committee: u32) {
-        let Some((leaf, proof)) = self.mine.as_ref().and_then(|own| {
-            let leaf = *own.leaves.get(s as usize)?;
-            Some((leaf, own.tree.proof(s as usize)))
-        }) else {
+        let Some(leaf) = self.mine.as_ref().and_then(|own| own.leaves.get(s as usize).copied()) else {
             return;
         };
-        let Some(manifest) = self.manifests.get(&self.me).cloned().map(Box::new) else { return };
-        let members = self.members(to_committee);
-        for to in members {
+        for to in self.members(to_committee) {
             if to == self.me {
                 self.inputs.entry(s).or_default().insert(self.me, leaf);
-            } else {
-                self.actions.push_back(CommitteeAction::SendShard {
-                    to,
-                    shard: s,
-                    shards: self.plan.shards(),
-                    proof: proof.clone(),
-                    manifest: manifest.clone(),
-                });
+            } else if let Some(send) = self.our_shard_to(to, s) {
+                self.actions.push_back(send);
             }
         }
     }
@@ -679,15 +677,8 @@ impl CommitteeMachine {
         self.manifests.insert(signer, m);
         // In an open round every announcer aggregates: it gets our delta too.
         if self.open_round() {
-            if let (Some(own), Some(ours)) = (&self.mine, self.manifests.get(&self.me)) {
-                let proof = own.tree.proof(0);
-                self.actions.push_back(CommitteeAction::SendShard {
-                    to: signer,
-                    shard: 0,
-                    shards: self.plan.shards(),
-                    proof,
-                    manifest: Box::new(ours.clone()),
-                });
+            if let Some(send) = self.our_shard_to(signer, 0) {
+                self.actions.push_back(send);
             }
         }
         // Shards that arrived before the manifest are checked now.
@@ -1015,11 +1006,8 @@ impl CommitteeMachine {
             if let Some(e) = self.resend.get_mut(&(to, shard)) {
                 e.1 = None;
             }
-            if let (Some(own), Some(ours)) = (&self.mine, self.manifests.get(&self.me)) {
-                let proof = own.tree.proof(shard as usize);
-                let shards = self.plan.shards();
-                let manifest = Box::new(ours.clone());
-                self.actions.push_back(CommitteeAction::SendShard { to, shard, shards, proof, manifest });
+            if let Some(send) = self.our_shard_to(to, shard) {
+                self.actions.push_back(send);
             }
         }
         // Retries of aggregate fetches that are due.

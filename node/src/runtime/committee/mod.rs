@@ -930,12 +930,13 @@ impl CommitteeNode {
             let Some(offers) = transfer::gather_inputs(&net, &store, &want).await else { return };
             let (manifests, leaves): (Vec<ShardedManifest>, Vec<ShardLeaf>) =
                 offers.into_iter().map(|o| (*o.manifest, o.leaf)).unzip();
-            let inputs = manifests.clone();
             let recomputed = tokio::task::spawn_blocking(move || {
-                work::aggregate_stored(&store, &spec, layout, shard, &inputs, &leaves).map(|a| a.result_hash)
+                let hash = work::aggregate_stored(&store, &spec, layout, shard, &manifests, &leaves)
+                    .map(|a| a.result_hash);
+                (hash, manifests)
             })
             .await;
-            if let Ok(Ok(hash)) = recomputed {
+            if let Ok((Ok(hash), manifests)) = recomputed {
                 let matches = hash == result.result_hash;
                 let _ = tx.send(Internal::Rechecked { round, result, included, matches, manifests });
             }
