@@ -5,25 +5,32 @@
 # setting up.
 #
 #   scripts/gpu-kit.sh pack [KIT]        # here: build, strip and fetch into KIT (default gpu-kit/)
-#   scripts/gpu-kit.sh run [KIT] [--bench]   # there: set up, test, measure; logs into $OUT (or KIT/out)
+#   scripts/gpu-kit.sh run [KIT] [--bench] [--cuda-only] [--profile]   # there: set up, test, measure; logs into $OUT (or KIT/out)
 #
 # pack builds `murmur` and the murmur-node test binary in release with the
 # `cuda` feature, strips and gzips them, and downloads Debian's Vulkan loader and
 # glvnd libraries (the NVIDIA Vulkan driver needs glvnd's dispatch; the
-# lent machine has the driver but not these). The kit must stay under the
-# device tool's 64 MiB carry limit; pack says its size.
+# lent machine has the driver but not these). With MURMUR_BASELINE set to
+# another `murmur` binary (an earlier commit's, built with `--features
+# cuda`), pack carries it too and run times it beside this one. The kit
+# must stay under the device tool's 64 MiB carry limit; pack says its size.
 # run unpacks the libraries, links the machine's CUDA 13 libraries under
 # the CUDA 12 sonames the backend opens (MURMUR_CUDA_LIB_DIR), runs the CUDA
 # tests under MURMUR_REQUIRE_CUDA=1 MURMUR_REQUIRE_NVRTC=1 and the wgpu tests
-# under MURMUR_REQUIRE_GPU=1, and with --bench times training steps on CUDA
-# and wgpu beside PyTorch on the same GPU (the machine's own PyTorch, in
-# $MURMUR_TORCH_VENV, default /opt/torch/.venv). Every log is kept in the
-# output folder; the exit status is the tests'.
+# under MURMUR_REQUIRE_GPU=1 (not with --cuda-only), and with --bench times
+# GPT-2 124M training steps on CUDA (and the baseline's) beside PyTorch
+# eager fp32 on the same GPU (the machine's own PyTorch, in
+# $MURMUR_TORCH_VENV, default /opt/torch/.venv) at B8 T1024, B32 T256 and
+# B4 T64, three alternated rounds, each with the device's peak memory
+# (nvidia-smi every 50 ms), then one B4 T2048 step series. With --profile,
+# one B8 T1024 step runs under Nsight Compute (ncu), which lists each
+# kernel's GPU time. Every log is kept in the output folder; the exit status
+# is the tests'.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode="${1:-}"
 kit="${2:-gpu-kit}"
-[ "$kit" = "--bench" ] && kit=gpu-kit
+case "$kit" in --*) kit=gpu-kit ;; esac
 
 pack() {
     mkdir -p "$kit/bin" "$kit/debs"
@@ -40,6 +47,10 @@ for line in sys.stdin:
     strip -o "$kit/bin/murmur" target/release/murmur
     strip -o "$kit/bin/node-tests" "$tests"
     gzip -9 "$kit/bin/murmur" "$kit/bin/node-tests"
+    if [ -n "${MURMUR_BASELINE:-}" ]; then
+        strip -o "$kit/bin/murmur-base" "$MURMUR_BASELINE"
+        gzip -9 "$kit/bin/murmur-base"
+    fi
     (cd "$kit/debs" && apt-get download -q libvulkan1 libglvnd0 libegl1 libgl1 libglx0 libgles2 libopengl0)
     du -sh "$kit"
     local bytes
@@ -68,12 +79,28 @@ cuda_links() {
     export MURMUR_CUDA_LIB_DIR
 }
 
+# Runs "$@" while nvidia-smi samples the device's memory; prints the peak.
+with_peak_memory() {
+    local samples
+    samples=$(mktemp)
+    nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 50 > "$samples" 2>/dev/null &
+    local sampler=$!
+    "$@" || true
+    kill "$sampler" 2>/dev/null || true
+    wait "$sampler" 2>/dev/null || true
+    echo "peak device memory: $(sort -n "$samples" | tail -n 1) MiB"
+    rm -f "$samples"
+}
+
 run() {
-    local bench="$1"
+    local bench="$1" wgpu="$2" profile="$3"
     local out="${OUT:-$kit/out}"
     mkdir -p "$out" "$kit/sys" "$kit/run"
     for deb in "$kit"/debs/*.deb; do dpkg-deb -x "$deb" "$kit/sys"; done
-    for b in murmur node-tests; do gzip -d -c "$kit/bin/$b.gz" > "$kit/run/$b" && chmod +x "$kit/run/$b"; done
+    for b in murmur node-tests murmur-base; do
+        [ -e "$kit/bin/$b.gz" ] || continue
+        gzip -d -c "$kit/bin/$b.gz" > "$kit/run/$b" && chmod +x "$kit/run/$b"
+    done
     export LD_LIBRARY_PATH="$PWD/$kit/sys/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     # Tests that read the source tree find it where it was built.
     local built
@@ -93,36 +120,62 @@ run() {
     local status=0
     MURMUR_REQUIRE_CUDA=1 MURMUR_REQUIRE_NVRTC=1 "$kit/run/node-tests" --test-threads 1 compute::cuda \
         > "$out/cuda-tests.txt" 2>&1 || status=1
-    MURMUR_REQUIRE_GPU=1 "$kit/run/node-tests" --test-threads 1 compute::gpu \
-        > "$out/gpu-tests.txt" 2>&1 || status=1
-    tail -n 3 "$out/cuda-tests.txt" "$out/gpu-tests.txt"
+    tail -n 3 "$out/cuda-tests.txt"
+    if [ "$wgpu" = yes ]; then
+        MURMUR_REQUIRE_GPU=1 "$kit/run/node-tests" --test-threads 1 compute::gpu \
+            > "$out/gpu-tests.txt" 2>&1 || status=1
+        tail -n 3 "$out/gpu-tests.txt"
+    fi
     if [ "$bench" = yes ]; then
         export MURMUR_TORCH_VENV="${MURMUR_TORCH_VENV:-/opt/torch/.venv}"
-        local gpt="--layers 12 --channels 768 --heads 12 --vocab 50257 --batch 8 --seq 1024"
-        for round in 1 2; do
-            echo "== round $round"
-            # shellcheck disable=SC2086
-            {
-                "$kit/run/murmur" bench train --device cuda --preset llama-150m --batch 8 --seq 1024 --warmup 1 --steps 3
-                if "$MURMUR_TORCH_VENV/bin/python" -c 'import transformers' 2>/dev/null; then
-                    scripts/bench-torch.sh --device cuda --preset llama-150m --batch 8 --seq 1024 --warmup 2 --steps 5 || true
-                else
-                    echo "no transformers in $MURMUR_TORCH_VENV: no PyTorch Llama reference"
-                fi
-                "$kit/run/murmur" bench train --device cuda $gpt --warmup 1 --steps 3
-                "$kit/run/murmur" bench train --device gpu $gpt --warmup 1 --steps 3
-                scripts/bench-torch.sh --device cuda $gpt --warmup 2 --steps 5 || true
-            } 2>&1
+        local gpt="--layers 12 --channels 768 --heads 12 --vocab 50257" shape steps bin
+        for round in 1 2 3; do
+            for shape in "--batch 8 --seq 1024" "--batch 32 --seq 256" "--batch 4 --seq 64"; do
+                steps="--warmup 2 --steps 5"
+                [ "$shape" = "--batch 4 --seq 64" ] && steps="--warmup 3 --steps 20"
+                echo "== round $round: $shape"
+                for bin in murmur murmur-base; do
+                    [ -x "$kit/run/$bin" ] || continue
+                    echo "-- $bin cuda"
+                    # shellcheck disable=SC2086
+                    with_peak_memory "$kit/run/$bin" bench train --device cuda $gpt $shape $steps
+                done
+                echo "-- pytorch eager fp32"
+                # shellcheck disable=SC2086
+                with_peak_memory scripts/bench-torch.sh --device cuda $gpt $shape $steps
+            done 2>&1
         done | tee "$out/bench.txt"
+        {
+            echo "== B4 T2048"
+            # shellcheck disable=SC2086
+            with_peak_memory "$kit/run/murmur" bench train --device cuda $gpt --batch 4 --seq 2048 --warmup 1 --steps 3
+        } 2>&1 | tee -a "$out/bench.txt"
+    fi
+    if [ "$profile" = yes ]; then
+        local ncu
+        ncu=$(command -v ncu || find /opt/nvidia /usr/local -name ncu -type f 2>/dev/null | head -n 1 || true)
+        if [ -n "$ncu" ]; then
+            # shellcheck disable=SC2086
+            timeout 150 "$ncu" --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel \
+                "$kit/run/murmur" bench train --device cuda --layers 12 --channels 768 --heads 12 --vocab 50257 \
+                --batch 8 --seq 1024 --warmup 0 --steps 1 > "$out/profile.txt" 2>&1 || true
+            tail -n 40 "$out/profile.txt"
+        else
+            echo "gpu-kit: no ncu on this machine: no profile"
+        fi
     fi
     return "$status"
 }
 
 case "$mode" in
     pack) pack ;;
-    run) run "$(case " $* " in *" --bench "*) echo yes ;; *) echo no ;; esac)" ;;
+    run)
+        run "$(case " $* " in *" --bench "*) echo yes ;; *) echo no ;; esac)" \
+            "$(case " $* " in *" --cuda-only "*) echo no ;; *) echo yes ;; esac)" \
+            "$(case " $* " in *" --profile "*) echo yes ;; *) echo no ;; esac)"
+        ;;
     *)
-        echo "usage: scripts/gpu-kit.sh pack [KIT] | run [KIT] [--bench]" >&2
+        echo "usage: scripts/gpu-kit.sh pack [KIT] | run [KIT] [--bench] [--cuda-only] [--profile]" >&2
         exit 2
         ;;
 esac

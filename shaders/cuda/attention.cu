@@ -1,156 +1,309 @@
-// Causal self-attention (llm.c's attention_forward / attention_backward)
-// with grouped-query heads, naive and deterministic: qkv is (b, t, W) laid
-// out [q (nh heads) | k (nkv heads) | v (nkv heads)] with W = c + 2·nkv·hs,
-// query head h reading key/value head h / (nh / nkv); att (b, nh, t, t)
-// keeps the softmaxed scores. Every output
-// element is one thread summing in a fixed order (the scores in shared-memory
-// tiles); softmax rows are one block with a fixed tree. No atomics.
+// Causal self-attention with grouped-query heads, flash-style: no T × T
+// matrix is kept. qkv is (b, t, W) laid out [q (nh heads) | k (nkv heads) |
+// v (nkv heads)] with W = c + 2·nkv·hs; query head h reads key/value head
+// h / (nh / nkv). The forward runs an online softmax over tiles of keys and
+// saves one logsumexp per (b, h, t) row; the backward recomputes each
+// probability from it.
+//
+// Tiles of rows pass through dynamic shared memory as [rows][hq + 1]
+// (hq: the head size rounded up to 4, zeros past hs; the +1 against bank
+// conflicts). Products of tiles are register-blocked: each thread sums a
+// 4 × 4 block of outputs, reading 4 + 4 values from shared memory for 16
+// multiply-adds. The launcher picks the tile sizes (multiples of 4) so a
+// kernel's tiles fit in 48 KiB (compute/cuda/attention.rs). Every sum runs in
+// a fixed order (channels, then keys or queries in ascending order), so
+// results are deterministic; each output has one owner, so no atomics.
 
-// scores[bh, t, t2] = q[t]·k[t2] · scale for t2 ≤ t (0 above the diagonal);
-// with `from_dout`, datt[bh, t, t2] = dout[t]·v[t2] instead. A block owns a
-// TILE × TILE tile of (t, t2) for one bh (grid: bh, tile of t, tile of t2):
-// the tile's TILE left rows (q or dout) and TILE right rows (k or v) pass
-// through shared memory CHUNK channels at a time, and each of its TILE × TROWS
-// threads sums TILE / TROWS outputs over the channels in order (the order
-// one thread per output used). Tiles wholly above the diagonal only write
-// their zeros.
-#define TILE 32
-#define TROWS 8
-#define CHUNK 64
-extern "C" __global__ void attention_scores(float* scores, const float* qkv, const float* dout, unsigned b,
-                                            unsigned t_len, unsigned c, unsigned nh, unsigned nkv,
-                                            float scale, unsigned from_dout) {
-    __shared__ float left[TILE][CHUNK + 1];
-    __shared__ float right[TILE][CHUNK + 1];
-    size_t T = t_len;
-    size_t bh = blockIdx.x, bi = bh / nh, h = bh % nh;
-    size_t t0 = (size_t)blockIdx.y * TILE, u0 = (size_t)blockIdx.z * TILE;
-    size_t hs = c / nh, w = (size_t)c + 2 * (size_t)nkv * hs, g = h / (nh / nkv);
-    unsigned x = threadIdx.x, y = threadIdx.y;
-    float* out = scores + bh * T * T;
-    if (u0 > t0 + TILE - 1) {
-        for (unsigned r = y; r < TILE; r += TROWS) {
-            size_t t = t0 + r, t2 = u0 + x;
-            if (t < T && t2 < T) out[t * T + t2] = 0.0f;
-        }
-        return;
+#define ATT_THREADS 64
+#define ATT_NEG_INF __int_as_float(0xff800000)
+
+// dst[r][d] (row stride hq + 1) = rows[(row0 + r) · stride + d]; 0 past
+// t_len and past hs.
+__device__ void att_rows(float* dst, const float* rows, size_t stride, size_t row0, size_t t_len, unsigned n,
+                         unsigned hs, unsigned hq) {
+    for (unsigned i = threadIdx.x; i < n * hq; i += ATT_THREADS) {
+        unsigned r = i / hq, d = i % hq;
+        size_t t = row0 + r;
+        dst[r * (hq + 1) + d] = t < t_len && d < hs ? rows[t * stride + d] : 0.0f;
     }
-    // Left rows: dout (b, t, c) or q; right rows: v or k, both in qkv (b, t, W).
-    const float* lbase = from_dout ? dout + h * hs : qkv + h * hs;
-    size_t lstride = from_dout ? (size_t)c : w;
-    const float* rbase = qkv + (size_t)c + (from_dout ? nkv * hs : 0) + g * hs;
-    float acc[TILE / TROWS];
-    for (unsigned j = 0; j < TILE / TROWS; j++) acc[j] = 0.0f;
-    for (size_t k0 = 0; k0 < hs; k0 += CHUNK) {
-        for (unsigned r = y; r < TILE; r += TROWS) {
-            size_t t = t0 + r, t2 = u0 + r;
-            for (unsigned kk = x; kk < CHUNK; kk += TILE) {
-                size_t k = k0 + kk;
-                left[r][kk] = (k < hs && t < T) ? lbase[(bi * T + t) * lstride + k] : 0.0f;
-                right[r][kk] = (k < hs && t2 < T) ? rbase[(bi * T + t2) * w + k] : 0.0f;
+}
+
+// acc[a][b] += Σ_k x[a·sx + k] · y[b·sy + k], k ascending (rows of x by rows of y).
+__device__ void att_rows_by_rows(float acc[4][4], const float* x, unsigned sx, const float* y, unsigned sy,
+                                 unsigned n) {
+    for (unsigned k = 0; k < n; k++) {
+        float xa[4], yb[4];
+        for (unsigned a = 0; a < 4; a++) xa[a] = x[a * sx + k];
+        for (unsigned b = 0; b < 4; b++) yb[b] = y[b * sy + k];
+        for (unsigned a = 0; a < 4; a++)
+            for (unsigned b = 0; b < 4; b++) acc[a][b] += xa[a] * yb[b];
+    }
+}
+
+// acc[a][b] += Σ_k x[a·sx + k] · y[k·sy + b], k ascending (rows of x by columns of y).
+__device__ void att_rows_by_cols(float acc[4][4], const float* x, unsigned sx, const float* y, unsigned sy,
+                                 unsigned n) {
+    for (unsigned k = 0; k < n; k++) {
+        float xa[4], yb[4];
+        for (unsigned a = 0; a < 4; a++) xa[a] = x[a * sx + k];
+        for (unsigned b = 0; b < 4; b++) yb[b] = y[k * sy + b];
+        for (unsigned a = 0; a < 4; a++)
+            for (unsigned b = 0; b < 4; b++) acc[a][b] += xa[a] * yb[b];
+    }
+}
+
+// acc[a][b] += Σ_k x[k·sx + a] · y[k·sy + b], k ascending (columns of x by columns of y).
+__device__ void att_cols_by_cols(float acc[4][4], const float* x, unsigned sx, const float* y, unsigned sy,
+                                 unsigned n) {
+    for (unsigned k = 0; k < n; k++) {
+        float xa[4], yb[4];
+        for (unsigned a = 0; a < 4; a++) xa[a] = x[k * sx + a];
+        for (unsigned b = 0; b < 4; b++) yb[b] = y[k * sy + b];
+        for (unsigned a = 0; a < 4; a++)
+            for (unsigned b = 0; b < 4; b++) acc[a][b] += xa[a] * yb[b];
+    }
+}
+
+// The 4 × 4 block at (r0, c0) of a [.][s] tile: load (scaled per row) or store.
+__device__ void att_block_load(float acc[4][4], const float* t, unsigned s, unsigned r0, unsigned c0,
+                               const float* row_scale) {
+    for (unsigned a = 0; a < 4; a++)
+        for (unsigned b = 0; b < 4; b++)
+            acc[a][b] = t[(r0 + a) * s + c0 + b] * (row_scale ? row_scale[r0 + a] : 1.0f);
+}
+__device__ void att_block_store(float acc[4][4], float* t, unsigned s, unsigned r0, unsigned c0) {
+    for (unsigned a = 0; a < 4; a++)
+        for (unsigned b = 0; b < 4; b++) t[(r0 + a) * s + c0 + b] = acc[a][b];
+}
+
+// out (b, t, c), lse (b, nh, t). Grid (b·nh, query tiles of tq); a block
+// owns tq query rows of one head and walks the key tiles of tk (tk = tq)
+// up to its diagonal.
+extern "C" __global__ void flash_forward(float* out, float* lse, const float* qkv, unsigned t_len, unsigned c,
+                                         unsigned nh, unsigned nkv, float scale, unsigned tq, unsigned tk) {
+    extern __shared__ float att_smem[];
+    size_t T = t_len;
+    unsigned hs = c / nh, hq = (hs + 3) / 4 * 4, hp = hq + 1, sp = tk + 1;
+    size_t w = (size_t)c + 2 * (size_t)nkv * hs;
+    size_t bh = blockIdx.x, bi = bh / nh, h = bh % nh, g = h / (nh / nkv);
+    size_t t0 = (size_t)blockIdx.y * tq;
+    float* q = att_smem;
+    float* k = q + tq * hp;
+    float* v = k + tk * hp;
+    float* o = v + tk * hp;
+    float* s = o + tq * hp;
+    float* m = s + tq * sp;
+    float* l = m + tq;
+    float* alpha = l + tq;
+    const float* rows = qkv + bi * T * w;
+    att_rows(q, rows + h * hs, w, t0, T, tq, hs, hq);
+    for (unsigned i = threadIdx.x; i < tq * hp; i += ATT_THREADS) o[i] = 0.0f;
+    for (unsigned r = threadIdx.x; r < tq; r += ATT_THREADS) {
+        m[r] = ATT_NEG_INF;
+        l[r] = 0.0f;
+    }
+    for (size_t u0 = 0; u0 < t0 + tq && u0 < T; u0 += tk) {
+        att_rows(k, rows + c + g * hs, w, u0, T, tk, hs, hq);
+        att_rows(v, rows + c + (nkv + g) * hs, w, u0, T, tk, hs, hq);
+        __syncthreads();
+        for (unsigned i = threadIdx.x; i < (tq / 4) * (tk / 4); i += ATT_THREADS) {
+            unsigned r0 = i / (tk / 4) * 4, j0 = i % (tk / 4) * 4;
+            float acc[4][4] = {};
+            att_rows_by_rows(acc, q + r0 * hp, hp, k + j0 * hp, hp, hq);
+            for (unsigned a = 0; a < 4; a++)
+                for (unsigned b = 0; b < 4; b++)
+                    s[(r0 + a) * sp + j0 + b] = u0 + j0 + b > t0 + r0 + a ? ATT_NEG_INF : acc[a][b] * scale;
+        }
+        __syncthreads();
+        // Key 0 is in the first tile and comes before every row, so m is
+        // finite from the first tile on; a later tile wholly past a row's
+        // diagonal gives it p = 0 and alpha = 1.
+        for (unsigned r = threadIdx.x; r < tq; r += ATT_THREADS) {
+            float mx = m[r];
+            for (unsigned j = 0; j < tk; j++) mx = fmaxf(mx, s[r * sp + j]);
+            float sum = 0.0f;
+            for (unsigned j = 0; j < tk; j++) {
+                float p = expf(s[r * sp + j] - mx);
+                s[r * sp + j] = p;
+                sum += p;
             }
+            alpha[r] = expf(m[r] - mx);
+            l[r] = l[r] * alpha[r] + sum;
+            m[r] = mx;
         }
         __syncthreads();
-        size_t kn = hs - k0 < CHUNK ? hs - k0 : CHUNK;
-        for (size_t kk = 0; kk < kn; kk++) {
-            float rv = right[x][kk];
-            for (unsigned j = 0; j < TILE / TROWS; j++) acc[j] += left[y + j * TROWS][kk] * rv;
+        for (unsigned i = threadIdx.x; i < (tq / 4) * (hq / 4); i += ATT_THREADS) {
+            unsigned r0 = i / (hq / 4) * 4, d0 = i % (hq / 4) * 4;
+            float acc[4][4];
+            att_block_load(acc, o, hp, r0, d0, alpha);
+            att_rows_by_cols(acc, s + r0 * sp, sp, v + d0, hp, tk);
+            att_block_store(acc, o, hp, r0, d0);
         }
         __syncthreads();
     }
-    for (unsigned j = 0; j < TILE / TROWS; j++) {
-        size_t t = t0 + y + j * TROWS, t2 = u0 + x;
-        if (t < T && t2 < T) out[t * T + t2] = t2 > t ? 0.0f : (from_dout ? acc[j] : acc[j] * scale);
+    for (unsigned i = threadIdx.x; i < tq * hs; i += ATT_THREADS) {
+        unsigned r = i / hs, d = i % hs;
+        size_t t = t0 + r;
+        if (t < T) out[(bi * T + t) * c + h * hs + d] = o[r * hp + d] / l[r];
+    }
+    for (unsigned r = threadIdx.x; r < tq; r += ATT_THREADS) {
+        size_t t = t0 + r;
+        if (t < T) lse[bh * T + t] = m[r] + logf(l[r]);
     }
 }
 
-// Row r = (bh, t) of att: softmax over t2 ≤ t, zero above the diagonal.
-extern "C" __global__ void attention_softmax(float* att, unsigned rows, unsigned t_len) {
-    __shared__ float sh[BLOCK];
-    size_t r = blockIdx.x;
-    if (r >= rows) return;
-    unsigned valid = (unsigned)(r % t_len) + 1;
-    float* row = att + r * t_len;
-    float mx = __int_as_float(0xff800000);
-    for (unsigned j = threadIdx.x; j < valid; j += BLOCK) mx = fmaxf(mx, row[j]);
-    mx = block_max(mx, sh);
-    float acc = 0.0f;
-    for (unsigned j = threadIdx.x; j < valid; j += BLOCK) {
-        float e = expf(row[j] - mx);
-        row[j] = e;
-        acc += e;
+// dq (+= into dqkv) and each row's D = Σ_t2 p·(dout·v) (into dsum (b, nh, t),
+// for flash_backward_kv). Grid (b·nh, query tiles of tq); two passes over
+// the key tiles of tk (tk = tq) up to the diagonal: the first sums D, the
+// second dq.
+extern "C" __global__ void flash_backward_q(float* dqkv, float* dsum, const float* dout, const float* qkv,
+                                            const float* lse, unsigned t_len, unsigned c, unsigned nh,
+                                            unsigned nkv, float scale, unsigned tq, unsigned tk) {
+    extern __shared__ float att_smem[];
+    size_t T = t_len;
+    unsigned hs = c / nh, hq = (hs + 3) / 4 * 4, hp = hq + 1, sp = tk + 1;
+    size_t w = (size_t)c + 2 * (size_t)nkv * hs;
+    size_t bh = blockIdx.x, bi = bh / nh, h = bh % nh, g = h / (nh / nkv);
+    size_t t0 = (size_t)blockIdx.y * tq;
+    float* q = att_smem;
+    float* dO = q + tq * hp;
+    float* dq = dO + tq * hp;
+    float* k = dq + tq * hp;
+    float* v = k + tk * hp;
+    float* p = v + tk * hp;
+    float* ls = p + tq * sp;
+    float* dd = ls + tq;
+    const float* rows = qkv + bi * T * w;
+    att_rows(q, rows + h * hs, w, t0, T, tq, hs, hq);
+    att_rows(dO, dout + bi * T * c + h * hs, c, t0, T, tq, hs, hq);
+    for (unsigned i = threadIdx.x; i < tq * hp; i += ATT_THREADS) dq[i] = 0.0f;
+    for (unsigned r = threadIdx.x; r < tq; r += ATT_THREADS) {
+        ls[r] = t0 + r < T ? lse[bh * T + t0 + r] : 0.0f;
+        dd[r] = 0.0f;
     }
-    float inv = 1.0f / block_sum(acc, sh);
-    for (unsigned j = threadIdx.x; j < t_len; j += BLOCK) row[j] = j < valid ? row[j] * inv : 0.0f;
+    for (unsigned pass = 0; pass < 2; pass++) {
+        for (size_t u0 = 0; u0 < t0 + tq && u0 < T; u0 += tk) {
+            att_rows(k, rows + c + g * hs, w, u0, T, tk, hs, hq);
+            att_rows(v, rows + c + (nkv + g) * hs, w, u0, T, tk, hs, hq);
+            __syncthreads();
+            for (unsigned i = threadIdx.x; i < (tq / 4) * (tk / 4); i += ATT_THREADS) {
+                unsigned r0 = i / (tk / 4) * 4, j0 = i % (tk / 4) * 4;
+                float sc[4][4] = {}, dp[4][4] = {};
+                att_rows_by_rows(sc, q + r0 * hp, hp, k + j0 * hp, hp, hq);
+                att_rows_by_rows(dp, dO + r0 * hp, hp, v + j0 * hp, hp, hq);
+                for (unsigned a = 0; a < 4; a++)
+                    for (unsigned b = 0; b < 4; b++) {
+                        unsigned r = r0 + a;
+                        float pr = u0 + j0 + b > t0 + r ? 0.0f : expf(sc[a][b] * scale - ls[r]);
+                        // First pass: p·dp, summed into D; second: the score gradient.
+                        p[r * sp + j0 + b] = pass == 0 ? pr * dp[a][b] : pr * (dp[a][b] - dd[r]);
+                    }
+            }
+            __syncthreads();
+            if (pass == 0) {
+                for (unsigned r = threadIdx.x; r < tq; r += ATT_THREADS) {
+                    float acc = dd[r];
+                    for (unsigned j = 0; j < tk; j++) acc += p[r * sp + j];
+                    dd[r] = acc;
+                }
+            } else {
+                for (unsigned i = threadIdx.x; i < (tq / 4) * (hq / 4); i += ATT_THREADS) {
+                    unsigned r0 = i / (hq / 4) * 4, d0 = i % (hq / 4) * 4;
+                    float acc[4][4];
+                    att_block_load(acc, dq, hp, r0, d0, 0);
+                    att_rows_by_cols(acc, p + r0 * sp, sp, k + d0, hp, tk);
+                    att_block_store(acc, dq, hp, r0, d0);
+                }
+            }
+            __syncthreads();
+        }
+    }
+    for (unsigned i = threadIdx.x; i < tq * hs; i += ATT_THREADS) {
+        unsigned r = i / hs, d = i % hs;
+        size_t t = t0 + r;
+        if (t < T) dqkv[(bi * T + t) * w + h * hs + d] += dq[r * hp + d] * scale;
+    }
+    for (unsigned r = threadIdx.x; r < tq; r += ATT_THREADS) {
+        if (t0 + r < T) dsum[bh * T + t0 + r] = dd[r];
+    }
 }
 
-// out[b, t, h, k] = Σ_{t2 ≤ t} att[bh, t, t2] · v[t2, g(h), k].
-extern "C" __global__ void attention_values(float* out, const float* att, const float* qkv, unsigned b,
-                                            unsigned t_len, unsigned c, unsigned nh, unsigned nkv) {
+// dk and dv (+= into dqkv) of key/value head g. Grid (b·nkv, key tiles of
+// tk); a block owns tk keys and walks, for each query head of g's group in
+// order, the query tiles of tq from its diagonal to the end.
+extern "C" __global__ void flash_backward_kv(float* dqkv, const float* dsum, const float* dout,
+                                             const float* qkv, const float* lse, unsigned t_len, unsigned c,
+                                             unsigned nh, unsigned nkv, float scale, unsigned tq, unsigned tk) {
+    extern __shared__ float att_smem[];
     size_t T = t_len;
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)b * T * c) return;
-    size_t d = i % c, t = (i / c) % T, bi = i / ((size_t)c * T);
-    size_t hs = c / nh, h = d / hs, k = d % hs, w = (size_t)c + 2 * (size_t)nkv * hs, g = h / (nh / nkv);
-    const float* row = att + ((bi * nh + h) * T + t) * T;
-    const float* v = qkv + (size_t)c + nkv * hs + g * hs + k;
-    float acc = 0.0f;
-    for (size_t t2 = 0; t2 <= t; t2++) acc += row[t2] * v[(bi * T + t2) * w];
-    out[i] = acc;
-}
-
-// Through the softmax, in place: datt[t2] ← att[t2] · (datt[t2] − Σ att·datt) · scale.
-extern "C" __global__ void attention_softmax_backward(float* datt, const float* att, unsigned rows,
-                                                      unsigned t_len, float scale) {
-    __shared__ float sh[BLOCK];
-    size_t r = blockIdx.x;
-    if (r >= rows) return;
-    unsigned valid = (unsigned)(r % t_len) + 1;
-    float* d = datt + r * t_len;
-    const float* a = att + r * t_len;
-    float acc = 0.0f;
-    for (unsigned j = threadIdx.x; j < valid; j += BLOCK) acc += a[j] * d[j];
-    float s = block_sum(acc, sh);
-    for (unsigned j = threadIdx.x; j < valid; j += BLOCK) d[j] = a[j] * (d[j] - s) * scale;
-}
-
-// dq[t] += Σ_{t2 ≤ t} dpre[t, t2] · k[t2] (k of head g(h)).
-extern "C" __global__ void attention_backward_q(float* dqkv, const float* dpre, const float* qkv, unsigned b,
-                                                unsigned t_len, unsigned c, unsigned nh, unsigned nkv) {
-    size_t T = t_len;
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)b * T * c) return;
-    size_t d = i % c, t = (i / c) % T, bi = i / ((size_t)c * T);
-    size_t hs = c / nh, h = d / hs, k = d % hs, w = (size_t)c + 2 * (size_t)nkv * hs, g = h / (nh / nkv);
-    const float* row = dpre + ((bi * nh + h) * T + t) * T;
-    const float* key = qkv + (size_t)c + g * hs + k;
-    size_t at = (bi * T + t) * w + h * hs + k;
-    float acc = dqkv[at];
-    for (size_t t2 = 0; t2 <= t; t2++) acc += row[t2] * key[(bi * T + t2) * w];
-    dqkv[at] = acc;
-}
-
-// For key/value head g and each query head h of its group, in order of h
-// then t: dk[t2] += Σ_{t ≥ t2} dpre[h, t, t2] · q_h[t]; dv[t2] += Σ_{t ≥ t2}
-// att[h, t, t2] · dout_h[t]. One thread per (b, t2, g, k).
-extern "C" __global__ void attention_backward_kv(float* dqkv, const float* dpre, const float* att,
-                                                 const float* dout, const float* qkv, unsigned b,
-                                                 unsigned t_len, unsigned c, unsigned nh, unsigned nkv) {
-    size_t T = t_len;
-    size_t hs = c / nh, kvc = (size_t)nkv * hs, w = (size_t)c + 2 * kvc, group = nh / nkv;
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)b * T * kvc) return;
-    size_t d = i % kvc, t2 = (i / kvc) % T, bi = i / (kvc * T);
-    size_t g = d / hs, k = d % hs;
-    size_t at = (bi * T + t2) * w + c + g * hs + k;
-    float dk = dqkv[at], dv = dqkv[at + kvc];
+    unsigned hs = c / nh, hq = (hs + 3) / 4 * 4, hp = hq + 1, sp = tk + 1;
+    size_t w = (size_t)c + 2 * (size_t)nkv * hs, group = nh / nkv;
+    size_t bkv = blockIdx.x, bi = bkv / nkv, g = bkv % nkv;
+    size_t u0 = (size_t)blockIdx.y * tk;
+    float* k = att_smem;
+    float* v = k + tk * hp;
+    float* dk = v + tk * hp;
+    float* dv = dk + tk * hp;
+    float* q = dv + tk * hp;
+    float* dO = q + tq * hp;
+    float* p = dO + tq * hp;
+    float* ds = p + tq * sp;
+    float* ls = ds + tq * sp;
+    float* dd = ls + tq;
+    const float* rows = qkv + bi * T * w;
+    att_rows(k, rows + c + g * hs, w, u0, T, tk, hs, hq);
+    att_rows(v, rows + c + (nkv + g) * hs, w, u0, T, tk, hs, hq);
+    for (unsigned i = threadIdx.x; i < tk * hp; i += ATT_THREADS) {
+        dk[i] = 0.0f;
+        dv[i] = 0.0f;
+    }
     for (size_t h = g * group; h < (g + 1) * group; h++) {
-        for (size_t t = t2; t < T; t++) {
-            size_t r = ((bi * nh + h) * T + t) * T + t2;
-            dk += dpre[r] * qkv[(bi * T + t) * w + h * hs + k];
-            dv += att[r] * dout[(bi * T + t) * c + h * hs + k];
+        size_t bh = bi * nh + h;
+        for (size_t t0 = u0; t0 < T; t0 += tq) {
+            att_rows(q, rows + h * hs, w, t0, T, tq, hs, hq);
+            att_rows(dO, dout + bi * T * c + h * hs, c, t0, T, tq, hs, hq);
+            for (unsigned r = threadIdx.x; r < tq; r += ATT_THREADS) {
+                bool in = t0 + r < T;
+                ls[r] = in ? lse[bh * T + t0 + r] : 0.0f;
+                dd[r] = in ? dsum[bh * T + t0 + r] : 0.0f;
+            }
+            __syncthreads();
+            for (unsigned i = threadIdx.x; i < (tq / 4) * (tk / 4); i += ATT_THREADS) {
+                unsigned r0 = i / (tk / 4) * 4, j0 = i % (tk / 4) * 4;
+                float sc[4][4] = {}, dp[4][4] = {};
+                att_rows_by_rows(sc, q + r0 * hp, hp, k + j0 * hp, hp, hq);
+                att_rows_by_rows(dp, dO + r0 * hp, hp, v + j0 * hp, hp, hq);
+                for (unsigned a = 0; a < 4; a++)
+                    for (unsigned b = 0; b < 4; b++) {
+                        unsigned r = r0 + a, j = j0 + b;
+                        bool valid = t0 + r < T && u0 + j <= t0 + r;
+                        float pr = valid ? expf(sc[a][b] * scale - ls[r]) : 0.0f;
+                        p[r * sp + j] = pr;
+                        ds[r * sp + j] = pr * (dp[a][b] - dd[r]);
+                    }
+            }
+            __syncthreads();
+            for (unsigned i = threadIdx.x; i < (tk / 4) * (hq / 4); i += ATT_THREADS) {
+                unsigned j0 = i / (hq / 4) * 4, d0 = i % (hq / 4) * 4;
+                float acc[4][4];
+                att_block_load(acc, dv, hp, j0, d0, 0);
+                att_cols_by_cols(acc, p + j0, sp, dO + d0, hp, tq);
+                att_block_store(acc, dv, hp, j0, d0);
+                att_block_load(acc, dk, hp, j0, d0, 0);
+                att_cols_by_cols(acc, ds + j0, sp, q + d0, hp, tq);
+                att_block_store(acc, dk, hp, j0, d0);
+            }
+            __syncthreads();
         }
     }
-    dqkv[at] = dk;
-    dqkv[at + kvc] = dv;
+    size_t kvc = (size_t)nkv * hs;
+    for (unsigned i = threadIdx.x; i < tk * hs; i += ATT_THREADS) {
+        unsigned j = i / hs, d = i % hs;
+        size_t t = u0 + j;
+        if (t < T) {
+            size_t at = (bi * T + t) * w + c + g * hs + d;
+            dqkv[at] += dk[j * hp + d] * scale;
+            dqkv[at + kvc] += dv[j * hp + d];
+        }
+    }
 }

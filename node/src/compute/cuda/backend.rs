@@ -169,6 +169,10 @@ impl Backend for CudaBackend {
         }
     }
 
+    /// The flash kernels keep one logsumexp per row, not the T×T matrix.
+    fn attention_scratch_len(&self, s: AttentionShape) -> usize {
+        s.b * s.nh * s.t
+    }
     fn attention_forward(
         &self,
         out: &mut CudaTensor,

@@ -1,13 +1,13 @@
 //! Host side of the kernels in shaders/cuda: grid sizes, arguments and the
 //! order of launches for each op. Elementwise kernels take one thread per
 //! element; row kernels one block of `BLOCK` threads per row; column
-//! reductions one block of 32 × 32 threads per 32 columns; attention scores
-//! one block per 32 × 32 tile. The Llama kernels (llama.cu) are in `llama`.
+//! reductions one block of 32 × 32 threads per 32 columns. Attention's
+//! kernels are in `attention`, the Llama kernels (llama.cu) in `llama`.
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
 use super::{CudaBackend, CudaTensor, CudaTokens, Scratch};
-use crate::compute::{AdamWStep, AttentionShape, EncoderShape, LogitsShape, MatmulLayout, MatmulShape};
+use crate::compute::{AdamWStep, EncoderShape, LogitsShape, MatmulLayout, MatmulShape};
 
 /// Threads per block; the row kernels' trees assume exactly this many.
 pub(super) const BLOCK: u32 = 256;
@@ -36,22 +36,6 @@ pub(super) fn columns(n: usize) -> LaunchConfig {
     let blocks = u32::try_from(n.div_ceil(COLUMN_WIDTH as usize).max(1))
         .unwrap_or_else(|_| panic!("{n} columns: grid too large"));
     LaunchConfig { grid_dim: (blocks, 1, 1), block_dim: (COLUMN_WIDTH, COLUMN_LANES, 1), shared_mem_bytes: 0 }
-}
-
-/// `attention_scores`: one block of `SCORE_TILE × SCORE_ROWS` threads per
-/// `SCORE_TILE²` tile of one head's (t, t2) scores (attention.cu's TILE,
-/// TROWS); grid (b·nh, tiles, tiles).
-const SCORE_TILE: u32 = 32;
-const SCORE_ROWS: u32 = 8;
-fn score_tiles(heads: usize, t: usize) -> LaunchConfig {
-    let tiles = u32::try_from(t.div_ceil(SCORE_TILE as usize).max(1)).ok().filter(|&n| n <= 65_535);
-    let tiles = tiles.unwrap_or_else(|| panic!("sequence of {t}: score grid too large"));
-    let heads = u32::try_from(heads.max(1)).unwrap_or_else(|_| panic!("{heads} heads: grid too large"));
-    LaunchConfig {
-        grid_dim: (heads, tiles, tiles),
-        block_dim: (SCORE_TILE, SCORE_ROWS, 1),
-        shared_mem_bytes: 0,
-    }
 }
 
 /// A size as the kernels' `unsigned`.
@@ -162,45 +146,6 @@ impl CudaBackend {
     pub(super) fn column_sums_impl(&self, dbias: &mut CudaTensor, dout: &CudaTensor, n: usize, oc: usize) {
         let (nu, ocu) = (u(n), u(oc));
         launch!(self, "column_sums", columns(oc); &mut dbias.buf, &dout.buf, &nu, &ocu);
-    }
-
-    pub(super) fn attention_forward_impl(
-        &self,
-        out: &mut CudaTensor,
-        att: &mut CudaTensor,
-        qkv: &CudaTensor,
-        s: AttentionShape,
-    ) {
-        let AttentionShape { b, t, c, nh, nkv } = s;
-        assert!(nkv > 0 && nh.is_multiple_of(nkv), "query heads in whole groups: {s:?}");
-        let scale = 1.0 / (s.head_size() as f32).sqrt();
-        let (bu, tu, cu, nhu, nkvu, rowsu, no) = (u(b), u(t), u(c), u(nh), u(nkv), u(b * nh * t), 0u32);
-        launch!(self, "attention_scores", score_tiles(b * nh, t);
-            &mut att.buf, &qkv.buf, &qkv.buf, &bu, &tu, &cu, &nhu, &nkvu, &scale, &no);
-        launch!(self, "attention_softmax", rows(b * nh * t); &mut att.buf, &rowsu, &tu);
-        launch!(self, "attention_values", elements(b * t * c); &mut out.buf, &att.buf, &qkv.buf, &bu, &tu, &cu, &nhu, &nkvu);
-    }
-
-    pub(super) fn attention_backward_impl(
-        &self,
-        dqkv: &mut CudaTensor,
-        dout: &CudaTensor,
-        qkv: &CudaTensor,
-        att: &CudaTensor,
-        s: AttentionShape,
-    ) {
-        let AttentionShape { b, t, c, nh, nkv } = s;
-        assert!(nkv > 0 && nh.is_multiple_of(nkv), "query heads in whole groups: {s:?}");
-        let scale = 1.0 / (s.head_size() as f32).sqrt();
-        let (bu, tu, cu, nhu, nkvu, rowsu, yes) = (u(b), u(t), u(c), u(nh), u(nkv), u(b * nh * t), 1u32);
-        let mut guard = self.scratch(Scratch::scores_slot, b * nh * t * t);
-        let Some(datt) = guard.scores.as_mut() else { unreachable!("scratch() fills the slot") };
-        launch!(self, "attention_scores", score_tiles(b * nh, t);
-            &mut *datt, &qkv.buf, &dout.buf, &bu, &tu, &cu, &nhu, &nkvu, &scale, &yes);
-        launch!(self, "attention_softmax_backward", rows(b * nh * t); &mut *datt, &att.buf, &rowsu, &tu, &scale);
-        launch!(self, "attention_backward_q", elements(b * t * c); &mut dqkv.buf, &*datt, &qkv.buf, &bu, &tu, &cu, &nhu, &nkvu);
-        launch!(self, "attention_backward_kv", elements(b * t * nkv * s.head_size());
-            &mut dqkv.buf, &*datt, &att.buf, &dout.buf, &qkv.buf, &bu, &tu, &cu, &nhu, &nkvu);
     }
 
     pub(super) fn gelu_forward_impl(&self, out: &mut CudaTensor, inp: &CudaTensor) {

@@ -6,7 +6,8 @@
 //! - `context`: device discovery and the backend's errors;
 //! - `programs`: the embedded `.cu` files, NVRTC compilation and its caches;
 //! - `memory`: tensors, token buffers, transfer counters;
-//! - `launch`: the host side of each kernel family;
+//! - `launch`: the host side of each kernel family (attention's in
+//!   `attention`, the Llama ops' in `llama`);
 //! - `backend`: the Backend trait on top of `launch` and `blas`;
 //! - `blas`: cuBLAS in the NT/NN/TN layouts, in a deterministic mode.
 //!
@@ -15,6 +16,7 @@
 //! float atomics anywhere, one stream, and cuBLAS with atomics disallowed,
 //! pedantic (no TF32) math and a fixed workspace.
 
+mod attention;
 mod backend;
 mod blas;
 pub mod context;
@@ -47,22 +49,22 @@ pub struct CudaBackend {
     arch: u32,
     memory_bytes: usize,
     transfers: TransferCounters,
-    /// Reduction partials and attention-gradient scores, grown on demand.
+    /// Reduction partials and the attention backward's row sums, grown on demand.
     scratch: Mutex<Scratch>,
 }
 
 #[derive(Default)]
 struct Scratch {
     partials: Option<CudaSlice<f32>>,
-    scores: Option<CudaSlice<f32>>,
+    row_sums: Option<CudaSlice<f32>>,
 }
 
 impl Scratch {
     fn partials_slot(&mut self) -> &mut Option<CudaSlice<f32>> {
         &mut self.partials
     }
-    fn scores_slot(&mut self) -> &mut Option<CudaSlice<f32>> {
-        &mut self.scores
+    fn row_sums_slot(&mut self) -> &mut Option<CudaSlice<f32>> {
+        &mut self.row_sums
     }
 }
 

@@ -41,17 +41,7 @@ macro_rules! program {
 /// Every kernel family, one file each (mirroring shaders/*.wgsl).
 pub const PROGRAMS: [Program; 10] = [
     program!("adamw.cu", ["adamw_update"]),
-    program!(
-        "attention.cu",
-        [
-            "attention_scores",
-            "attention_softmax",
-            "attention_values",
-            "attention_softmax_backward",
-            "attention_backward_q",
-            "attention_backward_kv",
-        ]
-    ),
+    program!("attention.cu", ["flash_forward", "flash_backward_q", "flash_backward_kv"]),
     program!("encoder.cu", ["encoder_forward", "encoder_backward_wpe", "encoder_backward_wte"]),
     program!("gelu.cu", ["gelu_forward", "gelu_backward"]),
     program!("layernorm.cu", ["layernorm_forward", "layernorm_backward_input", "layernorm_backward_params"]),

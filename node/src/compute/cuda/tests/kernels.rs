@@ -57,10 +57,13 @@ fn attention_matches_cpu() {
     attention_case(&g, AttentionShape::mha(2, 5, 12, 3), 50);
     attention_case(&g, AttentionShape::mha(3, 1, 8, 2), 51);
     attention_case(&g, AttentionShape::mha(1, 300, 8, 2), 52); // rows wider than a block
-    attention_case(&g, AttentionShape::mha(2, 45, 140, 2), 53); // part score tiles, head size past one chunk
+    attention_case(&g, AttentionShape::mha(2, 45, 140, 2), 53); // part tiles, a 70-channel head
     attention_case(&g, AttentionShape { b: 2, t: 9, c: 16, nh: 4, nkv: 2 }, 54); // grouped-query
+                                                                                 // one key/value head, part tiles
     attention_case(&g, AttentionShape { b: 1, t: 37, c: 12, nh: 3, nkv: 1 }, 55);
-    // one key/value head, part tiles
+    attention_case(&g, AttentionShape::mha(1, 100, 128, 2), 56); // 64-channel heads: tiles of 32 and 16 rows
+    attention_case(&g, AttentionShape { b: 2, t: 70, c: 256, nh: 4, nkv: 2 }, 57);
+    // grouped, several tiles
 }
 
 #[test]
