@@ -18,8 +18,9 @@
 # the CUDA 12 sonames the backend opens (MURMUR_CUDA_LIB_DIR), runs the CUDA
 # tests under MURMUR_REQUIRE_CUDA=1 MURMUR_REQUIRE_NVRTC=1 and the wgpu tests
 # under MURMUR_REQUIRE_GPU=1 (not with --cuda-only), and with --bench times
-# GPT-2 124M training steps on CUDA (and the baseline's) beside PyTorch
-# eager fp32 on the same GPU (the machine's own PyTorch, in
+# GPT-2 124M training steps on CUDA (and the baseline's; at B8 T1024 on
+# wgpu too, fp32 and f16, unless --cuda-only) beside PyTorch eager fp32 on
+# the same GPU (the machine's own PyTorch, in
 # $MURMUR_TORCH_VENV, default /opt/torch/.venv) at B8 T1024, B32 T256 and
 # B4 T64, three alternated rounds, each with the device's peak memory
 # (nvidia-smi every 50 ms), then one B4 T2048 step series. With --profile,
@@ -140,6 +141,17 @@ run() {
                     # shellcheck disable=SC2086
                     with_peak_memory "$kit/run/$bin" bench train --device cuda $gpt $shape $steps
                 done
+                if [ "$wgpu" = yes ] && [ "$shape" = "--batch 8 --seq 1024" ]; then
+                    for bin in murmur murmur-base; do
+                        [ -x "$kit/run/$bin" ] || continue
+                        for precision in fp32 f16; do
+                            echo "-- $bin gpu $precision"
+                            # shellcheck disable=SC2086
+                            with_peak_memory "$kit/run/$bin" bench train --device gpu --precision $precision $gpt $shape \
+                                --warmup 1 --steps 3
+                        done
+                    done
+                fi
                 echo "-- pytorch eager fp32"
                 # shellcheck disable=SC2086
                 with_peak_memory scripts/bench-torch.sh --device cuda $gpt $shape $steps

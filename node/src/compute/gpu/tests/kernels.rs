@@ -120,9 +120,12 @@ fn attention_matches_cpu() {
     let Some(g) = gpu_or_skip("attention_matches_cpu") else { return };
     attention_case(g, AttentionShape::mha(2, 5, 12, 3), 50);
     attention_case(g, AttentionShape::mha(3, 1, 8, 2), 51);
-    attention_case(g, AttentionShape::mha(1, 70, 8, 2), 52); // rows wider than a workgroup
+    attention_case(g, AttentionShape::mha(1, 70, 8, 2), 52); // several tiles of queries and keys
     attention_case(g, AttentionShape { b: 2, t: 9, c: 16, nh: 4, nkv: 2 }, 54); // grouped-query
     attention_case(g, AttentionShape { b: 1, t: 5, c: 12, nh: 3, nkv: 1 }, 55);
+    attention_case(g, AttentionShape::mha(2, 45, 140, 2), 57); // part tiles, a 70-channel head
+    attention_case(g, AttentionShape::mha(1, 100, 128, 2), 58); // 64-channel heads
+    attention_case(g, AttentionShape { b: 1, t: 21, c: 18, nh: 3, nkv: 3 }, 59); // 6 channels, padded to 8
     let Some(w) = windowed("attention_matches_cpu (windowed)") else { return };
     attention_case(&w, AttentionShape::mha(5, 9, 12, 3), 53);
 }
