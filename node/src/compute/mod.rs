@@ -16,8 +16,6 @@
 //! - results are deterministic: the same inputs on the same device give the
 //!   same bits, whatever the thread scheduling.
 
-#[cfg(any(feature = "gpu", feature = "cuda"))]
-pub mod attention_tiles;
 pub mod awake;
 pub mod cpu;
 #[cfg(feature = "cuda")]

@@ -87,7 +87,7 @@ fn tiles_from_env() -> Result<Option<TileConfig>, GpuError> {
 #[derive(Default)]
 struct Scratch {
     partials: Option<wgpu::Buffer>,
-    row_sums: Option<wgpu::Buffer>,
+    scores: Option<wgpu::Buffer>,
 }
 
 /// The wgpu backend.
@@ -357,10 +357,6 @@ impl Backend for GpuBackend {
         }
     }
 
-    /// The flash kernels keep one logsumexp per row, not the T×T matrix.
-    fn attention_scratch_len(&self, s: AttentionShape) -> usize {
-        s.b * s.nh * s.t
-    }
     fn attention_forward(
         &self,
         out: &mut GpuTensor,

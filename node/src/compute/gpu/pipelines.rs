@@ -6,8 +6,6 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use crate::compute::attention_tiles::{FlashKernel, Tiles};
-
 /// Every shader file in shaders/, by name.
 pub const SHADERS: &[(&str, &str)] = &[
     ("adamw.wgsl", include_str!("../../../../shaders/adamw.wgsl")),
@@ -42,8 +40,9 @@ pub enum Kernel {
     SwigluBackward,
     /// The matmul family member a configuration names, specialised.
     Matmul(TileConfig),
-    /// An attention kernel at its tiles and head size, specialised.
-    Flash(FlashConfig),
+    AttentionForward,
+    AttentionBackwardScores,
+    AttentionBackwardQkv,
     GeluForward,
     GeluBackward,
     ResidualForward,
@@ -74,7 +73,9 @@ impl Kernel {
             SwigluForward => ("llama.wgsl", "swiglu_forward"),
             SwigluBackward => ("llama.wgsl", "swiglu_backward"),
             Matmul(t) => (t.family.file(), "matmul"),
-            Flash(f) => ("attention.wgsl", f.entry()),
+            AttentionForward => ("attention.wgsl", "attention_forward"),
+            AttentionBackwardScores => ("attention.wgsl", "attention_backward_scores"),
+            AttentionBackwardQkv => ("attention.wgsl", "attention_backward_qkv"),
             GeluForward => ("gelu.wgsl", "gelu_forward"),
             GeluBackward => ("gelu.wgsl", "gelu_backward"),
             ResidualForward => ("residual.wgsl", "residual_forward"),
@@ -294,46 +295,6 @@ impl TileConfig {
     }
 }
 
-/// One specialisation of attention.wgsl: which kernel, its tiles, the
-/// head size rounded up to 4 (`head`) and the floats of workgroup memory
-/// those take (`attention_tiles`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct FlashConfig {
-    pub kernel: FlashKernel,
-    pub tiles: Tiles,
-    pub head: usize,
-    pub floats: usize,
-}
-
-impl FlashConfig {
-    pub fn entry(&self) -> &'static str {
-        match self.kernel {
-            FlashKernel::Forward => "attention_forward",
-            FlashKernel::BackwardQ => "attention_backward_q",
-            FlashKernel::BackwardKv => "attention_backward_kv",
-        }
-    }
-
-    /// attention.wgsl with TQ, TK, HQ and SMEM written in.
-    pub fn specialize(&self, src: &str) -> String {
-        let consts = [
-            ("const TQ: u32", self.tiles.tq),
-            ("const TK: u32", self.tiles.tk),
-            ("const HQ: u32", self.head),
-            ("const SMEM: u32", self.floats),
-        ];
-        let mut out = String::with_capacity(src.len());
-        for line in src.lines() {
-            match consts.iter().find(|(prefix, _)| line.starts_with(prefix)) {
-                Some((prefix, v)) => out.push_str(&format!("{prefix} = {v}u;")),
-                None => out.push_str(line),
-            }
-            out.push('\n');
-        }
-        out
-    }
-}
-
 /// Compiled pipelines, one per kernel (and matmul configuration), built on
 /// first use.
 #[derive(Default)]
@@ -351,7 +312,6 @@ impl Pipelines {
                 let src = kernel_source(file);
                 let src = match kernel {
                     Kernel::Matmul(tiles) => tiles.specialize(&src),
-                    Kernel::Flash(config) => config.specialize(&src),
                     _ => src,
                 };
                 let desc = wgpu::ShaderModuleDescriptor {

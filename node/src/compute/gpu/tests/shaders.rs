@@ -1,19 +1,7 @@
 //! Every shader parses and validates with naga — no adapter needed — and
 //! every .wgsl in shaders/ is embedded and reached by some kernel.
 
-use crate::compute::attention_tiles::{padded_head, FlashKernel};
-use crate::compute::gpu::pipelines::{kernel_source, FlashConfig, Kernel, MatmulFamily, TileConfig, SHADERS};
-
-/// `kernel` of attention.wgsl at head size `hs` within `limit` bytes.
-fn flash(kernel: FlashKernel, hs: usize, limit: usize) -> Kernel {
-    let tiles = kernel.tiles(hs, limit).expect("tiles fit");
-    Kernel::Flash(FlashConfig {
-        kernel,
-        tiles,
-        head: padded_head(hs),
-        floats: kernel.shared_floats(tiles, hs),
-    })
-}
+use crate::compute::gpu::pipelines::{kernel_source, Kernel, MatmulFamily, TileConfig, SHADERS};
 
 fn validate_with(name: &str, src: &str, caps: naga::valid::Capabilities) -> naga::Module {
     let module = match naga::front::wgsl::parse_str(src) {
@@ -105,9 +93,9 @@ fn every_shader_file_is_embedded_and_every_kernel_entry_exists() {
         Matmul(TileConfig::LARGE),
         Matmul(TileConfig::WIDE),
         Matmul(TileConfig::COOP_LARGE),
-        flash(FlashKernel::Forward, 64, 48 << 10),
-        flash(FlashKernel::BackwardQ, 64, 48 << 10),
-        flash(FlashKernel::BackwardKv, 64, 48 << 10),
+        AttentionForward,
+        AttentionBackwardScores,
+        AttentionBackwardQkv,
         GeluForward,
         GeluBackward,
         ResidualForward,
@@ -123,21 +111,5 @@ fn every_shader_file_is_embedded_and_every_kernel_entry_exists() {
         let (file, entry) = k.entry();
         let module = validate_with(file, &kernel_source(file), caps_for(file));
         assert!(module.entry_points.iter().any(|e| e.name == entry), "{file} has no entry point {entry}");
-    }
-}
-
-#[test]
-fn every_attention_specialisation_validates() {
-    for limit in [16 << 10, 32 << 10, 48 << 10] {
-        for hs in [4, 6, 64, 70, 128] {
-            for k in FlashKernel::ALL {
-                let Kernel::Flash(config) = flash(k, hs, limit) else { unreachable!() };
-                let src = config.specialize(&kernel_source("attention.wgsl"));
-                assert!(src.contains(&format!("const SMEM: u32 = {}u;", config.floats)), "{config:?}");
-                assert!(src.contains(&format!("const HQ: u32 = {}u;", config.head)), "{config:?}");
-                let module = validate_with(&format!("{config:?}"), &src, naga::valid::Capabilities::empty());
-                assert!(module.entry_points.iter().any(|e| e.name == config.entry()), "{config:?}");
-            }
-        }
     }
 }
