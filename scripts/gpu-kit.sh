@@ -118,7 +118,7 @@ run() {
     cuda_links >> "$out/machine.txt" 2>&1
     tail -n 3 "$out/machine.txt"
     export LP_NUM_THREADS=16
-    local status=0
+    local status=0 gpt="--layers 12 --channels 768 --heads 12 --vocab 50257"
     MURMUR_REQUIRE_CUDA=1 MURMUR_REQUIRE_NVRTC=1 "$kit/run/node-tests" --test-threads 1 compute::cuda \
         > "$out/cuda-tests.txt" 2>&1 || status=1
     tail -n 3 "$out/cuda-tests.txt"
@@ -129,7 +129,7 @@ run() {
     fi
     if [ "$bench" = yes ]; then
         export MURMUR_TORCH_VENV="${MURMUR_TORCH_VENV:-/opt/torch/.venv}"
-        local gpt="--layers 12 --channels 768 --heads 12 --vocab 50257" shape steps bin
+        local shape steps bin
         for round in 1 2 3; do
             for shape in "--batch 8 --seq 1024" "--batch 32 --seq 256" "--batch 4 --seq 64"; do
                 steps="--warmup 2 --steps 5"
@@ -140,18 +140,14 @@ run() {
                     echo "-- $bin cuda"
                     # shellcheck disable=SC2086
                     with_peak_memory "$kit/run/$bin" bench train --device cuda $gpt $shape $steps
-                done
-                if [ "$wgpu" = yes ] && [ "$shape" = "--batch 8 --seq 1024" ]; then
-                    for bin in murmur murmur-base; do
-                        [ -x "$kit/run/$bin" ] || continue
-                        for precision in fp32 f16; do
-                            echo "-- $bin gpu $precision"
-                            # shellcheck disable=SC2086
-                            with_peak_memory "$kit/run/$bin" bench train --device gpu --precision $precision $gpt $shape \
-                                --warmup 1 --steps 3
-                        done
+                    [ "$wgpu" = yes ] && [ "$shape" = "--batch 8 --seq 1024" ] || continue
+                    for precision in fp32 f16; do
+                        echo "-- $bin gpu $precision"
+                        # shellcheck disable=SC2086
+                        with_peak_memory "$kit/run/$bin" bench train --device gpu --precision $precision $gpt $shape \
+                            --warmup 1 --steps 3
                     done
-                fi
+                done
                 echo "-- pytorch eager fp32"
                 # shellcheck disable=SC2086
                 with_peak_memory scripts/bench-torch.sh --device cuda $gpt $shape $steps
@@ -169,8 +165,8 @@ run() {
         if [ -n "$ncu" ]; then
             # shellcheck disable=SC2086
             timeout 150 "$ncu" --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel \
-                "$kit/run/murmur" bench train --device cuda --layers 12 --channels 768 --heads 12 --vocab 50257 \
-                --batch 8 --seq 1024 --warmup 0 --steps 1 > "$out/profile.txt" 2>&1 || true
+                "$kit/run/murmur" bench train --device cuda $gpt --batch 8 --seq 1024 --warmup 0 --steps 1 \
+                > "$out/profile.txt" 2>&1 || true
             tail -n 40 "$out/profile.txt"
         else
             echo "gpu-kit: no ncu on this machine: no profile"

@@ -100,6 +100,12 @@ impl AttentionShape {
         self.c / self.nh
     }
 
+    /// One per (batch, query head, position): the rows whose logsumexps
+    /// the fused attention kernels keep.
+    pub fn rows(&self) -> usize {
+        self.b * self.nh * self.t
+    }
+
     /// Floats of one position's qkv row: `(nh + 2·nkv)·hs`.
     pub fn qkv_width(&self) -> usize {
         self.c + 2 * self.nkv * self.head_size()

@@ -34,7 +34,7 @@ const W: usize = 32;
 
 /// Floats of the `att` buffer the fused kernels need: one logsumexp per row.
 pub fn scratch_len(s: AttentionShape) -> usize {
-    s.b * s.nh * s.t
+    s.rows()
 }
 
 /// One (batch, head) of a qkv tensor and its sizes, padded for the tiles.

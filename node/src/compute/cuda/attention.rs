@@ -110,7 +110,7 @@ impl CudaBackend {
         assert!(nkv > 0 && nh.is_multiple_of(nkv), "query heads in whole groups: {s:?}");
         let scale = 1.0 / (s.head_size() as f32).sqrt();
         let (tu, cu, nhu, nkvu) = (u(t), u(c), u(nh), u(nkv));
-        let mut guard = self.scratch(Scratch::row_sums_slot, b * nh * t);
+        let mut guard = self.scratch(Scratch::row_sums_slot, s.rows());
         let Some(dsum) = guard.row_sums.as_mut() else { unreachable!("scratch() fills the slot") };
         let (cfg, tq, tk) = Kernel::BackwardQ.config(s, b * nh);
         launch!(self, "flash_backward_q", cfg;

@@ -171,7 +171,7 @@ impl Backend for CudaBackend {
 
     /// The flash kernels keep one logsumexp per row, not the T×T matrix.
     fn attention_scratch_len(&self, s: AttentionShape) -> usize {
-        s.b * s.nh * s.t
+        s.rows()
     }
     fn attention_forward(
         &self,
