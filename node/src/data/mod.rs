@@ -30,7 +30,7 @@ mod gpt2;
 pub mod hf_tokenizer;
 mod loader;
 mod pretokenizer;
-mod rng;
+pub(crate) mod rng;
 mod shard;
 mod spec;
 mod synthetic;

@@ -10,6 +10,7 @@
 //! inputs. Sums run per chunk and are combined in chunk order, so a run's
 //! results do not depend on the number of threads.
 
+use crate::data::rng::mix64;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
@@ -43,13 +44,6 @@ fn fmix32(mut h: u32) -> u32 {
     h ^= h >> 13;
     h = h.wrapping_mul(0xc2b2_ae35);
     h ^ (h >> 16)
-}
-
-/// splitmix64's finaliser.
-fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
 }
 
 /// One sample's inputs: coordinate j is uniform on (−h, h), h = √(3/P), a
