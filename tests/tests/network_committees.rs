@@ -25,7 +25,8 @@
 //! (parameters and ledger fetched, checked against the v2 StateId) and then
 //! closes rounds on the same StateId as everyone. Another node's trainer
 //! panics in round 2 (`MURMUR_TEST_TRAINER_PANICS`); it is started again and
-//! the node stays in step.
+//! the node stays in step. Nodes audit shards by sketches, and every honest
+//! result agrees with its sketch.
 
 use std::time::Duration;
 
@@ -178,6 +179,18 @@ fn sixteen_nodes_agree_on_every_committee_round_and_move_less_than_version_one()
         v1_floor as f64 / 1e6
     );
     assert!(worst > 0, "bytes were counted");
+    // Audits: every node audits shards by a sketch of their inputs'
+    // projections (asked of the trainers over the transfer protocol); an
+    // honest run's results all agree with them.
+    let sketches: Vec<serde_json::Value> = nodes.iter().flat_map(|p| p.events_of("sketch")).collect();
+    assert!(
+        sketches.iter().filter(|v| v["verdict"] == "agrees").count() >= n,
+        "every node audits (about one a round): {sketches:?}"
+    );
+    assert!(
+        sketches.iter().all(|v| v["verdict"] != "disagrees"),
+        "no honest result disagrees with its sketch: {sketches:?}"
+    );
     let fetched: u64 = back.events_of("round").iter().map(|v| field(v, "catch_up_recv")).sum();
     assert!(fetched > 0, "the restarted node's state fetch counts as catch-up: {}", back.tail());
     assert!(

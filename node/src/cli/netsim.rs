@@ -4,6 +4,7 @@
 
 use anyhow::{bail, Result};
 use clap::Args;
+use murmur_protocol::committee::machine::DEFAULT_AUDITS;
 use murmur_protocol::{Codec, OuterOptimizer, RobustMode};
 
 use crate::netsim::{run as simulate, Adversaries, NetsimConfig, NetsimReport, Workload};
@@ -50,9 +51,11 @@ pub struct NetsimArgs {
     pub result_ms: u64,
     #[arg(long, default_value_t = 10_000)]
     pub grace_ms: u64,
-    /// Random shards each node re-checks per round.
-    #[arg(long, default_value_t = 1)]
-    pub rechecks: u32,
+    /// Random shards each node audits per round (by a sketch of their
+    /// inputs' projections under the linear robust modes, else by
+    /// recomputing them).
+    #[arg(long, default_value_t = DEFAULT_AUDITS)]
+    pub audits: u32,
     #[arg(long, default_value_t = 6)]
     pub gossip_degree: u32,
     #[arg(long, default_value_t = 0)]
@@ -99,7 +102,7 @@ impl NetsimArgs {
             input_ms: self.input_ms,
             result_ms: self.result_ms,
             grace_ms: self.grace_ms,
-            rechecks: self.rechecks,
+            audits: self.audits,
             gossip_degree: self.gossip_degree,
             adversaries: Adversaries {
                 poisoners: self.poisoners,

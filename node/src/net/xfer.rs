@@ -17,6 +17,7 @@ use std::io;
 
 use super::offer::ShardOffer;
 use crate::store::tree::{BlobKind, CHUNK_LEN, MAX_CHUNKS};
+use murmur_protocol::committee::sketch::PROJECTIONS;
 use murmur_protocol::ticket::TICKET_BYTES;
 use murmur_protocol::{PublicKey, Ticket};
 
@@ -77,6 +78,9 @@ pub enum XferRequest {
     /// The requester's own admission ticket, presented to a peer of a
     /// ticket run that answered `NotAdmitted`.
     Present(Ticket),
+    /// Protocol v2: the sketch projections (`committee::sketch`) of the
+    /// responder's own shard `shard` of `round` under an auditor's `seed`.
+    Projections { round: u64, shard: u32, seed: [u8; 32] },
 }
 
 /// A signed commit a peer offers as backing for its state, with the
@@ -113,7 +117,7 @@ pub struct PeerStatus {
 }
 
 /// A response.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum XferResponse {
     Status(PeerStatus),
     Table(Vec<[u8; 32]>),
@@ -137,6 +141,8 @@ pub enum XferResponse {
     /// The requester is not admitted to this ticket run (and a presented
     /// ticket did not admit it): nothing is served to it.
     NotAdmitted,
+    /// The projections a `Projections` request asked for (finite).
+    Projections([f64; PROJECTIONS]),
 }
 
 /// Why a frame was refused (carried inside the `io::Error` the codec returns,
@@ -270,6 +276,12 @@ impl XferRequest {
                 out.extend_from_slice(&shard.to_le_bytes());
                 out.extend_from_slice(result_hash);
             }
+            XferRequest::Projections { round, shard, seed } => {
+                out.push(10);
+                out.extend_from_slice(&round.to_le_bytes());
+                out.extend_from_slice(&shard.to_le_bytes());
+                out.extend_from_slice(seed);
+            }
         }
         out
     }
@@ -292,6 +304,7 @@ impl XferRequest {
                 Ticket::decode(c.take(TICKET_BYTES)?).map_err(|_| bad("malformed ticket"))?,
             ),
             9 => XferRequest::Signers { round: c.u64()?, shard: c.u32()?, result_hash: c.id()? },
+            10 => XferRequest::Projections { round: c.u64()?, shard: c.u32()?, seed: c.id()? },
             _ => return Err(bad("unknown request")),
         };
         c.finish()?;
@@ -356,6 +369,12 @@ impl XferResponse {
             }
             XferResponse::Admitted => out.push(10),
             XferResponse::NotAdmitted => out.push(11),
+            XferResponse::Projections(p) => {
+                out.push(12);
+                for v in p {
+                    out.extend_from_slice(&v.to_le_bytes());
+                }
+            }
         }
         out
     }
@@ -432,6 +451,16 @@ impl XferResponse {
             9 => XferResponse::StateParts { params: c.id()?, ledger: c.id()?, ledger_len: c.u64()? },
             10 => XferResponse::Admitted,
             11 => XferResponse::NotAdmitted,
+            12 => {
+                let mut p = [0f64; PROJECTIONS];
+                for v in &mut p {
+                    *v = f64::from_le_bytes(c.take(8)?.try_into().map_err(|_| bad("short projection"))?);
+                    if !v.is_finite() {
+                        return Err(bad("projection not finite"));
+                    }
+                }
+                XferResponse::Projections(p)
+            }
             _ => return Err(bad("unknown response")),
         };
         c.finish()?;
@@ -601,6 +630,7 @@ mod tests {
             XferRequest::Signers { round: 3, shard: 0, result_hash: [6; 32] },
             XferRequest::Leaf { round: 3, shard: 2, signer: PublicKey([8; 32]) },
             XferRequest::StateParts { state: [4; 32] },
+            XferRequest::Projections { round: 3, shard: 2, seed: [9; 32] },
             XferRequest::Present(Ticket::issue(
                 &murmur_protocol::NodeKey::from_seed([1; 32]),
                 murmur_protocol::RunId([2; 32]),
@@ -636,6 +666,7 @@ mod tests {
             XferResponse::StateParts { params: [1; 32], ledger: [2; 32], ledger_len: 72 },
             XferResponse::Admitted,
             XferResponse::NotAdmitted,
+            XferResponse::Projections([1.5, -2.0, 0.0, 1e300, -1e-300, 3.0, 4.0, 5.0]),
         ];
         for r in resps {
             assert_eq!(XferResponse::decode(&r.encode()).expect("decodes"), r);
@@ -658,6 +689,12 @@ mod tests {
         let mut c = vec![1, 3];
         c.extend_from_slice(&((CHUNK_LEN as u32) + 1).to_le_bytes());
         assert!(XferResponse::decode(&c).is_err());
+        // Projections that are not finite, or too few.
+        let mut p = XferResponse::Projections([1.0; PROJECTIONS]).encode();
+        p[2..10].copy_from_slice(&f64::NAN.to_le_bytes());
+        assert!(XferResponse::decode(&p).is_err());
+        let short = XferResponse::Projections([1.0; PROJECTIONS]).encode();
+        assert!(XferResponse::decode(&short[..short.len() - 1]).is_err());
         // A status whose ticket, backing count or commit length is past its cap.
         let status = |ticket: u16, n: u16, len: u32| {
             let mut b = XferResponse::Status(PeerStatus::default()).encode();
@@ -713,6 +750,7 @@ mod tests {
             XferResponse::StateParts { params: [1; 32], ledger: [2; 32], ledger_len: 72 },
             XferResponse::Admitted,
             XferResponse::NotAdmitted,
+            XferResponse::Projections([1.5, -2.0, 0.0, 1e300, -1e-300, 3.0, 4.0, 5.0]),
         ];
         for r in resps {
             let mut wire = futures::io::Cursor::new(Vec::new());

@@ -13,13 +13,15 @@ use murmur_protocol::committee::messages::aggregate_hash;
 use murmur_protocol::committee::{
     aggregate_codec, aggregate_shard, shard_norm, CommitteeAction, CommitteeConfig, CommitteeEvent,
     CommitteeMachine, IncludedList, IncludedSigners, Ledger, SeenSignatures, ShardInput, ShardLeaf,
-    ShardResult, ShardedManifest,
+    ShardedManifest,
 };
 use murmur_protocol::hash::{payload_hash_of, RunId, StateId};
 use murmur_protocol::identity::{NodeKey, PublicKey};
 use murmur_protocol::{initial_momentum, outer_step, state_id, TrainingState};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+
+mod audits;
 
 use super::transport::{Kind, Link, Network};
 use super::workload::{drawn_delta, LinearTask};
@@ -76,6 +78,9 @@ struct Sim {
     /// This round's aggregated values by result hash.
     values: HashMap<[u8; 32], Arc<Vec<f32>>>,
     aggregates: HashMap<[u8; 32], (IncludedList, u64, [u8; 32])>,
+    /// Σ cᵢ·xᵢ of each audited result's included inputs, by (round, shard,
+    /// included root): what honest trainers' projections add up to.
+    honest_sums: HashMap<(u64, u32, [u8; 32]), Arc<Vec<f32>>>,
     /// The included signers behind each result hash signed this round,
     /// against its signer's roster (a liar's wrong hash keeps the honest
     /// list it computed), as the signer serves them.
@@ -169,7 +174,7 @@ impl Sim {
             input_ms: cfg.input_ms,
             result_ms: cfg.result_ms,
             grace_ms: cfg.grace_ms,
-            rechecks: cfg.rechecks,
+            audits: cfg.audits,
         };
         let seen = SeenSignatures::default();
         let machines = keys
@@ -196,6 +201,7 @@ impl Sim {
             payloads: HashMap::new(),
             values: HashMap::new(),
             aggregates: HashMap::new(),
+            honest_sums: HashMap::new(),
             lists: HashMap::new(),
             signed: HashMap::new(),
             gossiped: Default::default(),
@@ -331,6 +337,9 @@ impl Sim {
                 self.fetch_aggregate(i, now, round, shard, result_hash, from)
             }
             CommitteeAction::RequestIncluded { result } => self.request_included(i, now, round, result),
+            CommitteeAction::Sketch { result, included, inputs, seed, holders } => {
+                self.sketch(i, now, round, result, included, inputs, seed, &holders)?
+            }
             CommitteeAction::Recheck { result, included, holders } => {
                 self.recheck(i, now, round, result, included, &holders)?
             }
@@ -513,93 +522,6 @@ impl Sim {
         self.lists.get(&hash).cloned()
     }
 
-    fn request_included(&mut self, i: usize, now: u64, round: u64, result: ShardResult) {
-        let Some(&j) = self.index.get(&result.signer) else { return };
-        if !self.serves(j) {
-            return;
-        }
-        let Some(list) = self.machines[j].our_list(result.shard).cloned() else { return };
-        let bytes = list.encode().len() as u64 + 40;
-        self.net.send(
-            now,
-            round,
-            Kind::Checks,
-            j,
-            i,
-            bytes,
-            Msg::Event(Box::new(CommitteeEvent::IncludedReceived { result, included: list })),
-        );
-    }
-
-    fn recheck(
-        &mut self,
-        i: usize,
-        now: u64,
-        round: u64,
-        result: ShardResult,
-        included: IncludedList,
-        holders: &[PublicKey],
-    ) -> Result<()> {
-        let mut inputs = Vec::new();
-        let mut leaves = Vec::new();
-        let mut done = now + 1;
-        let holders: Vec<usize> = holders
-            .iter()
-            .filter_map(|h| self.index.get(h).copied())
-            .filter(|&j| self.serves(j) && j != i)
-            .collect();
-        let plan_has_me = self.machines[i].plan().is_member(result.shard, &self.keys[i].public());
-        for (n, (signer, root)) in included.entries.iter().enumerate() {
-            // An input that cannot be had leaves the re-check without a
-            // verdict, as the node's does: a recomputation over fewer
-            // inputs would accuse an honest owner.
-            let Some(&j) = self.index.get(signer) else { return Ok(()) };
-            let Some((payload, leaf)) = self.payloads.get(&(round, j, result.shard)).cloned() else {
-                return Ok(());
-            };
-            // The manifest the shard's owner holds (what a holder serves
-            // with the leaf), else the one its signer signed with that root.
-            let owner = self.index.get(&result.signer).copied();
-            let held = owner.and_then(|o| self.machines[o].manifest_of(signer)).filter(|m| m.root == *root);
-            let Some(m) = held.cloned().or_else(|| {
-                self.signed.get(&(round, j)).and_then(|v| v.iter().find(|m| m.root == *root)).cloned()
-            }) else {
-                return Ok(());
-            };
-            // As the node does: each input not held from its signer, else
-            // from a holder of the shard.
-            let from = if plan_has_me || j == i {
-                None
-            } else if self.serves(j) {
-                Some(j)
-            } else {
-                (!holders.is_empty()).then(|| holders[n % holders.len()])
-            };
-            if let Some(from) = from {
-                done = done.max(self.net.send(
-                    now,
-                    round,
-                    Kind::Checks,
-                    from,
-                    i,
-                    payload.len() as u64 + 100 + m.encode().len() as u64,
-                    Msg::Bytes,
-                ));
-            }
-            leaves.push(leaf);
-            inputs.push(m);
-        }
-        let (_, _, hash) = self.aggregate(i, round, result.shard, &inputs, &leaves)?;
-        let matches = hash == result.result_hash;
-        // The manifests came with the inputs: the machine compares them
-        // with those it holds (an equivocator's second one is a proof).
-        let mut events: Vec<CommitteeEvent> =
-            inputs.into_iter().map(CommitteeEvent::ManifestReceived).collect();
-        events.push(CommitteeEvent::Rechecked { result, included, matches });
-        self.net.at(done + 1, i, Msg::Events(events));
-        Ok(())
-    }
-
     fn apply(
         &mut self,
         i: usize,
@@ -650,6 +572,7 @@ impl Sim {
         if (0..self.keys.len()).all(|j| self.machines[j].round() > round || j == i) {
             self.payloads.retain(|k, _| k.0 > round);
             self.signed.retain(|k, _| k.0 > round);
+            self.honest_sums.retain(|k, _| k.0 > round);
         }
         self.net.at(now, i, Msg::Event(Box::new(CommitteeEvent::Applied { round, new_state })));
         // Nodes that sat this round out re-sync to the first state applied

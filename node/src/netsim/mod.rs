@@ -64,7 +64,7 @@ pub struct NetsimConfig {
     pub input_ms: u64,
     pub result_ms: u64,
     pub grace_ms: u64,
-    pub rechecks: u32,
+    pub audits: u32,
     pub gossip_degree: u32,
     pub adversaries: Adversaries,
     /// Chance that an honest node sits out a round (offline), per round.

@@ -111,6 +111,11 @@ impl ContentServer for StoreServer {
                     Err(_) => XferResponse::NotFound,
                 }
             }
+            XferRequest::Projections { round, shard, ref seed } => self
+                .committee
+                .get()
+                .and_then(|c| c.projections(from, (round, shard, seed), blobs))
+                .map_or(XferResponse::NotFound, XferResponse::Projections),
             XferRequest::Offer(_)
             | XferRequest::Included { .. }
             | XferRequest::Signers { .. }

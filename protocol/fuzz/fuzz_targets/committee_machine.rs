@@ -132,6 +132,7 @@ struct Driver {
     fetches: Vec<(u32, [u8; 32])>,
     requests: Vec<ShardResult>,
     rechecks: Vec<(ShardResult, IncludedList)>,
+    sketches: Vec<(ShardResult, IncludedList)>,
     applies: Vec<u64>,
 }
 
@@ -284,6 +285,12 @@ fn event(
             };
             CommitteeEvent::AggregateFetched { shard, result_hash, ok: a & 0x80 == 0, included }
         }
+        14 if a & 0x40 != 0 => {
+            // A sketch's verdict: agrees, disagrees, or could not tell.
+            let (result, included) = pick(&d.sketches, c)?;
+            let matches = [Some(true), Some(false), None][usize::from(b % 3)];
+            CommitteeEvent::Sketched { result, included, matches }
+        }
         14 => {
             let (result, included) = pick(&d.rechecks, c)?;
             CommitteeEvent::Rechecked { result, included, matches: a & 0x80 == 0 }
@@ -335,6 +342,14 @@ fn check_action(m: &CommitteeMachine, d: &mut Driver, action: CommitteeAction) {
             push(&mut d.fetches, (shard, result_hash));
         }
         CommitteeAction::RequestIncluded { result } => push(&mut d.requests, result),
+        CommitteeAction::Sketch { result, included, inputs, .. } => {
+            assert_eq!(included.root(), result.included_root, "a sketch's list is the result's");
+            assert_eq!(inputs.len(), included.len(), "one manifest per included entry");
+            for (m, (signer, root)) in inputs.iter().zip(&included.entries) {
+                assert_eq!((m.signer, m.root), (*signer, *root), "the manifests are the entries'");
+            }
+            push(&mut d.sketches, (result, included));
+        }
         CommitteeAction::Recheck { result, included, .. } => {
             assert_eq!(included.root(), result.included_root, "a re-check's list is the result's");
             push(&mut d.rechecks, (result, included));
@@ -370,7 +385,7 @@ fuzz_target!(|data: &[u8]| {
         input_ms: 1000,
         result_ms: 1000,
         grace_ms: 500,
-        rechecks: 1,
+        audits: 4,
     };
     let mut now = 0u64;
     let mut m = CommitteeMachine::new(

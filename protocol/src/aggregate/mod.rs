@@ -118,7 +118,7 @@ fn same_input(a: &DeltaInput<'_>, b: &DeltaInput<'_>) -> bool {
         && a.values.iter().zip(b.values).all(|(x, y)| x.to_bits() == y.to_bits())
 }
 
-fn validate(d: &DeltaInput<'_>, expected_len: usize) -> Option<AggregateRejection> {
+pub(crate) fn validate(d: &DeltaInput<'_>, expected_len: usize) -> Option<AggregateRejection> {
     if d.values.len() != expected_len {
         return Some(AggregateRejection::WrongShape { expected: expected_len, found: d.values.len() });
     }

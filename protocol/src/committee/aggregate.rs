@@ -8,8 +8,9 @@
 //! are the decoded payload, so every node applies the same bits.
 
 use super::messages::{aggregate_hash, IncludedList};
+use super::rule::{self, InputClaim};
 use crate::aggregate::robust::{l2_norm, within_norm};
-use crate::aggregate::{aggregate, AggregateError, AggregateRejection, DeltaInput};
+use crate::aggregate::{aggregate, validate, AggregateError, AggregateRejection, DeltaInput};
 use crate::codec::{decode_delta, encode_delta, Codec};
 use crate::hash::{domain_hash, PayloadHash};
 use crate::identity::PublicKey;
@@ -44,6 +45,11 @@ impl<'a> ShardInput<'a> {
             shard_norm: leaf.norm,
             values,
         }
+    }
+
+    /// What the shard rule reads of this input.
+    pub fn claim(&self) -> InputClaim {
+        InputClaim { tokens: self.tokens, whole_norm: self.whole_norm }
     }
 }
 
@@ -107,6 +113,9 @@ pub fn aggregate_shard(
             rejected.push((d.signer, AggregateRejection::NormMismatch));
         }
     }
+    if rule::is_linear(mode) {
+        return aggregate_linear(kept, rejected, expected_len, mode, codec);
+    }
     if let RobustMode::NormFilter { multiple } = mode {
         let norms: Vec<f64> = kept.iter().map(|d| f64::from(d.whole_norm)).collect();
         let keep = within_norm(&norms, multiple);
@@ -158,6 +167,71 @@ pub fn aggregate_shard(
         values,
         included,
         total_tokens: agg.total_tokens,
+        rejected,
+    })
+}
+
+/// The linear modes: validate each input (as the version-1 aggregation
+/// does), keep what `rule::kept` keeps, and sum Σ cᵢ·xᵢ in f64 in signer
+/// order with `rule::coefficients`.
+fn aggregate_linear(
+    candidates: Vec<&ShardInput<'_>>,
+    mut rejected: Vec<(PublicKey, AggregateRejection)>,
+    expected_len: usize,
+    mode: RobustMode,
+    codec: Codec,
+) -> Result<ShardAggregate, AggregateError> {
+    let mut valid = Vec::with_capacity(candidates.len());
+    for d in candidates {
+        let as_delta = DeltaInput {
+            payload_hash: PayloadHash::default(),
+            signer: d.signer,
+            tokens: d.tokens,
+            values: d.values,
+        };
+        match validate(&as_delta, expected_len) {
+            Some(reason) => rejected.push((d.signer, reason)),
+            None => valid.push(d),
+        }
+    }
+    let claims: Vec<InputClaim> = valid.iter().map(|d| d.claim()).collect();
+    let keep = rule::kept(&claims, mode).unwrap_or_default();
+    let mut kept = Vec::with_capacity(valid.len());
+    for (d, k) in valid.into_iter().zip(keep) {
+        if k {
+            kept.push(d);
+        } else {
+            rejected.push((d.signer, AggregateRejection::NormOutlier));
+        }
+    }
+    rejected.sort_by_key(|a| a.0);
+    let claims: Vec<InputClaim> = kept.iter().map(|d| d.claim()).collect();
+    let Some(coefficients) = rule::coefficients(&claims, mode) else {
+        let rejected = rejected
+            .iter()
+            .map(|(signer, reason)| crate::aggregate::Rejected {
+                payload_hash: PayloadHash::default(),
+                signer: *signer,
+                reason: *reason,
+            })
+            .collect();
+        return Err(AggregateError::NoValidDeltas { rejected });
+    };
+    let mut acc = vec![0f64; expected_len];
+    for (d, c) in kept.iter().zip(&coefficients) {
+        for (a, &v) in acc.iter_mut().zip(d.values) {
+            *a += c * f64::from(v);
+        }
+    }
+    let values: Vec<f32> = acc.into_iter().map(|a| a as f32).collect();
+    let payload = encode_delta(codec, &values)?;
+    let values = decode_delta(&payload, codec, expected_len)?;
+    Ok(ShardAggregate {
+        result_hash: aggregate_hash(&payload),
+        payload,
+        values,
+        included: IncludedList::new(kept.iter().map(|d| (d.signer, d.root)).collect()),
+        total_tokens: kept.iter().fold(0u64, |a, d| a.saturating_add(d.tokens)),
         rejected,
     })
 }

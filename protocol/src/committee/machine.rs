@@ -13,10 +13,12 @@
 //! with no result by the result deadline goes to its first backup
 //! committee, then the next (`MAX_FALLBACKS`); one with none after that is
 //! applied as zero. Conflicting claims are re-checked by the shard's
-//! members; every node re-checks `rechecks` shards drawn from its own
-//! signature, which no owner can compute before it signs; a recomputation
-//! that differs from a signed result is a fraud proof, gossiped and checked
-//! by every node.
+//! members; every node audits `audits` shards drawn from its own
+//! signature, which no owner can compute before it signs: by a sketch of
+//! its inputs' projections under the linear robust modes (`super::sketch`),
+//! else, and after a sketch that disagrees, by recomputing the shard from
+//! its inputs. A recomputation that differs from a signed result is a fraud
+//! proof, gossiped and checked by every node.
 //!
 //! Work per event does not grow with the shard count: only shards an event
 //! touched (or all, when a deadline passed) are looked at again, so
@@ -26,6 +28,7 @@ use super::ledger::{Ledger, MAX_LEDGER_KEYS};
 use super::merkle::{verify_proof, MerkleTree, ShardLeaf};
 use super::messages::{FraudProof, IncludedList, IncludedSigners, ShardResult, ShardedManifest};
 use super::plan::{CommitteePlan, MAX_FALLBACKS};
+use super::rule;
 use crate::codec::Codec;
 use crate::hash::{domain_hash, RunId, StateId};
 use crate::identity::{NodeKey, PublicKey, Signature, SIGN_AUDIT_DRAW};
@@ -71,9 +74,14 @@ pub struct CommitteeConfig {
     /// How long a conflict waits for a fraud proof, and a fallback committee
     /// for its inputs, before the round goes on.
     pub grace_ms: u64,
-    /// Shards each node re-checks per round, drawn from its own signature.
-    pub rechecks: u32,
+    /// Shards each node audits per round, drawn from its own signature.
+    pub audits: u32,
 }
+
+/// Shards a node audits per round unless the run says otherwise: with
+/// three in four nodes honest, a shard goes unaudited in a round with
+/// probability about e⁻³ (5%).
+pub const DEFAULT_AUDITS: u32 = 4;
 
 /// Something that happened, reported by the driver.
 #[derive(Debug, Clone, PartialEq)]
@@ -120,6 +128,13 @@ pub enum CommitteeEvent {
         ok: bool,
         included: Option<IncludedSigners>,
     },
+    /// The driver checked `result`'s aggregate against its included inputs'
+    /// projections: `matches` None when it could not tell.
+    Sketched {
+        result: ShardResult,
+        included: IncludedList,
+        matches: Option<bool>,
+    },
     /// The driver recomputed `result`'s shard from its included inputs.
     Rechecked {
         result: ShardResult,
@@ -164,6 +179,18 @@ pub enum CommitteeAction {
     FetchAggregate { shard: u32, result_hash: [u8; 32], from: PublicKey },
     /// Ask `result.signer` for the included list of `result`.
     RequestIncluded { result: ShardResult },
+    /// Audit `result` by a sketch: ask each trainer in `included` for the
+    /// projections of its shard under `seed`, check them with
+    /// `sketch::verdict` against the aggregate (`inputs`: the manifests of
+    /// `included`, in its order) and report `Sketched`. A trainer that
+    /// does not answer is replaced by its input, fetched from `holders`.
+    Sketch {
+        result: ShardResult,
+        included: IncludedList,
+        inputs: Vec<ShardedManifest>,
+        seed: [u8; 32],
+        holders: Vec<PublicKey>,
+    },
     /// Recompute `result`'s shard from the deltas in `included` (fetching
     /// the shards not held from `holders`) and report `Rechecked`.
     Recheck { result: ShardResult, included: IncludedList, holders: Vec<PublicKey> },
@@ -271,8 +298,10 @@ pub struct CommitteeMachine {
     deadlines_passed: usize,
     /// Counted roster members (excluded keys left out) when the round opened.
     counted_roster: usize,
-    /// The shards this node re-checks this round.
+    /// The shards this node audits this round.
     audits: BTreeSet<u32>,
+    /// This round's draw signature (the audits' seeds come from it).
+    draw: Option<Signature>,
     seen: Option<SeenSignatures>,
     actions: VecDeque<CommitteeAction>,
 }
@@ -280,9 +309,23 @@ pub struct CommitteeMachine {
 /// Domain of the hash that turns a node's draw signature into shard numbers.
 pub const DOMAIN_AUDIT_DRAW: &str = "murmur 2026-11 v2 audit-draw";
 
+/// Domain of the hash that turns a draw signature and a shard into the
+/// seed of a sketch audit.
+pub const DOMAIN_AUDIT_SEED: &str = "murmur 2026-11 v2 audit-seed";
+
+/// The holder of `key`'s signature over (run, round, base): its audit
+/// draw, which only it can compute.
+pub fn draw_signature(key: &NodeKey, run: RunId, round: u64, base: StateId) -> Signature {
+    let mut msg = Vec::with_capacity(72);
+    msg.extend_from_slice(&run.0);
+    msg.extend_from_slice(&round.to_le_bytes());
+    msg.extend_from_slice(&base.0);
+    key.sign(SIGN_AUDIT_DRAW, &msg)
+}
+
 /// The `count` shards (of `shards`, distinct while there are enough) that
-/// the holder of `key` re-checks in `round` from `base`: hashes of its
-/// signature over (run, round, base), which only it can compute.
+/// the holder of `key` audits in `round` from `base`: hashes of its
+/// signature over (run, round, base).
 pub fn audit_draw(
     key: &NodeKey,
     run: RunId,
@@ -291,11 +334,10 @@ pub fn audit_draw(
     shards: u32,
     count: u32,
 ) -> BTreeSet<u32> {
-    let mut msg = Vec::with_capacity(72);
-    msg.extend_from_slice(&run.0);
-    msg.extend_from_slice(&round.to_le_bytes());
-    msg.extend_from_slice(&base.0);
-    let sig = key.sign(SIGN_AUDIT_DRAW, &msg);
+    shards_of_draw(&draw_signature(key, run, round, base), shards, count)
+}
+
+fn shards_of_draw(sig: &Signature, shards: u32, count: u32) -> BTreeSet<u32> {
     let mut out = BTreeSet::new();
     let want = count.min(shards) as usize;
     let mut i = 0u64;
@@ -308,6 +350,13 @@ pub fn audit_draw(
         i += 1;
     }
     out
+}
+
+/// The seed of the sketch audit of `shard` under draw signature `sig`.
+pub fn audit_seed(sig: &Signature, shard: u32) -> [u8; 32] {
+    let mut b = sig.0.to_vec();
+    b.extend_from_slice(&shard.to_le_bytes());
+    domain_hash(DOMAIN_AUDIT_SEED, &b)
 }
 
 impl CommitteeMachine {
@@ -353,6 +402,7 @@ impl CommitteeMachine {
             deadlines_passed: 0,
             counted_roster: 0,
             audits: BTreeSet::new(),
+            draw: None,
             seen: None,
             actions: VecDeque::new(),
         };
@@ -476,15 +526,20 @@ impl CommitteeMachine {
         self.deadlines_passed = 0;
         let ledger = &self.ledger;
         self.counted_roster = ledger.roster.iter().filter(|k| !ledger.is_excluded(k)).count();
-        self.audits = if self.open_round() {
-            BTreeSet::new()
+        // Only a node with a seat audits: one off the roster holds none of
+        // the round's manifests.
+        let own = self.plan.seat_of(&self.me);
+        if self.open_round() || own.is_none() {
+            self.audits = BTreeSet::new();
+            self.draw = None;
         } else {
-            let own = self.plan.seat_of(&self.me);
-            audit_draw(&self.key, self.cfg.run, round, base, self.plan.shards(), self.cfg.rechecks)
+            let sig = draw_signature(&self.key, self.cfg.run, round, base);
+            self.audits = shards_of_draw(&sig, self.plan.shards(), self.cfg.audits)
                 .into_iter()
                 .filter(|s| Some(*s) != own)
-                .collect()
-        };
+                .collect();
+            self.draw = Some(sig);
+        }
         if let Some(s) = self.plan.seat_of(&self.me) {
             self.duties.insert(s, false);
         }
@@ -516,6 +571,12 @@ impl CommitteeMachine {
             CommitteeEvent::IncludedReceived { result, included } => self.on_included(result, included),
             CommitteeEvent::AggregateFetched { shard, result_hash, ok, included } => {
                 self.on_fetched(shard, result_hash, ok, included)
+            }
+            CommitteeEvent::Sketched { result, included, matches } => {
+                if matches != Some(true) && result.round == self.round {
+                    let holders = self.holders_of(result.shard);
+                    self.actions.push_back(CommitteeAction::Recheck { result, included, holders });
+                }
             }
             CommitteeEvent::Rechecked { result, included, matches } => {
                 self.on_rechecked(result, included, matches)
@@ -811,8 +872,37 @@ impl CommitteeMachine {
         if result.round != self.round || included.root() != result.included_root {
             return;
         }
+        if let Some(sketch) = self.sketch_of(&result, &included) {
+            self.actions.push_back(sketch);
+            return;
+        }
         let holders = self.holders_of(result.shard);
         self.actions.push_back(CommitteeAction::Recheck { result, included, holders });
+    }
+
+    /// A sketch audit of `result`, when it is one of our drawn audits (not
+    /// a conflict with our own claim), the run's mode is linear, and we
+    /// hold the manifest each included entry names (an entry whose root we
+    /// do not know is re-checked from its inputs, which bring the manifest:
+    /// a second manifest of one key is a proof).
+    fn sketch_of(&self, result: &ShardResult, included: &IncludedList) -> Option<CommitteeAction> {
+        let sig = self.draw.as_ref()?;
+        let ours = self.shards.get(result.shard as usize)?.results.get(&self.me);
+        if !self.drawn(result.shard) || ours.is_some() || !rule::is_linear(self.cfg.robust) {
+            return None;
+        }
+        let inputs = included
+            .entries
+            .iter()
+            .map(|(signer, root)| self.manifests.get(signer).filter(|m| m.root == *root).cloned())
+            .collect::<Option<Vec<ShardedManifest>>>()?;
+        Some(CommitteeAction::Sketch {
+            result: result.clone(),
+            included: included.clone(),
+            inputs,
+            seed: audit_seed(sig, result.shard),
+            holders: self.holders_of(result.shard),
+        })
     }
 
     fn on_rechecked(&mut self, result: ShardResult, included: IncludedList, matches: bool) {

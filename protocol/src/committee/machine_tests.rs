@@ -24,7 +24,7 @@ fn cfg(k: u32) -> CommitteeConfig {
         input_ms: 1_000,
         result_ms: 500,
         grace_ms: 300,
-        rechecks: 1,
+        audits: 4,
     }
 }
 
@@ -43,6 +43,8 @@ struct Net {
     withholders: BTreeSet<usize>,
     /// Nodes that publish results but serve no aggregate.
     silent: BTreeSet<usize>,
+    /// Sketch audits: (auditor, owner audited, verdict).
+    sketches: Vec<(usize, usize, Option<bool>)>,
     /// Aggregate fetches asked: (time, asker, holder).
     asks: Vec<(u64, usize, usize)>,
     /// Per node, per round.
@@ -75,6 +77,7 @@ impl Net {
             withholders: BTreeSet::new(),
             silent: BTreeSet::new(),
             asks: Vec::new(),
+            sketches: Vec::new(),
             applied: vec![Vec::new(); n as usize],
             inbox: VecDeque::new(),
         }
@@ -179,6 +182,30 @@ impl Net {
                     self.inbox.push_back((i, CommitteeEvent::IncludedReceived { result, included }));
                 }
             }
+            CommitteeAction::Sketch { result, included, inputs, seed, .. } => {
+                // Every trainer answers honestly; the verdict is the real one.
+                let n = self.machines[i].plan().layout().len(result.shard);
+                let signs = sketch::SketchSigns::new(&seed, n);
+                let projections: Vec<[f64; sketch::PROJECTIONS]> = included
+                    .entries
+                    .iter()
+                    .map(|(signer, _)| {
+                        let j = self.index(signer);
+                        let x = decode_delta(&self.payloads[&(j, result.shard)].0, cfg(1).codec, n).unwrap();
+                        sketch::project(&x, &signs).unwrap()
+                    })
+                    .collect();
+                let claims: Vec<rule::InputClaim> = inputs
+                    .iter()
+                    .map(|m| rule::InputClaim { tokens: m.tokens, whole_norm: m.norm })
+                    .collect();
+                let matches = self.values.get(&result.result_hash).and_then(|a| {
+                    let codec = aggregate_codec(cfg(1).codec);
+                    sketch::verdict(a, codec, cfg(1).robust, &seed, &claims, &projections)
+                });
+                self.sketches.push((i, self.index(&result.signer), matches));
+                self.inbox.push_back((i, CommitteeEvent::Sketched { result, included, matches }));
+            }
             CommitteeAction::Recheck { result, included, .. } => {
                 // The honest recomputation is the harness's honest result
                 // for the same included list.
@@ -207,6 +234,11 @@ impl Net {
             }
             let mut busy = false;
             for i in 0..self.machines.len() {
+                // A machine that reached the round waits there: one that
+                // ran on would keep the clock from moving for the rest.
+                if self.machines[i].round() >= round {
+                    continue;
+                }
                 while let Some(a) = self.machines[i].poll_action() {
                     busy = true;
                     self.act(i, a);
@@ -633,4 +665,24 @@ fn the_audit_draw_comes_from_the_nodes_own_signature() {
     assert!(draws.len() > 24, "{} distinct draws of 32", draws.len());
     assert_ne!(a, audit_draw(&key, run, 5, base, 100, 3));
     assert_ne!(a, audit_draw(&key, run, 4, StateId([2; 32]), 100, 3));
+}
+
+#[test]
+fn sketch_audits_pass_honest_owners_and_send_a_lying_owner_to_a_recheck() {
+    let mut net = Net::new(12, 1);
+    let liar = net.index(&net.machines[0].plan().committee(1)[0]);
+    net.liars.insert(liar);
+    let liar_key = net.keys[liar].public();
+    net.run_to(1, 10_000);
+    assert!(net.sketches.len() >= 12, "every node audits: {:?}", net.sketches);
+    for &(auditor, owner, verdict) in &net.sketches {
+        let expected = Some(owner != liar);
+        assert_eq!(verdict, expected, "node {auditor} on node {owner}'s result");
+    }
+    assert!(net.sketches.iter().any(|s| s.1 == liar), "someone audited the liar's result");
+    for (i, m) in net.machines.iter().enumerate() {
+        if i != liar {
+            assert_eq!(m.proven().get(&liar_key), Some(&0), "node {i} holds the proof");
+        }
+    }
 }

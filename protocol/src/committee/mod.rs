@@ -11,6 +11,8 @@ pub mod machine;
 pub mod merkle;
 pub mod messages;
 pub mod plan;
+pub mod rule;
+pub mod sketch;
 
 pub use aggregate::{aggregate_codec, aggregate_shard, shard_norm, ShardAggregate, ShardInput};
 pub use ledger::Ledger;

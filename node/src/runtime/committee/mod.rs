@@ -12,6 +12,7 @@
 //!
 //! A run with `committee_size` 0 runs version 1's loop (`runtime::node`).
 
+pub mod audit;
 pub mod served;
 pub mod sync;
 pub mod transfer;
@@ -63,7 +64,7 @@ pub fn committee_config(spec: &RunSpec) -> CommitteeConfig {
         input_ms,
         result_ms: (input_ms / 2).max(1000),
         grace_ms: (input_ms / 4).max(1000),
-        rechecks: 1,
+        audits: murmur_protocol::committee::machine::DEFAULT_AUDITS,
     }
 }
 
@@ -117,6 +118,12 @@ enum Internal {
         round: u64,
         result: ShardResult,
         list: IncludedList,
+    },
+    Sketched {
+        round: u64,
+        result: ShardResult,
+        included: IncludedList,
+        matches: Option<bool>,
     },
     Rechecked {
         round: u64,
@@ -242,7 +249,7 @@ pub async fn run_committee_node(
         own_ticket,
     } = start;
     check_spec(&spec).map_err(RuntimeError::Config)?;
-    let (served, offers_rx) = CommitteeServed::new();
+    let (served, offers_rx) = CommitteeServed::new(spec.codec);
     let served = Arc::new(served);
     server.serve_committee(served.clone());
     // A run's genesis has an empty roster; a later state's ledger was
@@ -549,7 +556,9 @@ impl CommitteeNode {
                     // the machine signed over them.
                     let Some(manifest) = self.machine.manifest_of(&self.me).cloned() else { return };
                     let tree = murmur_protocol::committee::MerkleTree::new(&leaves);
+                    let layout = self.machine.plan().layout();
                     for (s, leaf) in leaves.iter().enumerate() {
+                        self.served.hold_own(r, s as u32, leaf.payload_hash.0, layout.len(s as u32));
                         self.served.hold_leaf(ShardOffer {
                             round: r,
                             signer: self.me,
@@ -593,6 +602,18 @@ impl CommitteeNode {
             }
             Internal::Included { round: r, result, list } if r == round => {
                 self.feed(CommitteeEvent::IncludedReceived { result, included: list })
+            }
+            Internal::Sketched { round: r, result, included, matches } if r == round => {
+                let verdict = match matches {
+                    Some(true) => "agrees",
+                    Some(false) => "disagrees",
+                    None => "unknown",
+                };
+                self.out.event(
+                    "sketch",
+                    json!({ "round": r, "shard": result.shard, "signer": hex(&result.signer.0), "verdict": verdict }),
+                );
+                self.feed(CommitteeEvent::Sketched { result, included, matches })
             }
             Internal::Rechecked { round: r, result, included, matches, manifests } if r == round => {
                 for m in manifests {
@@ -814,6 +835,9 @@ impl CommitteeNode {
                     }
                 });
             }
+            CommitteeAction::Sketch { result, included, inputs, seed, holders } => {
+                self.sketch(result, included, inputs, seed, holders)
+            }
             CommitteeAction::Recheck { result, included, holders } => self.recheck(result, included, holders),
             CommitteeAction::PublishProof(p) => {
                 self.out.event(
@@ -911,6 +935,41 @@ impl CommitteeNode {
         }
         .telemetry();
         super::telemetry::publish(self.net.clone(), self.key.clone(), t);
+    }
+
+    /// Audit `result` by a sketch and report the verdict.
+    fn sketch(
+        &mut self,
+        result: ShardResult,
+        included: IncludedList,
+        inputs: Vec<ShardedManifest>,
+        seed: [u8; 32],
+        holders: Vec<PublicKey>,
+    ) {
+        let round = self.machine.round();
+        let layout = self.machine.plan().layout();
+        let elements = layout.len(result.shard);
+        let Some(cap) = self.spec.codec.payload_len(elements as u64) else { return };
+        let a = audit::SketchAudit {
+            run: self.spec.run_id(),
+            shards: layout.shards(),
+            result,
+            included,
+            inputs,
+            seed,
+            holders,
+            elements,
+            codec: self.spec.codec,
+            robust: self.spec.robust,
+            cap,
+        };
+        let (net, store, served, tx) =
+            (self.net.clone(), self.store.clone(), self.served.clone(), self.tx.clone());
+        tokio::spawn(async move {
+            let (result, included) = (a.result.clone(), a.included.clone());
+            let matches = audit::sketch(net, store, served, a).await;
+            let _ = tx.send(Internal::Sketched { round, result, included, matches });
+        });
     }
 
     /// Recompute `result`'s shard from its included inputs (gathered from

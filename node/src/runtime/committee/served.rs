@@ -1,17 +1,22 @@
 //! What a protocol-v2 node answers on the transfer protocol beyond blobs:
 //! shard offers (handed to the loop through a bounded queue), the leaves it
-//! holds of this and the last round's shards (for re-checkers), and the
-//! included lists behind its own shard results.
+//! holds of this and the last round's shards (for re-checkers), the
+//! included lists behind its own shard results, and the sketch projections
+//! of its own shards (for auditors; a bounded number per requester and
+//! round, each costing one pass over one shard).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use murmur_protocol::PublicKey;
+use libp2p::PeerId;
+use murmur_protocol::committee::sketch::{self, SketchSigns, PROJECTIONS};
+use murmur_protocol::{decode_delta, Codec, PublicKey};
 use tokio::sync::mpsc;
 
 use crate::net::offer::ShardOffer;
 use crate::net::xfer::MAX_SERVED_LIST_BYTES;
 use crate::net::{XferRequest, XferResponse};
+use crate::store::{BlobKind, BlobStore};
 
 /// Offers queued for the loop before new ones are answered `Busy`.
 pub const OFFER_QUEUE: usize = 4096;
@@ -19,6 +24,11 @@ pub const OFFER_QUEUE: usize = 4096;
 pub const MAX_HELD_LEAVES: usize = 1 << 17;
 /// Most included lists held.
 const MAX_HELD_LISTS: usize = 4096;
+/// Most projection requests one peer has answered per round: an auditor
+/// asks each trainer once per shard it audits.
+pub const MAX_PROJECTIONS_PER_PEER: u32 = 64;
+/// Most peers whose projection requests are counted per round.
+const MAX_COUNTED_PEERS: usize = 1 << 16;
 
 type LeafKey = (u64, u32, PublicKey);
 type ListKey = (u64, u32, [u8; 32]);
@@ -33,19 +43,25 @@ struct Held {
     lists: HashMap<ListKey, (Vec<u8>, Vec<u8>)>,
     /// The current and the previous state, by v2 StateId.
     states: Vec<([u8; 32], StateParts)>,
+    /// Our own shards: (round, shard) → payload hash and element count.
+    own: HashMap<(u64, u32), ([u8; 32], usize)>,
+    /// Projection requests answered: (round, requester) → count.
+    projected: HashMap<(u64, PeerId), u32>,
 }
 
 /// Shared between the loop (which fills it) and the network's blocking
 /// serving tasks (which read it).
 pub struct CommitteeServed {
     offers: mpsc::Sender<ShardOffer>,
+    /// The run's delta codec (our shards' payloads are in it).
+    codec: Codec,
     held: Mutex<Held>,
 }
 
 impl CommitteeServed {
-    pub fn new() -> (Self, mpsc::Receiver<ShardOffer>) {
+    pub fn new(codec: Codec) -> (Self, mpsc::Receiver<ShardOffer>) {
         let (tx, rx) = mpsc::channel(OFFER_QUEUE);
-        (Self { offers: tx, held: Mutex::new(Held::default()) }, rx)
+        (Self { offers: tx, codec, held: Mutex::new(Held::default()) }, rx)
     }
 
     fn held(&self) -> std::sync::MutexGuard<'_, Held> {
@@ -58,6 +74,42 @@ impl CommitteeServed {
         let mut h = self.held();
         h.leaves.retain(|k, _| k.0 >= keep);
         h.lists.retain(|k, _| k.0 >= keep);
+        h.own.retain(|k, _| k.0 >= keep);
+        h.projected.retain(|k, _| k.0 >= keep);
+    }
+
+    /// Serve projections of our own shard `shard` of `round` (its payload
+    /// is in the store) of `elements` values.
+    pub fn hold_own(&self, round: u64, shard: u32, payload_hash: [u8; 32], elements: usize) {
+        self.held().own.insert((round, shard), (payload_hash, elements));
+    }
+
+    /// The projections of our own shard `shard` of `round` under `seed`
+    /// (its payload read from `blobs`), charged to `from`: None
+    /// once it asked `MAX_PROJECTIONS_PER_PEER` times this round, or when
+    /// we hold no such shard.
+    pub fn projections(
+        &self,
+        from: PeerId,
+        (round, shard, seed): (u64, u32, &[u8; 32]),
+        blobs: &BlobStore,
+    ) -> Option<[f64; PROJECTIONS]> {
+        let (hash, elements) = {
+            let mut h = self.held();
+            let own = *h.own.get(&(round, shard))?;
+            if h.projected.len() >= MAX_COUNTED_PEERS && !h.projected.contains_key(&(round, from)) {
+                return None;
+            }
+            let asked = h.projected.entry((round, from)).or_insert(0);
+            if *asked >= MAX_PROJECTIONS_PER_PEER {
+                return None;
+            }
+            *asked += 1;
+            own
+        };
+        let payload = blobs.get(BlobKind::Delta, &hash).ok()?;
+        let values = decode_delta(&payload, self.codec, elements).ok()?;
+        sketch::project(&values, &SketchSigns::new(seed, elements))
     }
 
     /// Serve the parts of v2 state `state` (its blobs are in the store);
@@ -154,7 +206,7 @@ mod tests {
 
     #[test]
     fn offers_are_queued_leaves_and_lists_served_and_old_rounds_dropped() {
-        let (served, mut rx) = CommitteeServed::new();
+        let (served, mut rx) = CommitteeServed::new(Codec::F32);
         assert_eq!(served.answer(&XferRequest::Offer(offer(3, 1))), Some(XferResponse::Accepted));
         assert_eq!(rx.try_recv().ok(), Some(offer(3, 1)));
         served.hold_leaf(offer(3, 1));

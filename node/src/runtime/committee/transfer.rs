@@ -19,7 +19,7 @@ use crate::store::{BlobKind, Store};
 /// How long one request may take.
 const ASK_TIMEOUT: Duration = Duration::from_secs(10);
 
-async fn ask(net: &NetHandle, peer: PeerId, req: XferRequest) -> Option<XferResponse> {
+pub(super) async fn ask(net: &NetHandle, peer: PeerId, req: XferRequest) -> Option<XferResponse> {
     tokio::time::timeout(ASK_TIMEOUT, net.request(peer, req)).await.ok()?.ok()
 }
 

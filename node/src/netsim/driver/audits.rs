@@ -1,0 +1,210 @@
+//! Audits in `murmur netsim`: what a node does to check another's shard
+//! result, and the bytes it moves. A sketch asks every included trainer
+//! for its projections (a trainer that does not serve is replaced by its
+//! input, fetched from a holder); a re-check fetches every included input
+//! and recomputes the shard. Honest trainers' projections are linear in
+//! their inputs, so the simulation sums them as one projection of Σ cᵢ·xᵢ,
+//! computed once per result and kept for every auditor of it.
+
+use std::sync::Arc;
+
+use anyhow::Result;
+use murmur_protocol::codec::decode_delta;
+use murmur_protocol::committee::rule::{self, InputClaim};
+use murmur_protocol::committee::sketch::{self, SketchSigns, SketchTerm, PROJECTIONS};
+use murmur_protocol::committee::{
+    aggregate_codec, CommitteeEvent, IncludedList, ShardResult, ShardedManifest,
+};
+use murmur_protocol::identity::PublicKey;
+
+use super::{Msg, Sim};
+use crate::netsim::transport::Kind;
+
+/// Bytes of a projection request: round, shard, seed, the entry asked
+/// for, framing.
+const REQUEST_BYTES: u64 = 8 + 4 + 32 + 64 + 40;
+/// Bytes of a signed answer: the projections, signer, signature, framing.
+const ANSWER_BYTES: u64 = 8 * PROJECTIONS as u64 + 32 + 64 + 40;
+
+impl Sim {
+    /// Node `i` audits `result` by a sketch.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn sketch(
+        &mut self,
+        i: usize,
+        now: u64,
+        round: u64,
+        result: ShardResult,
+        included: IncludedList,
+        inputs: Vec<ShardedManifest>,
+        seed: [u8; 32],
+        holders: &[PublicKey],
+    ) -> Result<()> {
+        let holders: Vec<usize> = holders
+            .iter()
+            .filter_map(|h| self.index.get(h).copied())
+            .filter(|&j| self.serves(j) && j != i)
+            .collect();
+        let mut done = now + 1;
+        let mut answered = true;
+        for (n, (signer, _)) in included.entries.iter().enumerate() {
+            let Some(&j) = self.index.get(signer) else {
+                answered = false;
+                continue;
+            };
+            if j == i {
+                continue;
+            }
+            if self.serves(j) {
+                self.net.send(now, round, Kind::Checks, i, j, REQUEST_BYTES, Msg::Bytes);
+                done = done.max(self.net.send(now, round, Kind::Checks, j, i, ANSWER_BYTES, Msg::Bytes));
+            } else if !holders.is_empty() {
+                // The input itself, from a holder of the shard.
+                let from = holders[n % holders.len()];
+                let len = self.payloads.get(&(round, j, result.shard)).map_or(0, |p| p.0.len() as u64);
+                self.net.send(now, round, Kind::Checks, i, from, REQUEST_BYTES, Msg::Bytes);
+                done = done.max(self.net.send(now, round, Kind::Checks, from, i, len + 100, Msg::Bytes));
+            } else {
+                answered = false;
+            }
+        }
+        let matches =
+            if answered { self.sketch_verdict(i, round, &result, &included, &inputs, &seed) } else { None };
+        let e = CommitteeEvent::Sketched { result, included, matches };
+        self.net.at(done + 1, i, Msg::Event(Box::new(e)));
+        Ok(())
+    }
+
+    /// `sketch::verdict` with the trainers' answers summed as one term.
+    fn sketch_verdict(
+        &mut self,
+        i: usize,
+        round: u64,
+        result: &ShardResult,
+        included: &IncludedList,
+        inputs: &[ShardedManifest],
+        seed: &[u8; 32],
+    ) -> Option<bool> {
+        let claims: Vec<InputClaim> =
+            inputs.iter().map(|m| InputClaim { tokens: m.tokens, whole_norm: m.norm }).collect();
+        if !rule::kept(&claims, self.cfg.robust)?.iter().all(|k| *k) {
+            return Some(false);
+        }
+        let coefficients = rule::coefficients(&claims, self.cfg.robust)?;
+        let aggregate = self.values.get(&result.result_hash)?.clone();
+        let key = (round, result.shard, included.root());
+        let honest = match self.honest_sums.get(&key) {
+            Some(y) => y.clone(),
+            None => {
+                let n = self.machines[i].plan().layout().len(result.shard);
+                let mut acc = vec![0f64; n];
+                for ((signer, _), c) in included.entries.iter().zip(&coefficients) {
+                    let j = *self.index.get(signer)?;
+                    let payload = &self.payloads.get(&(round, j, result.shard))?.0;
+                    let x = decode_delta(payload, self.cfg.codec, n).ok()?;
+                    for (a, v) in acc.iter_mut().zip(x) {
+                        *a += c * f64::from(v);
+                    }
+                }
+                let y: Arc<Vec<f32>> = Arc::new(acc.into_iter().map(|a| a as f32).collect());
+                self.honest_sums.insert(key, y.clone());
+                y
+            }
+        };
+        let signs = SketchSigns::new(seed, aggregate.len());
+        let mass = coefficients.iter().zip(&claims).fold(0f64, |a, (c, m)| a + c * f64::from(m.whole_norm));
+        let term = SketchTerm {
+            coefficient: 1.0,
+            projections: sketch::project(&honest, &signs)?,
+            whole_norm: mass as f32,
+        };
+        sketch::sketch_matches(&aggregate, aggregate_codec(self.cfg.codec), &signs, &[term])
+    }
+
+    pub(super) fn request_included(&mut self, i: usize, now: u64, round: u64, result: ShardResult) {
+        let Some(&j) = self.index.get(&result.signer) else { return };
+        if !self.serves(j) {
+            return;
+        }
+        let Some(list) = self.machines[j].our_list(result.shard).cloned() else { return };
+        let bytes = list.encode().len() as u64 + 40;
+        self.net.send(
+            now,
+            round,
+            Kind::Checks,
+            j,
+            i,
+            bytes,
+            Msg::Event(Box::new(CommitteeEvent::IncludedReceived { result, included: list })),
+        );
+    }
+
+    pub(super) fn recheck(
+        &mut self,
+        i: usize,
+        now: u64,
+        round: u64,
+        result: ShardResult,
+        included: IncludedList,
+        holders: &[PublicKey],
+    ) -> Result<()> {
+        let mut inputs = Vec::new();
+        let mut leaves = Vec::new();
+        let mut done = now + 1;
+        let holders: Vec<usize> = holders
+            .iter()
+            .filter_map(|h| self.index.get(h).copied())
+            .filter(|&j| self.serves(j) && j != i)
+            .collect();
+        let plan_has_me = self.machines[i].plan().is_member(result.shard, &self.keys[i].public());
+        for (n, (signer, root)) in included.entries.iter().enumerate() {
+            // An input that cannot be had leaves the re-check without a
+            // verdict, as the node's does: a recomputation over fewer
+            // inputs would accuse an honest owner.
+            let Some(&j) = self.index.get(signer) else { return Ok(()) };
+            let Some((payload, leaf)) = self.payloads.get(&(round, j, result.shard)).cloned() else {
+                return Ok(());
+            };
+            // The manifest the shard's owner holds (what a holder serves
+            // with the leaf), else the one its signer signed with that root.
+            let owner = self.index.get(&result.signer).copied();
+            let held = owner.and_then(|o| self.machines[o].manifest_of(signer)).filter(|m| m.root == *root);
+            let Some(m) = held.cloned().or_else(|| {
+                self.signed.get(&(round, j)).and_then(|v| v.iter().find(|m| m.root == *root)).cloned()
+            }) else {
+                return Ok(());
+            };
+            // As the node does: each input not held from its signer, else
+            // from a holder of the shard.
+            let from = if plan_has_me || j == i {
+                None
+            } else if self.serves(j) {
+                Some(j)
+            } else {
+                (!holders.is_empty()).then(|| holders[n % holders.len()])
+            };
+            if let Some(from) = from {
+                done = done.max(self.net.send(
+                    now,
+                    round,
+                    Kind::Checks,
+                    from,
+                    i,
+                    payload.len() as u64 + 100 + m.encode().len() as u64,
+                    Msg::Bytes,
+                ));
+            }
+            leaves.push(leaf);
+            inputs.push(m);
+        }
+        let (_, _, hash) = self.aggregate(i, round, result.shard, &inputs, &leaves)?;
+        let matches = hash == result.result_hash;
+        // The manifests came with the inputs: the machine compares them
+        // with those it holds (an equivocator's second one is a proof).
+        let mut events: Vec<CommitteeEvent> =
+            inputs.into_iter().map(CommitteeEvent::ManifestReceived).collect();
+        events.push(CommitteeEvent::Rechecked { result, included, matches });
+        self.net.at(done + 1, i, Msg::Events(events));
+        Ok(())
+    }
+}
