@@ -1,15 +1,15 @@
 //! Aggregating one shard (protocol v2): the one function committee members,
 //! re-checkers, fraud-proof verifiers, `murmur netsim` and the node call. It
-//! checks each input's shard norm against the signed leaf, applies the
-//! run's norm filter to the signed whole-delta norms, then runs the
-//! version-1 aggregation (`crate::aggregate`) on the shard: the same
-//! validation, the same robust modes, the same f64 sums in the same order.
-//! The aggregate travels encoded with the run's aggregate codec; its values
+//! checks each input's shard norm against the signed leaf, then under the
+//! linear modes sums Σ cᵢ·xᵢ with the coefficients of `super::rule`, and
+//! under TrimmedMean and Median runs the version-1 aggregation
+//! (`crate::aggregate`) on the shard: the same validation, the same f64
+//! sums in the same order. The aggregate travels encoded with the run's aggregate codec; its values
 //! are the decoded payload, so every node applies the same bits.
 
 use super::messages::{aggregate_hash, IncludedList};
 use super::rule::{self, InputClaim};
-use crate::aggregate::robust::{l2_norm, within_norm};
+use crate::aggregate::robust::l2_norm;
 use crate::aggregate::{aggregate, validate, AggregateError, AggregateRejection, DeltaInput};
 use crate::codec::{decode_delta, encode_delta, Codec};
 use crate::hash::{domain_hash, PayloadHash};
@@ -115,19 +115,6 @@ pub fn aggregate_shard(
     }
     if rule::is_linear(mode) {
         return aggregate_linear(kept, rejected, expected_len, mode, codec);
-    }
-    if let RobustMode::NormFilter { multiple } = mode {
-        let norms: Vec<f64> = kept.iter().map(|d| f64::from(d.whole_norm)).collect();
-        let keep = within_norm(&norms, multiple);
-        let mut next = Vec::with_capacity(kept.len());
-        for (d, k) in kept.into_iter().zip(keep) {
-            if k {
-                next.push(d);
-            } else {
-                rejected.push((d.signer, AggregateRejection::NormOutlier));
-            }
-        }
-        kept = next;
     }
     let deltas: Vec<DeltaInput<'_>> = kept
         .iter()

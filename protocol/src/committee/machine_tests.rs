@@ -195,10 +195,7 @@ impl Net {
                         sketch::project(&x, &signs).unwrap()
                     })
                     .collect();
-                let claims: Vec<rule::InputClaim> = inputs
-                    .iter()
-                    .map(|m| rule::InputClaim { tokens: m.tokens, whole_norm: m.norm })
-                    .collect();
+                let claims: Vec<rule::InputClaim> = inputs.iter().map(rule::InputClaim::of).collect();
                 let matches = self.values.get(&result.result_hash).and_then(|a| {
                     let codec = aggregate_codec(cfg(1).codec);
                     sketch::verdict(a, codec, cfg(1).robust, &seed, &claims, &projections)

@@ -13,7 +13,8 @@
 //! whose norm exceeds the multiple of the median down to it. Medians are
 //! over the inputs in the set. All arithmetic is f64.
 
-use crate::aggregate::robust::median_f64;
+use super::messages::ShardedManifest;
+use crate::aggregate::robust::{median_f64, within_norm};
 use crate::spec::RobustMode;
 
 /// What the rule reads of one input: its manifest's claim and norm.
@@ -21,6 +22,31 @@ use crate::spec::RobustMode;
 pub struct InputClaim {
     pub tokens: u64,
     pub whole_norm: f32,
+}
+
+impl InputClaim {
+    /// What `m` signs of its delta.
+    pub fn of(m: &ShardedManifest) -> Self {
+        Self { tokens: m.tokens, whole_norm: m.norm }
+    }
+}
+
+/// What the rule says of an included list (its inputs' `claims`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ListCheck {
+    /// The list is one the rule keeps whole: these are its coefficients.
+    Coefficients(Vec<f64>),
+    /// The rule would leave some of the list out: no honest owner signs it.
+    NotKeptWhole,
+}
+
+/// Check an included list against the rule. None for a mode that is not
+/// linear or an empty list.
+pub fn check_list(claims: &[InputClaim], mode: RobustMode) -> Option<ListCheck> {
+    if !kept(claims, mode)?.iter().all(|k| *k) {
+        return Some(ListCheck::NotKeptWhole);
+    }
+    coefficients(claims, mode).map(ListCheck::Coefficients)
 }
 
 /// Whether `mode` aggregates a shard as Σ cᵢ·xᵢ with coefficients from the
@@ -37,19 +63,17 @@ pub fn kept(claims: &[InputClaim], mode: RobustMode) -> Option<Vec<bool>> {
     }
     let mut keep = vec![true; claims.len()];
     if let RobustMode::NormFilter { multiple } = mode {
+        // One pass of the norm filter over the inputs still in, until a
+        // pass leaves none out.
         loop {
-            let norms: Vec<f64> =
-                claims.iter().zip(&keep).filter(|(_, k)| **k).map(|(c, _)| f64::from(c.whole_norm)).collect();
-            let threshold = f64::from(multiple) * median_f64(norms);
-            let mut dropped = false;
-            for (c, k) in claims.iter().zip(keep.iter_mut()) {
-                if *k && f64::from(c.whole_norm) > threshold {
-                    *k = false;
-                    dropped = true;
-                }
-            }
-            if !dropped {
+            let inside: Vec<usize> = (0..claims.len()).filter(|&i| keep[i]).collect();
+            let norms: Vec<f64> = inside.iter().map(|&i| f64::from(claims[i].whole_norm)).collect();
+            let pass = within_norm(&norms, multiple);
+            if pass.iter().all(|k| *k) {
                 break;
+            }
+            for (&i, k) in inside.iter().zip(pass) {
+                keep[i] = k;
             }
         }
     }

@@ -15,7 +15,7 @@
 //! the auditor then recomputes the shard from its inputs (a re-check), and
 //! that recomputation is what accuses.
 
-use super::rule::{self, InputClaim};
+use super::rule::{self, InputClaim, ListCheck};
 use crate::codec::{bf16_bound, block_bound, f16_bound, Codec};
 use crate::spec::RobustMode;
 
@@ -163,10 +163,10 @@ pub fn verdict(
     if claims.len() != projections.len() {
         return None;
     }
-    if !rule::kept(claims, mode)?.iter().all(|k| *k) {
-        return Some(false);
-    }
-    let coefficients = rule::coefficients(claims, mode)?;
+    let coefficients = match rule::check_list(claims, mode)? {
+        ListCheck::Coefficients(c) => c,
+        ListCheck::NotKeptWhole => return Some(false),
+    };
     let terms: Vec<SketchTerm> = coefficients
         .iter()
         .zip(claims.iter().zip(projections))

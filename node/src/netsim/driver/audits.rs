@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use murmur_protocol::codec::decode_delta;
-use murmur_protocol::committee::rule::{self, InputClaim};
+use murmur_protocol::committee::rule::{self, InputClaim, ListCheck};
 use murmur_protocol::committee::sketch::{self, SketchSigns, SketchTerm, PROJECTIONS};
 use murmur_protocol::committee::{
     aggregate_codec, CommitteeEvent, IncludedList, ShardResult, ShardedManifest,
@@ -69,7 +69,7 @@ impl Sim {
             }
         }
         let matches =
-            if answered { self.sketch_verdict(i, round, &result, &included, &inputs, &seed) } else { None };
+            if answered { self.sketch_verdict(round, &result, &included, &inputs, &seed) } else { None };
         let e = CommitteeEvent::Sketched { result, included, matches };
         self.net.at(done + 1, i, Msg::Event(Box::new(e)));
         Ok(())
@@ -78,25 +78,23 @@ impl Sim {
     /// `sketch::verdict` with the trainers' answers summed as one term.
     fn sketch_verdict(
         &mut self,
-        i: usize,
         round: u64,
         result: &ShardResult,
         included: &IncludedList,
         inputs: &[ShardedManifest],
         seed: &[u8; 32],
     ) -> Option<bool> {
-        let claims: Vec<InputClaim> =
-            inputs.iter().map(|m| InputClaim { tokens: m.tokens, whole_norm: m.norm }).collect();
-        if !rule::kept(&claims, self.cfg.robust)?.iter().all(|k| *k) {
-            return Some(false);
-        }
-        let coefficients = rule::coefficients(&claims, self.cfg.robust)?;
+        let claims: Vec<InputClaim> = inputs.iter().map(InputClaim::of).collect();
+        let coefficients = match rule::check_list(&claims, self.cfg.robust)? {
+            ListCheck::Coefficients(c) => c,
+            ListCheck::NotKeptWhole => return Some(false),
+        };
         let aggregate = self.values.get(&result.result_hash)?.clone();
         let key = (round, result.shard, included.root());
         let honest = match self.honest_sums.get(&key) {
             Some(y) => y.clone(),
             None => {
-                let n = self.machines[i].plan().layout().len(result.shard);
+                let n = aggregate.len();
                 let mut acc = vec![0f64; n];
                 for ((signer, _), c) in included.entries.iter().zip(&coefficients) {
                     let j = *self.index.get(signer)?;

@@ -8,8 +8,9 @@
 use std::sync::Arc;
 
 use futures::future::join_all;
+use murmur_protocol::committee::rule::InputClaim;
 use murmur_protocol::committee::sketch::{self, SketchSigns, PROJECTIONS};
-use murmur_protocol::committee::{aggregate_codec, rule, IncludedList, ShardResult, ShardedManifest};
+use murmur_protocol::committee::{aggregate_codec, IncludedList, ShardResult, ShardedManifest};
 use murmur_protocol::{decode_delta, Codec, PublicKey, RobustMode, RunId};
 
 use super::served::CommitteeServed;
@@ -66,8 +67,7 @@ pub async fn sketch(
     tokio::task::spawn_blocking(move || {
         let payload = store.blobs.get(BlobKind::Aggregate, &a.result.result_hash).ok()?;
         let aggregate = decode_delta(&payload, aggregate_codec(a.codec), a.elements).ok()?;
-        let claims: Vec<rule::InputClaim> =
-            a.inputs.iter().map(|m| rule::InputClaim { tokens: m.tokens, whole_norm: m.norm }).collect();
+        let claims: Vec<InputClaim> = a.inputs.iter().map(InputClaim::of).collect();
         sketch::verdict(&aggregate, aggregate_codec(a.codec), a.robust, &a.seed, &claims, &projections)
     })
     .await
