@@ -85,8 +85,8 @@ struct Args {
     #[arg(long, default_value_t = 0)]
     committee_size: u32,
     /// Overlapped rounds: each node trains round r + 1 while round r is
-    /// exchanged, from its own eager estimate of the next state
-    /// (docs/protocol.md §6.3). Version 1 rounds only for now.
+    /// exchanged, from round r's state carried by its outer momentum; the
+    /// next state lands in the running job (docs/protocol.md §6.3).
     #[arg(long)]
     overlap: bool,
     /// Time-budgeted rounds: each node trains for this many seconds a round

@@ -38,6 +38,7 @@ use super::held::HeldState;
 use super::report::Reporter;
 use super::server::{ServedStatus, StoreServer};
 use super::tickets::TicketBook;
+use super::trainer::ahead::{report_trained_ahead, AtOpen, Trained, TrainingAhead};
 use super::trainer::{self, Job, JobDone, TrainerHandle, TrainerSetup};
 use super::RuntimeError;
 use crate::net::{peer_id_of, public_key_of, GossipMessage, NetEvent, NetHandle, NetRejection, TopicKind};
@@ -99,23 +100,6 @@ pub(crate) enum Internal {
     TrainerStarted(Result<(TrainerHandle, mpsc::UnboundedReceiver<JobDone>), String>),
 }
 
-/// A finished training job's pseudo-gradient and what it claims.
-struct Trained {
-    delta: Vec<f32>,
-    tokens: u64,
-    train_loss: f32,
-}
-
-/// An overlapped run's training of round `round`, started from the last
-/// round's state before that round opened.
-struct Ahead {
-    round: u64,
-    /// Where the round's state is handed to the job when the round opens.
-    landing: Arc<trainer::Landing>,
-    /// Its result, once the trainer finished it before the round opened.
-    done: Option<Trained>,
-}
-
 /// Everything the loop owns.
 pub struct Node {
     pub spec: RunSpec,
@@ -135,7 +119,7 @@ pub struct Node {
     /// rounds are then reported without one).
     pub eval_every: u64,
     /// Overlapped runs: the next round, training ahead.
-    ahead: Option<Ahead>,
+    ahead: TrainingAhead,
     /// How to start the trainer again, and when it last had to be.
     trainer_setup: TrainerSetup,
     trainer_restarts: trainer::RestartBudget,
@@ -236,7 +220,7 @@ impl Node {
             key,
             reset_moments: false,
             eval_every: 1,
-            ahead: None,
+            ahead: TrainingAhead::default(),
             trainer_setup,
             trainer_restarts: trainer::RestartBudget::default(),
             trainer_alive: true,
@@ -427,19 +411,7 @@ impl Node {
                 landed_after,
             } => {
                 if ahead {
-                    // How much of an overlapped round trained before its state
-                    // landed (the rest trained on it): the exchange's share;
-                    // and how long the trainer stood between two rounds.
-                    self.out.event(
-                        "trained_ahead",
-                        json!({
-                            "round": round,
-                            "steps_before_landing": landed_after,
-                            "secs": secs,
-                            "waited_secs": waited_secs,
-                            "idle_before_secs": idle_before_secs,
-                        }),
-                    );
+                    report_trained_ahead(self.out, round, landed_after, secs, waited_secs, idle_before_secs);
                 }
                 self.train_secs += secs;
                 self.metrics.trained(tokens, secs);
@@ -447,13 +419,8 @@ impl Node {
                 self.last_train_loss = train_loss;
                 let trained = Trained { delta, tokens, train_loss };
                 if ahead {
-                    match &mut self.ahead {
-                        Some(a) if a.round == round && self.machine.round() < round => a.done = Some(trained),
-                        Some(a) if a.round == round => {
-                            self.ahead = None;
-                            self.announce_own(round, self.machine.base(), trained);
-                        }
-                        _ => {}
+                    if let Some(t) = self.ahead.finished(round, self.machine.round(), trained) {
+                        self.announce_own(round, self.machine.base(), t);
                     }
                     return;
                 }
@@ -464,11 +431,11 @@ impl Node {
             }
             JobDone::Cancelled { round } => {
                 // Training ahead was cancelled: train the round when it opens.
-                if self.ahead.as_ref().is_some_and(|a| a.round == round && a.done.is_none()) {
-                    self.ahead = None;
-                    if self.machine.round() == round && self.machine.phase() == Phase::Collecting {
-                        self.start_training(round, self.machine.base());
-                    }
+                if self.ahead.cancelled(round)
+                    && self.machine.round() == round
+                    && self.machine.phase() == Phase::Collecting
+                {
+                    self.start_training(round, self.machine.base());
                 }
             }
             JobDone::Evaluated { round, val_loss } => self.report_round(round, Some(val_loss)),
@@ -514,21 +481,13 @@ impl Node {
     /// (its lookahead), while our delta of `round` is encoded and the round
     /// is exchanged; the next state lands in the job when it opens.
     fn train_ahead(&mut self, round: u64, base: StateId) {
-        if !self.spec.pacing.overlapped || self.ahead.is_some() || !self.trainer_alive {
+        if !self.spec.pacing.overlapped || !self.trainer_alive {
             return;
         }
-        let landing = Arc::new(trainer::Landing::default());
-        self.ahead = Some(Ahead { round: round + 1, landing: landing.clone(), done: None });
         let epoch = self.trainer.epoch();
-        let state = self.state.state().clone();
-        self.submit(Job::Train {
-            epoch,
-            round: round + 1,
-            base,
-            state,
-            reset_moments: false,
-            ahead: Some(landing),
-        });
+        if let Some(job) = self.ahead.start(epoch, round + 1, base, self.state.state().clone()) {
+            self.submit(job);
+        }
     }
 
     /// Report the round just closed (its report is pending): after an
@@ -685,7 +644,7 @@ impl Node {
                 self.trainer = handle;
                 self.done_rx = done_rx;
                 self.trainer_alive = true;
-                self.ahead = None;
+                self.ahead.clear();
                 // Evaluations queued on the dead thread are lost; their rounds
                 // are reported without a validation loss.
                 let lost: Vec<u64> = self.pending_reports.keys().copied().collect();
@@ -711,18 +670,13 @@ impl Node {
             // Signed before a restart and announced again: never a second one.
             return;
         }
-        match self.ahead.take() {
+        match self.ahead.open(round, self.state.state()) {
             // Trained ahead and finished: announce it against this base.
-            Some(Ahead { round: r, done: Some(t), .. }) if r == round => {
-                return self.announce_own(round, base, t)
-            }
-            // Still training ahead: the round's state lands in the job, and
+            AtOpen::Finished(t) => return self.announce_own(round, base, t),
+            // Still training ahead: the round's state landed in the job, and
             // its delta is announced when it finishes.
-            Some(a) if a.round == round => {
-                a.landing.land(self.state.state().clone());
-                return self.ahead = Some(a);
-            }
-            _ => {}
+            AtOpen::Landed => return,
+            AtOpen::Train => {}
         }
         let epoch = self.trainer.cancel();
         self.first_train.get_or_insert_with(Instant::now);
@@ -922,7 +876,7 @@ impl Node {
             }
             Action::Resync { round, state, peers } => {
                 self.trainer.cancel();
-                self.ahead = None;
+                self.ahead.clear();
                 let peers: Vec<PeerId> = peers.iter().filter_map(peer_id_of).collect();
                 // A retry (the machine asks again after a failed attempt) is
                 // not a new re-sync.

@@ -25,6 +25,8 @@ use crate::train::trainer::evaluate;
 
 use super::dataset::DatasetFeed;
 
+pub mod ahead;
+
 /// Validation batches per evaluation (4,096 tokens with batch 8 and
 /// 64-token windows).
 pub const VAL_BATCHES: usize = 8;

@@ -17,7 +17,7 @@ use murmur_protocol::codec::Codec;
 use murmur_protocol::committee::merkle::MAX_PROOF_LEN;
 use murmur_protocol::committee::{
     merkle_root, CommitteeAction, CommitteeConfig, CommitteeEvent, CommitteeMachine, FraudProof,
-    IncludedList, IncludedSigners, Ledger, MerkleTree, ShardDelta, ShardLeaf, ShardResult, ShardedManifest,
+    IncludedList, IncludedSigners, Ledger, MerkleTree, ShardDelta, ShardLeaf, ShardResult, ShardRule, ShardedManifest,
 };
 use murmur_protocol::hash::{PayloadHash, RunId, StateId};
 use murmur_protocol::identity::{NodeKey, PublicKey, Signature};
@@ -381,7 +381,7 @@ fuzz_target!(|data: &[u8]| {
         codec: Codec::F32,
         element_count: ELEMENTS,
         k: 1 + u32::from(first >> 6),
-        robust: RobustMode::Mean,
+        rule: ShardRule::as_trained(RobustMode::Mean),
         input_ms: 1000,
         result_ms: 1000,
         grace_ms: 500,

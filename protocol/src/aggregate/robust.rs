@@ -44,13 +44,9 @@ fn weighted_mean_f64(values: &[&[f32]], weights: &[f64], scales: Option<&[f64]>,
 }
 
 /// Which deltas a norm filter keeps: norm ≤ `multiple` × the median norm
-/// (the median itself always passes, so at least half are kept).
-pub(crate) fn within_norm(norms: &[f64], multiple: f32) -> Vec<bool> {
-    within_norm_allowing(norms, multiple, None)
-}
-
-/// `within_norm` with delta i's bound widened by `allowance[i]` (≥ 1): the
-/// noise a per-token rescale stretched (see `rescale_allowance`).
+/// (the median itself always passes, so at least half are kept), delta i's
+/// bound widened by `allowance[i]` (≥ 1) when given: the noise a per-token
+/// rescale stretched (see `rescale_allowance`).
 pub(crate) fn within_norm_allowing(norms: &[f64], multiple: f32, allowance: Option<&[f64]>) -> Vec<bool> {
     let threshold = f64::from(multiple) * median_f64(norms.to_vec());
     norms.iter().enumerate().map(|(i, &n)| n <= threshold * allowance.map_or(1.0, |a| a[i])).collect()

@@ -3,18 +3,17 @@
 //! checks each input's shard norm against the signed leaf, then under the
 //! linear modes sums Σ cᵢ·xᵢ with the coefficients of `super::rule`, and
 //! under TrimmedMean and Median runs the version-1 aggregation
-//! (`crate::aggregate`) on the shard: the same validation, the same f64
-//! sums in the same order. The aggregate travels encoded with the run's aggregate codec; its values
+//! (`crate::aggregate`, with the run's weighting) on the shard: the same
+//! validation, the same f64 sums in the same order. The aggregate travels encoded with the run's aggregate codec; its values
 //! are the decoded payload, so every node applies the same bits.
 
 use super::messages::{aggregate_hash, IncludedList};
-use super::rule::{self, InputClaim};
+use super::rule::{self, InputClaim, ShardRule};
 use crate::aggregate::robust::l2_norm;
-use crate::aggregate::{aggregate, validate, AggregateError, AggregateRejection, DeltaInput};
+use crate::aggregate::{aggregate_weighted, validate, AggregateError, AggregateRejection, DeltaInput};
 use crate::codec::{decode_delta, encode_delta, Codec};
 use crate::hash::{domain_hash, PayloadHash};
 use crate::identity::PublicKey;
-use crate::spec::RobustMode;
 
 /// One trainer's shard, decoded, with what its signed manifest says.
 #[derive(Debug, Clone, Copy)]
@@ -90,12 +89,12 @@ fn input_id(signer: &PublicKey, root: &[u8; 32]) -> PayloadHash {
 }
 
 /// Aggregate shard inputs (any order; at most one per signer is kept, the
-/// first in signer order) of `expected_len` elements under `mode`, and
+/// first in signer order) of `expected_len` elements under `rule`, and
 /// encode the result with `codec` (the run's `aggregate_codec`).
 pub fn aggregate_shard(
     inputs: &[ShardInput<'_>],
     expected_len: usize,
-    mode: RobustMode,
+    rule: ShardRule,
     codec: Codec,
 ) -> Result<ShardAggregate, AggregateError> {
     let mut sorted: Vec<&ShardInput<'_>> = inputs.iter().collect();
@@ -113,8 +112,8 @@ pub fn aggregate_shard(
             rejected.push((d.signer, AggregateRejection::NormMismatch));
         }
     }
-    if rule::is_linear(mode) {
-        return aggregate_linear(kept, rejected, expected_len, mode, codec);
+    if rule.is_linear() {
+        return aggregate_linear(kept, rejected, expected_len, rule, codec);
     }
     let deltas: Vec<DeltaInput<'_>> = kept
         .iter()
@@ -125,7 +124,7 @@ pub fn aggregate_shard(
             values: d.values,
         })
         .collect();
-    let agg = match aggregate(&deltas, expected_len, mode) {
+    let agg = match aggregate_weighted(&deltas, expected_len, rule.mode, rule.weighting) {
         Ok(a) => a,
         Err(AggregateError::NoValidDeltas { rejected: more }) => {
             let mut all = more;
@@ -159,13 +158,13 @@ pub fn aggregate_shard(
 }
 
 /// The linear modes: validate each input (as the version-1 aggregation
-/// does), keep what `rule::kept` keeps, and sum Σ cᵢ·xᵢ in f64 in signer
+/// does), keep what `rule::left_out` keeps, and sum Σ cᵢ·xᵢ in f64 in signer
 /// order with `rule::coefficients`.
 fn aggregate_linear(
     candidates: Vec<&ShardInput<'_>>,
     mut rejected: Vec<(PublicKey, AggregateRejection)>,
     expected_len: usize,
-    mode: RobustMode,
+    rule: ShardRule,
     codec: Codec,
 ) -> Result<ShardAggregate, AggregateError> {
     let mut valid = Vec::with_capacity(candidates.len());
@@ -182,18 +181,17 @@ fn aggregate_linear(
         }
     }
     let claims: Vec<InputClaim> = valid.iter().map(|d| d.claim()).collect();
-    let keep = rule::kept(&claims, mode).unwrap_or_default();
+    let out = rule::left_out(&claims, rule).unwrap_or_default();
     let mut kept = Vec::with_capacity(valid.len());
-    for (d, k) in valid.into_iter().zip(keep) {
-        if k {
-            kept.push(d);
-        } else {
-            rejected.push((d.signer, AggregateRejection::NormOutlier));
+    for (d, o) in valid.into_iter().zip(out) {
+        match o {
+            None => kept.push(d),
+            Some(reason) => rejected.push((d.signer, reason)),
         }
     }
     rejected.sort_by_key(|a| a.0);
     let claims: Vec<InputClaim> = kept.iter().map(|d| d.claim()).collect();
-    let Some(coefficients) = rule::coefficients(&claims, mode) else {
+    let Some(coefficients) = rule::coefficients(&claims, rule) else {
         let rejected = rejected
             .iter()
             .map(|(signer, reason)| crate::aggregate::Rejected {
@@ -226,6 +224,11 @@ fn aggregate_linear(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::RobustMode;
+
+    fn mean() -> ShardRule {
+        ShardRule::as_trained(RobustMode::Mean)
+    }
 
     fn input(i: u8, values: &[f32], whole: f32) -> ShardInput<'_> {
         ShardInput {
@@ -244,14 +247,14 @@ mod tests {
         let x = aggregate_shard(
             &[input(1, &a, 9.0), input(2, &b, 9.0), input(3, &c, 9.0)],
             2,
-            RobustMode::Mean,
+            mean(),
             Codec::F32,
         )
         .unwrap();
         let y = aggregate_shard(
             &[input(3, &c, 9.0), input(1, &a, 9.0), input(2, &b, 9.0)],
             2,
-            RobustMode::Mean,
+            mean(),
             Codec::F32,
         )
         .unwrap();
@@ -265,11 +268,11 @@ mod tests {
         let (a, b) = ([1.0f32, 2.0], [0.5f32, -1.0]);
         let mut lie = input(2, &b, 9.0);
         lie.shard_norm = 0.1;
-        let x = aggregate_shard(&[input(1, &a, 9.0), lie], 2, RobustMode::Mean, Codec::F32).unwrap();
+        let x = aggregate_shard(&[input(1, &a, 9.0), lie], 2, mean(), Codec::F32).unwrap();
         assert_eq!(x.included.entries, vec![(PublicKey([1; 32]), [1; 32])]);
         assert_eq!(x.rejected, vec![(PublicKey([2; 32]), AggregateRejection::NormMismatch)]);
         let over = input(3, &a, 0.5);
-        let y = aggregate_shard(&[input(1, &a, 9.0), over], 2, RobustMode::Mean, Codec::F32).unwrap();
+        let y = aggregate_shard(&[input(1, &a, 9.0), over], 2, mean(), Codec::F32).unwrap();
         assert_eq!(y.rejected, vec![(PublicKey([3; 32]), AggregateRejection::NormMismatch)]);
     }
 
@@ -278,7 +281,13 @@ mod tests {
         let v = [[0.1f32, 0.1], [0.1, 0.1], [0.1, 0.1]];
         // The third shard looks ordinary, but its delta as a whole is huge.
         let inputs = [input(1, &v[0], 1.0), input(2, &v[1], 1.1), input(3, &v[2], 50.0)];
-        let x = aggregate_shard(&inputs, 2, RobustMode::NormFilter { multiple: 3.0 }, Codec::F32).unwrap();
+        let x = aggregate_shard(
+            &inputs,
+            2,
+            ShardRule::as_trained(RobustMode::NormFilter { multiple: 3.0 }),
+            Codec::F32,
+        )
+        .unwrap();
         assert_eq!(x.included.len(), 2);
         assert_eq!(x.rejected, vec![(PublicKey([3; 32]), AggregateRejection::NormOutlier)]);
     }

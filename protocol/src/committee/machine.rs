@@ -28,11 +28,10 @@ use super::ledger::{Ledger, MAX_LEDGER_KEYS};
 use super::merkle::{verify_proof, MerkleTree, ShardLeaf};
 use super::messages::{FraudProof, IncludedList, IncludedSigners, ShardResult, ShardedManifest};
 use super::plan::{CommitteePlan, MAX_FALLBACKS};
-use super::rule;
+use super::rule::ShardRule;
 use crate::codec::Codec;
 use crate::hash::{domain_hash, RunId, StateId};
 use crate::identity::{NodeKey, PublicKey, Signature, SIGN_AUDIT_DRAW};
-use crate::spec::RobustMode;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::rc::Rc;
@@ -66,7 +65,8 @@ pub struct CommitteeConfig {
     pub element_count: u64,
     /// Committee size k.
     pub k: u32,
-    pub robust: RobustMode,
+    /// How a shard's inputs combine (the run's robust mode and weighting).
+    pub rule: ShardRule,
     /// From the round's opening to the input deadline (members aggregate).
     pub input_ms: u64,
     /// From the input deadline to the result deadline (fallbacks start).
@@ -444,6 +444,13 @@ impl CommitteeMachine {
     /// Keys this node holds a verified fraud proof against.
     pub fn proven(&self) -> &BTreeMap<PublicKey, u64> {
         &self.proven
+    }
+    /// The tokens shard 0's chosen result signs it included: what the
+    /// round trained on (its included signers are the next roster).
+    pub fn round_tokens(&self) -> Option<u64> {
+        let view = self.shards.first()?;
+        let chosen = view.chosen?;
+        view.results.values().find(|r| r.result_hash == chosen).map(|r| r.total_tokens)
     }
     /// The manifest `signer` signed this round, as this node holds it.
     pub fn manifest_of(&self, signer: &PublicKey) -> Option<&ShardedManifest> {
@@ -888,7 +895,7 @@ impl CommitteeMachine {
     fn sketch_of(&self, result: &ShardResult, included: &IncludedList) -> Option<CommitteeAction> {
         let sig = self.draw.as_ref()?;
         let ours = self.shards.get(result.shard as usize)?.results.get(&self.me);
-        if !self.drawn(result.shard) || ours.is_some() || !rule::is_linear(self.cfg.robust) {
+        if !self.drawn(result.shard) || ours.is_some() || !self.cfg.rule.is_linear() {
             return None;
         }
         let inputs = included

@@ -20,7 +20,7 @@ fn cfg(k: u32) -> CommitteeConfig {
         codec: Codec::Int8Block { block: 256 },
         element_count: P,
         k,
-        robust: RobustMode::NormFilter { multiple: 3.0 },
+        rule: ShardRule::as_trained(RobustMode::NormFilter { multiple: 3.0 }),
         input_ms: 1_000,
         result_ms: 500,
         grace_ms: 300,
@@ -148,7 +148,7 @@ impl Net {
                     .map(|((m, l), v)| ShardInput::of(m, l, v))
                     .collect();
                 let codec = aggregate_codec(cfg(1).codec);
-                let mut a = aggregate_shard(&ins, n, cfg(1).robust, codec).unwrap();
+                let mut a = aggregate_shard(&ins, n, cfg(1).rule, codec).unwrap();
                 if self.liars.contains(&i) {
                     a.values.iter_mut().for_each(|v| *v += 1.0);
                     a.payload = crate::codec::encode_delta(codec, &a.values).unwrap();
@@ -198,7 +198,7 @@ impl Net {
                 let claims: Vec<rule::InputClaim> = inputs.iter().map(rule::InputClaim::of).collect();
                 let matches = self.values.get(&result.result_hash).and_then(|a| {
                     let codec = aggregate_codec(cfg(1).codec);
-                    sketch::verdict(a, codec, cfg(1).robust, &seed, &claims, &projections)
+                    sketch::verdict(a, codec, cfg(1).rule, &seed, &claims, &projections)
                 });
                 self.sketches.push((i, self.index(&result.signer), matches));
                 self.inbox.push_back((i, CommitteeEvent::Sketched { result, included, matches }));

@@ -22,6 +22,7 @@ pub use messages::{
     FraudProof, IncludedList, IncludedSigners, ProofRefused, ShardDelta, ShardResult, ShardedManifest,
 };
 pub use plan::{CommitteePlan, ShardLayout};
+pub use rule::ShardRule;
 
 #[cfg(test)]
 mod machine_tests;

@@ -15,9 +15,8 @@
 //! the auditor then recomputes the shard from its inputs (a re-check), and
 //! that recomputation is what accuses.
 
-use super::rule::{self, InputClaim, ListCheck};
+use super::rule::{self, InputClaim, ListCheck, ShardRule};
 use crate::codec::{bf16_bound, block_bound, f16_bound, Codec};
-use crate::spec::RobustMode;
 
 /// Projections per audit: one byte of sign bits per coordinate.
 pub const PROJECTIONS: usize = 8;
@@ -148,14 +147,14 @@ pub fn sketch_matches(
 /// An auditor's verdict on an aggregate (decoded, in `codec`) whose
 /// included inputs make these `claims` and returned these `projections`
 /// under `seed` (both in included-list order): Some(false) when the list
-/// is not one `mode`'s rule keeps whole or the projections disagree; None
+/// is not one `rule` keeps whole or the projections disagree; None
 /// when a sketch cannot tell (a mode that is not linear, a codec with no
 /// rounding bound, a length mismatch) and the shard must be re-checked from
 /// its inputs.
 pub fn verdict(
     aggregate: &[f32],
     codec: Codec,
-    mode: RobustMode,
+    rule: ShardRule,
     seed: &[u8; 32],
     claims: &[InputClaim],
     projections: &[[f64; PROJECTIONS]],
@@ -163,7 +162,7 @@ pub fn verdict(
     if claims.len() != projections.len() {
         return None;
     }
-    let coefficients = match rule::check_list(claims, mode)? {
+    let coefficients = match rule::check_list(claims, rule)? {
         ListCheck::Coefficients(c) => c,
         ListCheck::NotKeptWhole => return Some(false),
     };
@@ -262,6 +261,41 @@ mod tests {
         lie[17] += 1.0;
         let lie = decode_delta(&encode_delta(codec, &lie).unwrap(), codec, len).unwrap();
         assert_eq!(sketch_matches(&lie, codec, &signs, &t), Some(false));
+    }
+
+    #[test]
+    fn an_owner_under_a_time_budget_passes_and_a_flat_mean_does_not() {
+        use crate::aggregate::Weighting;
+        use crate::committee::{aggregate_shard, ShardInput};
+        use crate::identity::PublicKey;
+        use crate::spec::RobustMode;
+        let mut rng = StdRng::seed_from_u64(11);
+        let (len, codec) = (2048, Codec::Int8Block { block: 64 });
+        // Five trainers with 1×, 2×, 3×, 4×, 5× the steps.
+        let xs: Vec<Vec<f32>> =
+            (1..=5).map(|s| (0..len).map(|_| s as f32 * rng.uniform(-0.01, 0.01)).collect()).collect();
+        let tokens = |i: usize| 1000 * (i as u64 + 1);
+        let inputs: Vec<ShardInput<'_>> = (xs.iter().enumerate())
+            .map(|(i, x)| ShardInput {
+                signer: PublicKey([i as u8; 32]),
+                root: [i as u8; 32],
+                tokens: tokens(i),
+                whole_norm: crate::committee::shard_norm(x),
+                shard_norm: crate::committee::shard_norm(x),
+                values: x,
+            })
+            .collect();
+        let rule = ShardRule { mode: RobustMode::NormClip { multiple: 2.0 }, weighting: Weighting::PerToken };
+        let agg = aggregate_shard(&inputs, len, rule, codec).unwrap();
+        assert_eq!(agg.included.len(), 5);
+        let claims: Vec<InputClaim> = inputs.iter().map(|d| d.claim()).collect();
+        let seed = [5; 32];
+        let signs = SketchSigns::new(&seed, len);
+        let projections: Vec<[f64; PROJECTIONS]> = xs.iter().map(|x| project(x, &signs).unwrap()).collect();
+        assert_eq!(verdict(&agg.values, codec, rule, &seed, &claims, &projections), Some(true));
+        // The same inputs combined as in fixed-H rounds are another aggregate.
+        let flat = aggregate_shard(&inputs, len, ShardRule::as_trained(rule.mode), codec).unwrap();
+        assert_eq!(verdict(&flat.values, codec, rule, &seed, &claims, &projections), Some(false));
     }
 
     #[test]

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use futures::future::join_all;
 use murmur_protocol::committee::rule::InputClaim;
 use murmur_protocol::committee::sketch::{self, SketchSigns, PROJECTIONS};
-use murmur_protocol::committee::{aggregate_codec, IncludedList, ShardResult, ShardedManifest};
-use murmur_protocol::{decode_delta, Codec, PublicKey, RobustMode, RunId};
+use murmur_protocol::committee::{aggregate_codec, IncludedList, ShardResult, ShardRule, ShardedManifest};
+use murmur_protocol::{decode_delta, Codec, PublicKey, RunId};
 
 use super::served::CommitteeServed;
 use super::transfer::{self, RecheckInputs};
@@ -31,7 +31,7 @@ pub struct SketchAudit {
     pub holders: Vec<PublicKey>,
     pub elements: usize,
     pub codec: Codec,
-    pub robust: RobustMode,
+    pub rule: ShardRule,
     /// The codec's payload length for the shard.
     pub cap: u64,
 }
@@ -68,7 +68,7 @@ pub async fn sketch(
         let payload = store.blobs.get(BlobKind::Aggregate, &a.result.result_hash).ok()?;
         let aggregate = decode_delta(&payload, aggregate_codec(a.codec), a.elements).ok()?;
         let claims: Vec<InputClaim> = a.inputs.iter().map(InputClaim::of).collect();
-        sketch::verdict(&aggregate, aggregate_codec(a.codec), a.robust, &a.seed, &claims, &projections)
+        sketch::verdict(&aggregate, aggregate_codec(a.codec), a.rule, &a.seed, &claims, &projections)
     })
     .await
     .ok()?

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use libp2p::PeerId;
 use murmur_protocol::committee::{
     aggregate_codec, CommitteeAction, CommitteeConfig, CommitteeEvent, CommitteeMachine, IncludedList,
-    IncludedSigners, Ledger, ShardLeaf, ShardResult, ShardedManifest,
+    IncludedSigners, Ledger, ShardLeaf, ShardResult, ShardRule, ShardedManifest,
 };
 use murmur_protocol::hash::hex;
 use murmur_protocol::{ErrorFeedback, PublicKey, RoundCommit, RunSpec, Signature, StateId, TrainingState};
@@ -36,6 +36,7 @@ use super::held::HeldState;
 use super::node::admission::TICKET_GOSSIP_EVERY;
 use super::report::Reporter;
 use super::server::{ServedStatus, StoreServer};
+use super::trainer::ahead::{report_trained_ahead, AtOpen, Trained, TrainingAhead};
 use super::trainer::{self, Job, JobDone, TrainerHandle, TrainerSetup};
 use super::RuntimeError;
 use crate::net::offer::ShardOffer;
@@ -60,7 +61,7 @@ pub fn committee_config(spec: &RunSpec) -> CommitteeConfig {
         codec: spec.codec,
         element_count: spec.model.param_count,
         k: spec.committee_size,
-        robust: spec.robust,
+        rule: ShardRule::of(spec),
         input_ms,
         result_ms: (input_ms / 2).max(1000),
         grace_ms: (input_ms / 4).max(1000),
@@ -68,9 +69,9 @@ pub fn committee_config(spec: &RunSpec) -> CommitteeConfig {
     }
 }
 
-/// Whether this build's node loops can run `spec`: v2 runs use blocking
-/// rounds of a fixed H for now (overlapped and time-budgeted rounds run in
-/// version 1's loop and `murmur sim` only). Admission (open, allowlist,
+/// Whether this build's node loops can run `spec`. Overlapped rounds train
+/// ahead as version 1's loop does (`trainer::ahead`); time-budgeted rounds
+/// combine each shard per token (`ShardRule::of`). Admission (open, allowlist,
 /// tickets) is the network's gate (`net::gate`): a peer that is not
 /// admitted gets no answer and its gossip is dropped unforwarded, so the
 /// machine only ever sees admitted signers' manifests, results and commits.
@@ -80,11 +81,6 @@ pub fn check_spec(spec: &RunSpec) -> Result<(), String> {
                     one signer per shard, a lying owner's aggregate can be applied by some honest nodes \
                     before its fraud proof reaches the others, and they split; use --committee-size 2 \
                     or more"
-            .into());
-    }
-    if spec.committee_size > 0 && spec.pacing != murmur_protocol::Pacing::default() {
-        return Err("a committee run (--committee-size) must use blocking rounds of a fixed H for now: \
-                    this build runs overlapped and time-budgeted rounds in version 1's round only"
             .into());
     }
     Ok(())
@@ -194,6 +190,8 @@ struct CommitteeNode {
     trainer_setup: TrainerSetup,
     trainer_alive: bool,
     restarts: trainer::RestartBudget,
+    /// Overlapped runs: the next round, training ahead.
+    ahead: TrainingAhead,
     /// Training so far, for telemetry: tokens, since when, the last losses.
     train_tokens: u64,
     first_train: Option<Instant>,
@@ -279,6 +277,7 @@ pub async fn run_committee_node(
         trainer_setup,
         trainer_alive: true,
         restarts: trainer::RestartBudget::default(),
+        ahead: TrainingAhead::default(),
         train_tokens: 0,
         first_train: None,
         last_train_loss: f32::NAN,
@@ -364,6 +363,7 @@ impl CommitteeNode {
     fn synced(&mut self, target: StateId, state: TrainingState, ledger: Ledger) {
         let round = state.round;
         self.trainer.cancel();
+        self.ahead.clear();
         self.state = HeldState::new(state);
         self.ledger = ledger;
         self.waiting = false;
@@ -511,29 +511,70 @@ impl CommitteeNode {
 
     fn on_job(&mut self, done: JobDone) {
         match done {
-            JobDone::Trained { round, delta, tokens, train_loss, .. } => {
+            JobDone::Trained {
+                round,
+                delta,
+                tokens,
+                train_loss,
+                secs,
+                ahead,
+                waited_secs,
+                idle_before_secs,
+                landed_after,
+                ..
+            } => {
                 self.train_tokens += tokens;
                 self.last_train_loss = train_loss;
-                if round != self.machine.round() {
+                let trained = Trained { delta, tokens, train_loss };
+                if ahead {
+                    report_trained_ahead(self.out, round, landed_after, secs, waited_secs, idle_before_secs);
+                    if let Some(t) = self.ahead.finished(round, self.machine.round(), trained) {
+                        self.cut(round, t);
+                    }
                     return;
                 }
-                let layout = self.machine.plan().layout();
-                let (store, codec, feedback, tx) =
-                    (self.store.clone(), self.spec.codec, self.feedback.clone(), self.tx.clone());
-                tokio::task::spawn_blocking(move || {
-                    let mut fb = feedback.lock().unwrap_or_else(|p| p.into_inner());
-                    let result = work::cut_delta(&store, codec, &mut fb, &delta, layout);
-                    let _ = tx.send(Internal::Cut { round, tokens, train_loss, result });
-                });
+                self.cut(round, trained);
             }
             JobDone::Evaluated { round, val_loss } => {
                 self.last_val_loss = Some(val_loss);
                 self.report_round(round, Some(val_loss));
                 self.publish_telemetry();
             }
-            JobDone::Cancelled { .. } => {}
+            JobDone::Cancelled { round } => {
+                // Training ahead was cancelled: train the round if it is open.
+                if self.ahead.cancelled(round) && round == self.machine.round() {
+                    self.train(round, self.machine.base());
+                }
+            }
             JobDone::Failed(e) => tracing::error!("trainer: {e}"),
             JobDone::Panicked(what) => self.trainer_died(format!("the trainer panicked: {what}")),
+        }
+    }
+
+    /// Cut our delta of `round` into the round's shards and store them
+    /// (on the blocking pool; `Internal::Cut` feeds the machine), then, in
+    /// an overlapped run, start training the next round ahead.
+    fn cut(&mut self, round: u64, t: Trained) {
+        if round != self.machine.round() || self.own.as_ref().is_some_and(|(r, _)| *r == round) {
+            return;
+        }
+        let Trained { delta, tokens, train_loss } = t;
+        let layout = self.machine.plan().layout();
+        let (store, codec, feedback, tx) =
+            (self.store.clone(), self.spec.codec, self.feedback.clone(), self.tx.clone());
+        tokio::task::spawn_blocking(move || {
+            let mut fb = feedback.lock().unwrap_or_else(|p| p.into_inner());
+            let result = work::cut_delta(&store, codec, &mut fb, &delta, layout);
+            let _ = tx.send(Internal::Cut { round, tokens, train_loss, result });
+        });
+        if self.spec.pacing.overlapped && self.trainer_alive {
+            let epoch = self.trainer.epoch();
+            let (base, state) = (self.machine.base(), self.state.state().clone());
+            if let Some(job) = self.ahead.start(epoch, round + 1, base, state) {
+                if !self.trainer.submit(job) {
+                    self.trainer_died("the trainer thread is gone".into());
+                }
+            }
         }
     }
 
@@ -653,6 +694,7 @@ impl CommitteeNode {
                 self.trainer = handle;
                 self.done_rx = done_rx;
                 self.trainer_alive = true;
+                self.ahead.clear();
                 // Evaluations queued on the dead thread are lost: their
                 // rounds are reported without a validation loss.
                 let lost: Vec<u64> = self.pending_reports.keys().copied().collect();
@@ -678,6 +720,8 @@ impl CommitteeNode {
     fn applied(&mut self, round: u64, ledger: Ledger, next: TrainingState) {
         // The next roster is the signers shard 0's applied result included.
         let included = ledger.roster.len();
+        // The tokens they trained on, as shard 0's result signs them.
+        let round_tokens = self.machine.round_tokens().unwrap_or(0);
         let base = self.state_id();
         let previous = (self.state.id(), self.ledger.hash());
         self.state = HeldState::new(next);
@@ -691,7 +735,7 @@ impl CommitteeNode {
                 "state_id": new_state.to_hex(),
                 "included": included,
                 "state_blob": self.state.id().to_hex(),
-                "round_tokens": included as u64 * super::spec::tokens_per_delta(&self.spec),
+                "round_tokens": round_tokens,
                 "roster": self.ledger.roster.len(),
                 "excluded": self.ledger.excluded.len(),
                 "shards": self.machine.plan().shards(),
@@ -871,6 +915,11 @@ impl CommitteeNode {
         if !self.trainer_alive {
             return;
         }
+        match self.ahead.open(round, self.state.state()) {
+            AtOpen::Finished(t) => return self.cut(round, t),
+            AtOpen::Landed => return,
+            AtOpen::Train => {}
+        }
         self.first_train.get_or_insert_with(Instant::now);
         let epoch = self.trainer.cancel();
         let job = Job::Train {
@@ -960,7 +1009,7 @@ impl CommitteeNode {
             holders,
             elements,
             codec: self.spec.codec,
-            robust: self.spec.robust,
+            rule: ShardRule::of(&self.spec),
             cap,
         };
         let (net, store, served, tx) =

@@ -7,7 +7,7 @@
 
 use murmur_protocol::committee::{
     aggregate_codec, aggregate_shard, shard_norm, ShardAggregate, ShardInput, ShardLayout, ShardLeaf,
-    ShardedManifest,
+    ShardRule, ShardedManifest,
 };
 use murmur_protocol::hash::payload_hash_of;
 use murmur_protocol::{
@@ -69,7 +69,7 @@ pub fn aggregate_stored(
         }
     }
     let shard_inputs: Vec<ShardInput<'_>> = decoded.iter().map(|(m, l, v)| ShardInput::of(m, l, v)).collect();
-    let agg = aggregate_shard(&shard_inputs, n, spec.robust, aggregate_codec(spec.codec))
+    let agg = aggregate_shard(&shard_inputs, n, ShardRule::of(spec), aggregate_codec(spec.codec))
         .map_err(|e| e.to_string())?;
     store.blobs.put(BlobKind::Aggregate, &agg.payload).map_err(|e| e.to_string())?;
     Ok(agg)
