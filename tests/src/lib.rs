@@ -4,6 +4,7 @@
 
 pub mod browser;
 pub mod netns;
+pub mod scrape;
 pub mod swarms;
 
 use std::io::{BufRead, BufReader};

@@ -9,29 +9,12 @@
 //! step is skipped with a note, unless `MURMUR_REQUIRE_PROMTOOL=1` (set by
 //! .ci/run), which makes a missing promtool a failure.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use murmur_tests::scrape::{fetch, sample};
 use murmur_tests::{start_bootstrap_with, start_node, wait_until, Proc, RunSettings};
-
-/// Raw `GET`/`HEAD` of `url`: (status line and headers, body).
-fn fetch(method: &str, url: &str) -> (String, String) {
-    let rest = url.strip_prefix("http://").expect("an http URL");
-    let (host, path) = rest.split_once('/').expect("a path");
-    let mut s = std::net::TcpStream::connect(host).expect("connect to the metrics endpoint");
-    s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
-    write!(s, "{method} /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").expect("write");
-    let mut out = String::new();
-    s.read_to_string(&mut out).expect("read the response");
-    let (head, body) = out.split_once("\r\n\r\n").expect("a response head");
-    (head.to_string(), body.to_string())
-}
-
-/// The value of the first sample of `name` (no labels) in `text`.
-fn sample(text: &str, name: &str) -> Option<f64> {
-    text.lines().find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
-}
 
 /// Lint `text` with `promtool check metrics`; `false` if promtool is absent
 /// and not required.

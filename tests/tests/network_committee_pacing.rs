@@ -6,10 +6,12 @@
 //! last round's state before the round opens and the round's state lands
 //! in it), and each job trained ahead spends about the budget in inner
 //! steps. Shards combine per token (docs/protocol.md §6.4) and the sketch
-//! audits check them so.
+//! audits check them so. One node serves Prometheus metrics: its rounds,
+//! round times, tokens and share of time in inner steps are counted.
 
 use std::time::Duration;
 
+use murmur_tests::scrape::{fetch, sample};
 use murmur_tests::{start_bootstrap_with, start_node, states_by_round, wait_until, Proc, RunSettings};
 
 const ROUNDS: u64 = 5;
@@ -23,8 +25,13 @@ fn a_committee_run_trains_ahead_within_its_time_budget_on_one_state() {
     let budget = BUDGET_SECS.to_string();
     let extra = ["--committee-size", "2", "--overlap", "--inner-budget", budget.as_str()];
     let (boot, addr) = start_bootstrap_with(d, &settings, &extra);
-    let nodes: Vec<Proc> =
-        ["a", "b", "c", "d"].iter().map(|n| start_node(d, n, &addr, &["--device", "cpu"])).collect();
+    let nodes: Vec<Proc> = ["a", "b", "c", "d"]
+        .iter()
+        .map(|n| {
+            let metrics: &[&str] = if *n == "a" { &["--metrics", "127.0.0.1:0"] } else { &[] };
+            start_node(d, n, &addr, &[&["--device", "cpu"], metrics].concat())
+        })
+        .collect();
     let ctx = || nodes.iter().chain(std::iter::once(&boot)).map(Proc::tail).collect::<Vec<_>>().join("\n");
     wait_until(
         "every node to close round 4",
@@ -67,4 +74,18 @@ fn a_committee_run_trains_ahead_within_its_time_budget_on_one_state() {
             assert!(secs > 0.0 && secs < 3.0 * BUDGET_SECS, "{v}\n{}", p.tail());
         }
     }
+    let url = nodes[0].events_of("metrics").first().and_then(|v| v["url"].as_str().map(str::to_string));
+    let url = url.unwrap_or_else(|| panic!("node a printed no metrics address\n{}", nodes[0].tail()));
+    let (head, text) = fetch("GET", &url);
+    assert!(head.starts_with("HTTP/1.1 200 OK"), "{head}");
+    let at_least = |name: &str, floor: f64| {
+        let v = sample(&text, name);
+        assert!(v.is_some_and(|v| v >= floor), "{name} = {v:?}, want at least {floor}:\n{text}");
+    };
+    at_least("murmur_rounds_closed_total", ROUNDS as f64);
+    at_least("murmur_round", ROUNDS as f64);
+    at_least("murmur_round_duration_seconds_count", ROUNDS as f64);
+    at_least("murmur_tokens_trained_total", 1.0);
+    let ratio = sample(&text, "murmur_training_time_ratio").unwrap_or(-1.0);
+    assert!(ratio > 0.0 && ratio <= 1.0, "{text}");
 }

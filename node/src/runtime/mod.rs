@@ -243,6 +243,8 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
             out,
             started,
             own_ticket,
+            metrics,
+            eval_every: opts.eval_every,
         };
         return committee::run_committee_node(start, events, replay).await;
     }

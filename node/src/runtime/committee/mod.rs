@@ -39,6 +39,7 @@ use super::server::{ServedStatus, StoreServer};
 use super::trainer::ahead::{report_trained_ahead, AtOpen, Trained, TrainingAhead};
 use super::trainer::{self, Job, JobDone, TrainerHandle, TrainerSetup};
 use super::RuntimeError;
+use crate::metrics::NodeMetrics;
 use crate::net::offer::ShardOffer;
 use crate::net::{GossipMessage, NetEvent, NetHandle, TopicKind};
 use crate::store::{BlobKind, Store};
@@ -174,6 +175,10 @@ pub struct CommitteeStart {
     /// This node's ticket in a ticket run: gossiped on joining and every
     /// `TICKET_GOSSIP_EVERY`, so peers admit its gossip and requests.
     pub own_ticket: Option<murmur_protocol::Ticket>,
+    /// Prometheus metrics (switched off unless `--metrics` is given).
+    pub metrics: NodeMetrics,
+    /// Evaluate the state every this many rounds (0: never).
+    pub eval_every: u64,
 }
 
 /// Everything the loop owns.
@@ -197,6 +202,8 @@ struct CommitteeNode {
     first_train: Option<Instant>,
     last_train_loss: f32,
     last_val_loss: Option<f32>,
+    metrics: NodeMetrics,
+    eval_every: u64,
     machine: CommitteeMachine,
     state: HeldState,
     ledger: Ledger,
@@ -245,6 +252,8 @@ pub async fn run_committee_node(
         out,
         started,
         own_ticket,
+        metrics,
+        eval_every,
     } = start;
     check_spec(&spec).map_err(RuntimeError::Config)?;
     let (served, offers_rx) = CommitteeServed::new(spec.codec);
@@ -282,6 +291,8 @@ pub async fn run_committee_node(
         first_train: None,
         last_train_loss: f32::NAN,
         last_val_loss: None,
+        metrics,
+        eval_every,
         machine,
         state: HeldState::new(state),
         ledger,
@@ -525,6 +536,7 @@ impl CommitteeNode {
             } => {
                 self.train_tokens += tokens;
                 self.last_train_loss = train_loss;
+                self.metrics.trained(tokens, secs);
                 let trained = Trained { delta, tokens, train_loss };
                 if ahead {
                     report_trained_ahead(self.out, round, landed_after, secs, waited_secs, idle_before_secs);
@@ -742,7 +754,10 @@ impl CommitteeNode {
                 "round_secs": secs,
             }),
         );
-        if self.trainer_alive
+        self.metrics.round_closed(round);
+        if self.eval_every == 0 || !round.is_multiple_of(self.eval_every) {
+            self.report_round(round, None);
+        } else if self.trainer_alive
             && !self.trainer.submit(Job::Evaluate { round, state: self.state.state().clone() })
         {
             self.trainer_died("the trainer thread is gone".into());
@@ -825,7 +840,10 @@ impl CommitteeNode {
     fn act(&mut self, action: CommitteeAction) {
         let round = self.machine.round();
         match action {
-            CommitteeAction::Train { round, base, .. } => self.train(round, base),
+            CommitteeAction::Train { round, base, .. } => {
+                self.metrics.round_opened(round);
+                self.train(round, base)
+            }
             CommitteeAction::PublishManifest(m) => {
                 self.out.event("announced", json!({ "round": m.round, "shards": m.shards }));
                 self.publish(TopicKind::ShardedManifest, m.encode());
@@ -946,6 +964,7 @@ impl CommitteeNode {
             self.fatal = Some(e);
             return;
         }
+        self.metrics.trainer_restarted();
         let tx = self.tx.clone();
         trainer::respawn(self.trainer_setup.clone(), move |started| {
             let _ = tx.send(Internal::TrainerStarted(started));
