@@ -397,22 +397,9 @@ impl Node {
     }
 
     fn on_job(&mut self, done: JobDone) {
+        report_trained_ahead(self.out, &done);
         match done {
-            JobDone::Trained {
-                round,
-                base,
-                delta,
-                tokens,
-                train_loss,
-                secs,
-                ahead,
-                waited_secs,
-                idle_before_secs,
-                landed_after,
-            } => {
-                if ahead {
-                    report_trained_ahead(self.out, round, landed_after, secs, waited_secs, idle_before_secs);
-                }
+            JobDone::Trained { round, base, delta, tokens, train_loss, secs, ahead, .. } => {
                 self.train_secs += secs;
                 self.metrics.trained(tokens, secs);
                 self.train_tokens += tokens;

@@ -340,17 +340,17 @@ impl CommitteeNode {
         self.served.hold_state(self.state_id().0, (params.0, hash, bytes.len() as u64));
     }
 
-    /// Catch up when a strict majority of a round's committers (and more
-    /// than half the roster this node knows) signed a state this node is a
-    /// whole round short of, or a different state for a round it closed.
+    /// Catch up when a strict majority of the roster this node holds (its
+    /// excluded keys left out; with no roster, of a round's committers)
+    /// signed a state this node is a whole round short of, or a different
+    /// state for a round it closed (`sync`).
     fn consider_sync(&mut self) {
         if self.syncing.is_some() {
             return;
         }
-        let Some((round, target, backers)) = self.tally.decided() else { return };
-        if 2 * backers.len() <= self.ledger.roster.len() {
-            return;
-        }
+        let ledger = &self.ledger;
+        let electorate = ledger.roster.iter().filter(|k| !ledger.is_excluded(k)).copied().collect();
+        let Some((round, target, backers)) = self.tally.decided(&electorate) else { return };
         let mine = self.machine.round();
         let behind = mine < round
             || (mine == round + 1 && self.machine.base() != target)
@@ -521,25 +521,14 @@ impl CommitteeNode {
     }
 
     fn on_job(&mut self, done: JobDone) {
+        report_trained_ahead(self.out, &done);
         match done {
-            JobDone::Trained {
-                round,
-                delta,
-                tokens,
-                train_loss,
-                secs,
-                ahead,
-                waited_secs,
-                idle_before_secs,
-                landed_after,
-                ..
-            } => {
+            JobDone::Trained { round, delta, tokens, train_loss, secs, ahead, .. } => {
                 self.train_tokens += tokens;
                 self.last_train_loss = train_loss;
                 self.metrics.trained(tokens, secs);
                 let trained = Trained { delta, tokens, train_loss };
                 if ahead {
-                    report_trained_ahead(self.out, round, landed_after, secs, waited_secs, idle_before_secs);
                     if let Some(t) = self.ahead.finished(round, self.machine.round(), trained) {
                         self.cut(round, t);
                     }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use murmur_protocol::{StateId, TrainingState};
 use serde_json::json;
 
-use super::{Job, Landing};
+use super::{Job, JobDone, Landing};
 use crate::runtime::report::Reporter;
 
 /// A finished training job's pseudo-gradient and what it claims.
@@ -108,25 +108,23 @@ impl TrainingAhead {
     }
 }
 
-/// How much of an overlapped round trained before its state landed (the
-/// rest trained on it): the exchange's share; and how long the trainer
-/// stood between two rounds.
-pub fn report_trained_ahead(
-    out: Reporter,
-    round: u64,
-    steps_before_landing: Option<u32>,
-    secs: f64,
-    waited_secs: f64,
-    idle_before_secs: Option<f64>,
-) {
-    out.event(
-        "trained_ahead",
-        json!({
-            "round": round,
-            "steps_before_landing": steps_before_landing,
-            "secs": secs,
-            "waited_secs": waited_secs,
-            "idle_before_secs": idle_before_secs,
-        }),
-    );
+/// For a job that trained ahead: how much of its round trained before the
+/// round's state landed (the rest trained on it), the exchange's share; and
+/// how long the trainer stood between two rounds. Nothing for other jobs.
+pub fn report_trained_ahead(out: Reporter, done: &JobDone) {
+    if let JobDone::Trained {
+        round, secs, ahead: true, waited_secs, idle_before_secs, landed_after, ..
+    } = done
+    {
+        out.event(
+            "trained_ahead",
+            json!({
+                "round": round,
+                "steps_before_landing": landed_after,
+                "secs": secs,
+                "waited_secs": waited_secs,
+                "idle_before_secs": idle_before_secs,
+            }),
+        );
+    }
 }
