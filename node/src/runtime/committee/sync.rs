@@ -2,7 +2,8 @@
 //! round are tallied; a node that is a whole round behind (it joined late,
 //! restarted, or ended a round on a state the others did not) takes the
 //! state a strict majority of its electorate signed for the newest round
-//! such a majority agrees on, fetching its parts — the parameters (a State
+//! such a majority agrees on (of an even split between two states, the
+//! smaller StateId, so both halves end on one), fetching its parts — the parameters (a State
 //! blob) and the ledger (a Ledger blob) — from those committers and
 //! checking both against the v2 StateId.
 //!
@@ -59,8 +60,9 @@ impl CommitTally {
     }
 
     /// The newest round with a state backed by a strict majority of
-    /// `electorate` (when it is empty: of that round's committers), with
-    /// its backers.
+    /// `electorate` (when it is empty: of that round's committers), or
+    /// split evenly between two states (each backed by exactly half: the
+    /// smaller StateId, so both halves end on one state), with its backers.
     pub fn decided(&self, electorate: &BTreeSet<PublicKey>) -> Option<(u64, StateId, Vec<PublicKey>)> {
         let mut votes: BTreeMap<u64, BTreeMap<StateId, Vec<PublicKey>>> = BTreeMap::new();
         for (signer, rounds) in &self.by_signer {
@@ -74,9 +76,11 @@ impl CommitTally {
         votes.into_iter().rev().find_map(|(round, by_state)| {
             let voters =
                 if electorate.is_empty() { by_state.values().map(Vec::len).sum() } else { electorate.len() };
+            let halves = by_state.values().filter(|b| 2 * b.len() == voters).count();
             let (state, backers) =
                 by_state.into_iter().max_by_key(|(s, b)| (b.len(), std::cmp::Reverse(*s)))?;
-            (2 * backers.len() > voters).then_some((round, state, backers))
+            let even_split = halves == 2 && 2 * backers.len() == voters;
+            (2 * backers.len() > voters || even_split).then_some((round, state, backers))
         })
     }
 
@@ -180,9 +184,12 @@ mod tests {
         // A committer's second commit for a round does not count twice.
         t.note(&commit(3, 3, 7));
         assert_eq!(t.decided(&open).map(|d| d.2.len()), Some(2));
-        // A tie is no majority: round 3 still decides.
-        t.note(&commit(1, 4, 1));
-        t.note(&commit(2, 4, 2));
+        // An even split between two states goes to the smaller StateId.
+        t.note(&commit(1, 4, 2));
+        t.note(&commit(2, 4, 1));
+        assert_eq!(t.decided(&open).map(|d| (d.0, d.1)), Some((4, StateId([1; 32]))));
+        // A third committer on neither: one of three is no majority.
+        t.note(&commit(3, 4, 5));
         assert_eq!(t.decided(&open).map(|d| d.0), Some(3));
         for r in 5..12 {
             t.note(&commit(1, r, 1));
@@ -207,6 +214,18 @@ mod tests {
         }
         let (round, state, backers) = t.decided(&roster).expect("the roster's majority decides");
         assert_eq!((round, state, backers.len()), (6, StateId([7; 32]), 3));
+        // An even split of the roster goes to the smaller StateId; half of
+        // it alone on a round the other half has not signed decides nothing.
+        let four = keys(&[1, 2, 3, 4]);
+        let mut even = CommitTally::default();
+        for (signer, state) in [(1, 9), (2, 9), (3, 4), (4, 4)] {
+            even.note(&commit(signer, 6, state));
+        }
+        assert_eq!(even.decided(&four).map(|d| (d.1, d.2.len())), Some((StateId([4; 32]), 2)));
+        let mut half = CommitTally::default();
+        half.note(&commit(1, 9_000, 1));
+        half.note(&commit(2, 9_000, 1));
+        assert_eq!(half.decided(&four), None);
         // Two of five is no majority of the roster, however many others agree.
         let mut u = CommitTally::default();
         u.note(&commit(1, 6, 8));
