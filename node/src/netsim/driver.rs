@@ -13,7 +13,7 @@ use murmur_protocol::committee::messages::aggregate_hash;
 use murmur_protocol::committee::{
     aggregate_codec, aggregate_shard, shard_norm, CommitteeAction, CommitteeConfig, CommitteeEvent,
     CommitteeMachine, IncludedList, IncludedSigners, Ledger, SeenSignatures, ShardInput, ShardLeaf,
-    ShardRule, ShardedManifest,
+    ShardedManifest,
 };
 use murmur_protocol::hash::{payload_hash_of, RunId, StateId};
 use murmur_protocol::identity::{NodeKey, PublicKey};
@@ -170,7 +170,7 @@ impl Sim {
             codec: cfg.codec,
             element_count: cfg.params as u64,
             k: cfg.k,
-            rule: ShardRule::as_trained(cfg.robust),
+            rule: cfg.rule(),
             input_ms: cfg.input_ms,
             result_ms: cfg.result_ms,
             grace_ms: cfg.grace_ms,
@@ -473,12 +473,7 @@ impl Sim {
         }
         let shard_inputs: Vec<ShardInput<'_>> =
             inputs.iter().zip(leaves).zip(&decoded).map(|((m, l), v)| ShardInput::of(m, l, v)).collect();
-        let out = match aggregate_shard(
-            &shard_inputs,
-            n,
-            ShardRule::as_trained(self.cfg.robust),
-            aggregate_codec(self.cfg.codec),
-        ) {
+        let out = match aggregate_shard(&shard_inputs, n, self.cfg.rule(), aggregate_codec(self.cfg.codec)) {
             Ok(a) => {
                 self.values.insert(a.result_hash, Arc::new(a.values));
                 (a.included, a.total_tokens, a.result_hash)

@@ -13,6 +13,7 @@ mod driver;
 pub mod transport;
 pub mod workload;
 
+use murmur_protocol::committee::ShardRule;
 use murmur_protocol::{Codec, OuterOptimizer, RobustMode};
 use serde::Serialize;
 
@@ -70,6 +71,14 @@ pub struct NetsimConfig {
     /// Chance that an honest node sits out a round (offline), per round.
     pub churn: f64,
     pub seed: u64,
+}
+
+impl NetsimConfig {
+    /// How a shard's inputs combine: the robust mode, in fixed-H rounds
+    /// (netsim trains no time budget).
+    pub fn rule(&self) -> ShardRule {
+        ShardRule::as_trained(self.robust)
+    }
 }
 
 /// One node's figures for one round.

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use anyhow::Result;
 use murmur_protocol::codec::decode_delta;
-use murmur_protocol::committee::rule::{self, InputClaim, ListCheck, ShardRule};
+use murmur_protocol::committee::rule::{self, InputClaim, ListCheck};
 use murmur_protocol::committee::sketch::{self, SketchSigns, SketchTerm, PROJECTIONS};
 use murmur_protocol::committee::{
     aggregate_codec, CommitteeEvent, IncludedList, ShardResult, ShardedManifest,
@@ -85,7 +85,7 @@ impl Sim {
         seed: &[u8; 32],
     ) -> Option<bool> {
         let claims: Vec<InputClaim> = inputs.iter().map(InputClaim::of).collect();
-        let coefficients = match rule::check_list(&claims, ShardRule::as_trained(self.cfg.robust))? {
+        let coefficients = match rule::check_list(&claims, self.cfg.rule())? {
             ListCheck::Coefficients(c) => c,
             ListCheck::NotKeptWhole => return Some(false),
         };
