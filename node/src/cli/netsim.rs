@@ -56,7 +56,9 @@ pub struct NetsimArgs {
     /// recomputing them).
     #[arg(long, default_value_t = DEFAULT_AUDITS)]
     pub audits: u32,
-    #[arg(long, default_value_t = 6)]
+    /// Copies of each gossip message a node sends and receives (the
+    /// node's gossipsub mesh degree unless set).
+    #[arg(long, default_value_t = crate::net::behaviour::MESH_DEGREE as u32)]
     pub gossip_degree: u32,
     #[arg(long, default_value_t = 0)]
     pub poisoners: usize,

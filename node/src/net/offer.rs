@@ -1,8 +1,9 @@
 //! Protocol v2's frames on the transfer protocol (docs/protocol.md §10.7):
 //! a trainer *offers* one shard of its delta to a committee member (the
 //! shard's leaf and Merkle proof, with the signed manifest they prove
-//! against; the member then pulls the payload as a content-addressed Delta
-//! blob), and anyone may ask a node for the leaf it holds of a signer's
+//! against; a payload of at most `MAX_INLINE_PAYLOAD` bytes travels in the
+//! offer, a longer one the member pulls as a content-addressed Delta blob),
+//! and anyone may ask a node for the leaf it holds of a signer's
 //! shard (re-checks) or for the included list behind one of its shard
 //! results.
 
@@ -13,7 +14,9 @@ use std::io;
 
 /// One shard of `signer`'s delta for `round`: its leaf, its proof against
 /// the manifest's root (a tree of `shards` leaves), and that manifest as
-/// the signer signed it (checked by whoever uses the offer).
+/// the signer signed it (checked by whoever uses the offer), and the
+/// payload itself when it is short (`payload_len` bytes, at most
+/// `MAX_INLINE_PAYLOAD`; checked against `payload_hash` by the receiver).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ShardOffer {
     pub round: u64,
@@ -22,6 +25,7 @@ pub struct ShardOffer {
     pub leaf: ShardLeaf,
     pub proof: Vec<[u8; 32]>,
     pub manifest: Box<ShardedManifest>,
+    pub payload: Option<Vec<u8>>,
 }
 
 // Norms are finite (checked on decode), so equality is total.
@@ -30,9 +34,25 @@ impl Eq for ShardOffer {}
 /// Most bytes of the manifest an offer carries.
 pub const MAX_OFFER_MANIFEST_BYTES: usize = 512;
 
+/// Longest payload an offer carries itself: a shorter shard costs one
+/// request instead of an offer and a pull (at a million parameters and a
+/// thousand shards, a shard is about 1.1 kB in int8).
+pub const MAX_INLINE_PAYLOAD: usize = 4096;
+
 /// Most bytes a ShardOffer takes.
-pub const MAX_OFFER_BYTES: usize =
-    8 + 32 + 4 + 4 + 32 + 8 + 4 + 1 + MAX_PROOF_LEN * 32 + 2 + MAX_OFFER_MANIFEST_BYTES;
+pub const MAX_OFFER_BYTES: usize = 8
+    + 32
+    + 4
+    + 4
+    + 32
+    + 8
+    + 4
+    + 1
+    + MAX_PROOF_LEN * 32
+    + 2
+    + MAX_OFFER_MANIFEST_BYTES
+    + 2
+    + MAX_INLINE_PAYLOAD;
 
 fn bad(what: &'static str) -> io::Error {
     super::xfer::malformed(what)
@@ -54,6 +74,15 @@ impl ShardOffer {
         let m = self.manifest.encode();
         out.extend_from_slice(&(m.len() as u16).to_le_bytes());
         out.extend_from_slice(&m);
+        let payload = self.payload.as_deref().unwrap_or_default();
+        out.extend_from_slice(&(payload.len() as u16).to_le_bytes());
+        out.extend_from_slice(payload);
+    }
+
+    /// The same offer without its payload (what is held to serve leaves).
+    pub fn without_payload(mut self) -> Self {
+        self.payload = None;
+        self
     }
 
     /// Read an offer from the front of `b`, returning the rest.
@@ -97,8 +126,13 @@ impl ShardOffer {
         if manifest.signer != signer || manifest.round != round || manifest.shards != shards {
             return Err(bad("shard offer manifest is not the offer's signer, round and shard count"));
         }
+        let inline = usize::from(u16::from_le_bytes(take(2)?.try_into().unwrap_or([0; 2])));
+        if inline > MAX_INLINE_PAYLOAD || (inline != 0 && inline as u64 != payload_len) {
+            return Err(bad("shard offer payload longer than 4096 bytes or not payload_len"));
+        }
+        let payload = (inline != 0).then(|| take(inline).map(<[u8]>::to_vec)).transpose()?;
         let leaf = ShardLeaf { shard, payload_hash, payload_len, norm };
-        Ok((Self { round, signer, shards, leaf, proof, manifest: Box::new(manifest) }, c))
+        Ok((Self { round, signer, shards, leaf, proof, manifest: Box::new(manifest), payload }, c))
     }
 }
 
@@ -138,6 +172,7 @@ mod tests {
             leaf: ShardLeaf { shard: 2, payload_hash: PayloadHash([9; 32]), payload_len: 100, norm: 1.5 },
             proof: vec![[1; 32], [2; 32]],
             manifest: Box::new(test_manifest(&key, 7, 4)),
+            payload: Some(vec![7; 100]),
         };
         let mut b = Vec::new();
         o.write(&mut b);
@@ -158,6 +193,16 @@ mod tests {
         let mut b = Vec::new();
         nan.write(&mut b);
         assert!(ShardOffer::read(&b).is_err());
+        // An inline payload is exactly payload_len bytes.
+        let mut short = o.clone();
+        short.payload = Some(vec![7; 99]);
+        let mut b = Vec::new();
+        short.write(&mut b);
+        assert!(ShardOffer::read(&b).is_err(), "an inline payload of another length is refused");
+        let bare = o.clone().without_payload();
+        let mut b = Vec::new();
+        bare.write(&mut b);
+        assert_eq!(ShardOffer::read(&b).expect("decodes").0, bare);
         let mut someone_elses = o;
         *someone_elses.manifest = test_manifest(&NodeKey::from_seed([4; 32]), 7, 4);
         let mut b = Vec::new();

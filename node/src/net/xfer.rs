@@ -26,8 +26,10 @@ pub const XFER_PROTOCOL: StreamProtocol = StreamProtocol::new("/murmur/xfer/1.0.
 /// Wire version byte of every frame body.
 pub const XFER_VERSION: u8 = 1;
 /// Largest request frame body (a shard offer with its proof and manifest).
-pub const MAX_REQUEST_BYTES: usize = 2048;
+pub const MAX_REQUEST_BYTES: usize = 8192;
 const _: () = assert!(super::offer::MAX_OFFER_BYTES + 16 <= MAX_REQUEST_BYTES);
+/// Most (shard, seed) asks in one `Projections` request.
+pub const MAX_PROJECTION_ASKS: usize = 16;
 /// Largest included list served (entries of 64 bytes in one response frame).
 pub const MAX_SERVED_LIST_BYTES: usize = 1 << 20;
 /// Largest RunSpec carried in a status response.
@@ -79,8 +81,10 @@ pub enum XferRequest {
     /// ticket run that answered `NotAdmitted`.
     Present(Ticket),
     /// Protocol v2: the sketch projections (`committee::sketch`) of the
-    /// responder's own shard `shard` of `round` under an auditor's `seed`.
-    Projections { round: u64, shard: u32, seed: [u8; 32] },
+    /// responder's own shards of `round`, each (shard, seed) under the
+    /// auditor's seed for it (1 to `MAX_PROJECTION_ASKS`, one per audited
+    /// shard).
+    Projections { round: u64, asks: Vec<(u32, [u8; 32])> },
 }
 
 /// A signed commit a peer offers as backing for its state, with the
@@ -141,8 +145,9 @@ pub enum XferResponse {
     /// The requester is not admitted to this ticket run (and a presented
     /// ticket did not admit it): nothing is served to it.
     NotAdmitted,
-    /// The projections a `Projections` request asked for (finite).
-    Projections([f64; PROJECTIONS]),
+    /// The projections a `Projections` request asked for, one set per ask
+    /// in its order (finite).
+    Projections(Vec<[f64; PROJECTIONS]>),
 }
 
 /// Why a frame was refused (carried inside the `io::Error` the codec returns,
@@ -276,11 +281,14 @@ impl XferRequest {
                 out.extend_from_slice(&shard.to_le_bytes());
                 out.extend_from_slice(result_hash);
             }
-            XferRequest::Projections { round, shard, seed } => {
+            XferRequest::Projections { round, asks } => {
                 out.push(10);
                 out.extend_from_slice(&round.to_le_bytes());
-                out.extend_from_slice(&shard.to_le_bytes());
-                out.extend_from_slice(seed);
+                out.push(asks.len() as u8);
+                for (shard, seed) in asks {
+                    out.extend_from_slice(&shard.to_le_bytes());
+                    out.extend_from_slice(seed);
+                }
             }
         }
         out
@@ -304,7 +312,15 @@ impl XferRequest {
                 Ticket::decode(c.take(TICKET_BYTES)?).map_err(|_| bad("malformed ticket"))?,
             ),
             9 => XferRequest::Signers { round: c.u64()?, shard: c.u32()?, result_hash: c.id()? },
-            10 => XferRequest::Projections { round: c.u64()?, shard: c.u32()?, seed: c.id()? },
+            10 => {
+                let round = c.u64()?;
+                let n = usize::from(c.u8()?);
+                if n == 0 || n > MAX_PROJECTION_ASKS {
+                    return Err(bad("projection asks not in 1..=16"));
+                }
+                let asks = (0..n).map(|_| Ok((c.u32()?, c.id()?))).collect::<io::Result<Vec<_>>>()?;
+                XferRequest::Projections { round, asks }
+            }
             _ => return Err(bad("unknown request")),
         };
         c.finish()?;
@@ -369,9 +385,10 @@ impl XferResponse {
             }
             XferResponse::Admitted => out.push(10),
             XferResponse::NotAdmitted => out.push(11),
-            XferResponse::Projections(p) => {
+            XferResponse::Projections(sets) => {
                 out.push(12);
-                for v in p {
+                out.push(sets.len() as u8);
+                for v in sets.iter().flatten() {
                     out.extend_from_slice(&v.to_le_bytes());
                 }
             }
@@ -452,14 +469,18 @@ impl XferResponse {
             10 => XferResponse::Admitted,
             11 => XferResponse::NotAdmitted,
             12 => {
-                let mut p = [0f64; PROJECTIONS];
-                for v in &mut p {
+                let n = usize::from(c.u8()?);
+                if n == 0 || n > MAX_PROJECTION_ASKS {
+                    return Err(bad("projection sets not in 1..=16"));
+                }
+                let mut sets = vec![[0f64; PROJECTIONS]; n];
+                for v in sets.iter_mut().flatten() {
                     *v = f64::from_le_bytes(c.take(8)?.try_into().map_err(|_| bad("short projection"))?);
                     if !v.is_finite() {
                         return Err(bad("projection not finite"));
                     }
                 }
-                XferResponse::Projections(p)
+                XferResponse::Projections(sets)
             }
             _ => return Err(bad("unknown response")),
         };
@@ -616,6 +637,7 @@ mod tests {
             },
             proof: vec![[7; 32]; 16],
             manifest: Box::new(super::super::offer::test_manifest(&key, 4, 1 << 16)),
+            payload: Some(vec![3; 9]),
         }
     }
 
@@ -630,7 +652,7 @@ mod tests {
             XferRequest::Signers { round: 3, shard: 0, result_hash: [6; 32] },
             XferRequest::Leaf { round: 3, shard: 2, signer: PublicKey([8; 32]) },
             XferRequest::StateParts { state: [4; 32] },
-            XferRequest::Projections { round: 3, shard: 2, seed: [9; 32] },
+            XferRequest::Projections { round: 3, asks: vec![(2, [9; 32]), (5, [1; 32])] },
             XferRequest::Present(Ticket::issue(
                 &murmur_protocol::NodeKey::from_seed([1; 32]),
                 murmur_protocol::RunId([2; 32]),
@@ -666,7 +688,7 @@ mod tests {
             XferResponse::StateParts { params: [1; 32], ledger: [2; 32], ledger_len: 72 },
             XferResponse::Admitted,
             XferResponse::NotAdmitted,
-            XferResponse::Projections([1.5, -2.0, 0.0, 1e300, -1e-300, 3.0, 4.0, 5.0]),
+            XferResponse::Projections(vec![[1.5, -2.0, 0.0, 1e300, -1e-300, 3.0, 4.0, 5.0], [0.5; 8]]),
         ];
         for r in resps {
             assert_eq!(XferResponse::decode(&r.encode()).expect("decodes"), r);
@@ -690,11 +712,19 @@ mod tests {
         c.extend_from_slice(&((CHUNK_LEN as u32) + 1).to_le_bytes());
         assert!(XferResponse::decode(&c).is_err());
         // Projections that are not finite, or too few.
-        let mut p = XferResponse::Projections([1.0; PROJECTIONS]).encode();
-        p[2..10].copy_from_slice(&f64::NAN.to_le_bytes());
+        let mut p = XferResponse::Projections(vec![[1.0; PROJECTIONS]]).encode();
+        p[3..11].copy_from_slice(&f64::NAN.to_le_bytes());
         assert!(XferResponse::decode(&p).is_err());
-        let short = XferResponse::Projections([1.0; PROJECTIONS]).encode();
+        let short = XferResponse::Projections(vec![[1.0; PROJECTIONS]; 2]).encode();
         assert!(XferResponse::decode(&short[..short.len() - 1]).is_err());
+        // No asks, or more than 16; no sets, or more than 16.
+        for n in [0, MAX_PROJECTION_ASKS + 1] {
+            let req = XferRequest::Projections { round: 1, asks: vec![(0, [0; 32]); n] }.encode();
+            assert!(XferRequest::decode(&req).is_err(), "{n} asks");
+            let mut resp = vec![1, 12, n as u8];
+            resp.extend(std::iter::repeat_n(0u8, 8 * PROJECTIONS * n));
+            assert!(XferResponse::decode(&resp).is_err(), "{n} sets");
+        }
         // A status whose ticket, backing count or commit length is past its cap.
         let status = |ticket: u16, n: u16, len: u32| {
             let mut b = XferResponse::Status(PeerStatus::default()).encode();
@@ -750,7 +780,7 @@ mod tests {
             XferResponse::StateParts { params: [1; 32], ledger: [2; 32], ledger_len: 72 },
             XferResponse::Admitted,
             XferResponse::NotAdmitted,
-            XferResponse::Projections([1.5, -2.0, 0.0, 1e300, -1e-300, 3.0, 4.0, 5.0]),
+            XferResponse::Projections(vec![[1.5, -2.0, 0.0, 1e300, -1e-300, 3.0, 4.0, 5.0], [0.5; 8]]),
         ];
         for r in resps {
             let mut wire = futures::io::Cursor::new(Vec::new());

@@ -24,8 +24,10 @@ use rand::{Rng, SeedableRng};
 mod audits;
 
 use super::transport::{Kind, Link, Network};
+use super::wire;
 use super::workload::{drawn_delta, LinearTask};
 use super::{v1_bytes, NetsimConfig, NetsimReport, NodeRound, Offender, RoundReport, Workload};
+use crate::net::offer::ShardOffer;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Role {
@@ -301,9 +303,18 @@ impl Sim {
                     Role::Equivocator if shard % 2 == 1 => self.second_manifest(i, round, &manifest),
                     _ => *manifest,
                 };
-                let bytes =
-                    70 + 32 * proof.len() as u64 + payload.len() as u64 + manifest.encode().len() as u64;
                 let signer = self.keys[i].public();
+                let offer = ShardOffer {
+                    round,
+                    signer,
+                    shards,
+                    leaf,
+                    proof: proof.clone(),
+                    manifest: Box::new(manifest.clone()),
+                    payload: None,
+                };
+                debug_assert_eq!(offer.leaf.payload_len, payload.len() as u64);
+                let bytes = wire::offer(&offer);
                 let m = CommitteeEvent::ManifestReceived(manifest);
                 let e = CommitteeEvent::ShardReceived { signer, shards, leaf, proof };
                 self.net.send(now, round, Kind::Shards, i, j, bytes, Msg::Events(vec![m, e]));
@@ -337,9 +348,7 @@ impl Sim {
                 self.fetch_aggregate(i, now, round, shard, result_hash, from)
             }
             CommitteeAction::RequestIncluded { result } => self.request_included(i, now, round, result),
-            CommitteeAction::Sketch { result, included, inputs, seed, holders } => {
-                self.sketch(i, now, round, result, included, inputs, seed, &holders)?
-            }
+            CommitteeAction::Sketch(audits) => self.sketch(i, now, round, audits)?,
             CommitteeAction::Recheck { result, included, holders } => {
                 self.recheck(i, now, round, result, included, &holders)?
             }
@@ -383,7 +392,7 @@ impl Sim {
         if !self.gossiped.insert(*blake3::hash(encoded).as_bytes()) {
             return;
         }
-        let bytes = encoded.len() as u64;
+        let bytes = wire::gossip(encoded.len());
         let online = self.online();
         let at = self.net.gossip_cost(now, round, &online, bytes);
         for j in online {
@@ -506,7 +515,8 @@ impl Sim {
             Some(j) if self.serves(j) => {
                 let n = self.values.get(&hash).map_or(0, |v| v.len()) as u64;
                 let payload = aggregate_codec(self.cfg.codec).payload_len(n).unwrap_or(4 * n);
-                let bytes = payload + list.map_or(0, |l| l.encode().len() as u64) + 40;
+                let signers = list.map_or(0, |l| wire::included(l.encode().len()));
+                let bytes = wire::blob(payload) + signers;
                 self.net.send(now, round, Kind::Aggregates, j, i, bytes, Msg::Event(Box::new(e)));
             }
             // Nobody answers: the request times out.
@@ -582,7 +592,8 @@ impl Sim {
         for j in 0..self.keys.len() {
             if self.offline[j] && self.machines[j].round() == round {
                 self.offline[j] = false;
-                let at = self.net.send(now, round, Kind::States, i, j, state_bytes, Msg::Bytes);
+                let bytes = wire::state(ledger.encode().len() as u64, state_bytes);
+                let at = self.net.send(now, round, Kind::States, i, j, bytes, Msg::Bytes);
                 if let Some(p) = self.progress[j].get_mut(&round) {
                     p.1 = Some(at);
                     p.2 = Some(new_state);

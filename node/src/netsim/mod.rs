@@ -11,6 +11,7 @@
 
 mod driver;
 pub mod transport;
+pub mod wire;
 pub mod workload;
 
 use murmur_protocol::committee::ShardRule;
@@ -136,13 +137,14 @@ pub struct NetsimReport {
 }
 
 /// Version 1's bytes per node per round: every node fetches the N − 1 other
-/// deltas and serves, on average, as many; plus its gossip, D copies of a
-/// manifest (239 bytes) and a commit (206 + 32·N bytes: it lists every
-/// included delta) from each node.
+/// deltas (as blobs, `wire::blob`) and serves, on average, as many; plus
+/// its gossip, D copies of a manifest (239 bytes) and a commit (206 + 32·N
+/// bytes: it lists every included delta) from each node.
 pub fn v1_bytes(n: usize, delta_bytes: u64, gossip_degree: u32) -> u64 {
     let (n64, d) = (n as u64, u64::from(gossip_degree));
     let others = n64.saturating_sub(1);
-    2 * others * delta_bytes + 2 * d * n64 * (239 + 206 + 32 * n64)
+    let gossip = wire::gossip(239) + wire::gossip(206 + 32 * n);
+    2 * others * wire::blob(delta_bytes) + 2 * d * n64 * gossip
 }
 
 #[cfg(test)]

@@ -111,10 +111,10 @@ impl ContentServer for StoreServer {
                     Err(_) => XferResponse::NotFound,
                 }
             }
-            XferRequest::Projections { round, shard, ref seed } => self
+            XferRequest::Projections { round, ref asks } => self
                 .committee
                 .get()
-                .and_then(|c| c.projections(from, (round, shard, seed), blobs))
+                .and_then(|c| c.projections(from, round, asks, blobs))
                 .map_or(XferResponse::NotFound, XferResponse::Projections),
             XferRequest::Offer(_)
             | XferRequest::Included { .. }

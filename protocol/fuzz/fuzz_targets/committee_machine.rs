@@ -18,6 +18,7 @@ use murmur_protocol::committee::merkle::MAX_PROOF_LEN;
 use murmur_protocol::committee::{
     merkle_root, CommitteeAction, CommitteeConfig, CommitteeEvent, CommitteeMachine, FraudProof,
     IncludedList, IncludedSigners, Ledger, MerkleTree, ShardDelta, ShardLeaf, ShardResult, ShardRule, ShardedManifest,
+    SketchAudit,
 };
 use murmur_protocol::hash::{PayloadHash, RunId, StateId};
 use murmur_protocol::identity::{NodeKey, PublicKey, Signature};
@@ -342,13 +343,16 @@ fn check_action(m: &CommitteeMachine, d: &mut Driver, action: CommitteeAction) {
             push(&mut d.fetches, (shard, result_hash));
         }
         CommitteeAction::RequestIncluded { result } => push(&mut d.requests, result),
-        CommitteeAction::Sketch { result, included, inputs, .. } => {
-            assert_eq!(included.root(), result.included_root, "a sketch's list is the result's");
-            assert_eq!(inputs.len(), included.len(), "one manifest per included entry");
-            for (m, (signer, root)) in inputs.iter().zip(&included.entries) {
-                assert_eq!((m.signer, m.root), (*signer, *root), "the manifests are the entries'");
+        CommitteeAction::Sketch(audits) => {
+            assert!(!audits.is_empty(), "a sketch action carries an audit");
+            for SketchAudit { result, included, inputs, .. } in audits {
+                assert_eq!(included.root(), result.included_root, "a sketch's list is the result's");
+                assert_eq!(inputs.len(), included.len(), "one manifest per included entry");
+                for (m, (signer, root)) in inputs.iter().zip(&included.entries) {
+                    assert_eq!((m.signer, m.root), (*signer, *root), "the manifests are the entries'");
+                }
+                push(&mut d.sketches, (result, included));
             }
-            push(&mut d.sketches, (result, included));
         }
         CommitteeAction::Recheck { result, included, .. } => {
             assert_eq!(included.root(), result.included_root, "a re-check's list is the result's");

@@ -179,18 +179,10 @@ pub enum CommitteeAction {
     FetchAggregate { shard: u32, result_hash: [u8; 32], from: PublicKey },
     /// Ask `result.signer` for the included list of `result`.
     RequestIncluded { result: ShardResult },
-    /// Audit `result` by a sketch: ask each trainer in `included` for the
-    /// projections of its shard under `seed`, check them with
-    /// `sketch::verdict` against the aggregate (`inputs`: the manifests of
-    /// `included`, in its order) and report `Sketched`. A trainer that
-    /// does not answer is replaced by its input, fetched from `holders`.
-    Sketch {
-        result: ShardResult,
-        included: IncludedList,
-        inputs: Vec<ShardedManifest>,
-        seed: [u8; 32],
-        holders: Vec<PublicKey>,
-    },
+    /// Audit these results by sketches, asking each trainer once for the
+    /// projections of all its shards they name (`SketchAudit`), and report
+    /// one `Sketched` per audit.
+    Sketch(Vec<SketchAudit>),
     /// Recompute `result`'s shard from the deltas in `included` (fetching
     /// the shards not held from `holders`) and report `Rechecked`.
     Recheck { result: ShardResult, included: IncludedList, holders: Vec<PublicKey> },
@@ -199,6 +191,20 @@ pub enum CommitteeAction {
     /// Apply the round: for each shard the chosen aggregate (None: zero),
     /// then the outer step; the new state carries `ledger`.
     Apply { round: u64, base: StateId, shards: Vec<Option<[u8; 32]>>, ledger: Ledger },
+}
+
+/// One sketch audit of `result`: ask each trainer in `included` for the
+/// projections of its shard under `seed`, check them with `sketch::verdict`
+/// against the aggregate (`inputs`: the manifests of `included`, in its
+/// order). A trainer that does not answer is replaced by its input,
+/// fetched from `holders`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SketchAudit {
+    pub result: ShardResult,
+    pub included: IncludedList,
+    pub inputs: Vec<ShardedManifest>,
+    pub seed: [u8; 32],
+    pub holders: Vec<PublicKey>,
 }
 
 /// This node's delta of the round: its leaves and their tree (each shard
@@ -300,6 +306,12 @@ pub struct CommitteeMachine {
     counted_roster: usize,
     /// The shards this node audits this round.
     audits: BTreeSet<u32>,
+    /// Drawn shards whose audit started (a sketch waiting or sent, or a
+    /// re-check).
+    audits_started: BTreeSet<u32>,
+    /// Sketches waiting to go out together (until every drawn shard's audit
+    /// started, or the result deadline).
+    sketches: Vec<SketchAudit>,
     /// This round's draw signature (the audits' seeds come from it).
     draw: Option<Signature>,
     seen: Option<SeenSignatures>,
@@ -402,6 +414,8 @@ impl CommitteeMachine {
             deadlines_passed: 0,
             counted_roster: 0,
             audits: BTreeSet::new(),
+            audits_started: BTreeSet::new(),
+            sketches: Vec::new(),
             draw: None,
             seen: None,
             actions: VecDeque::new(),
@@ -531,6 +545,8 @@ impl CommitteeMachine {
         self.retries.clear();
         self.settled = 0;
         self.deadlines_passed = 0;
+        self.audits_started.clear();
+        self.sketches.clear();
         let ledger = &self.ledger;
         self.counted_roster = ledger.roster.iter().filter(|k| !ledger.is_excluded(k)).count();
         // Only a node with a seat audits: one off the roster holds none of
@@ -879,12 +895,27 @@ impl CommitteeMachine {
         if result.round != self.round || included.root() != result.included_root {
             return;
         }
+        if self.drawn(result.shard) {
+            self.audits_started.insert(result.shard);
+        }
         if let Some(sketch) = self.sketch_of(&result, &included) {
-            self.actions.push_back(sketch);
+            self.sketches.push(sketch);
+            self.send_sketches();
             return;
         }
         let holders = self.holders_of(result.shard);
         self.actions.push_back(CommitteeAction::Recheck { result, included, holders });
+    }
+
+    /// Send the waiting sketches as one audit once every drawn shard's
+    /// audit started (each trainer is then asked once for all of them), or
+    /// once the result deadline passed or the round was applied.
+    fn send_sketches(&mut self) {
+        let all_started = self.audits.iter().all(|s| self.audits_started.contains(s));
+        let late = self.applied || self.now >= self.result_deadline();
+        if !self.sketches.is_empty() && (all_started || late) {
+            self.actions.push_back(CommitteeAction::Sketch(std::mem::take(&mut self.sketches)));
+        }
     }
 
     /// A sketch audit of `result`, when it is one of our drawn audits (not
@@ -892,7 +923,7 @@ impl CommitteeMachine {
     /// hold the manifest each included entry names (an entry whose root we
     /// do not know is re-checked from its inputs, which bring the manifest:
     /// a second manifest of one key is a proof).
-    fn sketch_of(&self, result: &ShardResult, included: &IncludedList) -> Option<CommitteeAction> {
+    fn sketch_of(&self, result: &ShardResult, included: &IncludedList) -> Option<SketchAudit> {
         let sig = self.draw.as_ref()?;
         let ours = self.shards.get(result.shard as usize)?.results.get(&self.me);
         if !self.drawn(result.shard) || ours.is_some() || !self.cfg.rule.is_linear() {
@@ -903,7 +934,7 @@ impl CommitteeMachine {
             .iter()
             .map(|(signer, root)| self.manifests.get(signer).filter(|m| m.root == *root).cloned())
             .collect::<Option<Vec<ShardedManifest>>>()?;
-        Some(CommitteeAction::Sketch {
+        Some(SketchAudit {
             result: result.clone(),
             included: included.clone(),
             inputs,
@@ -1064,6 +1095,7 @@ impl CommitteeMachine {
     }
 
     fn advance(&mut self) {
+        self.send_sketches();
         if self.applied {
             return;
         }
@@ -1132,6 +1164,7 @@ impl CommitteeMachine {
                 shards,
                 ledger,
             });
+            self.send_sketches();
         }
     }
 

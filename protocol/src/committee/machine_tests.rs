@@ -10,7 +10,7 @@ use crate::codec::{decode_delta, encode_delta, Codec};
 use crate::hash::{payload_hash_of, RunId, StateId};
 use crate::identity::{NodeKey, PublicKey, Signature};
 use crate::spec::RobustMode;
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 const P: u64 = 3 * 1024;
 
@@ -45,6 +45,8 @@ struct Net {
     silent: BTreeSet<usize>,
     /// Sketch audits: (auditor, owner audited, verdict).
     sketches: Vec<(usize, usize, Option<bool>)>,
+    /// Sketch actions: (time, auditor, audits in it).
+    sketch_sends: Vec<(u64, usize, usize)>,
     /// Aggregate fetches asked: (time, asker, holder).
     asks: Vec<(u64, usize, usize)>,
     /// Per node, per round.
@@ -78,6 +80,7 @@ impl Net {
             silent: BTreeSet::new(),
             asks: Vec::new(),
             sketches: Vec::new(),
+            sketch_sends: Vec::new(),
             applied: vec![Vec::new(); n as usize],
             inbox: VecDeque::new(),
         }
@@ -182,26 +185,30 @@ impl Net {
                     self.inbox.push_back((i, CommitteeEvent::IncludedReceived { result, included }));
                 }
             }
-            CommitteeAction::Sketch { result, included, inputs, seed, .. } => {
-                // Every trainer answers honestly; the verdict is the real one.
-                let n = self.machines[i].plan().layout().len(result.shard);
-                let signs = sketch::SketchSigns::new(&seed, n);
-                let projections: Vec<[f64; sketch::PROJECTIONS]> = included
-                    .entries
-                    .iter()
-                    .map(|(signer, _)| {
-                        let j = self.index(signer);
-                        let x = decode_delta(&self.payloads[&(j, result.shard)].0, cfg(1).codec, n).unwrap();
-                        sketch::project(&x, &signs).unwrap()
-                    })
-                    .collect();
-                let claims: Vec<rule::InputClaim> = inputs.iter().map(rule::InputClaim::of).collect();
-                let matches = self.values.get(&result.result_hash).and_then(|a| {
-                    let codec = aggregate_codec(cfg(1).codec);
-                    sketch::verdict(a, codec, cfg(1).rule, &seed, &claims, &projections)
-                });
-                self.sketches.push((i, self.index(&result.signer), matches));
-                self.inbox.push_back((i, CommitteeEvent::Sketched { result, included, matches }));
+            CommitteeAction::Sketch(audits) => {
+                self.sketch_sends.push((self.now, i, audits.len()));
+                for SketchAudit { result, included, inputs, seed, .. } in audits {
+                    // Every trainer answers honestly; the verdict is the real one.
+                    let n = self.machines[i].plan().layout().len(result.shard);
+                    let signs = sketch::SketchSigns::new(&seed, n);
+                    let projections: Vec<[f64; sketch::PROJECTIONS]> = included
+                        .entries
+                        .iter()
+                        .map(|(signer, _)| {
+                            let j = self.index(signer);
+                            let x =
+                                decode_delta(&self.payloads[&(j, result.shard)].0, cfg(1).codec, n).unwrap();
+                            sketch::project(&x, &signs).unwrap()
+                        })
+                        .collect();
+                    let claims: Vec<rule::InputClaim> = inputs.iter().map(rule::InputClaim::of).collect();
+                    let matches = self.values.get(&result.result_hash).and_then(|a| {
+                        let codec = aggregate_codec(cfg(1).codec);
+                        sketch::verdict(a, codec, cfg(1).rule, &seed, &claims, &projections)
+                    });
+                    self.sketches.push((i, self.index(&result.signer), matches));
+                    self.inbox.push_back((i, CommitteeEvent::Sketched { result, included, matches }));
+                }
             }
             CommitteeAction::Recheck { result, included, .. } => {
                 // The honest recomputation is the harness's honest result
@@ -682,4 +689,52 @@ fn sketch_audits_pass_honest_owners_and_send_a_lying_owner_to_a_recheck() {
             assert_eq!(m.proven().get(&liar_key), Some(&0), "node {i} holds the proof");
         }
     }
+}
+
+#[test]
+fn a_rounds_sketches_go_out_together_and_wait_for_a_withheld_shard_only_until_the_result_deadline() {
+    // Every owner answers: each auditor sends its sketches as one action
+    // holding every shard it drew.
+    let mut net = Net::new(12, 1);
+    net.run_to(1, 10_000);
+    let mut auditors = BTreeSet::new();
+    for &(_, i, n) in &net.sketch_sends {
+        assert!(
+            auditors.insert(i),
+            "node {i} sent its sketches in more than one action: {:?}",
+            net.sketch_sends
+        );
+        let drawn = net.sketches.iter().filter(|s| s.0 == i).count();
+        assert_eq!(n, drawn, "node {i}'s one action holds all its audits");
+    }
+    assert!(auditors.len() >= 10, "most nodes audit: {:?}", net.sketch_sends);
+    assert!(net.sketch_sends.iter().any(|s| s.2 >= 2), "audits share an action: {:?}", net.sketch_sends);
+    // A withheld shard gets no result until a backup takes it over:
+    // whoever drew it sends its other sketches at the result deadline, the
+    // rest before it.
+    let mut net = Net::new(12, 1);
+    let withheld = 1;
+    let owners: Vec<usize> =
+        net.machines[0].plan().committee(withheld).iter().map(|k| net.index(k)).collect();
+    net.withholders.extend(owners.iter().copied());
+    let shards = net.machines[0].plan().shards();
+    net.run_to(1, 20_000);
+    let result_deadline = cfg(1).input_ms + cfg(1).result_ms;
+    let mut first: BTreeMap<usize, u64> = BTreeMap::new();
+    for &(at, i, _) in &net.sketch_sends {
+        first.entry(i).or_insert(at);
+    }
+    for (i, at) in first {
+        let drawn = audit_draw(&net.keys[i], cfg(1).run, 0, StateId([1; 32]), shards, cfg(1).audits);
+        if drawn.contains(&withheld) && !owners.contains(&i) {
+            assert!(at >= result_deadline, "node {i} drew the withheld shard and sent at {at}");
+        } else {
+            assert!(at < result_deadline, "node {i} did not draw it and sent at {at}");
+        }
+    }
+    assert!(
+        net.sketch_sends.iter().any(|s| s.0 >= result_deadline),
+        "someone drew the withheld shard: {:?}",
+        net.sketch_sends
+    );
 }

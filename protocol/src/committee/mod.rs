@@ -16,7 +16,9 @@ pub mod sketch;
 
 pub use aggregate::{aggregate_codec, aggregate_shard, shard_norm, ShardAggregate, ShardInput};
 pub use ledger::Ledger;
-pub use machine::{CommitteeAction, CommitteeConfig, CommitteeEvent, CommitteeMachine, SeenSignatures};
+pub use machine::{
+    CommitteeAction, CommitteeConfig, CommitteeEvent, CommitteeMachine, SeenSignatures, SketchAudit,
+};
 pub use merkle::{merkle_root, verify_proof, MerkleTree, ShardLeaf};
 pub use messages::{
     FraudProof, IncludedList, IncludedSigners, ProofRefused, ShardDelta, ShardResult, ShardedManifest,

@@ -6,72 +6,71 @@
 //! their inputs, so the simulation sums them as one projection of Σ cᵢ·xᵢ,
 //! computed once per result and kept for every auditor of it.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use anyhow::Result;
 use murmur_protocol::codec::decode_delta;
 use murmur_protocol::committee::rule::{self, InputClaim, ListCheck};
-use murmur_protocol::committee::sketch::{self, SketchSigns, SketchTerm, PROJECTIONS};
+use murmur_protocol::committee::sketch::{self, SketchSigns, SketchTerm};
 use murmur_protocol::committee::{
-    aggregate_codec, CommitteeEvent, IncludedList, ShardResult, ShardedManifest,
+    aggregate_codec, CommitteeEvent, IncludedList, ShardResult, ShardedManifest, SketchAudit,
 };
 use murmur_protocol::identity::PublicKey;
 
 use super::{Msg, Sim};
 use crate::netsim::transport::Kind;
-
-/// Bytes of a projection request: round, shard, seed, the entry asked
-/// for, framing.
-const REQUEST_BYTES: u64 = 8 + 4 + 32 + 64 + 40;
-/// Bytes of a signed answer: the projections, signer, signature, framing.
-const ANSWER_BYTES: u64 = 8 * PROJECTIONS as u64 + 32 + 64 + 40;
+use crate::netsim::wire;
 
 impl Sim {
-    /// Node `i` audits `result` by a sketch.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn sketch(
-        &mut self,
-        i: usize,
-        now: u64,
-        round: u64,
-        result: ShardResult,
-        included: IncludedList,
-        inputs: Vec<ShardedManifest>,
-        seed: [u8; 32],
-        holders: &[PublicKey],
-    ) -> Result<()> {
-        let holders: Vec<usize> = holders
-            .iter()
-            .filter_map(|h| self.index.get(h).copied())
-            .filter(|&j| self.serves(j) && j != i)
-            .collect();
+    /// Node `i` audits results by sketches: each trainer is asked once for
+    /// all the shards the audits name of it.
+    pub(super) fn sketch(&mut self, i: usize, now: u64, round: u64, audits: Vec<SketchAudit>) -> Result<()> {
+        let mut asked: BTreeMap<usize, usize> = BTreeMap::new();
         let mut done = now + 1;
-        let mut answered = true;
-        for (n, (signer, _)) in included.entries.iter().enumerate() {
-            let Some(&j) = self.index.get(signer) else {
-                answered = false;
-                continue;
-            };
-            if j == i {
-                continue;
-            }
-            if self.serves(j) {
-                self.net.send(now, round, Kind::Checks, i, j, REQUEST_BYTES, Msg::Bytes);
-                done = done.max(self.net.send(now, round, Kind::Checks, j, i, ANSWER_BYTES, Msg::Bytes));
-            } else if !holders.is_empty() {
-                // The input itself, from a holder of the shard.
-                let from = holders[n % holders.len()];
-                let len = self.payloads.get(&(round, j, result.shard)).map_or(0, |p| p.0.len() as u64);
-                self.net.send(now, round, Kind::Checks, i, from, REQUEST_BYTES, Msg::Bytes);
-                done = done.max(self.net.send(now, round, Kind::Checks, from, i, len + 100, Msg::Bytes));
-            } else {
-                answered = false;
+        let mut answered = vec![true; audits.len()];
+        for (k, a) in audits.iter().enumerate() {
+            let holders: Vec<usize> = a
+                .holders
+                .iter()
+                .filter_map(|h| self.index.get(h).copied())
+                .filter(|&j| self.serves(j) && j != i)
+                .collect();
+            for (n, (signer, _)) in a.included.entries.iter().enumerate() {
+                let Some(&j) = self.index.get(signer) else {
+                    answered[k] = false;
+                    continue;
+                };
+                if j == i {
+                    continue;
+                }
+                if self.serves(j) {
+                    *asked.entry(j).or_default() += 1;
+                } else if let (false, Some((_, leaf)), Some(m)) =
+                    (holders.is_empty(), self.payloads.get(&(round, j, a.result.shard)), a.inputs.get(n))
+                {
+                    // The input itself, from a holder of the shard.
+                    let from = holders[n % holders.len()];
+                    let bytes = wire::input(*leaf, self.machines[i].plan().shards(), m);
+                    done = done.max(self.net.send(now, round, Kind::Checks, from, i, bytes, Msg::Bytes));
+                } else {
+                    answered[k] = false;
+                }
             }
         }
-        let matches =
-            if answered { self.sketch_verdict(round, &result, &included, &inputs, &seed) } else { None };
-        let e = CommitteeEvent::Sketched { result, included, matches };
-        self.net.at(done + 1, i, Msg::Event(Box::new(e)));
+        for (j, n) in asked {
+            let bytes = wire::projections(n);
+            done = done.max(self.net.send(now, round, Kind::Checks, j, i, bytes, Msg::Bytes));
+        }
+        for (a, answered) in audits.into_iter().zip(answered) {
+            let matches = if answered {
+                self.sketch_verdict(round, &a.result, &a.included, &a.inputs, &a.seed)
+            } else {
+                None
+            };
+            let e = CommitteeEvent::Sketched { result: a.result, included: a.included, matches };
+            self.net.at(done + 1, i, Msg::Event(Box::new(e)));
+        }
         Ok(())
     }
 
@@ -125,7 +124,7 @@ impl Sim {
             return;
         }
         let Some(list) = self.machines[j].our_list(result.shard).cloned() else { return };
-        let bytes = list.encode().len() as u64 + 40;
+        let bytes = wire::included(list.encode().len());
         self.net.send(
             now,
             round,
@@ -160,7 +159,7 @@ impl Sim {
             // verdict, as the node's does: a recomputation over fewer
             // inputs would accuse an honest owner.
             let Some(&j) = self.index.get(signer) else { return Ok(()) };
-            let Some((payload, leaf)) = self.payloads.get(&(round, j, result.shard)).cloned() else {
+            let Some(leaf) = self.payloads.get(&(round, j, result.shard)).map(|p| p.1) else {
                 return Ok(());
             };
             // The manifest the shard's owner holds (what a holder serves
@@ -188,7 +187,7 @@ impl Sim {
                     Kind::Checks,
                     from,
                     i,
-                    payload.len() as u64 + 100 + m.encode().len() as u64,
+                    wire::input(leaf, self.machines[i].plan().shards(), &m),
                     Msg::Bytes,
                 ));
             }

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use libp2p::PeerId;
 use murmur_protocol::committee::{
     aggregate_codec, CommitteeAction, CommitteeConfig, CommitteeEvent, CommitteeMachine, IncludedList,
-    IncludedSigners, Ledger, ShardLeaf, ShardResult, ShardRule, ShardedManifest,
+    IncludedSigners, Ledger, ShardLeaf, ShardResult, ShardRule, ShardedManifest, SketchAudit,
 };
 use murmur_protocol::hash::hex;
 use murmur_protocol::{ErrorFeedback, PublicKey, RoundCommit, RunSpec, Signature, StateId, TrainingState};
@@ -513,6 +513,13 @@ impl CommitteeNode {
             return;
         }
         let (net, store, tx) = (self.net.clone(), self.store.clone(), self.tx.clone());
+        if offer.payload.is_some() {
+            tokio::task::spawn_blocking(move || {
+                let ok = transfer::store_inline(&store, &offer);
+                let _ = tx.send(Internal::Pulled { offer, ok });
+            });
+            return;
+        }
         let cap = offer.leaf.payload_len;
         tokio::spawn(async move {
             let ok = transfer::pull_payload(&net, &store, &offer, cap, &[]).await.is_ok();
@@ -608,6 +615,7 @@ impl CommitteeNode {
                             leaf: *leaf,
                             proof: tree.proof(s),
                             manifest: Box::new(manifest.clone()),
+                            payload: None,
                         });
                     }
                 }
@@ -620,7 +628,7 @@ impl CommitteeNode {
                     let ShardOffer { signer, shards, leaf, ref proof, .. } = offer;
                     let proof = proof.clone();
                     self.keep(offer.round, BlobKind::Delta, leaf.payload_hash.0);
-                    self.served.hold_leaf(offer);
+                    self.served.hold_leaf(offer.without_payload());
                     self.feed(CommitteeEvent::ShardReceived { signer, shards, leaf, proof });
                 }
             }
@@ -840,10 +848,11 @@ impl CommitteeNode {
             CommitteeAction::SendShard { to, shard, shards, proof, manifest } => {
                 let Some((r, leaves)) = &self.own else { return };
                 let Some(leaf) = leaves.get(shard as usize).copied() else { return };
-                let offer = ShardOffer { round: *r, signer: self.me, shards, leaf, proof, manifest };
-                let (net, tx) = (self.net.clone(), self.tx.clone());
+                let offer =
+                    ShardOffer { round: *r, signer: self.me, shards, leaf, proof, manifest, payload: None };
+                let (net, store, tx) = (self.net.clone(), self.store.clone(), self.tx.clone());
                 tokio::spawn(async move {
-                    if !transfer::send_offer(net, to, offer).await {
+                    if !transfer::send_offer(net, &store, to, offer).await {
                         let _ = tx.send(Internal::Undelivered { round, to, shard });
                     }
                 });
@@ -886,9 +895,7 @@ impl CommitteeNode {
                     }
                 });
             }
-            CommitteeAction::Sketch { result, included, inputs, seed, holders } => {
-                self.sketch(result, included, inputs, seed, holders)
-            }
+            CommitteeAction::Sketch(audits) => self.sketch(audits),
             CommitteeAction::Recheck { result, included, holders } => self.recheck(result, included, holders),
             CommitteeAction::PublishProof(p) => {
                 self.out.event(
@@ -994,38 +1001,23 @@ impl CommitteeNode {
         super::telemetry::publish(self.net.clone(), self.key.clone(), t);
     }
 
-    /// Audit `result` by a sketch and report the verdict.
-    fn sketch(
-        &mut self,
-        result: ShardResult,
-        included: IncludedList,
-        inputs: Vec<ShardedManifest>,
-        seed: [u8; 32],
-        holders: Vec<PublicKey>,
-    ) {
+    /// Audit results by sketches and report each verdict.
+    fn sketch(&mut self, audits: Vec<SketchAudit>) {
         let round = self.machine.round();
-        let layout = self.machine.plan().layout();
-        let elements = layout.len(result.shard);
-        let Some(cap) = self.spec.codec.payload_len(elements as u64) else { return };
-        let a = audit::SketchAudit {
+        let reading = audit::ShardReading {
             run: self.spec.run_id(),
-            shards: layout.shards(),
-            result,
-            included,
-            inputs,
-            seed,
-            holders,
-            elements,
+            round,
+            layout: self.machine.plan().layout(),
             codec: self.spec.codec,
             rule: ShardRule::of(&self.spec),
-            cap,
         };
         let (net, store, served, tx) =
             (self.net.clone(), self.store.clone(), self.served.clone(), self.tx.clone());
         tokio::spawn(async move {
-            let (result, included) = (a.result.clone(), a.included.clone());
-            let matches = audit::sketch(net, store, served, a).await;
-            let _ = tx.send(Internal::Sketched { round, result, included, matches });
+            for (a, matches) in audit::sketch(net, store, served, reading, audits).await {
+                let (result, included) = (a.result, a.included);
+                let _ = tx.send(Internal::Sketched { round, result, included, matches });
+            }
         });
     }
 

@@ -24,8 +24,8 @@ pub const OFFER_QUEUE: usize = 4096;
 pub const MAX_HELD_LEAVES: usize = 1 << 17;
 /// Most included lists held.
 const MAX_HELD_LISTS: usize = 4096;
-/// Most projection requests one peer has answered per round: an auditor
-/// asks each trainer once per shard it audits.
+/// Most projections (shards) one peer has had answered per round: an
+/// auditor asks each trainer for each shard it audits.
 pub const MAX_PROJECTIONS_PER_PEER: u32 = 64;
 /// Most peers whose projection requests are counted per round.
 const MAX_COUNTED_PEERS: usize = 1 << 16;
@@ -84,32 +84,40 @@ impl CommitteeServed {
         self.held().own.insert((round, shard), (payload_hash, elements));
     }
 
-    /// The projections of our own shard `shard` of `round` under `seed`
-    /// (its payload read from `blobs`), charged to `from`: None
-    /// once it asked `MAX_PROJECTIONS_PER_PEER` times this round, or when
-    /// we hold no such shard.
+    /// The projections of our own shards of `round`, each (shard, seed) of
+    /// `asks` (payloads read from `blobs`), charged to `from` a shard each:
+    /// None when we hold any of them not, or once `from` had
+    /// `MAX_PROJECTIONS_PER_PEER` this round.
     pub fn projections(
         &self,
         from: PeerId,
-        (round, shard, seed): (u64, u32, &[u8; 32]),
+        round: u64,
+        asks: &[(u32, [u8; 32])],
         blobs: &BlobStore,
-    ) -> Option<[f64; PROJECTIONS]> {
-        let (hash, elements) = {
+    ) -> Option<Vec<[f64; PROJECTIONS]>> {
+        let own: Vec<([u8; 32], usize)> = {
             let mut h = self.held();
-            let own = *h.own.get(&(round, shard))?;
+            let own =
+                asks.iter().map(|(shard, _)| h.own.get(&(round, *shard)).copied()).collect::<Option<_>>()?;
             if h.projected.len() >= MAX_COUNTED_PEERS && !h.projected.contains_key(&(round, from)) {
                 return None;
             }
             let asked = h.projected.entry((round, from)).or_insert(0);
-            if *asked >= MAX_PROJECTIONS_PER_PEER {
+            let n = asks.len() as u32;
+            if *asked + n > MAX_PROJECTIONS_PER_PEER {
                 return None;
             }
-            *asked += 1;
+            *asked += n;
             own
         };
-        let payload = blobs.get(BlobKind::Delta, &hash).ok()?;
-        let values = decode_delta(&payload, self.codec, elements).ok()?;
-        sketch::project(&values, &SketchSigns::new(seed, elements))
+        own.iter()
+            .zip(asks)
+            .map(|((hash, elements), (_, seed))| {
+                let payload = blobs.get(BlobKind::Delta, hash).ok()?;
+                let values = decode_delta(&payload, self.codec, *elements).ok()?;
+                sketch::project(&values, &SketchSigns::new(seed, *elements))
+            })
+            .collect()
     }
 
     /// Serve the parts of v2 state `state` (its blobs are in the store);
@@ -201,6 +209,7 @@ mod tests {
             leaf: ShardLeaf { shard: 1, payload_hash: PayloadHash([1; 32]), payload_len: 10, norm: 1.0 },
             proof: vec![[2; 32]],
             manifest: Box::new(crate::net::offer::test_manifest(&key(signer), round, 2)),
+            payload: None,
         }
     }
 

@@ -12,8 +12,9 @@ use libp2p::PeerId;
 use murmur_protocol::committee::{verify_proof, IncludedList, IncludedSigners, ShardResult};
 use murmur_protocol::{decode_delta, Codec, PublicKey, RunId};
 
-use crate::net::offer::ShardOffer;
+use crate::net::offer::{ShardOffer, MAX_INLINE_PAYLOAD};
 use crate::net::{fetch_blob, peer_id_of, NetHandle, XferRequest, XferResponse};
+use crate::store::tree::CHUNK_LEN;
 use crate::store::{BlobKind, Store};
 
 /// How long one request may take.
@@ -23,11 +24,28 @@ pub(super) async fn ask(net: &NetHandle, peer: PeerId, req: XferRequest) -> Opti
     tokio::time::timeout(ASK_TIMEOUT, net.request(peer, req)).await.ok()?.ok()
 }
 
-/// Offer `offer` to `to` (one attempt: whether it was taken; the machine
-/// decides whether and when to offer it again).
-pub async fn send_offer(net: NetHandle, to: PublicKey, offer: ShardOffer) -> bool {
+/// Offer `offer` to `to`, with its payload (read from the store) when it
+/// is short enough to travel inline (one attempt: whether it was taken;
+/// the machine decides whether and when to offer it again).
+pub async fn send_offer(net: NetHandle, store: &Store, to: PublicKey, mut offer: ShardOffer) -> bool {
     let Some(peer) = peer_id_of(&to) else { return false };
+    if offer.leaf.payload_len <= MAX_INLINE_PAYLOAD as u64 {
+        match store.blobs.get(BlobKind::Delta, &offer.leaf.payload_hash.0) {
+            Ok(bytes) => offer.payload = Some(bytes),
+            Err(_) => return false,
+        }
+    }
     matches!(ask(&net, peer, XferRequest::Offer(offer)).await, Some(XferResponse::Accepted))
+}
+
+/// Store an offer's inline payload when it is the leaf's: its length and
+/// its hash (a payload this short is one chunk, whose hash is its id).
+pub fn store_inline(store: &Store, offer: &ShardOffer) -> bool {
+    let Some(payload) = offer.payload.as_deref() else { return false };
+    payload.len() as u64 == offer.leaf.payload_len
+        && payload.len() as u64 <= CHUNK_LEN
+        && BlobKind::Delta.hash(payload) == offer.leaf.payload_hash.0
+        && store.blobs.put(BlobKind::Delta, payload).is_ok()
 }
 
 /// Pull the payload an offer names (from its signer, then `more`) and
@@ -171,4 +189,40 @@ pub async fn gather_inputs(net: &NetHandle, store: &Store, want: &RecheckInputs)
         out.push(offer);
     }
     Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::offer::test_manifest;
+    use murmur_protocol::committee::ShardLeaf;
+    use murmur_protocol::{NodeKey, PayloadHash};
+
+    fn offer(payload: Vec<u8>, payload_hash: [u8; 32], payload_len: u64) -> ShardOffer {
+        let key = NodeKey::from_seed([6; 32]);
+        ShardOffer {
+            round: 2,
+            signer: key.public(),
+            shards: 4,
+            leaf: ShardLeaf { shard: 1, payload_hash: PayloadHash(payload_hash), payload_len, norm: 1.0 },
+            proof: vec![[1; 32]; 2],
+            manifest: Box::new(test_manifest(&key, 2, 4)),
+            payload: Some(payload),
+        }
+    }
+
+    #[test]
+    fn an_inline_payload_is_stored_only_when_it_is_the_leafs() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("store");
+        let payload = vec![5u8; 1100];
+        let hash = BlobKind::Delta.hash(&payload);
+        // Another payload under this leaf's hash, or a leaf of another
+        // length, stores nothing.
+        assert!(!store_inline(&store, &offer(vec![6u8; 1100], hash, 1100)));
+        assert!(!store_inline(&store, &offer(payload.clone(), hash, 1101)));
+        assert_eq!(store.blobs.len_of(BlobKind::Delta, &hash), None);
+        assert!(store_inline(&store, &offer(payload.clone(), hash, 1100)));
+        assert_eq!(store.blobs.get(BlobKind::Delta, &hash).expect("stored"), payload);
+    }
 }
