@@ -712,3 +712,21 @@ fn included_signers_are_a_bit_a_member_and_must_fit_their_roster() {
     w.u32(MAX_INCLUDED as u32 / 8 + 1);
     assert!(matches!(IncludedSigners::decode(&w.finish()), Err(WireError::TooLong { .. })));
 }
+
+#[test]
+fn included_signers_rebuild_the_list_from_the_roots_a_node_holds() {
+    let k = |i: u8| PublicKey([i; 32]);
+    let list = IncludedList::new(vec![(k(1), [11; 32]), (k(4), [44; 32]), (k(9), [99; 32])]);
+    let roster = [k(1), k(2), k(4)];
+    let signers = IncludedSigners::of(&list, &roster);
+    let roots = |key: &PublicKey| Some([key.0[0] * 11; 32]);
+    assert_eq!(signers.list(&roster, roots), Some(list.clone()), "every root held: the list itself");
+    // A root the node holds differs from the listed one (the signer sent
+    // another manifest elsewhere), or it holds none: ask for the list.
+    let other = |key: &PublicKey| Some(if key.0[0] == 4 { [45; 32] } else { [key.0[0] * 11; 32] });
+    assert_eq!(signers.list(&roster, other), None);
+    let missing = |key: &PublicKey| (key.0[0] != 9).then(|| [key.0[0] * 11; 32]);
+    assert_eq!(signers.list(&roster, missing), None);
+    // Bits read against another roster do not rebuild it.
+    assert_eq!(signers.list(&[k(1), k(2)], roots), None);
+}

@@ -466,6 +466,10 @@ impl CommitteeMachine {
         let chosen = view.chosen?;
         view.results.values().find(|r| r.result_hash == chosen).map(|r| r.total_tokens)
     }
+    /// The root of every manifest this node holds this round, by signer.
+    pub fn manifest_roots(&self) -> BTreeMap<PublicKey, [u8; 32]> {
+        self.manifests.iter().map(|(k, m)| (*k, m.root)).collect()
+    }
     /// The manifest `signer` signed this round, as this node holds it.
     pub fn manifest_of(&self, signer: &PublicKey) -> Option<&ShardedManifest> {
         self.manifests.get(signer)

@@ -402,6 +402,20 @@ impl IncludedSigners {
         let root = included_root(&signers_hash(&signers), &self.roots_hash);
         Ok((signers, root))
     }
+    /// The IncludedList itself, given the roster and the manifest root each
+    /// signer signed as the caller holds it: None when a signer's root is
+    /// unknown or the roots are not the list's (the caller then asks for
+    /// the list).
+    pub fn list(
+        &self,
+        roster: &[PublicKey],
+        root_of: impl Fn(&PublicKey) -> Option<[u8; 32]>,
+    ) -> Option<IncludedList> {
+        let signers = self.signers(roster).ok()?;
+        let entries = signers.iter().map(|k| Some((*k, root_of(k)?))).collect::<Option<Vec<_>>>()?;
+        let list = IncludedList::new(entries);
+        (list.roots_hash() == self.roots_hash).then_some(list)
+    }
     /// The `included_root` these signers and roots hash to, given the roster.
     pub fn root(&self, roster: &[PublicKey]) -> Result<[u8; 32], WireError> {
         self.signers_and_root(roster).map(|(_, root)| root)

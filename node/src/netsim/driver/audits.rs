@@ -14,7 +14,7 @@ use murmur_protocol::codec::decode_delta;
 use murmur_protocol::committee::rule::{self, InputClaim, ListCheck};
 use murmur_protocol::committee::sketch::{self, SketchSigns, SketchTerm};
 use murmur_protocol::committee::{
-    aggregate_codec, CommitteeEvent, IncludedList, ShardResult, ShardedManifest, SketchAudit,
+    aggregate_codec, CommitteeEvent, IncludedList, IncludedSigners, ShardResult, ShardedManifest, SketchAudit,
 };
 use murmur_protocol::identity::PublicKey;
 
@@ -124,7 +124,16 @@ impl Sim {
             return;
         }
         let Some(list) = self.machines[j].our_list(result.shard).cloned() else { return };
-        let bytes = wire::included(list.encode().len());
+        // As the node asks: the included signers, rebuilt with the roots
+        // node i holds, else the list itself as well.
+        let signers = IncludedSigners::of(&list, &self.machines[j].ledger().roster);
+        let rebuilt = signers
+            .list(&self.machines[i].ledger().roster, |k| self.machines[i].manifest_of(k).map(|m| m.root))
+            .filter(|l| l.root() == result.included_root);
+        let mut bytes = wire::included(signers.encode().len());
+        if rebuilt.is_none() {
+            bytes += wire::included(list.encode().len());
+        }
         self.net.send(
             now,
             round,

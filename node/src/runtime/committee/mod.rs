@@ -889,8 +889,10 @@ impl CommitteeNode {
             }
             CommitteeAction::RequestIncluded { result } => {
                 let (net, tx) = (self.net.clone(), self.tx.clone());
+                let roster = self.machine.ledger().roster.clone();
+                let roots = self.machine.manifest_roots();
                 tokio::spawn(async move {
-                    if let Some(list) = transfer::request_included(net, &result).await {
+                    if let Some(list) = transfer::request_included(net, &result, &roster, &roots).await {
                         let _ = tx.send(Internal::Included { round, result, list });
                     }
                 });

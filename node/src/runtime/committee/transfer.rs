@@ -6,6 +6,7 @@
 //! caller already trusts (a leaf under a signed root, a signed result)
 //! before it is stored or used; nothing here decides anything.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use libp2p::PeerId;
@@ -124,10 +125,27 @@ async fn included(
     }
 }
 
-/// Ask `result`'s signer for the included list behind it.
-pub async fn request_included(net: NetHandle, result: &ShardResult) -> Option<IncludedList> {
+/// Ask `result`'s signer for the included list behind it: its included
+/// signers first (a bit per `roster` member), rebuilt with the manifest
+/// `roots` this node holds, else the whole list.
+pub async fn request_included(
+    net: NetHandle,
+    result: &ShardResult,
+    roster: &[PublicKey],
+    roots: &BTreeMap<PublicKey, [u8; 32]>,
+) -> Option<IncludedList> {
     let peer = peer_id_of(&result.signer)?;
-    included(&net, peer, result.round, result.shard, result.result_hash).await
+    let (round, shard, hash) = (result.round, result.shard, result.result_hash);
+    if let Some(XferResponse::Included(b)) =
+        ask(&net, peer, XferRequest::Signers { round, shard, result_hash: hash }).await
+    {
+        let rebuilt =
+            IncludedSigners::decode(&b).ok().and_then(|s| s.list(roster, |k| roots.get(k).copied()));
+        if let Some(list) = rebuilt.filter(|l| l.root() == result.included_root) {
+            return Some(list);
+        }
+    }
+    included(&net, peer, round, shard, hash).await
 }
 
 /// What a re-check needs gathered: the included inputs (signer and
