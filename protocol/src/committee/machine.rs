@@ -238,6 +238,10 @@ struct ShardView {
     retry_at: Option<u64>,
 }
 
+/// Longest a ready sketch waits for the other drawn shards' included lists
+/// before the ready ones go out together.
+pub const SKETCH_WAIT_MS: u64 = 1_000;
+
 /// Manifests taken per round from keys not on the roster.
 pub const MAX_NEWCOMERS: usize = 1024;
 
@@ -310,8 +314,10 @@ pub struct CommitteeMachine {
     /// re-check).
     audits_started: BTreeSet<u32>,
     /// Sketches waiting to go out together (until every drawn shard's audit
-    /// started, or the result deadline).
+    /// started, `SKETCH_WAIT_MS` after the first was ready, the result
+    /// deadline, or the round's apply), and when they go at the latest.
     sketches: Vec<SketchAudit>,
+    sketches_due: Option<u64>,
     /// This round's draw signature (the audits' seeds come from it).
     draw: Option<Signature>,
     seen: Option<SeenSignatures>,
@@ -416,6 +422,7 @@ impl CommitteeMachine {
             audits: BTreeSet::new(),
             audits_started: BTreeSet::new(),
             sketches: Vec::new(),
+            sketches_due: None,
             draw: None,
             seen: None,
             actions: VecDeque::new(),
@@ -522,7 +529,7 @@ impl CommitteeMachine {
         let deadline = self.deadlines().find(|t| *t > self.now);
         let retry = self.retries.first().map(|(t, _)| *t);
         let resend = self.resend.values().filter_map(|(_, at)| *at).min();
-        [deadline, retry, resend].into_iter().flatten().min()
+        [deadline, retry, resend, self.sketches_due].into_iter().flatten().min()
     }
 
     fn open(&mut self, round: u64, base: StateId, ledger: Ledger) {
@@ -551,6 +558,7 @@ impl CommitteeMachine {
         self.deadlines_passed = 0;
         self.audits_started.clear();
         self.sketches.clear();
+        self.sketches_due = None;
         let ledger = &self.ledger;
         self.counted_roster = ledger.roster.iter().filter(|k| !ledger.is_excluded(k)).count();
         // Only a node with a seat audits: one off the roster holds none of
@@ -904,6 +912,7 @@ impl CommitteeMachine {
         }
         if let Some(sketch) = self.sketch_of(&result, &included) {
             self.sketches.push(sketch);
+            self.sketches_due.get_or_insert(self.now + SKETCH_WAIT_MS);
             self.send_sketches();
             return;
         }
@@ -913,11 +922,15 @@ impl CommitteeMachine {
 
     /// Send the waiting sketches as one audit once every drawn shard's
     /// audit started (each trainer is then asked once for all of them), or
-    /// once the result deadline passed or the round was applied.
+    /// `SKETCH_WAIT_MS` after the first was ready (a signer that never
+    /// serves its list holds back no other audit for long), or once the
+    /// result deadline passed or the round was applied.
     fn send_sketches(&mut self) {
         let all_started = self.audits.iter().all(|s| self.audits_started.contains(s));
-        let late = self.applied || self.now >= self.result_deadline();
+        let waited = self.sketches_due.is_some_and(|t| self.now >= t);
+        let late = self.applied || waited || self.now >= self.result_deadline();
         if !self.sketches.is_empty() && (all_started || late) {
+            self.sketches_due = None;
             self.actions.push_back(CommitteeAction::Sketch(std::mem::take(&mut self.sketches)));
         }
     }

@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 
 use libp2p::PeerId;
 use murmur_protocol::committee::{
-    aggregate_codec, CommitteeAction, CommitteeConfig, CommitteeEvent, CommitteeMachine, IncludedList,
-    IncludedSigners, Ledger, ShardLeaf, ShardResult, ShardRule, ShardedManifest, SketchAudit,
+    aggregate_codec, verify_proof, CommitteeAction, CommitteeConfig, CommitteeEvent, CommitteeMachine,
+    IncludedList, IncludedSigners, Ledger, ShardLeaf, ShardResult, ShardRule, ShardedManifest, SketchAudit,
 };
 use murmur_protocol::hash::hex;
 use murmur_protocol::{ErrorFeedback, PublicKey, RoundCommit, RunSpec, Signature, StateId, TrainingState};
@@ -504,7 +504,14 @@ impl CommitteeNode {
         let plan = self.machine.plan();
         let layout = plan.layout();
         let expected = self.spec.codec.payload_len(layout.len(offer.leaf.shard) as u64);
+        // Only a leaf under the manifest the machine took from its signer
+        // costs a pull or a store: an offer forged in another's name takes
+        // no place another offer of that shard needs.
+        let proven = self.machine.manifest_of(&offer.signer).is_some_and(|m| {
+            *m == *offer.manifest && verify_proof(&m.root, offer.shards, &offer.leaf, &offer.proof)
+        });
         if offer.round != self.machine.round()
+            || !proven
             || offer.shards != plan.shards()
             || expected != Some(offer.leaf.payload_len)
             || self.pulling.len() >= MAX_PULLING
