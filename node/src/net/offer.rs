@@ -79,6 +79,11 @@ impl ShardOffer {
         out.extend_from_slice(payload);
     }
 
+    /// Whether the payload travels inside the offer (else it is pulled).
+    pub fn travels_inline(&self) -> bool {
+        self.leaf.payload_len <= MAX_INLINE_PAYLOAD as u64
+    }
+
     /// The same offer without its payload (what is held to serve leaves).
     pub fn without_payload(mut self) -> Self {
         self.payload = None;

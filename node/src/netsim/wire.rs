@@ -9,7 +9,7 @@ use murmur_protocol::committee::{ShardLeaf, ShardedManifest};
 
 use murmur_protocol::committee::sketch::PROJECTIONS;
 
-use crate::net::offer::{ShardOffer, MAX_INLINE_PAYLOAD};
+use crate::net::offer::ShardOffer;
 use crate::net::xfer::MAX_PROJECTION_ASKS;
 use crate::net::{XferRequest, XferResponse};
 use crate::store::tree::{chunk_count, CHUNK_LEN};
@@ -60,12 +60,10 @@ pub fn blob(len: u64) -> u64 {
 /// Sending a shard: the offer and its `Accepted`, then the pull of the
 /// payload unless it travelled inline.
 pub fn offer(offer: &ShardOffer) -> u64 {
-    let inline = offer.leaf.payload_len <= MAX_INLINE_PAYLOAD as u64;
-    let offered =
-        ShardOffer { payload: inline.then(|| vec![0; offer.leaf.payload_len as usize]), ..offer.clone() };
-    let sent = exchange(&XferRequest::Offer(offered), &XferResponse::Accepted);
-    if inline {
-        sent
+    let bare = ShardOffer { payload: None, ..offer.clone() };
+    let sent = exchange(&XferRequest::Offer(bare), &XferResponse::Accepted);
+    if offer.travels_inline() {
+        sent + offer.leaf.payload_len
     } else {
         sent + blob(offer.leaf.payload_len)
     }

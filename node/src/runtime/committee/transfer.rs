@@ -13,7 +13,7 @@ use libp2p::PeerId;
 use murmur_protocol::committee::{verify_proof, IncludedList, IncludedSigners, ShardResult};
 use murmur_protocol::{decode_delta, Codec, PublicKey, RunId};
 
-use crate::net::offer::{ShardOffer, MAX_INLINE_PAYLOAD};
+use crate::net::offer::ShardOffer;
 use crate::net::{fetch_blob, peer_id_of, NetHandle, XferRequest, XferResponse};
 use crate::store::tree::CHUNK_LEN;
 use crate::store::{BlobKind, Store};
@@ -30,7 +30,7 @@ pub(super) async fn ask(net: &NetHandle, peer: PeerId, req: XferRequest) -> Opti
 /// the machine decides whether and when to offer it again).
 pub async fn send_offer(net: NetHandle, store: &Store, to: PublicKey, mut offer: ShardOffer) -> bool {
     let Some(peer) = peer_id_of(&to) else { return false };
-    if offer.leaf.payload_len <= MAX_INLINE_PAYLOAD as u64 {
+    if offer.travels_inline() {
         match store.blobs.get(BlobKind::Delta, &offer.leaf.payload_hash.0) {
             Ok(bytes) => offer.payload = Some(bytes),
             Err(_) => return false,
