@@ -142,11 +142,13 @@ pub fn print_table(r: &NetsimReport) {
         r.params,
         mb(r.delta_bytes as f64)
     );
-    println!("round  max MB/node  mean MB/node  v1 MB/node  round s  states  applied  excluded  val loss");
+    println!(
+        "round  max MB/node  mean MB/node  v1 MB/node  round s  states  applied  caught up  excluded  val loss"
+    );
     let mut kinds = [0f64; 5];
     for x in &r.rounds {
         println!(
-            "{:>5}  {:>11.2}  {:>12.2}  {:>10.2}  {:>7.1}  {:>6}  {:>7}  {:>8}  {}",
+            "{:>5}  {:>11.2}  {:>12.2}  {:>10.2}  {:>7.1}  {:>6}  {:>7}  {:>9}  {:>8}  {}",
             x.round,
             mb(x.max_bytes as f64),
             mb(x.mean_bytes),
@@ -154,6 +156,7 @@ pub fn print_table(r: &NetsimReport) {
             x.max_round_ms as f64 / 1000.0,
             x.honest_states,
             x.honest_applied,
+            x.honest_caught_up,
             x.excluded,
             x.val_loss.map_or("-".into(), |v| format!("{v:.5}"))
         );

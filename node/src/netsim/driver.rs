@@ -4,7 +4,7 @@
 //! outer step) is computed once per distinct input and shared, as honest
 //! nodes holding the same inputs would compute the same bits.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use anyhow::{bail, Result};
@@ -94,6 +94,8 @@ struct Sim {
     applied: HashMap<[u8; 32], StateId>,
     /// Node → (round opened at, applied at, state).
     progress: Vec<BTreeMap<u64, Progress>>,
+    /// (round, node): the node ended the round on a state it caught up with.
+    caught_up: BTreeSet<(u64, usize)>,
     offline: Vec<bool>,
     timers: Vec<Option<u64>>,
     first_offence: Vec<Option<u64>>,
@@ -209,6 +211,7 @@ impl Sim {
             gossiped: Default::default(),
             applied: HashMap::new(),
             progress: vec![BTreeMap::new(); n],
+            caught_up: BTreeSet::new(),
             offline: vec![false; n],
             timers: vec![None; n],
             first_offence: vec![None; n],
@@ -358,8 +361,42 @@ impl Sim {
             CommitteeAction::Apply { round, base, shards, ledger } => {
                 self.apply(i, now, round, base, &shards, ledger)?
             }
+            CommitteeAction::PublishCommit(c) => {
+                self.gossip(i, now, round, &c.encode(), CommitteeEvent::CommitReceived(c))
+            }
+            CommitteeAction::FetchState { round: decided, state, holders } => {
+                self.fetch_state(i, now, round, decided, state, &holders)
+            }
         }
         Ok(())
+    }
+
+    /// Node `i` (in `round`) catches up with `state`, what a majority ended
+    /// round `decided` on: its parameters and ledger come from the first
+    /// holder, and the node ends `decided` on it.
+    fn fetch_state(
+        &mut self,
+        i: usize,
+        now: u64,
+        round: u64,
+        decided: u64,
+        state: StateId,
+        holders: &[PublicKey],
+    ) {
+        let from = holders.iter().find_map(|k| self.index.get(k).copied());
+        let (Some(from), Some((s, ledger))) = (from, self.states.get(&state).cloned()) else {
+            self.net.at(now + 1, i, Msg::Event(Box::new(CommitteeEvent::CatchUpFailed)));
+            return;
+        };
+        let state_bytes = 4 * self.cfg.params as u64 * if self.cfg.outer.has_momentum() { 2 } else { 1 };
+        let bytes = wire::state(ledger.encode().len() as u64, state_bytes);
+        let e = CommitteeEvent::CaughtUp { round: s.round, state, ledger };
+        let at = self.net.send(now, round, Kind::States, from, i, bytes, Msg::Event(Box::new(e)));
+        self.progress[i].retain(|r, _| *r <= decided);
+        let started = self.progress[i].get(&decided).map_or(now, |p| p.0);
+        self.progress[i].insert(decided, (started, Some(at), Some(state)));
+        self.progress[i].insert(decided + 1, (at, None, None));
+        self.caught_up.insert((decided, i));
     }
 
     /// Keep `m` among the manifests node `i` signed for `round`.
@@ -661,6 +698,7 @@ impl Sim {
                 max_round_ms: honest.iter().filter_map(|&i| nodes[i].round_ms).max().unwrap_or(0),
                 honest_states: states.len(),
                 honest_applied: states.values().sum(),
+                honest_caught_up: honest.iter().filter(|&&i| self.caught_up.contains(&(r, i))).count(),
                 excluded,
                 val_loss,
                 nodes,

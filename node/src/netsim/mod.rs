@@ -106,9 +106,13 @@ pub struct RoundReport {
     pub v1_bytes: u64,
     /// Longest virtual round time of an honest node.
     pub max_round_ms: u64,
-    /// Distinct StateIds among the honest nodes that applied the round.
+    /// Distinct StateIds the honest nodes ended the round on (after any
+    /// catch-up), and how many of them ended it.
     pub honest_states: usize,
     pub honest_applied: usize,
+    /// Honest nodes that ended the round on a state they caught up with
+    /// (a majority of commits named it, and they fetched it whole).
+    pub honest_caught_up: usize,
     /// Keys excluded by the ledger of the most common honest state.
     pub excluded: usize,
     pub val_loss: Option<f64>,

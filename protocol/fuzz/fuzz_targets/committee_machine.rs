@@ -4,7 +4,8 @@
 //! IncludedList, FraudProof), validly signed messages built from the fuzz
 //! bytes (so the machine gets past its signature checks), the driver's
 //! replies to the actions it asked for (aggregated, fetched, re-checked,
-//! applied), re-syncs, and timers with an increasing `now`.
+//! applied, fetched states), commits signed by the cast or decoded from the
+//! bytes, and timers with an increasing `now`.
 //!
 //! Checks: no panic; at most `action_bound` actions per event; the round
 //! never goes backwards; everything the machine publishes is canonical, and
@@ -23,6 +24,7 @@ use murmur_protocol::committee::{
 use murmur_protocol::hash::{PayloadHash, RunId, StateId};
 use murmur_protocol::identity::{NodeKey, PublicKey, Signature};
 use murmur_protocol::spec::RobustMode;
+use murmur_protocol::RoundCommit;
 use std::sync::OnceLock;
 
 const CAST: usize = 6;
@@ -135,6 +137,8 @@ struct Driver {
     rechecks: Vec<(ShardResult, IncludedList)>,
     sketches: Vec<(ShardResult, IncludedList)>,
     applies: Vec<u64>,
+    /// States a FetchState asked for: (the round they ended, the state).
+    states: Vec<(u64, StateId)>,
 }
 
 impl Driver {
@@ -168,7 +172,7 @@ fn event(
     let shards = if c & 0x40 == 0 { s_now } else { u32::from(c % 5) + 1 };
     let v = b >> 6;
     *now = now.saturating_add(u64::from(a & 15));
-    Some(match kind % 18 {
+    Some(match kind % 21 {
         0 => CommitteeEvent::ManifestReceived(ShardedManifest::decode(inp.bytes()).ok()?),
         1 => {
             let mut x = manifest(i, v, round, base, shards);
@@ -301,17 +305,35 @@ fn event(
             new_state: StateId([c % 8; 32]),
         },
         16 => CommitteeEvent::ShardUndelivered { to: keys()[i].public(), shard: u32::from(c) % (s_now + 1) },
-        _ => {
-            // A re-sync to a fetched state with its ledger.
+        17 => {
+            // A fetched state with its ledger: one a FetchState asked for,
+            // or any.
             let roster: Vec<PublicKey> =
                 (0..CAST).filter(|j| c & (1 << j) != 0).map(|j| keys()[j].public()).collect();
             let mut ledger = Ledger::genesis(roster);
             if b & 0x80 != 0 {
                 ledger.excluded.insert(keys()[i].public(), round.saturating_sub(1));
             }
-            m.jump(*now, round, StateId([c % 8; 32]), ledger);
-            return None;
+            let (round, state) = match pick(&d.states, c) {
+                Some((r, s)) if a & 0x80 == 0 => (r + 1, s),
+                _ => (round, StateId([c % 8; 32])),
+            };
+            CommitteeEvent::CaughtUp { round, state, ledger }
         }
+        18 => CommitteeEvent::CommitReceived(
+            RoundCommit {
+                run: if b & 0x20 == 0 { RUN } else { RunId([1; 32]) },
+                round,
+                base,
+                included: Vec::new(),
+                new_state: StateId([c % 8; 32]),
+                signer: PublicKey::default(),
+                signature: Signature::default(),
+            }
+            .sign(&keys()[i]),
+        ),
+        19 => CommitteeEvent::CommitReceived(RoundCommit::decode(inp.bytes()).ok()?),
+        _ => CommitteeEvent::CatchUpFailed,
     })
 }
 
@@ -363,6 +385,14 @@ fn check_action(m: &CommitteeMachine, d: &mut Driver, action: CommitteeAction) {
             if !matches!(*p, FraudProof::WrongResult { .. }) {
                 assert_eq!(p.check(), Ok(()), "a published equivocation proof holds");
             }
+        }
+        CommitteeAction::PublishCommit(c) => {
+            assert!(c.verify().is_ok() && c.signer == keys()[0].public(), "our commit verifies");
+            assert_eq!(RoundCommit::decode(&c.encode()).as_ref(), Ok(&c));
+        }
+        CommitteeAction::FetchState { round, state, holders } => {
+            assert!(!holders.is_empty() && !holders.contains(&keys()[0].public()), "others hold the state");
+            push(&mut d.states, (round, state));
         }
         CommitteeAction::Apply { round, shards, ledger, .. } => {
             assert_eq!(shards.len(), m.plan().shards() as usize);

@@ -24,12 +24,14 @@
 //! touched (or all, when a deadline passed) are looked at again, so
 //! `murmur netsim` runs a thousand single-owner shards.
 
+use super::catch_up::CatchUp;
 use super::ledger::{Ledger, MAX_LEDGER_KEYS};
 use super::merkle::{verify_proof, MerkleTree, ShardLeaf};
 use super::messages::{FraudProof, IncludedList, IncludedSigners, ShardResult, ShardedManifest};
 use super::plan::{CommitteePlan, MAX_FALLBACKS};
 use super::rule::ShardRule;
 use crate::codec::Codec;
+use crate::commit::RoundCommit;
 use crate::hash::{domain_hash, RunId, StateId};
 use crate::identity::{NodeKey, PublicKey, Signature, SIGN_AUDIT_DRAW};
 use std::cell::RefCell;
@@ -153,6 +155,17 @@ pub enum CommitteeEvent {
         round: u64,
         new_state: StateId,
     },
+    /// Another node's commit (gossip checked its sender's admission).
+    CommitReceived(RoundCommit),
+    /// The state a `FetchState` asked for was fetched and checked against
+    /// its StateId: `state` with `ledger`, from which round `round` opens.
+    CaughtUp {
+        round: u64,
+        state: StateId,
+        ledger: Ledger,
+    },
+    /// No holder of a `FetchState`'s state served it.
+    CatchUpFailed,
     TimerFired,
 }
 
@@ -191,6 +204,12 @@ pub enum CommitteeAction {
     /// Apply the round: for each shard the chosen aggregate (None: zero),
     /// then the outer step; the new state carries `ledger`.
     Apply { round: u64, base: StateId, shards: Vec<Option<[u8; 32]>>, ledger: Ledger },
+    /// Gossip this node's signed commit to the state it ended a round on.
+    PublishCommit(RoundCommit),
+    /// Fetch `state` (what a majority of the electorate ended `round` on)
+    /// from `holders`, check it against its StateId, and report `CaughtUp`
+    /// or `CatchUpFailed` (`catch_up`).
+    FetchState { round: u64, state: StateId, holders: Vec<PublicKey> },
 }
 
 /// One sketch audit of `result`: ask each trainer in `included` for the
@@ -320,6 +339,8 @@ pub struct CommitteeMachine {
     sketches_due: Option<u64>,
     /// This round's draw signature (the audits' seeds come from it).
     draw: Option<Signature>,
+    /// Commits tallied, and the state being fetched to catch up.
+    catch_up: CatchUp,
     seen: Option<SeenSignatures>,
     actions: VecDeque<CommitteeAction>,
 }
@@ -424,11 +445,29 @@ impl CommitteeMachine {
             sketches: Vec::new(),
             sketches_due: None,
             draw: None,
+            catch_up: CatchUp::default(),
             seen: None,
             actions: VecDeque::new(),
         };
         m.open(round, base, m.ledger.clone());
         m
+    }
+
+    /// Train nothing until a state is fetched: the node holds a state
+    /// without its ledger (it caught up with the first majority's state).
+    pub fn wait_for_state(&mut self) {
+        self.catch_up.wait();
+    }
+
+    /// Whether a fetched `state`, from which round `round` opens, moves
+    /// this node: a later round, or another state for the round it is in.
+    pub fn moves_to(&self, round: u64, state: StateId) -> bool {
+        round > self.round || (round == self.round && state != self.base)
+    }
+
+    /// Whether the node waits for a state before it trains.
+    pub fn is_waiting(&self) -> bool {
+        self.catch_up.is_waiting()
     }
 
     /// Share verified signatures with other machines of this process.
@@ -440,6 +479,41 @@ impl CommitteeMachine {
         match &self.seen {
             Some(s) => s.check(&m.encode(), || m.verify().is_ok()),
             None => m.verify().is_ok(),
+        }
+    }
+
+    fn commit_signed(&self, c: &RoundCommit) -> bool {
+        match &self.seen {
+            Some(s) => s.check(&c.encode(), || c.verify().is_ok()),
+            None => c.verify().is_ok(),
+        }
+    }
+
+    /// Sign and publish that round `round` (from the current base) ended
+    /// on `new_state`; our own commit counts in our tally.
+    fn commit(&mut self, round: u64, new_state: StateId) {
+        let commit = RoundCommit {
+            run: self.cfg.run,
+            round,
+            base: self.base,
+            included: Vec::new(),
+            new_state,
+            signer: self.me,
+            signature: Signature::default(),
+        }
+        .sign(&self.key);
+        self.catch_up.note(&commit);
+        self.actions.push_back(CommitteeAction::PublishCommit(commit));
+    }
+
+    /// Ask for the state a majority signed when this node is behind it.
+    fn consider_catch_up(&mut self) {
+        if let Some(t) = self.catch_up.target(&self.ledger, self.round, self.base, &self.me) {
+            self.actions.push_back(CommitteeAction::FetchState {
+                round: t.round,
+                state: t.state,
+                holders: t.holders,
+            });
         }
     }
 
@@ -628,8 +702,28 @@ impl CommitteeMachine {
             CommitteeEvent::Applied { round, new_state } => {
                 if round == self.round && self.applied {
                     let ledger = self.applying.take().unwrap_or_else(|| self.next_ledger());
+                    self.commit(round, new_state);
                     self.open(round + 1, new_state, ledger);
+                    self.consider_catch_up();
                 }
+            }
+            CommitteeEvent::CommitReceived(c) => {
+                if c.run == self.cfg.run && self.commit_signed(&c) {
+                    self.catch_up.note(&c);
+                    self.consider_catch_up();
+                }
+            }
+            CommitteeEvent::CaughtUp { round, state, ledger } => {
+                let ahead = self.moves_to(round, state);
+                self.catch_up.fetch_ended(ahead);
+                if ahead {
+                    self.actions.clear();
+                    self.open(round, state, ledger);
+                }
+            }
+            CommitteeEvent::CatchUpFailed => {
+                self.catch_up.fetch_ended(false);
+                self.consider_catch_up();
             }
             CommitteeEvent::TimerFired => {}
         }

@@ -10,6 +10,7 @@ use crate::codec::{decode_delta, encode_delta, Codec};
 use crate::hash::{payload_hash_of, RunId, StateId};
 use crate::identity::{NodeKey, PublicKey, Signature};
 use crate::spec::RobustMode;
+use crate::RoundCommit;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 const P: u64 = 3 * 1024;
@@ -51,6 +52,8 @@ struct Net {
     asks: Vec<(u64, usize, usize)>,
     /// Per node, per round.
     applied: Vec<Vec<Applied>>,
+    /// Commits published: (node, commit).
+    commits: Vec<(usize, RoundCommit)>,
     inbox: VecDeque<(usize, CommitteeEvent)>,
 }
 
@@ -82,6 +85,7 @@ impl Net {
             sketches: Vec::new(),
             sketch_sends: Vec::new(),
             applied: vec![Vec::new(); n as usize],
+            commits: Vec::new(),
             inbox: VecDeque::new(),
         }
     }
@@ -227,6 +231,11 @@ impl Net {
                 self.applied[i].push((self.now, shards, ledger));
                 self.inbox.push_back((i, CommitteeEvent::Applied { round, new_state }));
             }
+            CommitteeAction::PublishCommit(c) => {
+                self.commits.push((i, c.clone()));
+                self.all(i, CommitteeEvent::CommitReceived(c));
+            }
+            CommitteeAction::FetchState { .. } => panic!("node {i} fell behind in a run that never splits"),
         }
     }
 
@@ -738,4 +747,90 @@ fn a_rounds_sketches_go_out_together_and_wait_for_a_withheld_shard_a_bounded_tim
         "someone drew the withheld shard: {:?}",
         net.sketch_sends
     );
+}
+
+#[test]
+fn every_node_signs_one_commit_per_round_to_the_state_it_applied() {
+    let mut net = Net::new(6, 1);
+    // Commits of a round go out as the next opens: rounds 0 and 1 are
+    // committed once every node reached round 3.
+    net.run_to(3, 10_000);
+    for round in 0..2 {
+        let commits: Vec<&(usize, RoundCommit)> =
+            net.commits.iter().filter(|(_, c)| c.round == round).collect();
+        assert_eq!(commits.len(), 6, "round {round}: one commit per node");
+        for (i, c) in commits {
+            assert!(c.verify().is_ok() && c.signer == net.keys[*i].public());
+            let next = net.commits.iter().find(|(j, n)| j == i && n.round == round + 1);
+            if let Some((_, n)) = next {
+                assert_eq!(n.base, c.new_state, "the next round trains from the committed state");
+            }
+        }
+    }
+}
+
+fn commit_of(key: &NodeKey, round: u64, new_state: StateId) -> RoundCommit {
+    RoundCommit {
+        run: cfg(1).run,
+        round,
+        base: StateId([1; 32]),
+        included: Vec::new(),
+        new_state,
+        signer: PublicKey::default(),
+        signature: Signature::default(),
+    }
+    .sign(key)
+}
+
+fn fetches(m: &mut CommitteeMachine) -> Vec<(u64, StateId, Vec<PublicKey>)> {
+    let mut out = Vec::new();
+    while let Some(a) = m.poll_action() {
+        if let CommitteeAction::FetchState { round, state, holders } = a {
+            out.push((round, state, holders));
+        }
+    }
+    out
+}
+
+#[test]
+fn a_node_fetches_the_state_a_majority_of_its_roster_committed_and_no_minority_moves_it() {
+    let keys: Vec<NodeKey> = (0..5u8).map(|i| NodeKey::from_seed([i + 1; 32])).collect();
+    let roster = keys.iter().map(NodeKey::public).collect();
+    // Node 0 ended round 0 on state 2 and is in round 1.
+    let (ours, theirs) = (StateId([2; 32]), StateId([3; 32]));
+    let mut m = CommitteeMachine::new(cfg(1), keys[0].clone(), 1, ours, Ledger::genesis(roster), 0);
+    fetches(&mut m);
+    // Forty keys off the roster, and two of five on it, commit round 0 to
+    // another state: nothing moves.
+    for s in 100..140u8 {
+        m.handle(1, CommitteeEvent::CommitReceived(commit_of(&NodeKey::from_seed([s; 32]), 0, theirs)));
+        m.handle(1, CommitteeEvent::CommitReceived(commit_of(&NodeKey::from_seed([s; 32]), 9, theirs)));
+    }
+    for k in &keys[1..3] {
+        m.handle(2, CommitteeEvent::CommitReceived(commit_of(k, 0, theirs)));
+    }
+    // A forged signature does not count.
+    let mut forged = commit_of(&keys[3], 0, theirs);
+    forged.signature = Signature([9; 64]);
+    m.handle(3, CommitteeEvent::CommitReceived(forged));
+    assert!(fetches(&mut m).is_empty(), "a minority of the roster moves nobody");
+    // The third of five is a majority: fetch it from its committers.
+    m.handle(4, CommitteeEvent::CommitReceived(commit_of(&keys[3], 0, theirs)));
+    let mut holders: Vec<PublicKey> = keys[1..4].iter().map(NodeKey::public).collect();
+    holders.sort();
+    assert_eq!(fetches(&mut m), vec![(0, theirs, holders.clone())]);
+    // One fetch at a time; after a failed one, it asks again.
+    m.handle(5, CommitteeEvent::CommitReceived(commit_of(&keys[4], 0, theirs)));
+    assert!(fetches(&mut m).is_empty(), "one fetch at a time");
+    m.handle(6, CommitteeEvent::CatchUpFailed);
+    assert_eq!(fetches(&mut m).len(), 1, "asks again after a failed fetch");
+    // A stale state does not move it; the fetched one does.
+    let ledger = m.ledger().clone();
+    m.handle(7, CommitteeEvent::CaughtUp { round: 0, state: StateId([4; 32]), ledger: ledger.clone() });
+    assert_eq!((m.round(), m.base()), (1, ours));
+    m.handle(7, CommitteeEvent::CatchUpFailed);
+    fetches(&mut m);
+    m.handle(8, CommitteeEvent::CaughtUp { round: 1, state: theirs, ledger });
+    assert_eq!((m.round(), m.base()), (1, theirs));
+    assert!(fetches(&mut m).is_empty(), "on the majority's state there is nothing to fetch");
 }

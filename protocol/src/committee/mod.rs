@@ -6,6 +6,7 @@
 //! a fraud proof anyone can check by recomputing one shard.
 
 pub mod aggregate;
+pub mod catch_up;
 pub mod ledger;
 pub mod machine;
 pub mod merkle;
@@ -15,6 +16,7 @@ pub mod rule;
 pub mod sketch;
 
 pub use aggregate::{aggregate_codec, aggregate_shard, shard_norm, ShardAggregate, ShardInput};
+pub use catch_up::{CatchUp, CatchUpTarget, CommitTally};
 pub use ledger::Ledger;
 pub use machine::{
     CommitteeAction, CommitteeConfig, CommitteeEvent, CommitteeMachine, SeenSignatures, SketchAudit,

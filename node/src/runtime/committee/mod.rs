@@ -6,7 +6,7 @@
 //! machine events.
 //!
 //! - `served`: what the node answers beyond blobs (offers, leaves, lists).
-//! - `sync`: the commit tally, and fetching the state a majority signed.
+//! - `sync`: fetching the state a majority signed.
 //! - `transfer`: the tasks that move shards, aggregates and lists.
 //! - `work`: cutting, aggregating and applying on the blocking pool.
 //!
@@ -28,7 +28,7 @@ use murmur_protocol::committee::{
     IncludedList, IncludedSigners, Ledger, ShardLeaf, ShardResult, ShardRule, ShardedManifest, SketchAudit,
 };
 use murmur_protocol::hash::hex;
-use murmur_protocol::{ErrorFeedback, PublicKey, RoundCommit, RunSpec, Signature, StateId, TrainingState};
+use murmur_protocol::{ErrorFeedback, PublicKey, RunSpec, StateId, TrainingState};
 use serde_json::json;
 use tokio::sync::mpsc;
 
@@ -220,12 +220,6 @@ struct CommitteeNode {
     pending_reports: HashMap<u64, serde_json::Value>,
     bytes: super::report::RoundBytes,
     round_opened: Instant,
-    tally: sync::CommitTally,
-    /// The state being fetched to catch up, if any.
-    syncing: Option<StateId>,
-    /// Whether this node has no ledger for its state and must catch up
-    /// before it trains.
-    waiting: bool,
     own_ticket: Option<murmur_protocol::Ticket>,
     last_ticket_gossip: Option<Instant>,
     fatal: Option<RuntimeError>,
@@ -269,8 +263,11 @@ pub async fn run_committee_node(
     }
     let now = started.elapsed().as_millis() as u64;
     let base = ledger.state_id(state.id());
-    let machine =
+    let mut machine =
         CommitteeMachine::new(committee_config(&spec), key.clone(), state.round, base, ledger.clone(), now);
+    if waiting {
+        machine.wait_for_state();
+    }
     let (tx, rx) = mpsc::unbounded_channel();
     let n = spec.model.param_count as usize;
     let node = CommitteeNode {
@@ -307,9 +304,6 @@ pub async fn run_committee_node(
         pending_reports: HashMap::new(),
         bytes: super::report::RoundBytes::default(),
         round_opened: Instant::now(),
-        tally: sync::CommitTally::default(),
-        syncing: None,
-        waiting,
         own_ticket,
         last_ticket_gossip: None,
         fatal: None,
@@ -340,26 +334,8 @@ impl CommitteeNode {
         self.served.hold_state(self.state_id().0, (params.0, hash, bytes.len() as u64));
     }
 
-    /// Catch up when a strict majority of the roster this node holds (its
-    /// excluded keys left out; with no roster, of a round's committers)
-    /// signed a state this node is a whole round short of, or a different
-    /// state for a round it closed (`sync`).
-    fn consider_sync(&mut self) {
-        if self.syncing.is_some() {
-            return;
-        }
-        let ledger = &self.ledger;
-        let electorate = ledger.roster.iter().filter(|k| !ledger.is_excluded(k)).copied().collect();
-        let Some((round, target, backers)) = self.tally.decided(&electorate) else { return };
-        let mine = self.machine.round();
-        let behind = mine < round
-            || (mine == round + 1 && self.machine.base() != target)
-            || (self.waiting && mine <= round + 1 && self.machine.base() != target);
-        let holders: Vec<PublicKey> = backers.into_iter().filter(|k| *k != self.me).collect();
-        if !behind || holders.is_empty() {
-            return;
-        }
-        self.syncing = Some(target);
+    /// Fetch the state a majority signed (`FetchState`).
+    fn fetch_state(&mut self, round: u64, target: StateId, holders: Vec<PublicKey>) {
         self.out
             .event("resync", json!({ "round": round, "state_id": target.to_hex(), "peers": holders.len() }));
         let (net, store, spec, tx) =
@@ -377,7 +353,6 @@ impl CommitteeNode {
         self.ahead.clear();
         self.state = HeldState::new(state);
         self.ledger = ledger;
-        self.waiting = false;
         self.own = None;
         let feedback = self.feedback.clone();
         tokio::task::spawn_blocking(move || feedback.lock().unwrap_or_else(|p| p.into_inner()).reset());
@@ -386,8 +361,8 @@ impl CommitteeNode {
         self.round_opened = Instant::now();
         self.server.set_status(ServedStatus { round, state: Some(self.state.id().0) });
         self.out.event("resynced", json!({ "round": round, "state_id": target.to_hex() }));
-        let now = self.now();
-        self.machine.jump(now, round, target, self.ledger.clone());
+        let ledger = self.ledger.clone();
+        self.feed(CommitteeEvent::CaughtUp { round, state: target, ledger });
     }
 
     async fn run(
@@ -482,10 +457,7 @@ impl CommitteeNode {
                 self.out.event("proof", json!({ "accused": hex(&p.accused().0), "round": p.round() }));
                 self.feed(CommitteeEvent::ProofReceived(p))
             }
-            GossipMessage::Commit(c) => {
-                self.tally.note(&c);
-                self.consider_sync();
-            }
+            GossipMessage::Commit(c) => self.feed(CommitteeEvent::CommitReceived(c)),
             GossipMessage::Manifest(_) | GossipMessage::Telemetry(_) | GossipMessage::Ticket(_) => {}
         }
     }
@@ -690,21 +662,16 @@ impl CommitteeNode {
                     self.fatal = Some(RuntimeError::Config(format!("applying round {r} failed: {e}")));
                 }
             },
-            Internal::Synced { target, result } => {
-                self.syncing = None;
-                match result {
-                    Ok((state, ledger))
-                        if state.round > self.machine.round() || self.machine.base() != target =>
-                    {
-                        self.synced(target, state, ledger)
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        tracing::warn!("catching up: {e}");
-                        self.consider_sync();
-                    }
+            Internal::Synced { target, result } => match result {
+                Ok((state, ledger)) if self.machine.moves_to(state.round, target) => {
+                    self.synced(target, state, ledger)
                 }
-            }
+                Ok(_) => self.feed(CommitteeEvent::CatchUpFailed),
+                Err(e) => {
+                    tracing::warn!("catching up: {e}");
+                    self.feed(CommitteeEvent::CatchUpFailed);
+                }
+            },
             Internal::TrainerStarted(Ok((handle, done_rx))) => {
                 self.out.event("trainer_started", json!({ "device": handle.device }));
                 self.trainer = handle;
@@ -738,7 +705,6 @@ impl CommitteeNode {
         let included = ledger.roster.len();
         // The tokens they trained on, as shard 0's result signs them.
         let round_tokens = self.machine.round_tokens().unwrap_or(0);
-        let base = self.state_id();
         let previous = (self.state.id(), self.ledger.hash());
         self.state = HeldState::new(next);
         self.ledger = ledger;
@@ -766,18 +732,6 @@ impl CommitteeNode {
         {
             self.trainer_died("the trainer thread is gone".into());
         }
-        let commit = RoundCommit {
-            run: self.spec.run_id(),
-            round,
-            base,
-            included: Vec::new(),
-            new_state,
-            signer: PublicKey::default(),
-            signature: Signature::default(),
-        }
-        .sign(&self.key);
-        self.publish(TopicKind::Commit, commit.encode());
-        self.tally.note(&commit);
         self.record_state();
         self.collect_garbage(round, previous);
         self.feed(CommitteeEvent::Applied { round, new_state });
@@ -913,6 +867,8 @@ impl CommitteeNode {
                 );
                 self.publish(TopicKind::FraudProof, p.encode());
             }
+            CommitteeAction::PublishCommit(c) => self.publish(TopicKind::Commit, c.encode()),
+            CommitteeAction::FetchState { round, state, holders } => self.fetch_state(round, state, holders),
             CommitteeAction::Apply { round, base, shards, ledger } => {
                 if base != self.state_id() {
                     return;
@@ -931,7 +887,7 @@ impl CommitteeNode {
     /// Train round `round` from `base` (the current state), unless the node
     /// is waiting to catch up.
     fn train(&mut self, round: u64, base: StateId) {
-        if base != self.state_id() || self.waiting {
+        if base != self.state_id() || self.machine.is_waiting() {
             return;
         }
         self.server.set_status(ServedStatus { round, state: Some(self.state.id().0) });
