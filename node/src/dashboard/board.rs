@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
+use murmur_protocol::committee::ShardResult;
 use murmur_protocol::{DeltaManifest, PayloadHash, PublicKey, RoundCommit, RunSpec, StateId, Telemetry};
 use serde_json::{json, Value};
 
@@ -261,27 +262,53 @@ impl Board {
 
     /// A validated RoundCommit.
     pub fn on_commit(&mut self, c: &RoundCommit, now_ms: u64) {
+        self.note_commit(c.round, c.new_state, c.base, &c.included, c.signer, now_ms);
+    }
+
+    /// A validated ShardResult of a committee run: its signer ended the
+    /// round before on the result's base (a committee run gossips no
+    /// RoundCommit; every node signs a result each round).
+    pub fn on_result(&mut self, r: &ShardResult, now_ms: u64) {
+        let Some(round) = r.round.checked_sub(1) else { return };
+        let base = round
+            .checked_sub(1)
+            .and_then(|before| self.rounds.get(&before))
+            .and_then(|v| v.majority().map(|(state, _)| *state))
+            .unwrap_or(r.base);
+        self.note_commit(round, r.base, base, &[], r.signer, now_ms);
+    }
+
+    /// `signer` ended `round`, trained from `base`, on `new_state`.
+    fn note_commit(
+        &mut self,
+        round: u64,
+        new_state: StateId,
+        base: StateId,
+        included: &[PayloadHash],
+        signer: PublicKey,
+        now_ms: u64,
+    ) {
         let alive: Vec<PublicKey> = self
             .nodes
             .values()
             .filter(|n| now_ms.saturating_sub(n.last_seen_ms) < ALIVE_MS)
             .map(|n| n.key)
             .collect();
-        let r = self.round_mut(c.round);
+        let r = self.round_mut(round);
         if r.first_commit_ms.is_none() {
             r.first_commit_ms = Some(now_ms);
             r.alive_at_close = alive;
         }
-        if r.commits.len() >= MAX_NODES && !r.commits.contains_key(&c.new_state) {
+        if r.commits.len() >= MAX_NODES && !r.commits.contains_key(&new_state) {
             return;
         }
-        let g = r.commits.entry(c.new_state).or_insert_with(|| CommitGroup {
-            base: c.base,
-            included: c.included.clone(),
+        let g = r.commits.entry(new_state).or_insert_with(|| CommitGroup {
+            base,
+            included: included.to_vec(),
             committers: Vec::new(),
         });
-        if !g.committers.contains(&c.signer) && g.committers.len() < MAX_NODES {
-            g.committers.push(c.signer);
+        if !g.committers.contains(&signer) && g.committers.len() < MAX_NODES {
+            g.committers.push(signer);
         }
         self.trim_rounds();
     }
@@ -678,6 +705,40 @@ mod tests {
         // A report from past the newest commit is not judged.
         report(&mut board, &keys[3], 5, forked, 22);
         assert_eq!(flag(&board, &keys[3]), Some(Value::Null));
+    }
+
+    #[test]
+    fn a_committee_runs_results_say_which_state_each_signer_ended_the_last_round_on() {
+        let spec = run_spec(&RunParams::default()).expect("spec");
+        let mut board = Board::new(spec.clone(), None, name);
+        let keys: Vec<NodeKey> = (1..=3).map(|i| NodeKey::from_seed([i; 32])).collect();
+        let (s0, forked) = (StateId([1; 32]), StateId([9; 32]));
+        let result = |k: &NodeKey, round: u64, base: StateId| {
+            ShardResult {
+                run: spec.run_id(),
+                round,
+                base,
+                shard: 0,
+                included_count: 1,
+                included_root: [0; 32],
+                total_tokens: 10,
+                result_hash: [5; 32],
+                signer: PublicKey::default(),
+                signature: Signature::default(),
+            }
+            .sign(k)
+        };
+        // Round-1 results trained from s0 (two) and from a fork (one):
+        // round 0 ended on s0 for the majority; round-0 results say nothing.
+        board.on_result(&result(&keys[0], 0, StateId([0; 32])), 5);
+        board.on_result(&result(&keys[0], 1, s0), 10);
+        board.on_result(&result(&keys[1], 1, s0), 11);
+        board.on_result(&result(&keys[2], 1, forked), 12);
+        let s = board.snapshot(100);
+        let rounds = s["rounds"].as_array().cloned().unwrap_or_default();
+        assert_eq!(rounds.len(), 1, "{rounds:?}");
+        assert_eq!((rounds[0]["round"].clone(), rounds[0]["committers"].clone()), (json!(0), json!(2)));
+        assert_eq!(board.latest_commit(), Some((0, s0, vec![keys[0].public(), keys[1].public()])));
     }
 
     #[test]

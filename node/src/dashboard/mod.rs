@@ -152,10 +152,8 @@ pub async fn run_dashboard(opts: DashboardOptions) -> Result<(), RuntimeError> {
                         GossipMessage::Telemetry(t) => board.on_telemetry(t, now_ms()),
                         GossipMessage::Manifest(m) => board.on_manifest(&m, now_ms()),
                         GossipMessage::Commit(c) => board.on_commit(&c, now_ms()),
-                        GossipMessage::Ticket(_)
-                        | GossipMessage::ShardedManifest(_)
-                        | GossipMessage::ShardResult(_)
-                        | GossipMessage::FraudProof(_) => {}
+                        GossipMessage::ShardResult(r) => board.on_result(&r, now_ms()),
+                        GossipMessage::Ticket(_) | GossipMessage::ShardedManifest(_) | GossipMessage::FraudProof(_) => {}
                     },
                     NetEvent::Rejected { peer, reason } => {
                         board.on_own_rejection(&peer.to_string(), &reason.name(), now_ms())

@@ -361,9 +361,6 @@ impl Sim {
             CommitteeAction::Apply { round, base, shards, ledger } => {
                 self.apply(i, now, round, base, &shards, ledger)?
             }
-            CommitteeAction::PublishCommit(c) => {
-                self.gossip(i, now, round, &c.encode(), CommitteeEvent::CommitReceived(c))
-            }
             CommitteeAction::FetchState { round: decided, state, holders } => {
                 self.fetch_state(i, now, round, decided, state, &holders)
             }

@@ -4,8 +4,7 @@
 //! IncludedList, FraudProof), validly signed messages built from the fuzz
 //! bytes (so the machine gets past its signature checks), the driver's
 //! replies to the actions it asked for (aggregated, fetched, re-checked,
-//! applied, fetched states), commits signed by the cast or decoded from the
-//! bytes, and timers with an increasing `now`.
+//! applied, fetched states), and timers with an increasing `now`.
 //!
 //! Checks: no panic; at most `action_bound` actions per event; the round
 //! never goes backwards; everything the machine publishes is canonical, and
@@ -24,7 +23,6 @@ use murmur_protocol::committee::{
 use murmur_protocol::hash::{PayloadHash, RunId, StateId};
 use murmur_protocol::identity::{NodeKey, PublicKey, Signature};
 use murmur_protocol::spec::RobustMode;
-use murmur_protocol::RoundCommit;
 use std::sync::OnceLock;
 
 const CAST: usize = 6;
@@ -172,7 +170,7 @@ fn event(
     let shards = if c & 0x40 == 0 { s_now } else { u32::from(c % 5) + 1 };
     let v = b >> 6;
     *now = now.saturating_add(u64::from(a & 15));
-    Some(match kind % 21 {
+    Some(match kind % 19 {
         0 => CommitteeEvent::ManifestReceived(ShardedManifest::decode(inp.bytes()).ok()?),
         1 => {
             let mut x = manifest(i, v, round, base, shards);
@@ -320,19 +318,6 @@ fn event(
             };
             CommitteeEvent::CaughtUp { round, state, ledger }
         }
-        18 => CommitteeEvent::CommitReceived(
-            RoundCommit {
-                run: if b & 0x20 == 0 { RUN } else { RunId([1; 32]) },
-                round,
-                base,
-                included: Vec::new(),
-                new_state: StateId([c % 8; 32]),
-                signer: PublicKey::default(),
-                signature: Signature::default(),
-            }
-            .sign(&keys()[i]),
-        ),
-        19 => CommitteeEvent::CommitReceived(RoundCommit::decode(inp.bytes()).ok()?),
         _ => CommitteeEvent::CatchUpFailed,
     })
 }
@@ -385,10 +370,6 @@ fn check_action(m: &CommitteeMachine, d: &mut Driver, action: CommitteeAction) {
             if !matches!(*p, FraudProof::WrongResult { .. }) {
                 assert_eq!(p.check(), Ok(()), "a published equivocation proof holds");
             }
-        }
-        CommitteeAction::PublishCommit(c) => {
-            assert!(c.verify().is_ok() && c.signer == keys()[0].public(), "our commit verifies");
-            assert_eq!(RoundCommit::decode(&c.encode()).as_ref(), Ok(&c));
         }
         CommitteeAction::FetchState { round, state, holders } => {
             assert!(!holders.is_empty() && !holders.contains(&keys()[0].public()), "others hold the state");

@@ -1,16 +1,19 @@
-//! Catching up in a committee run: the commits nodes gossip after each
-//! round are tallied; a node that is a whole round behind (it joined late,
-//! restarted, or ended a round on a state the others did not) takes the
+//! Catching up in a committee run. Every node signs a result each round
+//! (every roster member holds a seat; in a round without a roster every
+//! node aggregates shard 0), and a result's `base` is the state its signer
+//! ended the last round on: results are the commits, tallied here, and no
+//! separate commit travels. A node that is a whole round behind (it joined
+//! late, restarted, or ended a round on a state the others did not) takes the
 //! state a strict majority of its electorate signed for the newest round
 //! such a majority agrees on (of an even split between two states, the
 //! smaller StateId, so both halves end on one). The machine asks its driver
 //! to fetch that state (`CommitteeAction::FetchState`) and jumps to it.
 //!
 //! The electorate is the roster of the state the node holds (the keys
-//! seated in its round, the excluded left out): commits from any other key
+//! seated in its round, the excluded left out): results from any other key
 //! never count, so no number of keys off that roster, and no minority of
 //! it, moves the node, whatever round they name. The tally keeps each
-//! signer's own newest rounds, so one key's commits for many rounds push
+//! signer's own newest rounds, so one key's results for many rounds push
 //! out only its own. A node with no roster (the run's first round, or a
 //! node without the ledger of its state) has no electorate: it counts a
 //! strict majority of each round's committers, as anyone joining an open
@@ -19,34 +22,33 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::ledger::Ledger;
-use crate::commit::RoundCommit;
 use crate::hash::StateId;
 use crate::identity::PublicKey;
 
-/// Rounds of commits remembered per signer.
+/// Rounds remembered per signer.
 const KEPT_ROUNDS: usize = 4;
-/// Signers whose commits are remembered.
+/// Signers remembered.
 const MAX_COMMITTERS: usize = 65_536;
 
-/// Signed commits by signer: which state each ended its newest rounds on.
+/// By signer: which state each said it ended its newest rounds on.
 #[derive(Debug, Default)]
 pub struct CommitTally {
     by_signer: BTreeMap<PublicKey, BTreeMap<u64, StateId>>,
 }
 
 impl CommitTally {
-    /// Count `c` (its signature was checked by gossip validation); a
-    /// committer's first commit for a round is the one kept, and only its
+    /// Count `signer`'s signed word that it ended `round` on `state`; a
+    /// signer's first word for a round is the one kept, and only its
     /// `KEPT_ROUNDS` newest rounds.
-    pub fn note(&mut self, c: &RoundCommit) {
-        if self.by_signer.len() >= MAX_COMMITTERS && !self.by_signer.contains_key(&c.signer) {
+    pub fn note_state(&mut self, signer: PublicKey, round: u64, state: StateId) {
+        if self.by_signer.len() >= MAX_COMMITTERS && !self.by_signer.contains_key(&signer) {
             return;
         }
-        let rounds = self.by_signer.entry(c.signer).or_default();
-        if rounds.len() >= KEPT_ROUNDS && rounds.keys().next().is_some_and(|r| c.round < *r) {
+        let rounds = self.by_signer.entry(signer).or_default();
+        if rounds.len() >= KEPT_ROUNDS && rounds.keys().next().is_some_and(|r| round < *r) {
             return;
         }
-        rounds.entry(c.round).or_insert(c.new_state);
+        rounds.entry(round).or_insert(state);
         while rounds.len() > KEPT_ROUNDS {
             rounds.pop_first();
         }
@@ -102,8 +104,10 @@ pub struct CatchUp {
 }
 
 impl CatchUp {
-    pub fn note(&mut self, c: &RoundCommit) {
-        self.tally.note(c);
+    /// Count that `signer` ended `round` on `state` (what its result of
+    /// the next round, trained from `state`, says).
+    pub fn note_state(&mut self, signer: PublicKey, round: u64, state: StateId) {
+        self.tally.note_state(signer, round, state);
     }
 
     /// Hold off training until a state is fetched.
@@ -155,18 +159,15 @@ impl CatchUp {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hash::RunId;
-    use crate::identity::{NodeKey, Signature};
+    use crate::identity::NodeKey;
 
-    fn commit(signer: u8, round: u64, state: u8) -> RoundCommit {
-        RoundCommit {
-            run: RunId([1; 32]),
-            round,
-            base: StateId([0; 32]),
-            included: Vec::new(),
-            new_state: StateId([state; 32]),
-            signer: NodeKey::from_seed([signer; 32]).public(),
-            signature: Signature::default(),
+    fn commit(signer: u8, round: u64, state: u8) -> (PublicKey, u64, StateId) {
+        (NodeKey::from_seed([signer; 32]).public(), round, StateId([state; 32]))
+    }
+
+    impl CommitTally {
+        fn note(&mut self, (signer, round, state): (PublicKey, u64, StateId)) {
+            self.note_state(signer, round, state);
         }
     }
 
@@ -179,28 +180,28 @@ mod tests {
         let open = BTreeSet::new();
         let mut t = CommitTally::default();
         assert_eq!(t.decided(&open), None);
-        t.note(&commit(1, 3, 7));
-        t.note(&commit(2, 3, 7));
-        t.note(&commit(3, 3, 8));
+        t.note(commit(1, 3, 7));
+        t.note(commit(2, 3, 7));
+        t.note(commit(3, 3, 8));
         let (round, state, backers) = t.decided(&open).expect("decided");
         assert_eq!((round, state, backers.len()), (3, StateId([7; 32]), 2));
         // A committer's second commit for a round does not count twice.
-        t.note(&commit(3, 3, 7));
+        t.note(commit(3, 3, 7));
         assert_eq!(t.decided(&open).map(|d| d.2.len()), Some(2));
         // An even split between two states goes to the smaller StateId.
-        t.note(&commit(1, 4, 2));
-        t.note(&commit(2, 4, 1));
+        t.note(commit(1, 4, 2));
+        t.note(commit(2, 4, 1));
         assert_eq!(t.decided(&open).map(|d| (d.0, d.1)), Some((4, StateId([1; 32]))));
         // A third committer on neither: one of three is no majority.
-        t.note(&commit(3, 4, 5));
+        t.note(commit(3, 4, 5));
         assert_eq!(t.decided(&open).map(|d| d.0), Some(3));
         for r in 5..12 {
-            t.note(&commit(1, r, 1));
+            t.note(commit(1, r, 1));
         }
         assert!(!t.committers(3).contains(&keys(&[1]).into_iter().next().unwrap()), "old rounds are dropped");
         assert_eq!(t.decided(&open).map(|d| d.0), Some(11));
         // Commits for rounds older than a signer's kept ones are ignored.
-        t.note(&commit(1, 2, 2));
+        t.note(commit(1, 2, 2));
         assert!(t.committers(2).is_empty());
     }
 
@@ -208,12 +209,12 @@ mod tests {
     fn keys_off_the_roster_never_decide_whatever_round_they_name() {
         let roster = keys(&[1, 2, 3, 4, 5]);
         let mut t = CommitTally::default();
-        t.note(&commit(1, 6, 7));
-        t.note(&commit(2, 6, 7));
-        t.note(&commit(3, 6, 7));
+        t.note(commit(1, 6, 7));
+        t.note(commit(2, 6, 7));
+        t.note(commit(3, 6, 7));
         // Forty keys off the roster sign a far-future state.
         for s in 100..140 {
-            t.note(&commit(s, 1_000_000, 9));
+            t.note(commit(s, 1_000_000, 9));
         }
         let (round, state, backers) = t.decided(&roster).expect("the roster's majority decides");
         assert_eq!((round, state, backers.len()), (6, StateId([7; 32]), 3));
@@ -222,19 +223,19 @@ mod tests {
         let four = keys(&[1, 2, 3, 4]);
         let mut even = CommitTally::default();
         for (signer, state) in [(1, 9), (2, 9), (3, 4), (4, 4)] {
-            even.note(&commit(signer, 6, state));
+            even.note(commit(signer, 6, state));
         }
         assert_eq!(even.decided(&four).map(|d| (d.1, d.2.len())), Some((StateId([4; 32]), 2)));
         let mut half = CommitTally::default();
-        half.note(&commit(1, 9_000, 1));
-        half.note(&commit(2, 9_000, 1));
+        half.note(commit(1, 9_000, 1));
+        half.note(commit(2, 9_000, 1));
         assert_eq!(half.decided(&four), None);
         // Two of five is no majority of the roster, however many others agree.
         let mut u = CommitTally::default();
-        u.note(&commit(1, 6, 8));
-        u.note(&commit(2, 6, 8));
+        u.note(commit(1, 6, 8));
+        u.note(commit(2, 6, 8));
         for s in 100..140 {
-            u.note(&commit(s, 6, 8));
+            u.note(commit(s, 6, 8));
         }
         assert_eq!(u.decided(&roster), None);
     }
@@ -244,11 +245,11 @@ mod tests {
         let roster = keys(&[1, 2, 3, 4]);
         let mut t = CommitTally::default();
         for s in [1, 2, 3] {
-            t.note(&commit(s, 6, 7));
+            t.note(commit(s, 6, 7));
         }
         // Roster member 4 signs commits for a thousand rounds.
         for r in 1_000..2_000 {
-            t.note(&commit(4, r, 9));
+            t.note(commit(4, r, 9));
         }
         assert_eq!(t.decided(&roster).map(|d| (d.0, d.1)), Some((6, StateId([7; 32]))));
         assert_eq!(t.committers(6).len(), 3);

@@ -31,7 +31,6 @@ use super::messages::{FraudProof, IncludedList, IncludedSigners, ShardResult, Sh
 use super::plan::{CommitteePlan, MAX_FALLBACKS};
 use super::rule::ShardRule;
 use crate::codec::Codec;
-use crate::commit::RoundCommit;
 use crate::hash::{domain_hash, RunId, StateId};
 use crate::identity::{NodeKey, PublicKey, Signature, SIGN_AUDIT_DRAW};
 use std::cell::RefCell;
@@ -155,8 +154,6 @@ pub enum CommitteeEvent {
         round: u64,
         new_state: StateId,
     },
-    /// Another node's commit (gossip checked its sender's admission).
-    CommitReceived(RoundCommit),
     /// The state a `FetchState` asked for was fetched and checked against
     /// its StateId: `state` with `ledger`, from which round `round` opens.
     CaughtUp {
@@ -204,8 +201,6 @@ pub enum CommitteeAction {
     /// Apply the round: for each shard the chosen aggregate (None: zero),
     /// then the outer step; the new state carries `ledger`.
     Apply { round: u64, base: StateId, shards: Vec<Option<[u8; 32]>>, ledger: Ledger },
-    /// Gossip this node's signed commit to the state it ended a round on.
-    PublishCommit(RoundCommit),
     /// Fetch `state` (what a majority of the electorate ended `round` on)
     /// from `holders`, check it against its StateId, and report `CaughtUp`
     /// or `CatchUpFailed` (`catch_up`).
@@ -341,6 +336,11 @@ pub struct CommitteeMachine {
     draw: Option<Signature>,
     /// Commits tallied, and the state being fetched to catch up.
     catch_up: CatchUp,
+    /// Results this node cannot take yet, of a later round or of this
+    /// round from another base: a roster member's newest (one per
+    /// signer), taken as claims when this node opens that round on that
+    /// base (after a round applied, or a catch-up).
+    early_results: BTreeMap<PublicKey, ShardResult>,
     seen: Option<SeenSignatures>,
     actions: VecDeque<CommitteeAction>,
 }
@@ -446,6 +446,7 @@ impl CommitteeMachine {
             sketches_due: None,
             draw: None,
             catch_up: CatchUp::default(),
+            early_results: BTreeMap::new(),
             seen: None,
             actions: VecDeque::new(),
         };
@@ -482,28 +483,13 @@ impl CommitteeMachine {
         }
     }
 
-    fn commit_signed(&self, c: &RoundCommit) -> bool {
-        match &self.seen {
-            Some(s) => s.check(&c.encode(), || c.verify().is_ok()),
-            None => c.verify().is_ok(),
-        }
-    }
-
-    /// Sign and publish that round `round` (from the current base) ended
-    /// on `new_state`; our own commit counts in our tally.
-    fn commit(&mut self, round: u64, new_state: StateId) {
-        let commit = RoundCommit {
-            run: self.cfg.run,
-            round,
-            base: self.base,
-            included: Vec::new(),
-            new_state,
-            signer: self.me,
-            signature: Signature::default(),
-        }
-        .sign(&self.key);
-        self.catch_up.note(&commit);
-        self.actions.push_back(CommitteeAction::PublishCommit(commit));
+    /// Whether a result counts as its signer's word on the state it ended
+    /// the last round on (every node signs a result each round: every
+    /// roster member holds a seat, and in a round without a roster every
+    /// node aggregates shard 0): a roster member's (anyone's while there is
+    /// no roster), for a round after the first.
+    fn commits(&self, r: &ShardResult) -> bool {
+        r.round > 0 && (self.ledger.roster.is_empty() || self.ledger.roster.binary_search(&r.signer).is_ok())
     }
 
     /// Ask for the state a majority signed when this node is behind it.
@@ -657,6 +643,16 @@ impl CommitteeMachine {
             self.duties.insert(0, false);
         }
         self.actions.push_back(CommitteeAction::Train { round, base, plan: self.plan.clone() });
+        // Results that came before the round opened here are claims now;
+        // those of later rounds wait on.
+        let early = std::mem::take(&mut self.early_results);
+        for (signer, r) in early {
+            if r.round == round && r.base == base {
+                self.on_result(r);
+            } else if r.round > round {
+                self.early_results.insert(signer, r);
+            }
+        }
     }
 
     /// Feed one event at `now`.
@@ -702,14 +698,9 @@ impl CommitteeMachine {
             CommitteeEvent::Applied { round, new_state } => {
                 if round == self.round && self.applied {
                     let ledger = self.applying.take().unwrap_or_else(|| self.next_ledger());
-                    self.commit(round, new_state);
+                    // Our results of the next round will name this state.
+                    self.catch_up.note_state(self.me, round, new_state);
                     self.open(round + 1, new_state, ledger);
-                    self.consider_catch_up();
-                }
-            }
-            CommitteeEvent::CommitReceived(c) => {
-                if c.run == self.cfg.run && self.commit_signed(&c) {
-                    self.catch_up.note(&c);
                     self.consider_catch_up();
                 }
             }
@@ -955,10 +946,28 @@ impl CommitteeMachine {
 
     fn on_result(&mut self, r: ShardResult) {
         let s = r.shard as usize;
-        if r.run != self.cfg.run || r.round != self.round || r.base != self.base || s >= self.shards.len() {
+        if r.run != self.cfg.run {
             return;
         }
-        if !self.counts(&r.signer) || !self.may_aggregate(r.shard, &r.signer) || !self.result_signed(&r) {
+        let ours = r.round == self.round && r.base == self.base && s < self.shards.len();
+        let claims = ours && self.counts(&r.signer) && self.may_aggregate(r.shard, &r.signer);
+        let commits = self.commits(&r);
+        if !(claims || commits) || !self.result_signed(&r) {
+            return;
+        }
+        if commits {
+            self.catch_up.note_state(r.signer, r.round - 1, r.base);
+            if !ours && r.round >= self.round {
+                let kept = self.early_results.entry(r.signer).or_insert_with(|| r.clone());
+                if kept.round < r.round {
+                    *kept = r.clone();
+                }
+            }
+            if !ours {
+                self.consider_catch_up();
+            }
+        }
+        if !claims {
             return;
         }
         if let Some(old) = self.shards[s].results.get(&r.signer) {

@@ -10,7 +10,6 @@ use crate::codec::{decode_delta, encode_delta, Codec};
 use crate::hash::{payload_hash_of, RunId, StateId};
 use crate::identity::{NodeKey, PublicKey, Signature};
 use crate::spec::RobustMode;
-use crate::RoundCommit;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 
 const P: u64 = 3 * 1024;
@@ -52,8 +51,7 @@ struct Net {
     asks: Vec<(u64, usize, usize)>,
     /// Per node, per round.
     applied: Vec<Vec<Applied>>,
-    /// Commits published: (node, commit).
-    commits: Vec<(usize, RoundCommit)>,
+
     inbox: VecDeque<(usize, CommitteeEvent)>,
 }
 
@@ -85,7 +83,6 @@ impl Net {
             sketches: Vec::new(),
             sketch_sends: Vec::new(),
             applied: vec![Vec::new(); n as usize],
-            commits: Vec::new(),
             inbox: VecDeque::new(),
         }
     }
@@ -230,10 +227,6 @@ impl Net {
                 let new_state = StateId(*blake3::hash(&b).as_bytes());
                 self.applied[i].push((self.now, shards, ledger));
                 self.inbox.push_back((i, CommitteeEvent::Applied { round, new_state }));
-            }
-            CommitteeAction::PublishCommit(c) => {
-                self.commits.push((i, c.clone()));
-                self.all(i, CommitteeEvent::CommitReceived(c));
             }
             CommitteeAction::FetchState { .. } => panic!("node {i} fell behind in a run that never splits"),
         }
@@ -749,39 +742,6 @@ fn a_rounds_sketches_go_out_together_and_wait_for_a_withheld_shard_a_bounded_tim
     );
 }
 
-#[test]
-fn every_node_signs_one_commit_per_round_to_the_state_it_applied() {
-    let mut net = Net::new(6, 1);
-    // Commits of a round go out as the next opens: rounds 0 and 1 are
-    // committed once every node reached round 3.
-    net.run_to(3, 10_000);
-    for round in 0..2 {
-        let commits: Vec<&(usize, RoundCommit)> =
-            net.commits.iter().filter(|(_, c)| c.round == round).collect();
-        assert_eq!(commits.len(), 6, "round {round}: one commit per node");
-        for (i, c) in commits {
-            assert!(c.verify().is_ok() && c.signer == net.keys[*i].public());
-            let next = net.commits.iter().find(|(j, n)| j == i && n.round == round + 1);
-            if let Some((_, n)) = next {
-                assert_eq!(n.base, c.new_state, "the next round trains from the committed state");
-            }
-        }
-    }
-}
-
-fn commit_of(key: &NodeKey, round: u64, new_state: StateId) -> RoundCommit {
-    RoundCommit {
-        run: cfg(1).run,
-        round,
-        base: StateId([1; 32]),
-        included: Vec::new(),
-        new_state,
-        signer: PublicKey::default(),
-        signature: Signature::default(),
-    }
-    .sign(key)
-}
-
 fn fetches(m: &mut CommitteeMachine) -> Vec<(u64, StateId, Vec<PublicKey>)> {
     let mut out = Vec::new();
     while let Some(a) = m.poll_action() {
@@ -792,35 +752,54 @@ fn fetches(m: &mut CommitteeMachine) -> Vec<(u64, StateId, Vec<PublicKey>)> {
     out
 }
 
+/// `key`'s signed result for `round` of shard 0, trained from `base`.
+fn result_of(key: &NodeKey, round: u64, base: StateId) -> ShardResult {
+    ShardResult {
+        run: cfg(1).run,
+        round,
+        base,
+        shard: 0,
+        included_count: 1,
+        included_root: [0; 32],
+        total_tokens: 10,
+        result_hash: [9; 32],
+        signer: key.public(),
+        signature: Signature([0; 64]),
+    }
+    .sign(key)
+}
+
 #[test]
-fn a_node_fetches_the_state_a_majority_of_its_roster_committed_and_no_minority_moves_it() {
+fn a_node_fetches_the_state_a_majority_of_its_roster_trained_from_and_no_minority_moves_it() {
     let keys: Vec<NodeKey> = (0..5u8).map(|i| NodeKey::from_seed([i + 1; 32])).collect();
     let roster = keys.iter().map(NodeKey::public).collect();
     // Node 0 ended round 0 on state 2 and is in round 1.
     let (ours, theirs) = (StateId([2; 32]), StateId([3; 32]));
     let mut m = CommitteeMachine::new(cfg(1), keys[0].clone(), 1, ours, Ledger::genesis(roster), 0);
     fetches(&mut m);
-    // Forty keys off the roster, and two of five on it, commit round 0 to
-    // another state: nothing moves.
+    // Forty keys off the roster, and two of five on it, sign round-1
+    // results trained from another state (and off-roster keys far-future
+    // ones): nothing moves.
     for s in 100..140u8 {
-        m.handle(1, CommitteeEvent::CommitReceived(commit_of(&NodeKey::from_seed([s; 32]), 0, theirs)));
-        m.handle(1, CommitteeEvent::CommitReceived(commit_of(&NodeKey::from_seed([s; 32]), 9, theirs)));
+        let outsider = NodeKey::from_seed([s; 32]);
+        m.handle(1, CommitteeEvent::ResultReceived(result_of(&outsider, 1, theirs)));
+        m.handle(1, CommitteeEvent::ResultReceived(result_of(&outsider, 9, theirs)));
     }
     for k in &keys[1..3] {
-        m.handle(2, CommitteeEvent::CommitReceived(commit_of(k, 0, theirs)));
+        m.handle(2, CommitteeEvent::ResultReceived(result_of(k, 1, theirs)));
     }
     // A forged signature does not count.
-    let mut forged = commit_of(&keys[3], 0, theirs);
+    let mut forged = result_of(&keys[3], 1, theirs);
     forged.signature = Signature([9; 64]);
-    m.handle(3, CommitteeEvent::CommitReceived(forged));
+    m.handle(3, CommitteeEvent::ResultReceived(forged));
     assert!(fetches(&mut m).is_empty(), "a minority of the roster moves nobody");
-    // The third of five is a majority: fetch it from its committers.
-    m.handle(4, CommitteeEvent::CommitReceived(commit_of(&keys[3], 0, theirs)));
+    // The third of five is a majority: they ended round 0 on `theirs`.
+    m.handle(4, CommitteeEvent::ResultReceived(result_of(&keys[3], 1, theirs)));
     let mut holders: Vec<PublicKey> = keys[1..4].iter().map(NodeKey::public).collect();
     holders.sort();
-    assert_eq!(fetches(&mut m), vec![(0, theirs, holders.clone())]);
+    assert_eq!(fetches(&mut m), vec![(0, theirs, holders)]);
     // One fetch at a time; after a failed one, it asks again.
-    m.handle(5, CommitteeEvent::CommitReceived(commit_of(&keys[4], 0, theirs)));
+    m.handle(5, CommitteeEvent::ResultReceived(result_of(&keys[4], 1, theirs)));
     assert!(fetches(&mut m).is_empty(), "one fetch at a time");
     m.handle(6, CommitteeEvent::CatchUpFailed);
     assert_eq!(fetches(&mut m).len(), 1, "asks again after a failed fetch");

@@ -447,6 +447,12 @@ impl CommitteeNode {
             _ => self.machine.round(),
         };
         if round > self.machine.round() {
+            // A later round's result says what its signer ended our round
+            // on: the machine counts it now (catching up), and takes it as
+            // a claim once that round opens.
+            if let GossipMessage::ShardResult(r) = &*message {
+                self.feed(CommitteeEvent::ResultReceived(r.clone()));
+            }
             self.keep_early(round, Early::Gossip(message));
             return;
         }
@@ -457,8 +463,10 @@ impl CommitteeNode {
                 self.out.event("proof", json!({ "accused": hex(&p.accused().0), "round": p.round() }));
                 self.feed(CommitteeEvent::ProofReceived(p))
             }
-            GossipMessage::Commit(c) => self.feed(CommitteeEvent::CommitReceived(c)),
-            GossipMessage::Manifest(_) | GossipMessage::Telemetry(_) | GossipMessage::Ticket(_) => {}
+            GossipMessage::Commit(_)
+            | GossipMessage::Manifest(_)
+            | GossipMessage::Telemetry(_)
+            | GossipMessage::Ticket(_) => {}
         }
     }
 
@@ -867,7 +875,6 @@ impl CommitteeNode {
                 );
                 self.publish(TopicKind::FraudProof, p.encode());
             }
-            CommitteeAction::PublishCommit(c) => self.publish(TopicKind::Commit, c.encode()),
             CommitteeAction::FetchState { round, state, holders } => self.fetch_state(round, state, holders),
             CommitteeAction::Apply { round, base, shards, ledger } => {
                 if base != self.state_id() {
