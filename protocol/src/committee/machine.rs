@@ -18,7 +18,10 @@
 //! its inputs' projections under the linear robust modes (`super::sketch`),
 //! else, and after a sketch that disagrees, by recomputing the shard from
 //! its inputs. A recomputation that differs from a signed result is a fraud
-//! proof, gossiped and checked by every node.
+//! proof, gossiped and checked by every node. Results are also the
+//! commits: each names the state its signer trained from, and the machine
+//! asks for the state a majority of its roster trained from when it is
+//! behind it (`super::catch_up`).
 //!
 //! Work per event does not grow with the shard count: only shards an event
 //! touched (or all, when a deadline passed) are looked at again, so
