@@ -99,7 +99,7 @@ pub struct CatchUpTarget {
 #[derive(Debug, Default)]
 pub struct CatchUp {
     tally: CommitTally,
-    fetching: Option<StateId>,
+    fetching: bool,
     waiting: bool,
 }
 
@@ -121,7 +121,7 @@ impl CatchUp {
 
     /// A fetch ended: with a state (`caught_up`) or without one.
     pub fn fetch_ended(&mut self, caught_up: bool) {
-        self.fetching = None;
+        self.fetching = false;
         if caught_up {
             self.waiting = false;
         }
@@ -139,7 +139,7 @@ impl CatchUp {
         base: StateId,
         me: &PublicKey,
     ) -> Option<CatchUpTarget> {
-        if self.fetching.is_some() {
+        if self.fetching {
             return None;
         }
         let electorate = ledger.roster.iter().filter(|k| !ledger.is_excluded(k)).copied().collect();
@@ -151,7 +151,7 @@ impl CatchUp {
         if !behind || holders.is_empty() {
             return None;
         }
-        self.fetching = Some(state);
+        self.fetching = true;
         Some(CatchUpTarget { round: decided, state, holders })
     }
 }

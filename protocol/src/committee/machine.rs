@@ -711,8 +711,7 @@ impl CommitteeMachine {
                 let ahead = self.moves_to(round, state);
                 self.catch_up.fetch_ended(ahead);
                 if ahead {
-                    self.actions.clear();
-                    self.open(round, state, ledger);
+                    self.jump(self.now, round, state, ledger);
                 }
             }
             CommitteeEvent::CatchUpFailed => {
@@ -960,11 +959,9 @@ impl CommitteeMachine {
         }
         if commits {
             self.catch_up.note_state(r.signer, r.round - 1, r.base);
-            if !ours && r.round >= self.round {
-                let kept = self.early_results.entry(r.signer).or_insert_with(|| r.clone());
-                if kept.round < r.round {
-                    *kept = r.clone();
-                }
+            let newer = self.early_results.get(&r.signer).is_none_or(|kept| kept.round < r.round);
+            if !ours && r.round >= self.round && newer {
+                self.early_results.insert(r.signer, r.clone());
             }
             if !ours {
                 self.consider_catch_up();
