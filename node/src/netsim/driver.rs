@@ -542,7 +542,9 @@ impl Sim {
     ) {
         let list = if shard == 0 { self.list_for(hash) } else { None };
         let ok = self.values.contains_key(&hash);
-        let e = CommitteeEvent::AggregateFetched { shard, result_hash: hash, ok, included: list.clone() };
+        let norm = self.values.get(&hash).map_or(0.0, |v| shard_norm(v));
+        let e =
+            CommitteeEvent::AggregateFetched { shard, result_hash: hash, ok, norm, included: list.clone() };
         match self.index.get(&from).copied() {
             // We hold it ourselves (we signed it).
             Some(j) if j == i => self.net.at(now + 1, i, Msg::Event(Box::new(e))),
@@ -555,8 +557,13 @@ impl Sim {
             }
             // Nobody answers: the request times out.
             _ => {
-                let e =
-                    CommitteeEvent::AggregateFetched { shard, result_hash: hash, ok: false, included: None };
+                let e = CommitteeEvent::AggregateFetched {
+                    shard,
+                    result_hash: hash,
+                    ok: false,
+                    norm: 0.0,
+                    included: None,
+                };
                 self.net.at(now + FETCH_TIMEOUT_MS, i, Msg::Event(Box::new(e)));
             }
         }

@@ -28,6 +28,7 @@
 //! `murmur netsim` runs a thousand single-owner shards.
 
 use super::catch_up::CatchUp;
+use super::gate::{NormGate, Suspect};
 use super::ledger::{Ledger, MAX_LEDGER_KEYS};
 use super::merkle::{verify_proof, MerkleTree, ShardLeaf};
 use super::messages::{FraudProof, IncludedList, IncludedSigners, ShardResult, ShardedManifest};
@@ -124,12 +125,14 @@ pub enum CommitteeEvent {
         included: IncludedList,
     },
     /// An aggregated shard was fetched and hashes to `result_hash` (or
-    /// not); for shard 0 with the result's included signers (the next
-    /// roster), which the machine checks against the result.
+    /// not), its decoded values of L2 norm `norm` (`shard_norm`); for
+    /// shard 0 with the result's included signers (the next roster), which
+    /// the machine checks against the result.
     AggregateFetched {
         shard: u32,
         result_hash: [u8; 32],
         ok: bool,
+        norm: f32,
         included: Option<IncludedSigners>,
     },
     /// The driver checked `result`'s aggregate against its included inputs'
@@ -246,6 +249,8 @@ struct ShardView {
     fetched: bool,
     /// 0 while the shard's own committee has it, j once its j-th backup does.
     level: u32,
+    /// When its current backup took it.
+    level_since: u64,
     zero: bool,
     /// Signers of the chosen claim, in the order this node asks them.
     holders: Vec<PublicKey>,
@@ -302,6 +307,9 @@ pub struct CommitteeMachine {
     our_lists: BTreeMap<u32, IncludedList>,
     /// Claims (shard, result hash) already re-checked or being re-checked.
     asked: BTreeSet<(u32, [u8; 32])>,
+    /// Claims whose included list came: their audit (a sketch or a
+    /// re-check) is under way or done.
+    auditing: BTreeSet<[u8; 32]>,
     /// Proven keys → round of the offence.
     proven: BTreeMap<PublicKey, u64>,
     /// Accused keys whose wrong-result proof is being recomputed.
@@ -319,6 +327,8 @@ pub struct CommitteeMachine {
     dirty: BTreeSet<u32>,
     /// Aggregate fetches to retry: (when, shard).
     retries: BTreeSet<(u64, u32)>,
+    /// When shards with a backup go to the next one: (when, shard).
+    escalations: BTreeSet<(u64, u32)>,
     /// Shards fetched or applied as zero.
     settled: usize,
     /// Deadlines passed when `advance` last looked.
@@ -337,6 +347,8 @@ pub struct CommitteeMachine {
     sketches_due: Option<u64>,
     /// This round's draw signature (the audits' seeds come from it).
     draw: Option<Signature>,
+    /// Fetched aggregates' sizes, and the suspects the round waits on.
+    gate: NormGate,
     /// Commits tallied, and the state being fetched to catch up.
     catch_up: CatchUp,
     /// Results this node cannot take yet, of a later round or of this
@@ -431,6 +443,7 @@ impl CommitteeMachine {
             shards: Vec::new(),
             our_lists: BTreeMap::new(),
             asked: BTreeSet::new(),
+            auditing: BTreeSet::new(),
             proven: BTreeMap::new(),
             included0: None,
             verifying: BTreeSet::new(),
@@ -440,6 +453,7 @@ impl CommitteeMachine {
             resend: BTreeMap::new(),
             dirty: BTreeSet::new(),
             retries: BTreeSet::new(),
+            escalations: BTreeSet::new(),
             settled: 0,
             deadlines_passed: 0,
             counted_roster: 0,
@@ -448,6 +462,7 @@ impl CommitteeMachine {
             sketches: Vec::new(),
             sketches_due: None,
             draw: None,
+            gate: NormGate::default(),
             catch_up: CatchUp::default(),
             early_results: BTreeMap::new(),
             seen: None,
@@ -571,12 +586,6 @@ impl CommitteeMachine {
     fn decide_deadline(&self) -> u64 {
         self.result_deadline() + self.cfg.grace_ms
     }
-    /// When a shard still without a result goes to backup `level` (≥ 1).
-    /// Its members aggregate a grace period later; a grace period after
-    /// that the next backup takes it (or, past the last, it is zero).
-    fn level_start(&self, level: u32) -> u64 {
-        self.result_deadline() + u64::from(level.saturating_sub(1)) * 2 * self.cfg.grace_ms
-    }
     /// Every deadline of the round, ascending.
     fn deadlines(&self) -> impl Iterator<Item = u64> {
         let (result, grace) = (self.result_deadline(), self.cfg.grace_ms);
@@ -592,7 +601,9 @@ impl CommitteeMachine {
         let deadline = self.deadlines().find(|t| *t > self.now);
         let retry = self.retries.first().map(|(t, _)| *t);
         let resend = self.resend.values().filter_map(|(_, at)| *at).min();
-        [deadline, retry, resend, self.sketches_due].into_iter().flatten().min()
+        let gate = self.gate.next_deadline(self.cfg.grace_ms);
+        let escalation = self.escalations.first().map(|(t, _)| *t);
+        [deadline, retry, resend, self.sketches_due, gate, escalation].into_iter().flatten().min()
     }
 
     fn open(&mut self, round: u64, base: StateId, ledger: Ledger) {
@@ -610,6 +621,7 @@ impl CommitteeMachine {
         self.shards = vec![ShardView::default(); self.plan.shards() as usize];
         self.our_lists.clear();
         self.asked.clear();
+        self.auditing.clear();
         self.included0 = None;
         self.early.clear();
         self.applying = None;
@@ -617,11 +629,13 @@ impl CommitteeMachine {
         self.resend.clear();
         self.dirty.clear();
         self.retries.clear();
+        self.escalations.clear();
         self.settled = 0;
         self.deadlines_passed = 0;
         self.audits_started.clear();
         self.sketches.clear();
         self.sketches_due = None;
+        self.gate.clear();
         let ledger = &self.ledger;
         self.counted_roster = ledger.roster.iter().filter(|k| !ledger.is_excluded(k)).count();
         // Only a node with a seat audits: one off the roster holds none of
@@ -677,11 +691,13 @@ impl CommitteeMachine {
             }
             CommitteeEvent::ResultReceived(r) => self.on_result(r),
             CommitteeEvent::IncludedReceived { result, included } => self.on_included(result, included),
-            CommitteeEvent::AggregateFetched { shard, result_hash, ok, included } => {
-                self.on_fetched(shard, result_hash, ok, included)
+            CommitteeEvent::AggregateFetched { shard, result_hash, ok, norm, included } => {
+                self.on_fetched(shard, result_hash, ok, norm, included)
             }
             CommitteeEvent::Sketched { result, included, matches } => {
-                if matches != Some(true) && result.round == self.round {
+                if matches == Some(true) && result.round == self.round {
+                    self.gate.agree(result.result_hash);
+                } else if result.round == self.round {
                     let holders = self.holders_of(result.shard);
                     self.actions.push_back(CommitteeAction::Recheck { result, included, holders });
                 }
@@ -1010,6 +1026,7 @@ impl CommitteeMachine {
         if result.round != self.round || included.root() != result.included_root {
             return;
         }
+        self.auditing.insert(result.result_hash);
         if self.drawn(result.shard) {
             self.audits_started.insert(result.shard);
         }
@@ -1066,6 +1083,9 @@ impl CommitteeMachine {
     fn on_rechecked(&mut self, result: ShardResult, included: IncludedList, matches: bool) {
         self.verifying.remove(&result.signer);
         if matches {
+            if result.round == self.round {
+                self.gate.agree(result.result_hash);
+            }
             return;
         }
         let s = result.shard as usize;
@@ -1123,7 +1143,10 @@ impl CommitteeMachine {
         match p {
             FraudProof::WrongResult { result, included } => {
                 let holders = self.holders_of(result.shard);
-                if result.round == self.round {
+                if self.auditing.contains(&result.result_hash) {
+                    // Our own audit of that claim is under way or done: it
+                    // proves the claim itself, or the proof does not hold.
+                } else if result.round == self.round {
                     self.verifying.insert(accused);
                     self.actions.push_back(CommitteeAction::Recheck { result, included, holders });
                 } else {
@@ -1136,7 +1159,14 @@ impl CommitteeMachine {
         }
     }
 
-    fn on_fetched(&mut self, shard: u32, result_hash: [u8; 32], ok: bool, included: Option<IncludedSigners>) {
+    fn on_fetched(
+        &mut self,
+        shard: u32,
+        result_hash: [u8; 32],
+        ok: bool,
+        norm: f32,
+        included: Option<IncludedSigners>,
+    ) {
         let Some(v) = self.shards.get(shard as usize) else { return };
         if v.chosen != Some(result_hash) {
             return;
@@ -1159,6 +1189,7 @@ impl CommitteeMachine {
             if !v.fetched && !v.zero {
                 v.fetched = true;
                 self.settled += 1;
+                self.gate.note_fetched(shard, result_hash, norm, self.plan.layout().len(shard));
             }
         } else if v.tried < v.holders.len() {
             let at = now + fetch_backoff(v.tried);
@@ -1269,11 +1300,27 @@ impl CommitteeMachine {
                 self.ask_next_holder(s as usize);
             }
         }
+        // Shards whose backup's time is up.
+        while let Some(&(at, s)) = self.escalations.first() {
+            if at > now {
+                break;
+            }
+            self.escalations.pop_first();
+            self.dirty.insert(s);
+        }
         // Pick claims of the shards that changed.
         for s in std::mem::take(&mut self.dirty) {
             self.look_at(s as usize, now);
         }
-        if self.settled == self.shards.len() {
+        if self.settled < self.shards.len() {
+            return;
+        }
+        let passes = self.gate_passes();
+        // Shards whose claim the gate gave up pick again now.
+        for s in std::mem::take(&mut self.dirty) {
+            self.look_at(s as usize, now);
+        }
+        if passes && self.settled == self.shards.len() {
             self.applied = true;
             let shards = self.shards.iter().map(|v| if v.zero { None } else { v.chosen }).collect();
             let ledger = self.next_ledger();
@@ -1316,13 +1363,82 @@ impl CommitteeMachine {
             }
         } else if best.is_none() && level == 0 && now >= self.result_deadline() {
             self.fall_back(s as u32, 1);
-        } else if best.is_none() && level >= 1 && now >= self.level_start(level) + 2 * self.cfg.grace_ms {
+        } else if best.is_none() && level >= 1 && now >= self.shards[s].level_since + 2 * self.cfg.grace_ms {
             self.fall_back(s as u32, level + 1);
         }
     }
 
+    /// Whether the round may apply its fetched aggregates: no chosen claim
+    /// was shown wrong or lost its signers to a proof since it was chosen,
+    /// and none is a suspect of the norm gate still waiting for its audit
+    /// (`super::gate`). New suspects are audited; a claim given up (wrong,
+    /// proven, or a suspect no audit agreed with in time) leaves its shard
+    /// to pick another claim or go to its backup.
+    fn gate_passes(&mut self) -> bool {
+        // A chosen claim shown wrong, or whose signers were proven, since
+        // it was chosen is not applied.
+        for shard in 0..self.plan.shards() {
+            if let Some(claim) = self.shards[shard as usize].chosen.filter(|c| self.given_up(shard, c)) {
+                self.refuse(shard, claim);
+            }
+        }
+        let (me, shards) = (self.me, &self.shards);
+        let ours =
+            |c: &[u8; 32]| shards.iter().any(|v| v.results.get(&me).is_some_and(|r| &r.result_hash == c));
+        let verdicts = self.gate.check(self.now, self.cfg.grace_ms, ours);
+        let passes = verdicts.is_empty();
+        for verdict in verdicts {
+            match verdict {
+                Suspect::New { shard, claim } if self.given_up(shard, &claim) => self.refuse(shard, claim),
+                Suspect::New { shard, claim } => self.audit_suspect(shard, claim),
+                Suspect::TimedOut { shard, claim } => self.refuse(shard, claim),
+                Suspect::Waiting => {}
+            }
+        }
+        passes
+    }
+
+    /// Whether shard `shard`'s claim `claim` was shown wrong, or none of
+    /// its signers counts any more (proven since it was chosen).
+    fn given_up(&self, shard: u32, claim: &[u8; 32]) -> bool {
+        let v = &self.shards[shard as usize];
+        let backed = v.results.values().any(|r| r.result_hash == *claim && self.counts(&r.signer));
+        v.wrong.contains(claim) || !backed
+    }
+
+    /// Audit shard `shard`'s claim `claim` as if drawn (unless an audit of
+    /// it, or a re-check of a proof against it, is under way or done).
+    fn audit_suspect(&mut self, shard: u32, claim: [u8; 32]) {
+        self.audits.insert(shard);
+        let result = self.shards[shard as usize].results.values().find(|r| r.result_hash == claim).cloned();
+        let result = result.filter(|r| !self.verifying.contains(&r.signer));
+        if let Some(result) = result.filter(|_| self.asked.insert((shard, claim))) {
+            self.actions.push_back(CommitteeAction::RequestIncluded { result });
+        }
+    }
+
+    /// Give up shard `shard`'s chosen claim `claim` as wrong.
+    fn refuse(&mut self, shard: u32, claim: [u8; 32]) {
+        let v = &mut self.shards[shard as usize];
+        if v.chosen != Some(claim) {
+            return;
+        }
+        v.wrong.insert(claim);
+        v.chosen = None;
+        v.holders.clear();
+        v.tried = 0;
+        v.retry_at = None;
+        if std::mem::take(&mut v.fetched) {
+            self.settled -= 1;
+        }
+        self.gate.forget(shard);
+        self.dirty.insert(shard);
+    }
+
     /// Shard `s` got no result: backup `level` takes it (trainers re-send
-    /// it there); past the last backup it is applied as zero.
+    /// it there, its members aggregate a grace period later, and two grace
+    /// periods later the next backup takes it); past the last backup it is
+    /// applied as zero.
     fn fall_back(&mut self, s: u32, level: u32) {
         let Some(f) = self.plan.fallback(s, level) else {
             self.shards[s as usize].zero = true;
@@ -1330,6 +1446,9 @@ impl CommitteeMachine {
             return;
         };
         self.shards[s as usize].level = level;
+        self.shards[s as usize].level_since = self.now;
+        // With no result by then the next backup takes it.
+        self.escalations.insert((self.now + 2 * self.cfg.grace_ms, s));
         if self.plan.is_member(f, &self.me) {
             self.duties.insert(s, false);
             self.duty_since.insert(s, self.now);

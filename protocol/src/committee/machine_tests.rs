@@ -177,8 +177,11 @@ impl Net {
                 self.asks.push((self.now, i, holder));
                 let ok = self.values.contains_key(&result_hash) && !self.silent.contains(&holder);
                 let included = (shard == 0).then(|| self.lists.get(&result_hash).cloned()).flatten();
-                self.inbox
-                    .push_back((i, CommitteeEvent::AggregateFetched { shard, result_hash, ok, included }));
+                let norm = self.values.get(&result_hash).map_or(0.0, |v| shard_norm(v));
+                self.inbox.push_back((
+                    i,
+                    CommitteeEvent::AggregateFetched { shard, result_hash, ok, norm, included },
+                ));
             }
             CommitteeAction::RequestIncluded { result } => {
                 let j = self.index(&result.signer);
@@ -691,6 +694,35 @@ fn sketch_audits_pass_honest_owners_and_send_a_lying_owner_to_a_recheck() {
             assert_eq!(m.proven().get(&liar_key), Some(&0), "node {i} holds the proof");
         }
     }
+}
+
+#[test]
+fn an_aggregate_far_above_the_rounds_others_is_audited_before_any_honest_node_applies_it() {
+    // Three shards of 1,024, one owner each.
+    let mut net = Net::new(3, 1);
+    assert_eq!(net.machines[0].plan().committee(1).len(), 1);
+    let liar = net.index(&net.machines[0].plan().committee(1)[0]);
+    net.liars.insert(liar);
+    let liar_key = net.keys[liar].public();
+    net.run_to(1, 20_000);
+    let honest: Vec<usize> = (0..3).filter(|i| *i != liar).collect();
+    let first = net.applied[honest[0]][0].1.clone();
+    for &i in &honest {
+        assert_eq!(net.applied[i][0].1, first, "node {i} applies what the others do");
+        assert_eq!(net.machines[i].proven().get(&liar_key), Some(&0), "node {i} holds the proof");
+    }
+    // Shard 1 went to its backup, whose aggregate is the honest one.
+    let applied = first[1].expect("the backup's aggregate");
+    assert!(net.values[&applied].iter().all(|v| v.abs() < 0.5), "no honest node applied the lie");
+    // Without the gate the lie would have gone in before the audit proved
+    // it: the honest nodes applied only after the result deadline, when
+    // the backup took the shard.
+    let c = cfg(1);
+    assert!(
+        net.applied[honest[0]][0].0 >= c.input_ms + c.result_ms,
+        "applied at {}",
+        net.applied[honest[0]][0].0
+    );
 }
 
 #[test]

@@ -7,6 +7,7 @@
 
 pub mod aggregate;
 pub mod catch_up;
+pub mod gate;
 pub mod ledger;
 pub mod machine;
 pub mod merkle;

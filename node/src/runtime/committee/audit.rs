@@ -50,7 +50,7 @@ pub async fn sketch(
         let form = (aggregate_codec(reading.codec), reading.layout.len(r.shard));
         transfer::fetch_aggregate(net.clone(), store.clone(), r.round, r.shard, r.result_hash, form, r.signer)
     });
-    let fetched: Vec<bool> = join_all(fetches).await.into_iter().map(|(ok, _)| ok).collect();
+    let fetched: Vec<bool> = join_all(fetches).await.into_iter().map(|(norm, _)| norm.is_some()).collect();
     // What to ask each trainer: (audit, entry) → (shard, seed), for
     // inputs this node does not hold.
     let mut asks: BTreeMap<PublicKey, Vec<Ask>> = BTreeMap::new();

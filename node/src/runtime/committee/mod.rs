@@ -108,7 +108,8 @@ enum Internal {
         round: u64,
         shard: u32,
         hash: [u8; 32],
-        ok: bool,
+        /// The decoded values' L2 norm, once held and checked.
+        norm: Option<f32>,
         included: Option<IncludedSigners>,
     },
     Included {
@@ -631,11 +632,12 @@ impl CommitteeNode {
                     self.feed(CommitteeEvent::ShardAggregationFailed { shard });
                 }
             },
-            Internal::Fetched { round: r, shard, hash, ok, included } if r == round => {
-                if ok {
+            Internal::Fetched { round: r, shard, hash, norm, included } if r == round => {
+                if norm.is_some() {
                     self.keep(r, BlobKind::Aggregate, hash);
                 }
-                self.feed(CommitteeEvent::AggregateFetched { shard, result_hash: hash, ok, included })
+                let (ok, norm) = (norm.is_some(), norm.unwrap_or(0.0));
+                self.feed(CommitteeEvent::AggregateFetched { shard, result_hash: hash, ok, norm, included })
             }
             Internal::Included { round: r, result, list } if r == round => {
                 self.feed(CommitteeEvent::IncludedReceived { result, included: list })
@@ -846,14 +848,16 @@ impl CommitteeNode {
                         .flatten()
                         .and_then(|b| IncludedSigners::decode(&b).ok());
                     let len = form.0.payload_len(form.1 as u64);
-                    let ok = len.is_some() && store.blobs.len_of(BlobKind::Aggregate, &result_hash) == len;
-                    let _ = tx.send(Internal::Fetched { round, shard, hash: result_hash, ok, included });
+                    let held = len.is_some() && store.blobs.len_of(BlobKind::Aggregate, &result_hash) == len;
+                    let norm =
+                        held.then(|| transfer::held_aggregate_norm(&store, &result_hash, form)).flatten();
+                    let _ = tx.send(Internal::Fetched { round, shard, hash: result_hash, norm, included });
                     return;
                 }
                 tokio::spawn(async move {
-                    let (ok, included) =
+                    let (norm, included) =
                         transfer::fetch_aggregate(net, store, round, shard, result_hash, form, from).await;
-                    let _ = tx.send(Internal::Fetched { round, shard, hash: result_hash, ok, included });
+                    let _ = tx.send(Internal::Fetched { round, shard, hash: result_hash, norm, included });
                 });
             }
             CommitteeAction::RequestIncluded { result } => {

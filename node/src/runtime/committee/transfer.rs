@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use libp2p::PeerId;
-use murmur_protocol::committee::{verify_proof, IncludedList, IncludedSigners, ShardResult};
+use murmur_protocol::committee::{shard_norm, verify_proof, IncludedList, IncludedSigners, ShardResult};
 use murmur_protocol::{decode_delta, Codec, PublicKey, RunId};
 
 use crate::net::offer::ShardOffer;
@@ -75,10 +75,10 @@ pub async fn pull_payload(
     Ok(())
 }
 
-/// Fetch the aggregate payload `hash` of `elements` values in `codec` from
-/// `from`, check that it decodes, and store it; for shard 0 also the
-/// included signers behind that result (the machine checks them).
-#[allow(clippy::too_many_arguments)]
+/// Fetch aggregate `hash` of `shard` from `from` unless it is held, and
+/// for shard 0 its result's included signers: the L2 norm of its decoded
+/// values once it is held (None: not served, or its bytes do not decode,
+/// or shard 0's signers did not come), and those signers.
 pub async fn fetch_aggregate(
     net: NetHandle,
     store: std::sync::Arc<Store>,
@@ -87,29 +87,39 @@ pub async fn fetch_aggregate(
     hash: [u8; 32],
     (codec, elements): (Codec, usize),
     from: PublicKey,
-) -> (bool, Option<IncludedSigners>) {
-    let Some(peer) = peer_id_of(&from) else { return (false, None) };
-    let Some(len) = codec.payload_len(elements as u64) else { return (false, None) };
-    if store.blobs.len_of(BlobKind::Aggregate, &hash) != Some(len) {
+) -> (Option<f32>, Option<IncludedSigners>) {
+    let Some(peer) = peer_id_of(&from) else { return (None, None) };
+    let Some(len) = codec.payload_len(elements as u64) else { return (None, None) };
+    let norm = if store.blobs.len_of(BlobKind::Aggregate, &hash) == Some(len) {
+        held_aggregate_norm(&store, &hash, (codec, elements))
+    } else {
         let got = match fetch_blob(&net, BlobKind::Aggregate, hash, len, len, &[peer]).await {
             Ok(g) => g,
-            Err(_) => return (false, None),
+            Err(_) => return (None, None),
         };
         // A signed hash of bytes that do not decode is a wrong claim.
-        if decode_delta(&got.bytes, codec, elements).is_err()
-            || store.blobs.put(BlobKind::Aggregate, &got.bytes).is_err()
-        {
-            return (false, None);
+        match decode_delta(&got.bytes, codec, elements) {
+            Ok(values) if store.blobs.put(BlobKind::Aggregate, &got.bytes).is_ok() => {
+                Some(shard_norm(&values))
+            }
+            _ => None,
         }
-    }
-    if shard != 0 {
-        return (true, None);
+    };
+    if shard != 0 || norm.is_none() {
+        return (norm, None);
     }
     let signers = match ask(&net, peer, XferRequest::Signers { round, shard, result_hash: hash }).await {
         Some(XferResponse::Included(b)) => IncludedSigners::decode(&b).ok(),
         _ => None,
     };
-    (signers.is_some(), signers)
+    (norm.filter(|_| signers.is_some()), signers)
+}
+
+/// The L2 norm of the held aggregate `hash` (None: not held, or its bytes
+/// do not decode as `elements` values of `codec`).
+pub fn held_aggregate_norm(store: &Store, hash: &[u8; 32], (codec, elements): (Codec, usize)) -> Option<f32> {
+    let bytes = store.blobs.get(BlobKind::Aggregate, hash).ok()?;
+    decode_delta(&bytes, codec, elements).ok().map(|v| shard_norm(&v))
 }
 
 async fn included(
