@@ -337,6 +337,7 @@ impl Sim {
                 let signers = IncludedSigners::of(&list, &self.machines[i].ledger().roster);
                 self.lists.insert(hash, signers);
                 let e = CommitteeEvent::ShardAggregated {
+                    round,
                     shard,
                     included: list,
                     total_tokens: tokens,

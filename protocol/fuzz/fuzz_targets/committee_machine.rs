@@ -257,12 +257,15 @@ fn event(
         },
         11 => match pick(&d.jobs, c) {
             Some((shard, inputs)) if a & 0x80 == 0 => CommitteeEvent::ShardAggregated {
+                round: m.round(),
                 shard,
                 included: IncludedList::new(inputs.iter().map(|x| (x.signer, x.root)).collect()),
                 total_tokens: inputs.iter().map(|x| x.tokens).sum(),
                 result_hash: [b % 4; 32],
             },
             _ => CommitteeEvent::ShardAggregated {
+                // This round's, or a reply that outlived its round.
+                round: m.round().saturating_sub(u64::from(c & 1)),
                 shard: u32::from(b) % (s_now + 1),
                 included: list(c, s_now),
                 total_tokens: 7,
@@ -270,6 +273,7 @@ fn event(
             },
         },
         12 => CommitteeEvent::ShardAggregationFailed {
+            round: m.round(),
             shard: pick(&d.jobs, c).map_or(u32::from(b) % (s_now + 1), |j| j.0),
         },
         13 => {

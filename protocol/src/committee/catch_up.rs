@@ -147,10 +147,16 @@ impl CatchUp {
         let behind = round < decided
             || (round == decided + 1 && base != state)
             || (self.waiting && round <= decided + 1 && base != state);
-        let holders: Vec<PublicKey> = backers.into_iter().filter(|k| k != me).collect();
+        let mut holders: Vec<PublicKey> = backers.into_iter().filter(|k| k != me).collect();
         if !behind || holders.is_empty() {
             return None;
         }
+        // Askers start at different holders, so no one holder serves every
+        // catch-up of a round.
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&me.0[..8]);
+        let start = u64::from_le_bytes(first) % holders.len() as u64;
+        holders.rotate_left(start as usize);
         self.fetching = true;
         Some(CatchUpTarget { round: decided, state, holders })
     }
@@ -238,6 +244,26 @@ mod tests {
             u.note(commit(s, 6, 8));
         }
         assert_eq!(u.decided(&roster), None);
+    }
+
+    #[test]
+    fn askers_that_fall_behind_together_start_at_different_holders() {
+        let ledger = Ledger::genesis(keys(&[1, 2, 3, 4, 5, 6, 7, 8, 9]).into_iter().collect());
+        let mut firsts = BTreeSet::new();
+        for asker in 20..60u8 {
+            let mut c = CatchUp::default();
+            for s in 1..=9 {
+                c.note_state(commit(s, 4, 7).0, 4, StateId([7; 32]));
+            }
+            let me = NodeKey::from_seed([asker; 32]).public();
+            let t = c.target(&ledger, 3, StateId([1; 32]), &me).expect("behind the majority");
+            assert_eq!(
+                t.holders.iter().collect::<BTreeSet<_>>(),
+                keys(&[1, 2, 3, 4, 5, 6, 7, 8, 9]).iter().collect()
+            );
+            firsts.insert(t.holders[0]);
+        }
+        assert!(firsts.len() >= 6, "40 askers start at {} of 9 holders", firsts.len());
     }
 
     #[test]

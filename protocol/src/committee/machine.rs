@@ -107,15 +107,18 @@ pub enum CommitteeEvent {
         leaf: ShardLeaf,
         proof: Vec<[u8; 32]>,
     },
-    /// The driver aggregated a shard as asked.
+    /// The driver aggregated a shard as asked in round `round` (a reply
+    /// that comes after the round closed is dropped).
     ShardAggregated {
+        round: u64,
         shard: u32,
         included: IncludedList,
         total_tokens: u64,
         result_hash: [u8; 32],
     },
-    /// Aggregating a shard found nothing valid.
+    /// Aggregating a shard asked in round `round` found nothing valid.
     ShardAggregationFailed {
+        round: u64,
         shard: u32,
     },
     ResultReceived(ShardResult),
@@ -683,10 +686,12 @@ impl CommitteeMachine {
             CommitteeEvent::ShardReceived { signer, shards, leaf, proof } => {
                 self.on_shard(signer, shards, leaf, &proof)
             }
-            CommitteeEvent::ShardAggregated { shard, included, total_tokens, result_hash } => {
+            CommitteeEvent::ShardAggregated { round, shard, included, total_tokens, result_hash }
+                if round == self.round =>
+            {
                 self.on_aggregated(shard, included, total_tokens, result_hash)
             }
-            CommitteeEvent::ShardAggregationFailed { shard } => {
+            CommitteeEvent::ShardAggregationFailed { round, shard } if round == self.round => {
                 self.duties.insert(shard, true);
             }
             CommitteeEvent::ResultReceived(r) => self.on_result(r),
@@ -734,6 +739,9 @@ impl CommitteeMachine {
                 self.catch_up.fetch_ended(false);
                 self.consider_catch_up();
             }
+            // A reply to a round that closed: its result would name the
+            // wrong round.
+            CommitteeEvent::ShardAggregated { .. } | CommitteeEvent::ShardAggregationFailed { .. } => {}
             CommitteeEvent::TimerFired => {}
         }
         self.advance();

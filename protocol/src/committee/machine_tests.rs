@@ -164,6 +164,7 @@ impl Net {
                 self.inbox.push_back((
                     i,
                     CommitteeEvent::ShardAggregated {
+                        round: self.machines[i].round(),
                         shard,
                         included: a.included,
                         total_tokens: a.total_tokens,
@@ -829,6 +830,10 @@ fn a_node_fetches_the_state_a_majority_of_its_roster_trained_from_and_no_minorit
     m.handle(4, CommitteeEvent::ResultReceived(result_of(&keys[3], 1, theirs)));
     let mut holders: Vec<PublicKey> = keys[1..4].iter().map(NodeKey::public).collect();
     holders.sort();
+    // It asks them in key order from an index its own key gives, so
+    // askers spread over the holders.
+    let me = keys[0].public().0;
+    holders.rotate_left((u64::from_le_bytes(me[..8].try_into().unwrap()) % 3) as usize);
     assert_eq!(fetches(&mut m), vec![(0, theirs, holders)]);
     // One fetch at a time; after a failed one, it asks again.
     m.handle(5, CommitteeEvent::ResultReceived(result_of(&keys[4], 1, theirs)));
@@ -844,4 +849,34 @@ fn a_node_fetches_the_state_a_majority_of_its_roster_trained_from_and_no_minorit
     m.handle(8, CommitteeEvent::CaughtUp { round: 1, state: theirs, ledger });
     assert_eq!((m.round(), m.base()), (1, theirs));
     assert!(fetches(&mut m).is_empty(), "on the majority's state there is nothing to fetch");
+}
+
+#[test]
+fn an_aggregation_that_comes_back_after_its_round_closed_signs_nothing() {
+    // A backup's aggregation asked at the end of round 0 may come back
+    // once round 1 opened: signed then, it would be a round-1 result from
+    // round-0 inputs, and with the node's real round-1 result a proof of
+    // two results against an honest key.
+    let keys: Vec<NodeKey> = (0..3u8).map(|i| NodeKey::from_seed([i + 1; 32])).collect();
+    let roster = keys.iter().map(NodeKey::public).collect();
+    let mut m =
+        CommitteeMachine::new(cfg(1), keys[0].clone(), 1, StateId([2; 32]), Ledger::genesis(roster), 0);
+    let seat = m.plan().seat_of(&keys[0].public()).expect("a seat");
+    let published = |m: &mut CommitteeMachine| {
+        std::iter::from_fn(|| m.poll_action())
+            .filter(|a| matches!(a, CommitteeAction::PublishResult(_)))
+            .count()
+    };
+    published(&mut m);
+    let aggregated = |round| CommitteeEvent::ShardAggregated {
+        round,
+        shard: seat,
+        included: IncludedList::new(vec![(keys[1].public(), [5; 32])]),
+        total_tokens: 10,
+        result_hash: [1; 32],
+    };
+    m.handle(1, aggregated(0));
+    assert_eq!(published(&mut m), 0, "round 0's aggregation signs nothing in round 1");
+    m.handle(2, aggregated(1));
+    assert_eq!(published(&mut m), 1);
 }

@@ -625,11 +625,18 @@ impl CommitteeNode {
                     self.keep(r, BlobKind::Aggregate, result_hash);
                     let signers = IncludedSigners::of(&included, &self.machine.ledger().roster);
                     self.served.hold_list(r, shard, result_hash, included.encode(), signers.encode());
-                    self.feed(CommitteeEvent::ShardAggregated { shard, included, total_tokens, result_hash });
+                    let e = CommitteeEvent::ShardAggregated {
+                        round: r,
+                        shard,
+                        included,
+                        total_tokens,
+                        result_hash,
+                    };
+                    self.feed(e);
                 }
                 Err(e) => {
                     tracing::warn!("aggregating shard {shard} of round {r}: {e}");
-                    self.feed(CommitteeEvent::ShardAggregationFailed { shard });
+                    self.feed(CommitteeEvent::ShardAggregationFailed { round: r, shard });
                 }
             },
             Internal::Fetched { round: r, shard, hash, norm, included } if r == round => {
