@@ -9,7 +9,8 @@
 //! committee → (as a member) aggregate the shard at the input deadline or
 //! once every roster member's shard is in, sign the result → pick one claim
 //! per shard (most signers, then most included, then smallest hash; a claim
-//! proven wrong never wins), fetch the aggregated shards, apply. A shard
+//! proven wrong never wins), fetch the aggregated shards, apply once the
+//! norm gate's suspects (`super::gate`) passed their audits. A shard
 //! with no result by the result deadline goes to its first backup
 //! committee, then the next (`MAX_FALLBACKS`); one with none after that is
 //! applied as zero. Conflicting claims are re-checked by the shard's
@@ -604,7 +605,9 @@ impl CommitteeMachine {
         let deadline = self.deadlines().find(|t| *t > self.now);
         let retry = self.retries.first().map(|(t, _)| *t);
         let resend = self.resend.values().filter_map(|(_, at)| *at).min();
-        let gate = self.gate.next_deadline(self.cfg.grace_ms);
+        // The gate is looked at only once every shard is settled.
+        let gate =
+            (self.settled == self.shards.len()).then(|| self.gate.next_deadline(self.cfg.grace_ms)).flatten();
         let escalation = self.escalations.first().map(|(t, _)| *t);
         [deadline, retry, resend, self.sketches_due, gate, escalation].into_iter().flatten().min()
     }
