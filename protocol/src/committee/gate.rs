@@ -63,11 +63,15 @@ impl NormGate {
         self.sizes.insert(shard, (claim, if size.is_finite() { size } else { f64::INFINITY }));
     }
 
-    /// Shard `shard`'s claim is no longer chosen (found wrong, or its
-    /// signers proven): it is fetched again once another claim is chosen.
-    pub fn forget(&mut self, shard: u32) {
-        self.sizes.remove(&shard);
-        self.suspects.remove(&shard);
+    /// Shard `shard`'s claim `claim` is no longer chosen (given up): the
+    /// shard's next claim is measured when it is fetched.
+    pub fn forget(&mut self, shard: u32, claim: &[u8; 32]) {
+        if self.sizes.get(&shard).is_some_and(|(c, _)| c == claim) {
+            self.sizes.remove(&shard);
+        }
+        if self.suspects.get(&shard).is_some_and(|(c, _)| c == claim) {
+            self.suspects.remove(&shard);
+        }
     }
 
     /// An audit agreed with `claim`.
@@ -153,7 +157,9 @@ mod tests {
         let late = GATE_WAIT * 100;
         assert_eq!(g.check(late, 100, |_| false), vec![Suspect::TimedOut { shard: 4, claim: [4; 32] }]);
         // Another claim of the shard starts afresh.
-        g.forget(4);
+        g.forget(4, &[7; 32]);
+        assert_eq!(g.check(late, 100, |_| false).len(), 1, "another claim's forgetting leaves it");
+        g.forget(4, &[4; 32]);
         g.note_fetched(4, [9; 32], 40.0, 100);
         assert_eq!(g.check(late, 100, |_| false), vec![Suspect::New { shard: 4, claim: [9; 32] }]);
         assert!(gate(&[1.0, 1.0, 1.0, 40.0]).check(0, 100, |c| *c == [3; 32]).is_empty());

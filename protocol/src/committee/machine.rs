@@ -1430,6 +1430,7 @@ impl CommitteeMachine {
 
     /// Give up shard `shard`'s chosen claim `claim` as wrong.
     fn refuse(&mut self, shard: u32, claim: [u8; 32]) {
+        self.gate.forget(shard, &claim);
         let v = &mut self.shards[shard as usize];
         if v.chosen != Some(claim) {
             return;
@@ -1442,7 +1443,6 @@ impl CommitteeMachine {
         if std::mem::take(&mut v.fetched) {
             self.settled -= 1;
         }
-        self.gate.forget(shard);
         self.dirty.insert(shard);
     }
 
