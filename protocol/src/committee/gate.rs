@@ -27,7 +27,7 @@ pub const GATE_WAIT: u64 = 4;
 pub struct NormGate {
     /// Fetched shard → (its claim's result hash, RMS).
     sizes: BTreeMap<u32, ([u8; 32], f64)>,
-    /// Suspect shard → (claim, when it became one).
+    /// Suspect shard → (claim, when it times out).
     suspects: BTreeMap<u32, ([u8; 32], u64)>,
     /// Claims an audit of this round agreed with.
     agreed: BTreeSet<[u8; 32]>,
@@ -45,7 +45,7 @@ pub enum Suspect {
 }
 
 /// RMS of an aggregate from its L2 norm and length.
-pub fn rms(norm: f32, len: usize) -> f64 {
+fn rms(norm: f32, len: usize) -> f64 {
     f64::from(norm) / (len.max(1) as f64).sqrt()
 }
 
@@ -80,11 +80,8 @@ impl NormGate {
     }
 
     /// When the next suspect times out.
-    pub fn next_deadline(&self, grace_ms: u64) -> Option<u64> {
-        (self.suspects.values())
-            .filter(|(c, _)| !self.agreed.contains(c))
-            .map(|(_, since)| since + GATE_WAIT * grace_ms)
-            .min()
+    pub fn next_deadline(&self) -> Option<u64> {
+        (self.suspects.values()).filter(|(c, _)| !self.agreed.contains(c)).map(|(_, until)| *until).min()
     }
 
     /// The fetched shards above the gate, with their claims.
@@ -101,24 +98,25 @@ impl NormGate {
     }
 
     /// The suspects that hold the round back at `now`, noting new ones
-    /// (`ours`: claims this node signed, which need no audit). Empty: the
+    /// (`ours`: whether this node signed a shard's claim, which then needs
+    /// no audit). Empty: the
     /// round may apply.
-    pub fn check(&mut self, now: u64, grace_ms: u64, ours: impl Fn(&[u8; 32]) -> bool) -> Vec<Suspect> {
+    pub fn check(&mut self, now: u64, grace_ms: u64, ours: impl Fn(u32, &[u8; 32]) -> bool) -> Vec<Suspect> {
         let mut out = Vec::new();
         for (shard, claim) in self.above() {
-            if self.agreed.contains(&claim) || ours(&claim) {
+            if self.agreed.contains(&claim) || ours(shard, &claim) {
                 continue;
             }
             match self.suspects.get(&shard) {
-                Some((c, since)) if *c == claim => {
-                    if now >= since + GATE_WAIT * grace_ms {
+                Some((c, until)) if *c == claim => {
+                    if now >= *until {
                         out.push(Suspect::TimedOut { shard, claim });
                     } else {
                         out.push(Suspect::Waiting);
                     }
                 }
                 _ => {
-                    self.suspects.insert(shard, (claim, now));
+                    self.suspects.insert(shard, (claim, now + GATE_WAIT * grace_ms));
                     out.push(Suspect::New { shard, claim });
                 }
             }
@@ -142,42 +140,42 @@ mod tests {
     #[test]
     fn an_aggregate_far_above_the_rounds_median_is_a_suspect_until_an_audit_agrees() {
         let mut g = gate(&[1.0, 1.1, 0.9, 1.2, 9.0]);
-        assert_eq!(g.check(10, 100, |_| false), vec![Suspect::New { shard: 4, claim: [4; 32] }]);
-        assert_eq!(g.check(20, 100, |_| false), vec![Suspect::Waiting]);
-        assert_eq!(g.next_deadline(100), Some(10 + GATE_WAIT * 100));
+        assert_eq!(g.check(10, 100, |_, _| false), vec![Suspect::New { shard: 4, claim: [4; 32] }]);
+        assert_eq!(g.check(20, 100, |_, _| false), vec![Suspect::Waiting]);
+        assert_eq!(g.next_deadline(), Some(10 + GATE_WAIT * 100));
         g.agree([4; 32]);
-        assert!(g.check(30, 100, |_| false).is_empty(), "an agreeing audit lets the round apply");
-        assert_eq!(g.next_deadline(100), None);
+        assert!(g.check(30, 100, |_, _| false).is_empty(), "an agreeing audit lets the round apply");
+        assert_eq!(g.next_deadline(), None);
     }
 
     #[test]
     fn a_suspect_no_audit_agrees_with_times_out_and_our_own_claims_pass() {
         let mut g = gate(&[1.0, 1.0, 1.0, 3.9, 40.0]);
-        assert_eq!(g.check(0, 100, |_| false).len(), 1, "3.9 × the median is under the gate");
+        assert_eq!(g.check(0, 100, |_, _| false).len(), 1, "3.9 × the median is under the gate");
         let late = GATE_WAIT * 100;
-        assert_eq!(g.check(late, 100, |_| false), vec![Suspect::TimedOut { shard: 4, claim: [4; 32] }]);
+        assert_eq!(g.check(late, 100, |_, _| false), vec![Suspect::TimedOut { shard: 4, claim: [4; 32] }]);
         // Another claim of the shard starts afresh.
         g.forget(4, &[7; 32]);
-        assert_eq!(g.check(late, 100, |_| false).len(), 1, "another claim's forgetting leaves it");
+        assert_eq!(g.check(late, 100, |_, _| false).len(), 1, "another claim's forgetting leaves it");
         g.forget(4, &[4; 32]);
         g.note_fetched(4, [9; 32], 40.0, 100);
-        assert_eq!(g.check(late, 100, |_| false), vec![Suspect::New { shard: 4, claim: [9; 32] }]);
-        assert!(gate(&[1.0, 1.0, 1.0, 40.0]).check(0, 100, |c| *c == [3; 32]).is_empty());
+        assert_eq!(g.check(late, 100, |_, _| false), vec![Suspect::New { shard: 4, claim: [9; 32] }]);
+        assert!(gate(&[1.0, 1.0, 1.0, 40.0]).check(0, 100, |s, c| s == 3 && *c == [3; 32]).is_empty());
     }
 
     #[test]
     fn rounds_of_fewer_than_three_shards_and_non_finite_sizes() {
-        assert!(gate(&[1.0, 50.0]).check(0, 100, |_| false).is_empty());
+        assert!(gate(&[1.0, 50.0]).check(0, 100, |_, _| false).is_empty());
         let mut g = gate(&[1.0, 1.0, f32::NAN, 1.0]);
-        assert_eq!(g.check(0, 100, |_| false), vec![Suspect::New { shard: 2, claim: [2; 32] }]);
+        assert_eq!(g.check(0, 100, |_, _| false), vec![Suspect::New { shard: 2, claim: [2; 32] }]);
         let mut g = gate(&[f32::INFINITY, f32::NAN, 1.0]);
-        assert_eq!(g.check(0, 100, |_| false).len(), 2, "a median that is not a number lets none through");
+        assert_eq!(g.check(0, 100, |_, _| false).len(), 2, "a median that is not a number lets none through");
         // An even count's median is the mean of the middle two: 4 × 2.5.
-        assert_eq!(gate(&[1.0, 2.0, 3.0, 10.1]).check(0, 100, |_| false).len(), 1);
-        assert!(gate(&[1.0, 2.0, 3.0, 9.9]).check(0, 100, |_| false).is_empty());
+        assert_eq!(gate(&[1.0, 2.0, 3.0, 10.1]).check(0, 100, |_, _| false).len(), 1);
+        assert!(gate(&[1.0, 2.0, 3.0, 9.9]).check(0, 100, |_, _| false).is_empty());
         // Lengths count: the same norm over 100× the elements is 10× smaller.
         let mut g = gate(&[1.0, 1.0, 1.0]);
         g.note_fetched(3, [3; 32], 10.0, 10_000);
-        assert!(g.check(0, 100, |_| false).is_empty());
+        assert!(g.check(0, 100, |_, _| false).is_empty());
     }
 }

@@ -606,8 +606,7 @@ impl CommitteeMachine {
         let retry = self.retries.first().map(|(t, _)| *t);
         let resend = self.resend.values().filter_map(|(_, at)| *at).min();
         // The gate is looked at only once every shard is settled.
-        let gate =
-            (self.settled == self.shards.len()).then(|| self.gate.next_deadline(self.cfg.grace_ms)).flatten();
+        let gate = (self.settled == self.shards.len()).then(|| self.gate.next_deadline()).flatten();
         let escalation = self.escalations.first().map(|(t, _)| *t);
         [deadline, retry, resend, self.sketches_due, gate, escalation].into_iter().flatten().min()
     }
@@ -1395,7 +1394,7 @@ impl CommitteeMachine {
         }
         let (me, shards) = (self.me, &self.shards);
         let ours =
-            |c: &[u8; 32]| shards.iter().any(|v| v.results.get(&me).is_some_and(|r| &r.result_hash == c));
+            |s: u32, c: &[u8; 32]| shards[s as usize].results.get(&me).is_some_and(|r| &r.result_hash == c);
         let verdicts = self.gate.check(self.now, self.cfg.grace_ms, ours);
         let passes = verdicts.is_empty();
         for verdict in verdicts {

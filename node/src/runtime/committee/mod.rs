@@ -854,10 +854,7 @@ impl CommitteeNode {
                         .then(|| self.served.signers(round, shard, result_hash))
                         .flatten()
                         .and_then(|b| IncludedSigners::decode(&b).ok());
-                    let len = form.0.payload_len(form.1 as u64);
-                    let held = len.is_some() && store.blobs.len_of(BlobKind::Aggregate, &result_hash) == len;
-                    let norm =
-                        held.then(|| transfer::held_aggregate_norm(&store, &result_hash, form)).flatten();
+                    let norm = transfer::held_aggregate_norm(&store, &result_hash, form);
                     let _ = tx.send(Internal::Fetched { round, shard, hash: result_hash, norm, included });
                     return;
                 }
