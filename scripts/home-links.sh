@@ -16,7 +16,9 @@
 #        [inner_steps=1000] [batch=1] [slow=]          (slow: K:V, e.g. 1:0.25)
 # Needs root and iproute2. Builds the release binaries first
 # (MURMUR_TESTNET_NO_BUILD=1 skips that); MURMUR_HOME_LINKS_RUNS picks the
-# runs (default "blocking overlapped", plus "slow" when SLOW is given).
+# runs (default "blocking overlapped", plus "slow" when SLOW is given);
+# MURMUR_HOME_LINKS_ARGS adds testnet arguments to every run (e.g.
+# "--committee-size 1" for one owner per shard).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 NODES="${1:-4}"; ROUNDS="${2:-10}"; PRESET="${3:-small}"; LINKS="${4:-20:50:40}"; BUDGET="${5:-60}"
@@ -30,13 +32,14 @@ runs="${MURMUR_HOME_LINKS_RUNS:-blocking overlapped${SLOW:+ slow}}"
 DEADLINE=$(python3 -c "import math; print(max(30, math.ceil(3 * float('$BUDGET')) + 30))")
 D=$(mktemp -d); trap 'rm -rf "$D"' EXIT   # MURMUR_HOME_LINKS_KEEP=1 keeps it
 [ "${MURMUR_HOME_LINKS_KEEP:-0}" = "1" ] && trap - EXIT && echo "home-links: logs in $D" >&2
+read -r -a extra <<< "${MURMUR_HOME_LINKS_ARGS:-}"
 run() { # name, extra testnet arguments…
   local name="$1"; shift
   local t0=$SECONDS
   if ! "$target/release/murmur" testnet --nodes "$NODES" --rounds "$ROUNDS" --preset "$PRESET" \
       --inner-steps "$H" --batch "$BATCH" --inner-budget "$BUDGET" --deadline "$DEADLINE" \
       --eval-every 0 --data synthetic --home-links "$LINKS" --threads-per-node 1 \
-      --dir "$D/$name" "$@" >"$D/$name.out" 2>"$D/$name.err"; then
+      --dir "$D/$name" "${extra[@]}" "$@" >"$D/$name.out" 2>"$D/$name.err"; then
     echo "home-links: the $name run failed:" >&2; tail -n 30 "$D/$name.out" "$D/$name.err" >&2; exit 1
   fi
   echo "$name $((SECONDS - t0))" >>"$D/secs"

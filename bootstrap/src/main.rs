@@ -257,8 +257,6 @@ fn run(a: Args) -> Result<()> {
         vocab,
     };
     let spec = run_spec(&params)?;
-    murmur_node::runtime::committee::check_spec(&spec)
-        .map_err(|e| anyhow::anyhow!("--committee-size, --overlap, --inner-budget: {e}"))?;
     spec.validate().context(
         "the run spec is invalid (to train on local files, make a dataset with `murmur data add` and host it with --dataset DIR)",
     )?;

@@ -97,6 +97,10 @@ pub struct TestnetArgs {
     /// With --checkpoint-every: exports kept.
     #[arg(long, default_value_t = 3)]
     pub keep: usize,
+    /// Ticket admission: the bootstrap server admits by ticket, and an
+    /// operator key (written to <dir>/data/operator.key) signs one for each node.
+    #[arg(long)]
+    pub tickets: bool,
 }
 
 /// `--slow K:V`.
@@ -139,6 +143,7 @@ pub fn run(a: TestnetArgs) -> Result<()> {
         slow: a.slow,
         links: a.home_links,
         archive: a.checkpoint_every.map(|every| (every, a.keep)),
+        tickets: a.tickets,
     };
     if let Some((k, _)) = opts.slow {
         if k > opts.nodes {

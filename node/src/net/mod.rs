@@ -204,6 +204,10 @@ pub struct NetStats {
     /// fetched (round traffic is the rest).
     pub catch_up_bytes_out: AtomicU64,
     pub catch_up_bytes_in: AtomicU64,
+    /// The part that was dataset content (shards, manifests, tokenizers):
+    /// training data a node fetches as it needs it.
+    pub dataset_bytes_out: AtomicU64,
+    pub dataset_bytes_in: AtomicU64,
     pub requests_served: AtomicU64,
     pub rejections: AtomicU64,
     pub bans: AtomicU64,

@@ -9,7 +9,7 @@
 //! past their share of the slots (`slots`).
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -40,11 +40,11 @@ const MAX_BACKLOG: usize = 4096;
 
 type Reply = oneshot::Sender<Result<XferResponse, NetError>>;
 
-/// A request in flight: who waits for the answer, whether it fetches
-/// catch-up content (`is_catch_up`), and what a `NotAdmitted` answer leads to.
+/// A request in flight: who waits for the answer, which content it
+/// fetches (`Content::of`), and what a `NotAdmitted` answer leads to.
 struct Pending {
     reply: Reply,
-    catch_up: bool,
+    content: Content,
     then: OnRefusal,
 }
 
@@ -64,15 +64,44 @@ struct Served {
     peer: PeerId,
     channel: ResponseChannel<XferResponse>,
     response: XferResponse,
-    /// Whether it serves catch-up content (`is_catch_up`).
-    catch_up: bool,
+    /// Which content it serves (`Content::of`).
+    content: Content,
 }
 
-/// Whether a request moves catch-up content (a state's parameters or
-/// ledger): what a joining or lagging node fetches once, beside the rounds'
-/// own traffic, counted apart in `NetStats::catch_up_bytes_*`.
-fn is_catch_up(request: &XferRequest) -> bool {
-    matches!(request, XferRequest::Chunk { kind: BlobKind::State | BlobKind::Ledger, .. })
+/// What a request's chunks are, for the counters that keep them apart
+/// from the rounds' own traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Content {
+    /// Deltas, shards, aggregates, audits: the rounds' exchange.
+    Round,
+    /// A state's parameters or ledger: what a joining or lagging node
+    /// fetches once (`NetStats::catch_up_bytes_*`).
+    CatchUp,
+    /// A dataset's shards, manifest or tokenizer: training data
+    /// (`NetStats::dataset_bytes_*`).
+    Dataset,
+}
+
+impl Content {
+    fn of(request: &XferRequest) -> Self {
+        match request {
+            XferRequest::Chunk { kind: BlobKind::State | BlobKind::Ledger, .. } => Content::CatchUp,
+            XferRequest::Chunk {
+                kind: BlobKind::DatasetShard | BlobKind::DatasetManifest | BlobKind::Tokenizer,
+                ..
+            } => Content::Dataset,
+            _ => Content::Round,
+        }
+    }
+
+    /// The counters of this content's bytes, out and in (none for a round's).
+    fn counters(self, stats: &NetStats) -> Option<(&AtomicU64, &AtomicU64)> {
+        match self {
+            Content::Round => None,
+            Content::CatchUp => Some((&stats.catch_up_bytes_out, &stats.catch_up_bytes_in)),
+            Content::Dataset => Some((&stats.dataset_bytes_out, &stats.dataset_bytes_in)),
+        }
+    }
 }
 
 pub(crate) struct SwarmTask {
@@ -197,7 +226,7 @@ impl SwarmTask {
                         permit.send(ev);
                     }
                 }
-                Some(Served { request_id, peer, channel, response, catch_up }) = self.served_rx.recv() => {
+                Some(Served { request_id, peer, channel, response, content }) = self.served_rx.recv() => {
                     if !self.slots.answered(request_id) {
                         continue;
                     }
@@ -207,8 +236,8 @@ impl SwarmTask {
                     }
                     if let XferResponse::Chunk(b) = &response {
                         NetStats::add(&self.stats.served_bytes, b.len() as u64);
-                        if catch_up {
-                            NetStats::add(&self.stats.catch_up_bytes_out, b.len() as u64);
+                        if let Some((out, _)) = content.counters(&self.stats) {
+                            NetStats::add(out, b.len() as u64);
                         }
                     }
                     if self.swarm.behaviour_mut().xfer.send_response(channel, response).is_err() {
@@ -597,16 +626,16 @@ impl SwarmTask {
     }
 
     fn send_request(&mut self, peer: PeerId, request: XferRequest, reply: Reply, then: OnRefusal) {
-        let catch_up = is_catch_up(&request);
+        let content = Content::of(&request);
         let id = self.swarm.behaviour_mut().xfer.send_request(&peer, request);
-        self.pending.insert(id, Pending { reply, catch_up, then });
+        self.pending.insert(id, Pending { reply, content, then });
     }
 
     /// Hand `response` from `peer` to its asker, or, where `peer` refused
     /// this node as not admitted, present this node's ticket and ask again
     /// (once). A status answer's own ticket admits the peer that sent it.
     fn on_response(&mut self, peer: PeerId, pending: Pending, response: XferResponse) {
-        let Pending { reply, catch_up, then } = pending;
+        let Pending { reply, content, then } = pending;
         match (&response, then) {
             (XferResponse::NotAdmitted, OnRefusal::Present(request)) => {
                 if let Some(ticket) = self.cfg.ticket.clone() {
@@ -619,8 +648,8 @@ impl SwarmTask {
             }
             (XferResponse::Chunk(b), _) => {
                 NetStats::add(&self.stats.fetched_bytes, b.len() as u64);
-                if catch_up {
-                    NetStats::add(&self.stats.catch_up_bytes_in, b.len() as u64);
+                if let Some((_, into)) = content.counters(&self.stats) {
+                    NetStats::add(into, b.len() as u64);
                 }
             }
             (XferResponse::Status(s), _) if self.gate.private() => {
@@ -673,7 +702,7 @@ impl SwarmTask {
         let server = self.server.clone();
         let gate = self.gate.clone();
         let tx = self.served_tx.clone();
-        let catch_up = is_catch_up(&request);
+        let content = Content::of(&request);
         tokio::spawn(async move {
             let response = tokio::task::spawn_blocking(move || match request {
                 XferRequest::Status => XferResponse::Status(server.status(peer)),
@@ -683,7 +712,7 @@ impl SwarmTask {
             })
             .await
             .unwrap_or(XferResponse::Busy);
-            let _ = tx.send(Served { request_id, peer, channel, response, catch_up }).await;
+            let _ = tx.send(Served { request_id, peer, channel, response, content }).await;
         });
     }
 }

@@ -365,6 +365,8 @@ impl Sim {
             CommitteeAction::FetchState { round: decided, state, holders } => {
                 self.fetch_state(i, now, round, decided, state, &holders)
             }
+            // A simulated node keeps its memory when it goes offline.
+            CommitteeAction::Record(_) => {}
         }
         Ok(())
     }

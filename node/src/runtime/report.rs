@@ -29,15 +29,18 @@ impl Reporter {
 }
 
 /// Bytes the node's transports counted, reported per closed round: all of
-/// them (`bytes_sent`, `bytes_recv`) and the catch-up part of those
+/// them (`bytes_sent`, `bytes_recv`), the catch-up part of those
 /// (`catch_up_sent`, `catch_up_recv`: states and ledgers served to or
-/// fetched by a joining or lagging node).
+/// fetched by a joining or lagging node) and the dataset part
+/// (`dataset_sent`, `dataset_recv`: training data served or fetched).
 #[derive(Debug, Default)]
 pub struct RoundBytes {
     sent: u64,
     recv: u64,
     catch_up_sent: u64,
     catch_up_recv: u64,
+    dataset_sent: u64,
+    dataset_recv: u64,
 }
 
 impl RoundBytes {
@@ -51,7 +54,11 @@ impl RoundBytes {
         v["bytes_recv"] = json!(recv.saturating_sub(self.recv));
         v["catch_up_sent"] = json!(catch_up_sent.saturating_sub(self.catch_up_sent));
         v["catch_up_recv"] = json!(catch_up_recv.saturating_sub(self.catch_up_recv));
-        *self = RoundBytes { sent, recv, catch_up_sent, catch_up_recv };
+        let dataset_sent = NetStats::get(&stats.dataset_bytes_out);
+        let dataset_recv = NetStats::get(&stats.dataset_bytes_in);
+        v["dataset_sent"] = json!(dataset_sent.saturating_sub(self.dataset_sent));
+        v["dataset_recv"] = json!(dataset_recv.saturating_sub(self.dataset_recv));
+        *self = RoundBytes { sent, recv, catch_up_sent, catch_up_recv, dataset_sent, dataset_recv };
     }
 }
 

@@ -1,5 +1,6 @@
 //! Small metadata in sled: the node's current state per run, the last
-//! manifest it signed, and a bounded round history. Large payloads never go
+//! manifest it signed (protocol v2: what it signed in its newest round),
+//! and a bounded round history. Large payloads never go
 //! here (see `blob`); peer scores live in memory (`net::peers`), so a flood
 //! of refusals writes nothing to disk.
 //!
@@ -42,6 +43,9 @@ pub struct MetaStore {
     positions: sled::Tree,
     history: sled::Tree,
     signed: sled::Tree,
+    /// Protocol v2: per run, what the node signed in its newest round (a
+    /// `SignedRecord`).
+    committee_signed: sled::Tree,
     /// Protocol v2: per run, the current state's parameters' StateId and
     /// its ledger's hash (the ledger itself is a Ledger blob).
     ledgers: sled::Tree,
@@ -57,6 +61,7 @@ impl MetaStore {
             positions: db.open_tree("positions")?,
             history: db.open_tree("history")?,
             signed: db.open_tree("signed")?,
+            committee_signed: db.open_tree("committee_signed")?,
             ledgers: db.open_tree("ledgers")?,
             db,
         })
@@ -136,6 +141,21 @@ impl MetaStore {
     /// node announces it again instead of signing a second delta.
     pub fn set_signed_manifest(&self, run: &RunId, bytes: &[u8]) -> Result<(), StoreError> {
         self.signed.insert(run.0, bytes)?;
+        self.db.flush()?;
+        Ok(())
+    }
+
+    /// What this node signed in its newest round of committee run `run`
+    /// (a `SignedRecord`'s bytes).
+    pub fn signed_record(&self, run: &RunId) -> Result<Option<Vec<u8>>, StoreError> {
+        Ok(self.committee_signed.get(run.0)?.map(|v| v.to_vec()))
+    }
+
+    /// Record what this node signed in a committee round (flushed) before
+    /// any of it leaves the node: after a crash it signs nothing else for
+    /// that round.
+    pub fn set_signed_record(&self, run: &RunId, bytes: &[u8]) -> Result<(), StoreError> {
+        self.committee_signed.insert(run.0, bytes)?;
         self.db.flush()?;
         Ok(())
     }

@@ -13,10 +13,12 @@
 //! - `progress`: round reports by node, announcements, agreement.
 //! - `links`: the namespaces, bandwidth caps and latency of `--home-links`.
 //! - `usage`: per node: time in inner steps, tokens, bytes, round times.
+//! - `tickets`: with `--tickets`, the operator and each node's key and ticket.
 
 pub mod child;
 pub mod links;
 pub mod progress;
+pub mod tickets;
 pub mod usage;
 
 use std::collections::HashMap;
@@ -32,6 +34,7 @@ use rand::SeedableRng;
 use child::{Child, Line};
 use links::{HomeLinks, Namespaces};
 use progress::Progress;
+use tickets::TicketDesk;
 use usage::Usage;
 
 /// How a testnet runs.
@@ -77,6 +80,8 @@ pub struct TestnetOptions {
     /// The bootstrap server archives every R-th committed state under
     /// `<dir>/data/checkpoints` (emptied at start with the rest), keeping K: `(R, K)`.
     pub archive: Option<(u64, usize)>,
+    /// Ticket admission: an operator signs a ticket for every node.
+    pub tickets: bool,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -123,6 +128,8 @@ struct Testnet {
     usage: Usage,
     /// The namespaces of `--home-links` (deleted when the testnet ends).
     namespaces: Option<Namespaces>,
+    /// With `--tickets`: the operator, and the run its tickets are for.
+    tickets: Option<(TicketDesk, murmur_protocol::RunId)>,
     t0: Instant,
 }
 
@@ -159,7 +166,11 @@ impl Testnet {
     }
 
     fn start_node(&mut self, name: &str) -> Result<()> {
-        let args = self.node_args(name);
+        let mut args = self.node_args(name);
+        if let Some((desk, run)) = &self.tickets {
+            let ticket = desk.admit(name, &self.opts.dir.join("data").join(name), *run)?;
+            args.extend(["--ticket".into(), ticket.display().to_string()]);
+        }
         let mut envs = self.link_env();
         envs.push(("RAYON_NUM_THREADS", self.opts.threads_per_node.to_string()));
         // The last K nodes (node-N, node-N-1, …) are the slow ones.
@@ -295,6 +306,7 @@ pub fn run_testnet(opts: TestnetOptions) -> Result<bool> {
         progress: Progress::default(),
         usage: Usage::default(),
         namespaces,
+        tickets: None,
         t0: Instant::now(),
         opts,
     };
@@ -336,6 +348,10 @@ fn drive(net: &mut Testnet) -> Result<bool> {
     if o.overlap {
         boot_args.push("--overlap".into());
     }
+    let desk = if o.tickets { Some(TicketDesk::new(&o.dir.join("data"), o.seed)?) } else { None };
+    if let Some(desk) = &desk {
+        boot_args.extend(["--admission".into(), "tickets".into(), "--operator".into(), desk.operator_hex()]);
+    }
     boot_args.extend(per_ip_args(o.nodes));
     if let Some((every, keep)) = o.archive {
         let dir = o.dir.join("data").join("checkpoints").display().to_string();
@@ -359,6 +375,19 @@ fn drive(net: &mut Testnet) -> Result<bool> {
         (l.contains("/tcp/") && l.contains("/p2p/")).then(|| l.trim().to_string())
     })?;
     println!("bootstrap server at {}", net.bootstrap_addr);
+    if let Some(desk) = desk {
+        // The server names its run on stderr before it listens.
+        let err = net.log_dir.join("bootstrap.err");
+        let text = std::fs::read_to_string(&err).with_context(|| format!("reading {}", err.display()))?;
+        let run =
+            tickets::hosted_run(&text).with_context(|| format!("{} names no hosted run", err.display()))?;
+        println!(
+            "ticket admission: operator {} (key {}), a ticket per node",
+            desk.operator_hex(),
+            o.dir.join("data").join("operator.key").display()
+        );
+        net.tickets = Some((desk, run));
+    }
     let names: Vec<String> = (1..=o.nodes).map(|i| format!("node-{i}")).collect();
     let (now, late) = names.split_at(o.nodes - o.join_late);
     for n in now {
@@ -370,11 +399,18 @@ fn drive(net: &mut Testnet) -> Result<bool> {
             l.up_mbit, l.down_mbit, l.rtt_ms
         );
     } else {
-        let dash_args: Vec<String> =
+        let mut dash_args: Vec<String> =
             ["dashboard", "--bootstrap", &net.bootstrap_addr, "--http", &o.http, "--no-mdns", "--json"]
                 .iter()
                 .map(|s| s.to_string())
                 .collect();
+        if let Some((desk, run)) = &net.tickets {
+            // The dashboard watches over libp2p: a ticket run admits it by ticket too.
+            let dir = o.dir.join("data").join("dashboard");
+            let ticket = desk.admit("dashboard", &dir, *run)?;
+            let key = dir.join("node.key").display().to_string();
+            dash_args.extend(["--key".into(), key, "--ticket".into(), ticket.display().to_string()]);
+        }
         let bin = net.bin_dir.join("murmur");
         let c = Child::spawn(&bin, &dash_args, &[], None, "dashboard", &net.log_dir, net.tx.clone())?;
         println!("started dashboard (pid {})", c.pid());

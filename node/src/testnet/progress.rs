@@ -20,15 +20,18 @@ pub struct RoundLine {
     /// Median val loss of the reports.
     pub val_loss: Option<f64>,
     pub included: u64,
-    /// The most bytes (sent + received) one node moved in the round, when
-    /// the nodes report them.
+    /// The most bytes (sent + received) one node moved in the round's
+    /// exchange, when the nodes report them: catch-up content (states and
+    /// ledgers) and dataset content left out.
     pub max_bytes: u64,
+    /// The most catch-up and dataset bytes one node moved in the round.
+    pub max_side_bytes: u64,
 }
 
 impl RoundLine {
     pub fn human(&self) -> String {
         format!(
-            "round {:>3}  state {}  val_loss {}  deltas {}  nodes agree {}/{}  max MB/node {:.2}",
+            "round {:>3}  state {}  val_loss {}  deltas {}  nodes agree {}/{}  max MB/node {:.2} (+{:.2} catch-up and data)",
             self.round,
             &self.state[..self.state.len().min(12)],
             self.val_loss.map(|v| format!("{v:.4}")).unwrap_or_else(|| "-".into()),
@@ -36,6 +39,7 @@ impl RoundLine {
             self.agree,
             self.reported,
             self.max_bytes as f64 / 1e6,
+            self.max_side_bytes as f64 / 1e6,
         )
     }
 }
@@ -45,7 +49,9 @@ struct Report {
     state: String,
     val_loss: Option<f64>,
     included: u64,
+    /// The round's exchange bytes, and its catch-up and dataset bytes.
     bytes: u64,
+    side_bytes: u64,
 }
 
 /// Round reports by node.
@@ -62,13 +68,18 @@ impl Progress {
     pub fn on_round(&mut self, node: &str, v: &serde_json::Value, now_ms: u64) {
         let (Some(round), Some(state)) = (v["round"].as_u64(), v["state_id"].as_str()) else { return };
         self.first_seen_ms.entry(round).or_insert(now_ms);
+        let count = |f: &str| v[f].as_u64().unwrap_or(0);
+        let all = count("bytes_sent") + count("bytes_recv");
+        let side =
+            count("catch_up_sent") + count("catch_up_recv") + count("dataset_sent") + count("dataset_recv");
         self.reports.entry(round).or_default().insert(
             node.to_string(),
             Report {
                 state: state.to_string(),
                 val_loss: v["val_loss"].as_f64(),
                 included: v["included"].as_u64().unwrap_or(0),
-                bytes: v["bytes_sent"].as_u64().unwrap_or(0) + v["bytes_recv"].as_u64().unwrap_or(0),
+                bytes: all.saturating_sub(side),
+                side_bytes: side,
             },
         );
     }
@@ -86,7 +97,17 @@ impl Progress {
         let val_loss = losses.get(losses.len() / 2).copied();
         let included = reps.values().filter(|r| r.state == state).map(|r| r.included).max().unwrap_or(0);
         let max_bytes = reps.values().map(|r| r.bytes).max().unwrap_or(0);
-        Some(RoundLine { round, state, agree, reported: reps.len(), val_loss, included, max_bytes })
+        let max_side_bytes = reps.values().map(|r| r.side_bytes).max().unwrap_or(0);
+        Some(RoundLine {
+            round,
+            state,
+            agree,
+            reported: reps.len(),
+            val_loss,
+            included,
+            max_bytes,
+            max_side_bytes,
+        })
     }
 
     /// Rounds that are ready to announce, in order: every node in `live`
@@ -179,5 +200,24 @@ mod tests {
         assert_eq!(states.iter().filter(|(_, s)| s == "x").count(), 2);
         assert_eq!(p.common_round(&nodes, 4), None);
         assert_eq!(p.last_round_of("a"), Some(4));
+    }
+
+    #[test]
+    fn the_exchange_is_reported_apart_from_catch_up_and_dataset_bytes() {
+        let mut p = Progress::default();
+        let bytes = |sent: u64, recv: u64, catch_up: u64, data: u64| {
+            let mut v = ev(2, "s", 1.0);
+            v["bytes_sent"] = json!(sent);
+            v["bytes_recv"] = json!(recv);
+            v["catch_up_recv"] = json!(catch_up);
+            v["dataset_recv"] = json!(data);
+            v
+        };
+        // a moved 3 MB, 2 of them a state it caught up on; b 2.5 MB, 0.5 of them dataset shards.
+        p.on_round("a", &bytes(500_000, 2_500_000, 2_000_000, 0), 0);
+        p.on_round("b", &bytes(1_000_000, 1_500_000, 0, 500_000), 0);
+        let l = p.line(2).expect("line");
+        assert_eq!((l.max_bytes, l.max_side_bytes), (2_000_000, 2_000_000));
+        assert!(l.human().ends_with("max MB/node 2.00 (+2.00 catch-up and data)"), "{}", l.human());
     }
 }

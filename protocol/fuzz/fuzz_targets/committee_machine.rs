@@ -16,7 +16,7 @@ use libfuzzer_sys::fuzz_target;
 use murmur_protocol::codec::Codec;
 use murmur_protocol::committee::merkle::MAX_PROOF_LEN;
 use murmur_protocol::committee::{
-    merkle_root, CommitteeAction, CommitteeConfig, CommitteeEvent, CommitteeMachine, FraudProof,
+    merkle_root, CommitteeAction, SignedRecord, CommitteeConfig, CommitteeEvent, CommitteeMachine, FraudProof,
     IncludedList, IncludedSigners, Ledger, MerkleTree, ShardDelta, ShardLeaf, ShardResult, ShardRule, ShardedManifest,
     SketchAudit,
 };
@@ -386,6 +386,10 @@ fn check_action(m: &CommitteeMachine, d: &mut Driver, action: CommitteeAction) {
             assert!(ledger.roster.windows(2).all(|w| w[0] < w[1]));
             assert!(ledger.roster.iter().all(|k| !ledger.is_excluded(k)));
             push(&mut d.applies, round);
+        }
+        CommitteeAction::Record(r) => {
+            assert!(r.manifest.is_some() || !r.results.is_empty(), "a record holds what was signed");
+            assert_eq!(SignedRecord::decode(&r.encode()).ok(), Some(r), "a record reads back");
         }
     }
 }

@@ -35,6 +35,7 @@ use super::merkle::{verify_proof, MerkleTree, ShardLeaf};
 use super::messages::{FraudProof, IncludedList, IncludedSigners, ShardResult, ShardedManifest};
 use super::plan::{CommitteePlan, MAX_FALLBACKS};
 use super::rule::ShardRule;
+use super::signed::{SignedRecord, MAX_RECORDED_RESULTS};
 use crate::codec::Codec;
 use crate::hash::{domain_hash, RunId, StateId};
 use crate::identity::{NodeKey, PublicKey, Signature, SIGN_AUDIT_DRAW};
@@ -215,6 +216,10 @@ pub enum CommitteeAction {
     /// from `holders`, check it against its StateId, and report `CaughtUp`
     /// or `CatchUpFailed` (`catch_up`).
     FetchState { round: u64, state: StateId, holders: Vec<PublicKey> },
+    /// Store this record of what the node signed this round durably before
+    /// carrying out the actions after it (they send what it records), and
+    /// give it back with `restore_signed` after a restart.
+    Record(SignedRecord),
 }
 
 /// One sketch audit of `result`: ask each trainer in `included` for the
@@ -299,6 +304,8 @@ pub struct CommitteeMachine {
     now: u64,
     /// Our leaves once trained (to re-send a shard to a fallback committee).
     mine: Option<OwnDelta>,
+    /// What we signed in our newest round (kept across restarts).
+    signed: SignedRecord,
     manifests: BTreeMap<PublicKey, ShardedManifest>,
     /// Shard inputs received (for the shards we aggregate): shard → signer → leaf.
     inputs: BTreeMap<u32, BTreeMap<PublicKey, ShardLeaf>>,
@@ -440,6 +447,7 @@ impl CommitteeMachine {
             opened_at: now,
             now,
             mine: None,
+            signed: SignedRecord::of_round(round),
             manifests: BTreeMap::new(),
             inputs: BTreeMap::new(),
             duties: BTreeMap::new(),
@@ -576,6 +584,15 @@ impl CommitteeMachine {
     pub fn our_list(&self, shard: u32) -> Option<&IncludedList> {
         self.our_lists.get(&shard)
     }
+    /// What this node signed before a restart (the last `Record` it
+    /// stored): it signs no other manifest, and no other result for a
+    /// recorded shard, in that round. Records of past rounds are ignored.
+    pub fn restore_signed(&mut self, record: SignedRecord) {
+        if record.round >= self.round {
+            self.signed = record;
+        }
+    }
+
     pub fn poll_action(&mut self) -> Option<CommitteeAction> {
         self.actions.pop_front()
     }
@@ -619,6 +636,9 @@ impl CommitteeMachine {
             CommitteePlan::derive(base, round, &self.ledger.roster, self.cfg.k, self.cfg.element_count);
         self.opened_at = self.now;
         self.mine = None;
+        if self.signed.round < round {
+            self.signed = SignedRecord::of_round(round);
+        }
         self.manifests.clear();
         self.inputs.clear();
         self.duties.clear();
@@ -757,6 +777,12 @@ impl CommitteeMachine {
         if self.mine.is_some() || leaves.len() != self.plan.shards() as usize {
             return;
         }
+        // Signed before a restart (its shards are gone with the process):
+        // this round goes without our delta rather than with a second one.
+        let signed_before = self.signed.round == self.round && self.signed.manifest.is_some();
+        if signed_before || self.signed.round > self.round {
+            return;
+        }
         let tree = MerkleTree::new(&leaves);
         let m = ShardedManifest {
             run: self.cfg.run,
@@ -773,6 +799,8 @@ impl CommitteeMachine {
             signature: Signature([0; 64]),
         }
         .sign(&self.key);
+        self.signed.manifest = Some(m.clone());
+        self.actions.push_back(CommitteeAction::Record(self.signed.clone()));
         if self.open_round() {
             self.actions.push_back(CommitteeAction::PublishManifest(m.clone()));
         }
@@ -944,7 +972,25 @@ impl CommitteeMachine {
         total_tokens: u64,
         result_hash: [u8; 32],
     ) {
-        if included.is_empty() {
+        if included.is_empty() || self.signed.round > self.round {
+            return;
+        }
+        // A result signed before a restart is published again as it was;
+        // a different one is not signed (the shard's backup takes it over).
+        if let Some(before) = self.signed.result(shard).cloned() {
+            let same = before.base == self.base
+                && before.included_root == included.root()
+                && before.included_count == included.len() as u32
+                && before.total_tokens == total_tokens
+                && before.result_hash == result_hash;
+            if same {
+                self.our_lists.insert(shard, included);
+                self.actions.push_back(CommitteeAction::PublishResult(before.clone()));
+                self.on_result(before);
+            }
+            return;
+        }
+        if self.signed.results.len() >= MAX_RECORDED_RESULTS {
             return;
         }
         let r = ShardResult {
@@ -960,6 +1006,8 @@ impl CommitteeMachine {
             signature: Signature([0; 64]),
         }
         .sign(&self.key);
+        self.signed.results.push(r.clone());
+        self.actions.push_back(CommitteeAction::Record(self.signed.clone()));
         self.our_lists.insert(shard, included);
         self.actions.push_back(CommitteeAction::PublishResult(r.clone()));
         self.on_result(r);

@@ -51,6 +51,10 @@ struct Net {
     asks: Vec<(u64, usize, usize)>,
     /// Per node, per round.
     applied: Vec<Vec<Applied>>,
+    /// Per node: the last record of what it signed.
+    records: Vec<Option<SignedRecord>>,
+    /// Each aggregate's included list.
+    included: HashMap<[u8; 32], IncludedList>,
 
     inbox: VecDeque<(usize, CommitteeEvent)>,
 }
@@ -83,6 +87,8 @@ impl Net {
             sketches: Vec::new(),
             sketch_sends: Vec::new(),
             applied: vec![Vec::new(); n as usize],
+            records: vec![None; n as usize],
+            included: HashMap::new(),
             inbox: VecDeque::new(),
         }
     }
@@ -159,6 +165,7 @@ impl Net {
                     a.result_hash = messages::aggregate_hash(&a.payload);
                 }
                 self.values.insert(a.result_hash, a.values);
+                self.included.insert(a.result_hash, a.included.clone());
                 let signers = IncludedSigners::of(&a.included, &self.machines[i].ledger().roster);
                 self.lists.insert(a.result_hash, signers);
                 self.inbox.push_back((
@@ -233,6 +240,7 @@ impl Net {
                 self.inbox.push_back((i, CommitteeEvent::Applied { round, new_state }));
             }
             CommitteeAction::FetchState { .. } => panic!("node {i} fell behind in a run that never splits"),
+            CommitteeAction::Record(r) => self.records[i] = Some(r),
         }
     }
 
@@ -879,4 +887,91 @@ fn an_aggregation_that_comes_back_after_its_round_closed_signs_nothing() {
     assert_eq!(published(&mut m), 0, "round 0's aggregation signs nothing in round 1");
     m.handle(2, aggregated(1));
     assert_eq!(published(&mut m), 1);
+}
+
+#[test]
+fn a_node_restarted_in_a_round_it_signed_in_signs_no_second_manifest_or_result() {
+    let mut net = Net::new(4, 1);
+    net.run_to(1, 10_000);
+    let record = net.records[0].clone().expect("node 0 recorded what it signed");
+    let (me, ledger) =
+        (net.keys[0].public(), Ledger::genesis(net.keys.iter().map(NodeKey::public).collect()));
+    assert_eq!(record.round, 0);
+    assert_eq!(record.manifest.as_ref().map(|m| m.signer), Some(me));
+    assert_eq!(record.results.len(), 1, "its own shard's result: {record:?}");
+    let ours = record.results[0].clone();
+    assert_eq!(SignedRecord::decode(&record.encode()).expect("decodes"), record);
+    // The process restarts before round 0's state was stored: round 0 again,
+    // with the record it had stored.
+    let mut m = CommitteeMachine::new(cfg(1), net.keys[0].clone(), 0, StateId([1; 32]), ledger, 0);
+    m.restore_signed(record.clone());
+    assert_eq!(Some(ours.shard), m.plan().seat_of(&me), "the shard it owns");
+    let mut actions = Vec::new();
+    while let Some(a) = m.poll_action() {
+        actions.push(a);
+    }
+    assert!(actions.iter().any(|a| matches!(a, CommitteeAction::Train { .. })), "{actions:?}");
+    // It trained again: a different delta, which it does not sign.
+    let mut leaves = record_leaves(&net, 0);
+    leaves[0].norm += 1.0;
+    m.handle(10, CommitteeEvent::LocalDeltaReady { tokens: 11, train_loss: 1.0, norm: 2.0, leaves });
+    let sent: Vec<CommitteeAction> = std::iter::from_fn(|| m.poll_action()).collect();
+    assert!(
+        !sent.iter().any(|a| matches!(
+            a,
+            CommitteeAction::SendShard { .. }
+                | CommitteeAction::PublishManifest(_)
+                | CommitteeAction::Record(_)
+        )),
+        "a second manifest was signed: {sent:?}"
+    );
+    // Its shard aggregated again from other inputs: no second result.
+    let list = net.included[&ours.result_hash].clone();
+    let fewer = IncludedList { entries: list.entries[..list.entries.len() - 1].to_vec() };
+    let again = |included: IncludedList, hash: [u8; 32]| CommitteeEvent::ShardAggregated {
+        round: 0,
+        shard: ours.shard,
+        included,
+        total_tokens: ours.total_tokens,
+        result_hash: hash,
+    };
+    m.handle(20, again(fewer, [9; 32]));
+    let out: Vec<CommitteeAction> = std::iter::from_fn(|| m.poll_action()).collect();
+    assert!(!out.iter().any(|a| matches!(a, CommitteeAction::PublishResult(_))), "{out:?}");
+    // From the same inputs: the recorded result again, as it was.
+    m.handle(30, again(list, ours.result_hash));
+    let out: Vec<CommitteeAction> = std::iter::from_fn(|| m.poll_action()).collect();
+    let published: Vec<&ShardResult> = out
+        .iter()
+        .filter_map(|a| if let CommitteeAction::PublishResult(r) = a { Some(r) } else { None })
+        .collect();
+    assert_eq!(published, vec![&ours], "{out:?}");
+    // A record of a past round binds nothing.
+    let mut later = CommitteeMachine::new(
+        cfg(1),
+        net.keys[0].clone(),
+        1,
+        StateId([2; 32]),
+        Ledger::genesis(Vec::new()),
+        0,
+    );
+    later.restore_signed(record);
+    while later.poll_action().is_some() {}
+    later.handle(
+        40,
+        CommitteeEvent::LocalDeltaReady {
+            tokens: 10,
+            train_loss: 1.0,
+            norm: 1.0,
+            leaves: record_leaves(&net, 0)[..1].to_vec(),
+        },
+    );
+    let out: Vec<CommitteeAction> = std::iter::from_fn(|| later.poll_action()).collect();
+    assert!(out.iter().any(|a| matches!(a, CommitteeAction::Record(r) if r.round == 1)), "{out:?}");
+}
+
+/// Node `i`'s leaves of round 0, in shard order.
+fn record_leaves(net: &Net, i: usize) -> Vec<ShardLeaf> {
+    let shards = net.machines[i].plan().shards();
+    (0..shards).map(|s| net.payloads[&(i, s)].1).collect()
 }

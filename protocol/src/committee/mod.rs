@@ -14,6 +14,7 @@ pub mod merkle;
 pub mod messages;
 pub mod plan;
 pub mod rule;
+pub mod signed;
 pub mod sketch;
 
 pub use aggregate::{aggregate_codec, aggregate_shard, shard_norm, ShardAggregate, ShardInput};
@@ -28,6 +29,7 @@ pub use messages::{
 };
 pub use plan::{CommitteePlan, ShardLayout};
 pub use rule::ShardRule;
+pub use signed::SignedRecord;
 
 #[cfg(test)]
 mod machine_tests;

@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 use libp2p::PeerId;
 use murmur_protocol::committee::{
     aggregate_codec, verify_proof, CommitteeAction, CommitteeConfig, CommitteeEvent, CommitteeMachine,
-    IncludedList, IncludedSigners, Ledger, ShardLeaf, ShardResult, ShardRule, ShardedManifest, SketchAudit,
+    IncludedList, IncludedSigners, Ledger, ShardLeaf, ShardResult, ShardRule, ShardedManifest, SignedRecord,
+    SketchAudit,
 };
 use murmur_protocol::hash::hex;
 use murmur_protocol::{ErrorFeedback, PublicKey, RunSpec, StateId, TrainingState};
@@ -68,23 +69,6 @@ pub fn committee_config(spec: &RunSpec) -> CommitteeConfig {
         grace_ms: (input_ms / 4).max(1000),
         audits: murmur_protocol::committee::machine::DEFAULT_AUDITS,
     }
-}
-
-/// Whether this build's node loops can run `spec`. Overlapped rounds train
-/// ahead as version 1's loop does (`trainer::ahead`); time-budgeted rounds
-/// combine each shard per token (`ShardRule::of`). Admission (open, allowlist,
-/// tickets) is the network's gate (`net::gate`): a peer that is not
-/// admitted gets no answer and its gossip is dropped unforwarded, so the
-/// machine only ever sees admitted signers' manifests, results and commits.
-pub fn check_spec(spec: &RunSpec) -> Result<(), String> {
-    if spec.committee_size == 1 {
-        return Err("--committee-size 1 (one owner per shard) runs in `murmur netsim` only for now: with \
-                    one signer per shard, a lying owner's aggregate can be applied by some honest nodes \
-                    before its fraud proof reaches the others, and they split; use --committee-size 2 \
-                    or more"
-            .into());
-    }
-    Ok(())
 }
 
 /// Results of work the loop started.
@@ -250,7 +234,6 @@ pub async fn run_committee_node(
         metrics,
         eval_every,
     } = start;
-    check_spec(&spec).map_err(RuntimeError::Config)?;
     let (served, offers_rx) = CommitteeServed::new(spec.codec);
     let served = Arc::new(served);
     server.serve_committee(served.clone());
@@ -268,6 +251,14 @@ pub async fn run_committee_node(
         CommitteeMachine::new(committee_config(&spec), key.clone(), state.round, base, ledger.clone(), now);
     if waiting {
         machine.wait_for_state();
+    }
+    // What we signed before a restart: never a second word for that round.
+    match store.meta.signed_record(&spec.run_id())?.map(|b| SignedRecord::decode(&b)) {
+        Some(Ok(record)) => machine.restore_signed(record),
+        Some(Err(e)) => {
+            tracing::warn!("the record of what this node last signed is unreadable ({e}); ignoring it")
+        }
+        None => {}
     }
     let (tx, rx) = mpsc::unbounded_channel();
     let n = spec.model.param_count as usize;
@@ -807,7 +798,9 @@ impl CommitteeNode {
     }
 
     fn drain(&mut self) {
-        while let Some(action) = self.machine.poll_action() {
+        // After a failed record nothing more leaves: the node stops.
+        while self.fatal.is_none() {
+            let Some(action) = self.machine.poll_action() else { break };
             self.act(action);
         }
     }
@@ -815,6 +808,12 @@ impl CommitteeNode {
     fn act(&mut self, action: CommitteeAction) {
         let round = self.machine.round();
         match action {
+            // Stored before the actions after it send what it records.
+            CommitteeAction::Record(record) => {
+                if let Err(e) = self.store.meta.set_signed_record(&self.spec.run_id(), &record.encode()) {
+                    self.fatal = Some(RuntimeError::Store(e));
+                }
+            }
             CommitteeAction::Train { round, base, .. } => {
                 self.metrics.round_opened(round);
                 self.train(round, base)
