@@ -144,8 +144,13 @@ impl Testnet {
         self.opts.links.map(|l| vec![("MURMUR_NET_DELAY_MS", l.delay_ms().to_string())]).unwrap_or_default()
     }
 
+    /// Where process `name` keeps its data (its key, store and ticket).
+    fn data_dir(&self, name: &str) -> PathBuf {
+        self.opts.dir.join("data").join(name)
+    }
+
     fn node_args(&self, name: &str) -> Vec<String> {
-        let data = self.opts.dir.join("data").join(name);
+        let data = self.data_dir(name);
         let mut args = vec![
             "node".into(),
             "--bootstrap".into(),
@@ -168,7 +173,7 @@ impl Testnet {
     fn start_node(&mut self, name: &str) -> Result<()> {
         let mut args = self.node_args(name);
         if let Some((desk, run)) = &self.tickets {
-            let ticket = desk.admit(name, &self.opts.dir.join("data").join(name), *run)?;
+            let ticket = desk.admit(name, &self.data_dir(name), *run)?;
             args.extend(["--ticket".into(), ticket.display().to_string()]);
         }
         let mut envs = self.link_env();
@@ -406,7 +411,7 @@ fn drive(net: &mut Testnet) -> Result<bool> {
                 .collect();
         if let Some((desk, run)) = &net.tickets {
             // The dashboard watches over libp2p: a ticket run admits it by ticket too.
-            let dir = o.dir.join("data").join("dashboard");
+            let dir = net.data_dir("dashboard");
             let ticket = desk.admit("dashboard", &dir, *run)?;
             let key = dir.join("node.key").display().to_string();
             dash_args.extend(["--key".into(), key, "--ticket".into(), ticket.display().to_string()]);

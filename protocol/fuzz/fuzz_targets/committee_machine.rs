@@ -16,9 +16,9 @@ use libfuzzer_sys::fuzz_target;
 use murmur_protocol::codec::Codec;
 use murmur_protocol::committee::merkle::MAX_PROOF_LEN;
 use murmur_protocol::committee::{
-    merkle_root, CommitteeAction, SignedRecord, CommitteeConfig, CommitteeEvent, CommitteeMachine, FraudProof,
+    merkle_root, CommitteeAction, CommitteeConfig, CommitteeEvent, CommitteeMachine, FraudProof,
     IncludedList, IncludedSigners, Ledger, MerkleTree, ShardDelta, ShardLeaf, ShardResult, ShardRule, ShardedManifest,
-    SketchAudit,
+    SignedRecord, SketchAudit,
 };
 use murmur_protocol::hash::{PayloadHash, RunId, StateId};
 use murmur_protocol::identity::{NodeKey, PublicKey, Signature};

@@ -975,24 +975,6 @@ impl CommitteeMachine {
         if included.is_empty() || self.signed.round > self.round {
             return;
         }
-        // A result signed before a restart is published again as it was;
-        // a different one is not signed (the shard's backup takes it over).
-        if let Some(before) = self.signed.result(shard).cloned() {
-            let same = before.base == self.base
-                && before.included_root == included.root()
-                && before.included_count == included.len() as u32
-                && before.total_tokens == total_tokens
-                && before.result_hash == result_hash;
-            if same {
-                self.our_lists.insert(shard, included);
-                self.actions.push_back(CommitteeAction::PublishResult(before.clone()));
-                self.on_result(before);
-            }
-            return;
-        }
-        if self.signed.results.len() >= MAX_RECORDED_RESULTS {
-            return;
-        }
         let r = ShardResult {
             run: self.cfg.run,
             round: self.round,
@@ -1006,8 +988,18 @@ impl CommitteeMachine {
             signature: Signature([0; 64]),
         }
         .sign(&self.key);
-        self.signed.results.push(r.clone());
-        self.actions.push_back(CommitteeAction::Record(self.signed.clone()));
+        // Signing is deterministic: a result recorded before a restart is
+        // published again only when this is the same one; a different one
+        // is not sent (the shard's backup takes it over).
+        match self.signed.result(shard) {
+            Some(before) if *before != r => return,
+            Some(_) => {}
+            None if self.signed.results.len() >= MAX_RECORDED_RESULTS => return,
+            None => {
+                self.signed.results.push(r.clone());
+                self.actions.push_back(CommitteeAction::Record(self.signed.clone()));
+            }
+        }
         self.our_lists.insert(shard, included);
         self.actions.push_back(CommitteeAction::PublishResult(r.clone()));
         self.on_result(r);
