@@ -32,6 +32,8 @@ const _: () = assert!(super::offer::MAX_OFFER_BYTES + 16 <= MAX_REQUEST_BYTES);
 pub const MAX_PROJECTION_ASKS: usize = 16;
 /// Largest included list served (entries of 64 bytes in one response frame).
 pub const MAX_SERVED_LIST_BYTES: usize = 1 << 20;
+/// Longest signed result served.
+pub const MAX_SERVED_RESULT_BYTES: usize = 1024;
 /// Largest RunSpec carried in a status response.
 pub const MAX_SPEC_BYTES: usize = 256 * 1024;
 /// Largest ticket carried in a status response.
@@ -85,6 +87,9 @@ pub enum XferRequest {
     /// auditor's seed for it (1 to `MAX_PROJECTION_ASKS`, one per audited
     /// shard).
     Projections { round: u64, asks: Vec<(u32, [u8; 32])> },
+    /// Protocol v2: the responder's own signed result for `shard` of
+    /// `round` (a node that missed its gossip asks the owner).
+    Result { round: u64, shard: u32 },
 }
 
 /// A signed commit a peer offers as backing for its state, with the
@@ -134,6 +139,9 @@ pub enum XferResponse {
     /// An included list or included signers (the canonical IncludedList or
     /// IncludedSigners bytes the request asked for, decoded by the asker).
     Included(Vec<u8>),
+    /// A signed ShardResult (canonical bytes, decoded and checked by the
+    /// asker), at most `MAX_SERVED_RESULT_BYTES`.
+    Result(Vec<u8>),
     Leaf(ShardOffer),
     StateParts {
         params: [u8; 32],
@@ -290,6 +298,11 @@ impl XferRequest {
                     out.extend_from_slice(seed);
                 }
             }
+            XferRequest::Result { round, shard } => {
+                out.push(11);
+                out.extend_from_slice(&round.to_le_bytes());
+                out.extend_from_slice(&shard.to_le_bytes());
+            }
         }
         out
     }
@@ -321,6 +334,7 @@ impl XferRequest {
                 let asks = (0..n).map(|_| Ok((c.u32()?, c.id()?))).collect::<io::Result<Vec<_>>>()?;
                 XferRequest::Projections { round, asks }
             }
+            11 => XferRequest::Result { round: c.u64()?, shard: c.u32()? },
             _ => return Err(bad("unknown request")),
         };
         c.finish()?;
@@ -391,6 +405,11 @@ impl XferResponse {
                 for v in sets.iter().flatten() {
                     out.extend_from_slice(&v.to_le_bytes());
                 }
+            }
+            XferResponse::Result(b) => {
+                out.push(13);
+                out.extend_from_slice(&(b.len() as u16).to_le_bytes());
+                out.extend_from_slice(b);
             }
         }
         out
@@ -481,6 +500,13 @@ impl XferResponse {
                     }
                 }
                 XferResponse::Projections(sets)
+            }
+            13 => {
+                let n = usize::from(c.u16()?);
+                if n > MAX_SERVED_RESULT_BYTES {
+                    return Err(bad("result too long"));
+                }
+                XferResponse::Result(c.take(n)?.to_vec())
             }
             _ => return Err(bad("unknown response")),
         };
@@ -653,6 +679,7 @@ mod tests {
             XferRequest::Leaf { round: 3, shard: 2, signer: PublicKey([8; 32]) },
             XferRequest::StateParts { state: [4; 32] },
             XferRequest::Projections { round: 3, asks: vec![(2, [9; 32]), (5, [1; 32])] },
+            XferRequest::Result { round: 3, shard: 7 },
             XferRequest::Present(Ticket::issue(
                 &murmur_protocol::NodeKey::from_seed([1; 32]),
                 murmur_protocol::RunId([2; 32]),
@@ -689,6 +716,7 @@ mod tests {
             XferResponse::Admitted,
             XferResponse::NotAdmitted,
             XferResponse::Projections(vec![[1.5, -2.0, 0.0, 1e300, -1e-300, 3.0, 4.0, 5.0], [0.5; 8]]),
+            XferResponse::Result(vec![6; 250]),
         ];
         for r in resps {
             assert_eq!(XferResponse::decode(&r.encode()).expect("decodes"), r);
@@ -711,6 +739,11 @@ mod tests {
         let mut c = vec![1, 3];
         c.extend_from_slice(&((CHUNK_LEN as u32) + 1).to_le_bytes());
         assert!(XferResponse::decode(&c).is_err());
+        // A result longer than any signed result.
+        let mut r = vec![1, 13];
+        r.extend_from_slice(&((MAX_SERVED_RESULT_BYTES as u16) + 1).to_le_bytes());
+        r.resize(r.len() + MAX_SERVED_RESULT_BYTES + 1, 0);
+        assert!(XferResponse::decode(&r).is_err());
         // Projections that are not finite, or too few.
         let mut p = XferResponse::Projections(vec![[1.0; PROJECTIONS]]).encode();
         p[3..11].copy_from_slice(&f64::NAN.to_le_bytes());
@@ -781,6 +814,7 @@ mod tests {
             XferResponse::Admitted,
             XferResponse::NotAdmitted,
             XferResponse::Projections(vec![[1.5, -2.0, 0.0, 1e300, -1e-300, 3.0, 4.0, 5.0], [0.5; 8]]),
+            XferResponse::Result(vec![6; 250]),
         ];
         for r in resps {
             let mut wire = futures::io::Cursor::new(Vec::new());

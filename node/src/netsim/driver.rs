@@ -12,8 +12,8 @@ use murmur_protocol::codec::{decode_delta, encode_delta};
 use murmur_protocol::committee::messages::aggregate_hash;
 use murmur_protocol::committee::{
     aggregate_codec, aggregate_shard, shard_norm, CommitteeAction, CommitteeConfig, CommitteeEvent,
-    CommitteeMachine, IncludedList, IncludedSigners, Ledger, SeenSignatures, ShardInput, ShardLeaf,
-    ShardedManifest,
+    CommitteeMachine, IncludedList, IncludedSigners, Ledger, MerkleTree, SeenSignatures, ShardInput,
+    ShardLeaf, ShardResult, ShardedManifest,
 };
 use murmur_protocol::hash::{payload_hash_of, RunId, StateId};
 use murmur_protocol::identity::{NodeKey, PublicKey};
@@ -28,6 +28,7 @@ use super::wire;
 use super::workload::{drawn_delta, LinearTask};
 use super::{v1_bytes, NetsimConfig, NetsimReport, NodeRound, Offender, RoundReport, Workload};
 use crate::net::offer::ShardOffer;
+use crate::net::{XferRequest, XferResponse};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Role {
@@ -87,6 +88,8 @@ struct Sim {
     /// against its signer's roster (a liar's wrong hash keeps the honest
     /// list it computed), as the signer serves them.
     lists: HashMap<[u8; 32], IncludedSigners>,
+    /// Every result signed, by (round, shard, signer), as its signer serves it.
+    results: HashMap<(u64, u32, usize), ShardResult>,
     /// The manifests each node signed, by (round, node).
     signed: HashMap<(u64, usize), Vec<ShardedManifest>>,
     /// Hashes of everything gossiped (gossip's duplicate filter).
@@ -208,6 +211,7 @@ impl Sim {
             honest_sums: HashMap::new(),
             lists: HashMap::new(),
             signed: HashMap::new(),
+            results: HashMap::new(),
             gossiped: Default::default(),
             applied: HashMap::new(),
             progress: vec![BTreeMap::new(); n],
@@ -346,12 +350,15 @@ impl Sim {
                 self.net.at(now + 1, i, Msg::Event(Box::new(e)));
             }
             CommitteeAction::PublishResult(r) => {
+                self.results.insert((r.round, r.shard, i), r.clone());
                 self.gossip(i, now, round, &r.encode(), CommitteeEvent::ResultReceived(r))
             }
             CommitteeAction::FetchAggregate { shard, result_hash, from } => {
                 self.fetch_aggregate(i, now, round, shard, result_hash, from)
             }
             CommitteeAction::RequestIncluded { result } => self.request_included(i, now, round, result),
+            CommitteeAction::PullResult { shard, from } => self.pull_result(i, now, round, shard, &from),
+            CommitteeAction::PullInputs { shard, from } => self.pull_inputs(i, now, round, shard, &from),
             CommitteeAction::Sketch(audits) => self.sketch(i, now, round, audits)?,
             CommitteeAction::Recheck { result, included, holders } => {
                 self.recheck(i, now, round, result, included, &holders)?
@@ -569,6 +576,64 @@ impl Sim {
                 };
                 self.net.at(now + FETCH_TIMEOUT_MS, i, Msg::Event(Box::new(e)));
             }
+        }
+    }
+
+    /// Node `i` asks each of `from` in turn for its result of `shard`,
+    /// until one serves it (each ask charged as the node's request).
+    fn pull_result(&mut self, i: usize, now: u64, round: u64, shard: u32, from: &[PublicKey]) {
+        let request = XferRequest::Result { round, shard };
+        for key in from {
+            let Some(&j) = self.index.get(key) else { continue };
+            let held = self.results.get(&(round, shard, j)).filter(|_| self.serves(j)).cloned();
+            match held {
+                Some(r) => {
+                    let bytes = wire::exchange(&request, &XferResponse::Result(r.encode()));
+                    let e = CommitteeEvent::ResultReceived(r);
+                    self.net.send(now, round, Kind::Gossip, j, i, bytes, Msg::Event(Box::new(e)));
+                    return;
+                }
+                None => {
+                    let bytes = wire::exchange(&request, &XferResponse::NotFound);
+                    self.net.send(now, round, Kind::Gossip, j, i, bytes, Msg::Bytes);
+                }
+            }
+        }
+    }
+
+    /// Node `i` asks each of `from` for its own shard `shard` (its leaf,
+    /// proof and manifest, then the payload), charged as the node's
+    /// request and offer.
+    fn pull_inputs(&mut self, i: usize, now: u64, round: u64, shard: u32, from: &[PublicKey]) {
+        for key in from {
+            let Some(&j) = self.index.get(key) else { continue };
+            let request = XferRequest::Leaf { round, shard, signer: *key };
+            let manifest = self.signed.get(&(round, j)).and_then(|ms| ms.first()).cloned();
+            let (Some(manifest), true) = (manifest, self.serves(j)) else {
+                let bytes = wire::exchange(&request, &XferResponse::NotFound);
+                self.net.send(now, round, Kind::Shards, j, i, bytes, Msg::Bytes);
+                continue;
+            };
+            let leaves: Vec<ShardLeaf> =
+                (0..manifest.shards).filter_map(|s| self.payloads.get(&(round, j, s)).map(|p| p.1)).collect();
+            if leaves.len() != manifest.shards as usize {
+                continue;
+            }
+            let leaf = leaves[shard as usize];
+            let proof = MerkleTree::new(&leaves).proof(shard as usize);
+            let offer = ShardOffer {
+                round,
+                signer: *key,
+                shards: manifest.shards,
+                leaf,
+                proof: proof.clone(),
+                manifest: Box::new(manifest.clone()),
+                payload: None,
+            };
+            let bytes = wire::exchange(&request, &XferResponse::NotFound) + wire::offer(&offer);
+            let m = CommitteeEvent::ManifestReceived(manifest);
+            let e = CommitteeEvent::ShardReceived { signer: *key, shards: offer.shards, leaf, proof };
+            self.net.send(now, round, Kind::Shards, j, i, bytes, Msg::Events(vec![m, e]));
         }
     }
 

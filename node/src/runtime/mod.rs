@@ -245,6 +245,7 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
             own_ticket,
             metrics,
             eval_every: opts.eval_every,
+            resumed,
         };
         return committee::run_committee_node(start, events, replay).await;
     }

@@ -120,6 +120,7 @@ impl ContentServer for StoreServer {
             | XferRequest::Included { .. }
             | XferRequest::Signers { .. }
             | XferRequest::Leaf { .. }
+            | XferRequest::Result { .. }
             | XferRequest::StateParts { .. } => {
                 self.committee.get().and_then(|c| c.answer(request)).unwrap_or(XferResponse::NotFound)
             }

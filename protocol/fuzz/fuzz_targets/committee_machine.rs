@@ -170,7 +170,7 @@ fn event(
     let shards = if c & 0x40 == 0 { s_now } else { u32::from(c % 5) + 1 };
     let v = b >> 6;
     *now = now.saturating_add(u64::from(a & 15));
-    Some(match kind % 19 {
+    Some(match kind % 21 {
         0 => CommitteeEvent::ManifestReceived(ShardedManifest::decode(inp.bytes()).ok()?),
         1 => {
             let mut x = manifest(i, v, round, base, shards);
@@ -309,6 +309,8 @@ fn event(
             new_state: StateId([c % 8; 32]),
         },
         16 => CommitteeEvent::ShardUndelivered { to: keys()[i].public(), shard: u32::from(c) % (s_now + 1) },
+        19 => CommitteeEvent::PeerDisconnected(keys()[i].public()),
+        20 => CommitteeEvent::PeerConnected(keys()[i].public()),
         17 => {
             // A fetched state with its ledger: one a FetchState asked for,
             // or any.
@@ -356,6 +358,10 @@ fn check_action(m: &CommitteeMachine, d: &mut Driver, action: CommitteeAction) {
             push(&mut d.fetches, (shard, result_hash));
         }
         CommitteeAction::RequestIncluded { result } => push(&mut d.requests, result),
+        CommitteeAction::PullInputs { shard, from } | CommitteeAction::PullResult { shard, from } => {
+            assert!(shard < m.plan().shards() && !from.is_empty(), "a pull asks someone for a shard");
+            assert!(!from.contains(&keys()[0].public()), "a node never asks itself");
+        }
         CommitteeAction::Sketch(audits) => {
             assert!(!audits.is_empty(), "a sketch action carries an audit");
             for SketchAudit { result, included, inputs, .. } in audits {

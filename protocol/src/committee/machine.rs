@@ -174,6 +174,11 @@ pub enum CommitteeEvent {
     },
     /// No holder of a `FetchState`'s state served it.
     CatchUpFailed,
+    /// The last connection to `key` closed: while it stays gone, owners do
+    /// not wait for its shard.
+    PeerDisconnected(PublicKey),
+    /// `key` is connected (again): owners wait for its shard again.
+    PeerConnected(PublicKey),
     TimerFired,
 }
 
@@ -200,6 +205,15 @@ pub enum CommitteeAction {
     FetchAggregate { shard: u32, result_hash: [u8; 32], from: PublicKey },
     /// Ask `result.signer` for the included list of `result`.
     RequestIncluded { result: ShardResult },
+    /// Ask each of `from` for its signed result of `shard` this round and
+    /// report what comes as `ResultReceived` (a node that missed the
+    /// result's gossip: it restarted, or its connection was down).
+    PullResult { shard: u32, from: Vec<PublicKey> },
+    /// Ask each of `from` for its own shard `shard` of this round (its
+    /// leaf, proof and manifest, then the payload) and take each answer as
+    /// an offer: a node that (re)started mid-round lost the shards sent to
+    /// it before.
+    PullInputs { shard: u32, from: Vec<PublicKey> },
     /// Audit these results by sketches, asking each trainer once for the
     /// projections of all its shards they name (`SketchAudit`), and report
     /// one `Sketched` per audit.
@@ -267,6 +281,8 @@ struct ShardView {
     tried: usize,
     /// When to ask the next holder.
     retry_at: Option<u64>,
+    /// Results pulled while none came (`PullResult`).
+    pulls: u32,
 }
 
 /// Longest a ready sketch waits for the other drawn shards' included lists
@@ -280,6 +296,9 @@ pub const MAX_NEWCOMERS: usize = 1024;
 pub const FETCH_RETRY_FIRST_MS: u64 = 200;
 /// Longest wait between two asks.
 pub const FETCH_RETRY_MAX_MS: u64 = 5_000;
+
+/// Most times a round pulls one shard's result.
+pub const MAX_RESULT_PULLS: u32 = 3;
 
 /// Most attempts at sending one shard to one member in a round.
 pub const MAX_SEND_TRIES: u32 = 5;
@@ -340,12 +359,26 @@ pub struct CommitteeMachine {
     retries: BTreeSet<(u64, u32)>,
     /// When shards with a backup go to the next one: (when, shard).
     escalations: BTreeSet<(u64, u32)>,
+    /// When the first result of the round came: shards still without one
+    /// a pull wait later pull theirs.
+    first_result_at: Option<u64>,
+    /// Pulls of shards' results that are due: (when, shard).
+    pulls: BTreeSet<(u64, u32)>,
+    /// Roster members whose connection closed and did not come back.
+    gone: BTreeSet<PublicKey>,
+    /// When a node that entered this round mid-way (it started, or caught
+    /// up) asks for the inputs of the shards it aggregates, and how many
+    /// times it still will.
+    input_pull_at: Option<u64>,
+    input_pulls_left: u32,
+    /// When such a node aggregates with the inputs it has (its pulls are
+    /// done; the input deadline, counted from when it entered, may be far
+    /// behind the round's).
+    mid_round_due: Option<u64>,
     /// Shards fetched or applied as zero.
     settled: usize,
     /// Deadlines passed when `advance` last looked.
     deadlines_passed: usize,
-    /// Counted roster members (excluded keys left out) when the round opened.
-    counted_roster: usize,
     /// The shards this node audits this round.
     audits: BTreeSet<u32>,
     /// Drawn shards whose audit started (a sketch waiting or sent, or a
@@ -466,9 +499,14 @@ impl CommitteeMachine {
             dirty: BTreeSet::new(),
             retries: BTreeSet::new(),
             escalations: BTreeSet::new(),
+            first_result_at: None,
+            pulls: BTreeSet::new(),
+            gone: BTreeSet::new(),
+            input_pull_at: None,
+            input_pulls_left: 0,
+            mid_round_due: None,
             settled: 0,
             deadlines_passed: 0,
-            counted_roster: 0,
             audits: BTreeSet::new(),
             audits_started: BTreeSet::new(),
             sketches: Vec::new(),
@@ -482,6 +520,46 @@ impl CommitteeMachine {
         };
         m.open(round, base, m.ledger.clone());
         m
+    }
+
+    /// This node enters the round mid-way (it restarted, or caught up):
+    /// what was gossiped and sent to it before is not here. A pull wait on
+    /// it asks owners for their results and trainers for the inputs of the
+    /// shards it aggregates.
+    pub fn entered_mid_round(&mut self) {
+        if self.open_round() {
+            return;
+        }
+        let (at, wait) = (self.now + self.pull_wait(), self.pull_wait());
+        self.pulls.extend((0..self.plan.shards()).map(|s| (at, s)));
+        self.input_pull_at = Some(at);
+        self.input_pulls_left = MAX_RESULT_PULLS;
+        self.mid_round_due = Some(at + u64::from(MAX_RESULT_PULLS) * wait);
+    }
+
+    /// Ask the awaited trainers whose inputs are missing for their shards
+    /// of the shards we aggregate, again a pull wait later.
+    fn pull_inputs(&mut self) {
+        self.input_pull_at = None;
+        if self.input_pulls_left == 0 {
+            return;
+        }
+        self.input_pulls_left -= 1;
+        let open: Vec<u32> = self.duties.iter().filter(|(_, done)| !**done).map(|(s, _)| *s).collect();
+        for s in open {
+            let held = self.inputs.get(&s);
+            let from: Vec<PublicKey> = self
+                .ledger
+                .roster
+                .iter()
+                .filter(|k| **k != self.me && self.awaited(k) && !held.is_some_and(|h| h.contains_key(*k)))
+                .copied()
+                .collect();
+            if !from.is_empty() {
+                self.actions.push_back(CommitteeAction::PullInputs { shard: s, from });
+                self.input_pull_at = Some(self.now + self.pull_wait());
+            }
+        }
     }
 
     /// Train nothing until a state is fetched: the node holds a state
@@ -578,6 +656,7 @@ impl CommitteeMachine {
         self.now = self.now.max(now);
         self.actions.clear();
         self.open(round, base, ledger);
+        self.entered_mid_round();
     }
 
     /// The included list of our result for `shard`, to serve.
@@ -587,10 +666,39 @@ impl CommitteeMachine {
     /// What this node signed before a restart (the last `Record` it
     /// stored): it signs no other manifest, and no other result for a
     /// recorded shard, in that round. Records of past rounds are ignored.
+    /// A record of this round with the leaves under its manifest gives the
+    /// node its delta back: it sends its shards again (the payloads are the
+    /// driver's durable blobs) and trains nothing new.
     pub fn restore_signed(&mut self, record: SignedRecord) {
-        if record.round >= self.round {
-            self.signed = record;
+        if record.round < self.round {
+            return;
         }
+        self.signed = record;
+        let Some(m) = self.signed.manifest.clone() else { return };
+        let ours = m.round == self.round
+            && m.base == self.base
+            && m.signer == self.me
+            && m.shards == self.plan.shards()
+            && self.signed.leaves.len() == m.shards as usize;
+        if !ours || self.mine.is_some() {
+            return;
+        }
+        let leaves = self.signed.leaves.clone();
+        let tree = MerkleTree::new(&leaves);
+        if tree.root() != m.root {
+            return;
+        }
+        self.manifests.insert(self.me, m);
+        self.mine = Some(OwnDelta { leaves, tree });
+        for s in 0..self.plan.shards() {
+            self.send_shard(s, s);
+        }
+    }
+
+    /// Our leaves of this round, once we hold our delta (trained, or
+    /// restored from the record).
+    pub fn own_leaves(&self) -> Option<&[ShardLeaf]> {
+        self.mine.as_ref().map(|own| own.leaves.as_slice())
     }
 
     pub fn poll_action(&mut self) -> Option<CommitteeAction> {
@@ -625,7 +733,12 @@ impl CommitteeMachine {
         // The gate is looked at only once every shard is settled.
         let gate = (self.settled == self.shards.len()).then(|| self.gate.next_deadline()).flatten();
         let escalation = self.escalations.first().map(|(t, _)| *t);
-        [deadline, retry, resend, self.sketches_due, gate, escalation].into_iter().flatten().min()
+        let pull = self.pulls.first().map(|(t, _)| *t);
+        let mid_round = self.mid_round_due.filter(|t| *t > self.now);
+        [deadline, retry, resend, self.sketches_due, gate, escalation, pull, self.input_pull_at, mid_round]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn open(&mut self, round: u64, base: StateId, ledger: Ledger) {
@@ -655,14 +768,19 @@ impl CommitteeMachine {
         self.dirty.clear();
         self.retries.clear();
         self.escalations.clear();
+        self.first_result_at = None;
+        self.pulls.clear();
+        self.input_pull_at = None;
+        self.input_pulls_left = 0;
+        self.mid_round_due = None;
+        let roster = &self.ledger.roster;
+        self.gone.retain(|k| roster.binary_search(k).is_ok());
         self.settled = 0;
         self.deadlines_passed = 0;
         self.audits_started.clear();
         self.sketches.clear();
         self.sketches_due = None;
         self.gate.clear();
-        let ledger = &self.ledger;
-        self.counted_roster = ledger.roster.iter().filter(|k| !ledger.is_excluded(k)).count();
         // Only a node with a seat audits: one off the roster holds none of
         // the round's manifests.
         let own = self.plan.seat_of(&self.me);
@@ -761,6 +879,14 @@ impl CommitteeMachine {
                 self.catch_up.fetch_ended(false);
                 self.consider_catch_up();
             }
+            CommitteeEvent::PeerDisconnected(key) => {
+                if key != self.me && self.ledger.roster.binary_search(&key).is_ok() {
+                    self.gone.insert(key);
+                }
+            }
+            CommitteeEvent::PeerConnected(key) => {
+                self.gone.remove(&key);
+            }
             // A reply to a round that closed: its result would name the
             // wrong round.
             CommitteeEvent::ShardAggregated { .. } | CommitteeEvent::ShardAggregationFailed { .. } => {}
@@ -771,6 +897,43 @@ impl CommitteeMachine {
 
     fn counts(&self, key: &PublicKey) -> bool {
         !self.ledger.is_excluded(key) && !self.proven.contains_key(key)
+    }
+
+    /// Whether owners wait for `key`'s shard before the input deadline: it
+    /// counts, is connected (as far as this node saw), and is not this node
+    /// after a restart that lost the delta it had signed.
+    fn awaited(&self, key: &PublicKey) -> bool {
+        let lost_own = *key == self.me
+            && self.mine.is_none()
+            && self.signed.round == self.round
+            && self.signed.manifest.is_some();
+        self.counts(key) && !self.gone.contains(key) && !lost_own
+    }
+
+    /// How long after the round's first result a shard without one pulls it.
+    fn pull_wait(&self) -> u64 {
+        (self.cfg.grace_ms / 4).max(1)
+    }
+
+    /// Shard `s` still lacks results of members who would have signed one
+    /// (its committee, and the backups that took it over): ask them, again
+    /// a pull wait later, at most `MAX_RESULT_PULLS` times.
+    fn pull_result(&mut self, s: u32) {
+        let Some(v) = self.shards.get(s as usize) else { return };
+        if self.open_round() || v.chosen.is_some() || v.zero || v.pulls >= MAX_RESULT_PULLS {
+            return;
+        }
+        let from: Vec<PublicKey> = self
+            .holders_of(s)
+            .into_iter()
+            .filter(|k| *k != self.me && self.counts(k) && !v.results.contains_key(k))
+            .collect();
+        if from.is_empty() {
+            return;
+        }
+        self.shards[s as usize].pulls += 1;
+        self.pulls.insert((self.now + self.pull_wait(), s));
+        self.actions.push_back(CommitteeAction::PullResult { shard: s, from });
     }
 
     fn on_local(&mut self, tokens: u64, train_loss: f32, norm: f32, leaves: Vec<ShardLeaf>) {
@@ -800,6 +963,7 @@ impl CommitteeMachine {
         }
         .sign(&self.key);
         self.signed.manifest = Some(m.clone());
+        self.signed.leaves = leaves.clone();
         self.actions.push_back(CommitteeAction::Record(self.signed.clone()));
         if self.open_round() {
             self.actions.push_back(CommitteeAction::PublishManifest(m.clone()));
@@ -1045,6 +1209,14 @@ impl CommitteeMachine {
         }
         self.shards[s].results.insert(r.signer, r.clone());
         self.dirty.insert(r.shard);
+        if self.first_result_at.is_none() {
+            // Results are coming: the shards still without one pull again
+            // (pulls made on entering the round came before any existed).
+            self.first_result_at = Some(self.now);
+            let at = self.now + self.pull_wait();
+            self.pulls.extend((0..self.plan.shards()).map(|shard| (at, shard)));
+            self.shards.iter_mut().for_each(|v| v.pulls = 0);
+        }
         // Members re-check every claim but their own on their shard; other
         // nodes re-check their random draw.
         let ours = self.shards[s].results.get(&self.me).map(ShardResult::claim);
@@ -1315,15 +1487,15 @@ impl CommitteeMachine {
                 continue;
             }
             let due = match self.duty_since.get(&s) {
-                None => now >= self.input_deadline(),
+                None => now >= self.input_deadline() || self.mid_round_due.is_some_and(|t| now >= t),
                 Some(since) => now >= since + self.cfg.grace_ms,
             };
-            // Every counted roster member's shard is in (newcomers' shards
+            // Every awaited roster member's shard is in (newcomers' shards
             // that came by then are included too).
             let all_in = !self.ledger.roster.is_empty()
                 && self.inputs.get(&s).is_some_and(|m| {
-                    m.len() >= self.counted_roster
-                        && self.ledger.roster.iter().filter(|k| self.counts(k)).all(|k| m.contains_key(k))
+                    !m.is_empty()
+                        && self.ledger.roster.iter().filter(|k| self.awaited(k)).all(|k| m.contains_key(k))
                 });
             if due || all_in {
                 self.aggregate(s);
@@ -1357,6 +1529,17 @@ impl CommitteeMachine {
             }
             self.escalations.pop_first();
             self.dirty.insert(s);
+        }
+        if self.input_pull_at.is_some_and(|t| t <= now) {
+            self.pull_inputs();
+        }
+        // Results to pull that are due.
+        while let Some(&(at, s)) = self.pulls.first() {
+            if at > now {
+                break;
+            }
+            self.pulls.pop_first();
+            self.pull_result(s);
         }
         // Pick claims of the shards that changed.
         for s in std::mem::take(&mut self.dirty) {

@@ -55,6 +55,14 @@ struct Net {
     records: Vec<Option<SignedRecord>>,
     /// Each aggregate's included list.
     included: HashMap<[u8; 32], IncludedList>,
+    /// Results signed: (time, signer, result).
+    published: Vec<(u64, usize, ShardResult)>,
+    /// Nodes that miss every result's gossip.
+    deaf: BTreeSet<usize>,
+    /// Results pulled: (asker, shard, from).
+    pulled: Vec<(usize, u32, Vec<PublicKey>)>,
+    /// Nodes that are down: they do nothing and receive nothing.
+    down: BTreeSet<usize>,
 
     inbox: VecDeque<(usize, CommitteeEvent)>,
 }
@@ -89,6 +97,10 @@ impl Net {
             applied: vec![Vec::new(); n as usize],
             records: vec![None; n as usize],
             included: HashMap::new(),
+            published: Vec::new(),
+            deaf: BTreeSet::new(),
+            pulled: Vec::new(),
+            down: BTreeSet::new(),
             inbox: VecDeque::new(),
         }
     }
@@ -98,8 +110,9 @@ impl Net {
     }
 
     fn all(&mut self, from: usize, e: CommitteeEvent) {
+        let result = matches!(e, CommitteeEvent::ResultReceived(_));
         for j in 0..self.keys.len() {
-            if j != from {
+            if j != from && !(result && self.deaf.contains(&j)) {
                 self.inbox.push_back((j, e.clone()));
             }
         }
@@ -179,7 +192,42 @@ impl Net {
                     },
                 ));
             }
-            CommitteeAction::PublishResult(r) => self.all(i, CommitteeEvent::ResultReceived(r)),
+            CommitteeAction::PublishResult(r) => {
+                self.published.push((self.now, i, r.clone()));
+                self.all(i, CommitteeEvent::ResultReceived(r))
+            }
+            CommitteeAction::PullInputs { shard, from } => {
+                for k in from {
+                    let j = self.index(&k);
+                    let (Some(manifest), Some((_, leaf))) =
+                        (self.machines[j].manifest_of(&k).cloned(), self.payloads.get(&(j, shard)).cloned())
+                    else {
+                        continue;
+                    };
+                    let leaves: Vec<ShardLeaf> =
+                        (0..manifest.shards).map(|s| self.payloads[&(j, s)].1).collect();
+                    let proof = MerkleTree::new(&leaves).proof(shard as usize);
+                    let shards = manifest.shards;
+                    self.inbox.push_back((i, CommitteeEvent::ManifestReceived(manifest)));
+                    self.inbox
+                        .push_back((i, CommitteeEvent::ShardReceived { signer: k, shards, leaf, proof }));
+                }
+            }
+            CommitteeAction::PullResult { shard, from } => {
+                self.pulled.push((i, shard, from.clone()));
+                let round = self.machines[i].round();
+                let held = from.iter().find_map(|k| {
+                    let j = self.index(k);
+                    let r = self
+                        .published
+                        .iter()
+                        .find(|(_, s, r)| *s == j && r.round == round && r.shard == shard);
+                    r.map(|(_, _, r)| r.clone())
+                });
+                if let Some(r) = held {
+                    self.inbox.push_back((i, CommitteeEvent::ResultReceived(r)));
+                }
+            }
             CommitteeAction::FetchAggregate { shard, result_hash, from } => {
                 let holder = self.index(&from);
                 self.asks.push((self.now, i, holder));
@@ -244,37 +292,71 @@ impl Net {
         }
     }
 
+    /// Carry out every action and deliver every message, without moving
+    /// the clock.
+    fn settle(&mut self) {
+        while self.step(u64::MAX) {}
+    }
+
+    /// Carry out the pending actions of the live machines still before
+    /// `round` (one that reached it waits there: one that ran on would
+    /// keep the clock from moving for the rest) and deliver the messages
+    /// sent; whether there was any.
+    fn step(&mut self, round: u64) -> bool {
+        let mut busy = false;
+        for i in 0..self.machines.len() {
+            if self.machines[i].round() >= round || self.down.contains(&i) {
+                continue;
+            }
+            while let Some(a) = self.machines[i].poll_action() {
+                busy = true;
+                self.act(i, a);
+            }
+        }
+        while let Some((i, e)) = self.inbox.pop_front() {
+            busy = true;
+            if !self.down.contains(&i) {
+                self.machines[i].handle(self.now, e);
+            }
+        }
+        busy
+    }
+
+    /// Let the live nodes send what they send at time 0, then start node 0
+    /// again at `at` (a fresh machine that entered round 0 mid-way), and
+    /// run everyone to round 1.
+    fn restart_node_0_at(&mut self, at: u64) {
+        self.settle();
+        self.now = at;
+        let ledger = Ledger::genesis(self.keys.iter().map(NodeKey::public).collect());
+        let mut m = CommitteeMachine::new(cfg(1), self.keys[0].clone(), 0, StateId([1; 32]), ledger, at);
+        m.entered_mid_round();
+        self.machines[0] = m;
+        self.down.remove(&0);
+        self.run_to(1, 20_000);
+    }
+
     /// Run until every machine reached `round` (or time `limit`).
     fn run_to(&mut self, round: u64, limit: u64) {
         loop {
-            if self.machines.iter().all(|m| m.round() >= round) {
+            let live = |i: &usize| !self.down.contains(i);
+            if (0..self.machines.len()).filter(live).all(|i| self.machines[i].round() >= round) {
                 return;
             }
-            let mut busy = false;
-            for i in 0..self.machines.len() {
-                // A machine that reached the round waits there: one that
-                // ran on would keep the clock from moving for the rest.
-                if self.machines[i].round() >= round {
-                    continue;
-                }
-                while let Some(a) = self.machines[i].poll_action() {
-                    busy = true;
-                    self.act(i, a);
-                }
-            }
-            while let Some((i, e)) = self.inbox.pop_front() {
-                busy = true;
-                self.machines[i].handle(self.now, e);
-            }
+            let busy = self.step(round);
             if busy {
                 continue;
             }
-            let next = self.machines.iter().filter_map(CommitteeMachine::next_timeout).min();
+            let down = &self.down;
+            let next = (0..self.machines.len())
+                .filter(|i| !down.contains(i))
+                .filter_map(|i| self.machines[i].next_timeout())
+                .min();
             match next {
                 Some(t) if t <= limit => {
                     self.now = t;
-                    for m in &mut self.machines {
-                        if m.next_timeout() == Some(t) {
+                    for (i, m) in self.machines.iter_mut().enumerate() {
+                        if m.next_timeout() == Some(t) && !self.down.contains(&i) {
                             m.handle(t, CommitteeEvent::TimerFired);
                         }
                     }
@@ -974,4 +1056,146 @@ fn a_node_restarted_in_a_round_it_signed_in_signs_no_second_manifest_or_result()
 fn record_leaves(net: &Net, i: usize) -> Vec<ShardLeaf> {
     let shards = net.machines[i].plan().shards();
     (0..shards).map(|s| net.payloads[&(i, s)].1).collect()
+}
+
+/// When each node's result was published, by signer.
+fn published_at(net: &Net) -> BTreeMap<usize, u64> {
+    let mut at = BTreeMap::new();
+    for (t, i, _) in &net.published {
+        at.entry(*i).or_insert(*t);
+    }
+    at
+}
+
+#[test]
+fn owners_do_not_wait_for_the_shard_of_a_member_whose_connection_closed() {
+    let c = cfg(1);
+    // Node 3 is down from the start; the others saw its connection close.
+    let mut net = Net::new(4, 1);
+    net.down.insert(3);
+    let gone = net.keys[3].public();
+    for m in &mut net.machines[..3] {
+        m.handle(0, CommitteeEvent::PeerDisconnected(gone));
+    }
+    net.run_to(1, 20_000);
+    let at = published_at(&net);
+    for i in 0..3 {
+        assert!(at[&i] < c.input_ms, "owner {i} signed at {} without waiting for node 3", at[&i]);
+    }
+    // Node 3's shard went to its backup; every live node applied the same.
+    assert!(net.applied[0][0].1.iter().all(Option::is_some));
+    assert!((0..3).all(|i| net.applied[i][0].1 == net.applied[0][0].1));
+    // Where no connection closed, owners wait for node 3 until the input deadline.
+    let mut waiting = Net::new(4, 1);
+    waiting.down.insert(3);
+    waiting.run_to(1, 20_000);
+    let at = published_at(&waiting);
+    assert!((0..3).all(|i| at[&i] >= c.input_ms), "{at:?}");
+}
+
+#[test]
+fn an_owner_that_restarted_mid_round_pulls_the_inputs_sent_to_it_before() {
+    let c = cfg(1);
+    let mut net = Net::new(4, 1);
+    // Node 0 is down while the others train and send it their shards.
+    net.down.insert(0);
+    net.restart_node_0_at(10);
+    let (at, _, r) = net.published.iter().find(|(_, i, _)| *i == 0).expect("node 0 signed its shard");
+    assert!(*at < c.input_ms, "signed at {at}, before the input deadline");
+    assert_eq!(
+        net.included[&r.result_hash].len(),
+        4,
+        "every trainer's shard, the three sent before included"
+    );
+    assert!((0..4).all(|i| net.applied[i][0].1 == net.applied[0][0].1));
+}
+
+#[test]
+fn a_node_that_missed_the_results_gossip_pulls_them_from_their_owners() {
+    let c = cfg(1);
+    let mut net = Net::new(4, 1);
+    net.deaf.insert(3);
+    net.run_to(1, 20_000);
+    let (applied, others) = (&net.applied[3][0], &net.applied[0][0]);
+    assert_eq!(applied.1, others.1, "the deaf node applies what the others did");
+    assert!(applied.1.iter().all(Option::is_some));
+    assert!(applied.0 < c.input_ms + c.result_ms, "before the result deadline: {}", applied.0);
+    let pulls: Vec<_> = net.pulled.iter().filter(|(i, _, _)| *i == 3).collect();
+    let shards: BTreeSet<u32> = pulls.iter().map(|(_, s, _)| *s).collect();
+    assert_eq!(shards.len(), 3, "a pull for each shard it missed a result of: {pulls:?}");
+    assert!(net.pulled.iter().all(|(i, _, _)| *i == 3), "nodes that heard the gossip pull nothing");
+}
+
+/// Node 0 restarted in round 0 with `record`, fed the other three
+/// trainers' shards of its seat: the actions it took on restoring, and the
+/// shard it then aggregated with its input count, and its plan.
+type Restarted = (Vec<CommitteeAction>, Option<(u32, usize)>, CommitteePlan);
+fn restart_with(net: &Net, record: SignedRecord) -> Restarted {
+    let ledger = Ledger::genesis(net.keys.iter().map(NodeKey::public).collect());
+    let mut m = CommitteeMachine::new(cfg(1), net.keys[0].clone(), 0, StateId([1; 32]), ledger, 0);
+    m.restore_signed(record);
+    let restored: Vec<CommitteeAction> = std::iter::from_fn(|| m.poll_action()).collect();
+    let seat = m.plan().seat_of(&net.keys[0].public()).expect("node 0 owns a shard");
+    for j in 1..4 {
+        let leaves = record_leaves(net, j);
+        let tree = MerkleTree::new(&leaves);
+        let manifest = net.records[j].as_ref().and_then(|r| r.manifest.clone()).expect("a manifest");
+        m.handle(5, CommitteeEvent::ManifestReceived(manifest));
+        let (leaf, proof) = (leaves[seat as usize], tree.proof(seat as usize));
+        let shards = m.plan().shards();
+        m.handle(5, CommitteeEvent::ShardReceived { signer: net.keys[j].public(), shards, leaf, proof });
+    }
+    let aggregated = std::iter::from_fn(|| m.poll_action()).find_map(|a| match a {
+        CommitteeAction::AggregateShard { shard, inputs, .. } => Some((shard, inputs.len())),
+        _ => None,
+    });
+    (restored, aggregated, m.plan().clone())
+}
+
+#[test]
+fn a_restarted_node_sends_the_delta_it_signed_again_or_does_not_wait_for_it() {
+    let mut net = Net::new(4, 1);
+    net.run_to(1, 10_000);
+    let record = net.records[0].clone().expect("node 0 recorded its manifest");
+    assert_eq!(record.leaves, record_leaves(&net, 0), "with the leaves under it");
+    // Its leaves recorded: it sends every other shard again and counts its own.
+    let (restored, aggregated, plan) = restart_with(&net, record.clone());
+    let me = net.keys[0].public();
+    let seat = plan.seat_of(&me).expect("a seat");
+    let sent: BTreeSet<(PublicKey, u32)> = restored
+        .iter()
+        .filter_map(|a| {
+            if let CommitteeAction::SendShard { to, shard, .. } = a {
+                Some((*to, *shard))
+            } else {
+                None
+            }
+        })
+        .collect();
+    let members: BTreeSet<(PublicKey, u32)> =
+        (0..3).flat_map(|s| plan.committee(s).iter().filter(|k| **k != me).map(move |k| (*k, s))).collect();
+    assert_eq!(sent, members, "a shard to every other member");
+    assert_eq!(aggregated, Some((seat, 4)), "its own shard and the three others', at once");
+    // Without its leaves it cannot: it aggregates the others' at once
+    // rather than wait for its own until the input deadline.
+    let bare = SignedRecord { leaves: Vec::new(), ..record };
+    let (restored, aggregated, _) = restart_with(&net, bare);
+    assert!(!restored.iter().any(|a| matches!(a, CommitteeAction::SendShard { .. })), "{restored:?}");
+    assert_eq!(aggregated, Some((seat, 3)));
+}
+
+#[test]
+fn an_owner_that_restarted_mid_round_waits_for_no_input_past_its_pulls() {
+    let c = cfg(1);
+    let mut net = Net::new(4, 1);
+    // Node 3 never trains; node 0 restarts after the others sent their shards.
+    net.down.extend([0, 3]);
+    net.restart_node_0_at(10);
+    let (at, _, r) = net.published.iter().find(|(_, i, _)| *i == 0).expect("node 0 signed its shard");
+    let pulls_done = 10 + 4 * (c.grace_ms / 4);
+    assert_eq!(*at, pulls_done, "it signs once its pulls are done, not at the input deadline");
+    assert_eq!(net.included[&r.result_hash].len(), 3, "what it had: nodes 1 and 2, and its own");
+    // The owners that never restarted wait for node 3 until the input deadline.
+    let others = published_at(&net);
+    assert!([1, 2].iter().all(|i| others[i] >= c.input_ms), "{others:?}");
 }

@@ -1,16 +1,23 @@
-//! What a node signed in its newest round — its manifest and its results —
-//! kept across restarts so that it never signs a second, different one for
-//! the same round (which any peer holding both would turn into a
-//! `TwoManifests` or `TwoResults` proof against an honest node). The
+//! What a node signed in its newest round — its manifest (with the leaves
+//! under it) and its results — kept across restarts so that it never signs
+//! a second, different one for the same round (which any peer holding both
+//! would turn into a `TwoManifests` or `TwoResults` proof against an honest
+//! node), and so that a restarted node can send the shards of the delta it
+//! signed again (their payloads are durable blobs). The
 //! machine hands each new record to its driver (`CommitteeAction::Record`)
 //! before any of it leaves the node; the driver stores it durably and gives
 //! it back to the machine after a restart (`CommitteeMachine::restore_signed`).
 //!
 //! Encoding (the node's own store, not the wire): `u64 round ‖ u32 m ‖ m
-//! bytes of manifest (m = 0: none) ‖ u32 n ‖ n × (u32 len ‖ len bytes of a
-//! ShardResult)`.
+//! bytes of manifest (m = 0: none) ‖ u32 l ‖ l × (u32 shard ‖ [32]
+//! payload hash ‖ u64 payload length ‖ f32 norm) ‖ u32 n ‖ n × (u32 len ‖
+//! len bytes of a ShardResult)`. Leaves are recorded only with a manifest
+//! and are its shards' leaves in order (their Merkle root is its root).
 
+use super::merkle::{merkle_root, ShardLeaf};
 use super::messages::{ShardResult, ShardedManifest};
+use super::plan::MAX_SHARDS;
+use crate::hash::PayloadHash;
 use crate::wire::{Reader, WireError, Writer};
 
 /// Most results a record keeps: a node's own shard and the shards it took
@@ -24,6 +31,8 @@ const MAX_ITEM_BYTES: usize = 4096;
 pub struct SignedRecord {
     pub round: u64,
     pub manifest: Option<ShardedManifest>,
+    /// The leaves the manifest signs, in shard order (empty without one).
+    pub leaves: Vec<ShardLeaf>,
     /// One per shard.
     pub results: Vec<ShardResult>,
 }
@@ -31,7 +40,7 @@ pub struct SignedRecord {
 impl SignedRecord {
     /// An empty record of `round`.
     pub fn of_round(round: u64) -> Self {
-        Self { round, manifest: None, results: Vec::new() }
+        Self { round, manifest: None, leaves: Vec::new(), results: Vec::new() }
     }
 
     /// The result recorded for `shard`.
@@ -45,6 +54,13 @@ impl SignedRecord {
         let m = self.manifest.as_ref().map(ShardedManifest::encode).unwrap_or_default();
         w.u32(m.len() as u32);
         w.bytes(&m);
+        w.u32(self.leaves.len() as u32);
+        for l in &self.leaves {
+            w.u32(l.shard);
+            w.bytes(&l.payload_hash.0);
+            w.u64(l.payload_len);
+            w.u32(l.norm.to_bits());
+        }
         w.u32(self.results.len() as u32);
         for r in &self.results {
             let b = r.encode();
@@ -59,6 +75,25 @@ impl SignedRecord {
         let round = r.u64()?;
         let m = item_len(&mut r, "recorded manifest")?;
         let manifest = if m == 0 { None } else { Some(ShardedManifest::decode(r.take(m)?)?) };
+        let l = r.count("recorded leaves", MAX_SHARDS as usize, 48)?;
+        let mut leaves = Vec::with_capacity(l);
+        for _ in 0..l {
+            let shard = r.u32()?;
+            let payload_hash = PayloadHash(r.array::<32>()?);
+            let (payload_len, norm) = (r.u64()?, f32::from_bits(r.u32()?));
+            leaves.push(ShardLeaf { shard, payload_hash, payload_len, norm });
+        }
+        let signed_over = |m: &ShardedManifest| {
+            leaves.len() == m.shards as usize
+                && leaves.iter().enumerate().all(|(i, l)| l.shard as usize == i)
+                && merkle_root(&leaves) == m.root
+        };
+        if !leaves.is_empty() && !manifest.as_ref().is_some_and(signed_over) {
+            return Err(WireError::Invalid {
+                field: "recorded leaves",
+                why: "not the leaves the recorded manifest signs",
+            });
+        }
         let n = r.count("recorded results", MAX_RECORDED_RESULTS, 4)?;
         let mut results = Vec::with_capacity(n);
         for _ in 0..n {
@@ -66,7 +101,7 @@ impl SignedRecord {
             results.push(ShardResult::decode(r.take(len)?)?);
         }
         r.finish()?;
-        Ok(Self { round, manifest, results })
+        Ok(Self { round, manifest, leaves, results })
     }
 }
 
@@ -77,4 +112,28 @@ fn item_len(r: &mut Reader<'_>, field: &'static str) -> Result<usize, WireError>
         return Err(WireError::TooLong { field, len: len as u64, cap: MAX_ITEM_BYTES as u64 });
     }
     Ok(len)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leaf(shard: u32) -> ShardLeaf {
+        ShardLeaf { shard, payload_hash: PayloadHash([shard as u8; 32]), payload_len: 9, norm: 0.5 }
+    }
+
+    #[test]
+    fn leaves_are_kept_only_as_the_recorded_manifests_own() {
+        let empty = SignedRecord::of_round(3);
+        assert_eq!(SignedRecord::decode(&empty.encode()).expect("decodes"), empty);
+        // Leaves without a manifest to sign them are refused, not restored.
+        let stray = SignedRecord { leaves: vec![leaf(0), leaf(1)], ..SignedRecord::of_round(3) };
+        let err = SignedRecord::decode(&stray.encode()).expect_err("no manifest signs them");
+        assert!(err.to_string().contains("recorded leaves"), "{err}");
+        // A count past any shard count is refused before anything is read.
+        let mut b = SignedRecord::of_round(3).encode();
+        b.truncate(12);
+        b.extend_from_slice(&u32::MAX.to_le_bytes());
+        assert!(SignedRecord::decode(&b).is_err());
+    }
 }

@@ -121,6 +121,10 @@ enum Internal {
         ledger: Ledger,
         result: Result<TrainingState, String>,
     },
+    /// A result pulled from its signer (`PullResult`).
+    ResultPulled(ShardResult),
+    /// A trainer's own shard, pulled from it (`PullInputs`): taken as its offer.
+    InputPulled(ShardOffer),
     Synced {
         target: StateId,
         result: Result<(TrainingState, Ledger), String>,
@@ -164,6 +168,9 @@ pub struct CommitteeStart {
     pub metrics: NodeMetrics,
     /// Evaluate the state every this many rounds (0: never).
     pub eval_every: u64,
+    /// The node restarted from its stored position (mid-round, as far as
+    /// the run is concerned).
+    pub resumed: bool,
 }
 
 /// Everything the loop owns.
@@ -233,6 +240,7 @@ pub async fn run_committee_node(
         own_ticket,
         metrics,
         eval_every,
+        resumed,
     } = start;
     let (served, offers_rx) = CommitteeServed::new(spec.codec);
     let served = Arc::new(served);
@@ -251,6 +259,9 @@ pub async fn run_committee_node(
         CommitteeMachine::new(committee_config(&spec), key.clone(), state.round, base, ledger.clone(), now);
     if waiting {
         machine.wait_for_state();
+    }
+    if resumed {
+        machine.entered_mid_round();
     }
     // What we signed before a restart: never a second word for that round.
     match store.meta.signed_record(&spec.run_id())?.map(|b| SignedRecord::decode(&b)) {
@@ -303,6 +314,15 @@ pub async fn run_committee_node(
         rx,
     };
     node.record_state();
+    // A delta restored from the record: its shards go out again, served as
+    // ours (its blobs were kept before the restart; deleted two rounds on).
+    let mut node = node;
+    if let Some(leaves) = node.machine.own_leaves().map(<[_]>::to_vec) {
+        for l in &leaves {
+            node.keep(node.machine.round(), BlobKind::Delta, l.payload_hash.0);
+        }
+    }
+    node.serve_own_leaves();
     node.run(net_events, offers_rx, replay).await
 }
 
@@ -411,9 +431,15 @@ impl CommitteeNode {
             NetEvent::Gossip { message, .. } => self.on_gossip(message),
             NetEvent::PeerJoined { peer, role } if role.trains() => {
                 self.trainers.insert(peer);
+                if let Some(key) = crate::net::public_key_of(&peer) {
+                    self.feed(CommitteeEvent::PeerConnected(key));
+                }
             }
             NetEvent::PeerLeft { peer } => {
                 self.trainers.remove(&peer);
+                if let Some(key) = crate::net::public_key_of(&peer) {
+                    self.feed(CommitteeEvent::PeerDisconnected(key));
+                }
             }
             NetEvent::Rejected { peer, reason } => {
                 self.out.event("rejected", json!({ "peer": peer.to_string(), "reason": reason.name() }))
@@ -565,6 +591,32 @@ impl CommitteeNode {
         }
     }
 
+    /// Our leaves of the round, served to re-checkers and auditors with the
+    /// manifest the machine signed over them (none before it signed).
+    fn serve_own_leaves(&mut self) {
+        let (Some(manifest), Some(leaves)) =
+            (self.machine.manifest_of(&self.me).cloned(), self.machine.own_leaves().map(<[_]>::to_vec))
+        else {
+            return;
+        };
+        let r = self.machine.round();
+        self.own = Some((r, leaves.clone()));
+        let tree = murmur_protocol::committee::MerkleTree::new(&leaves);
+        let layout = self.machine.plan().layout();
+        for (s, leaf) in leaves.iter().enumerate() {
+            self.served.hold_own(r, s as u32, leaf.payload_hash.0, layout.len(s as u32));
+            self.served.hold_leaf(ShardOffer {
+                round: r,
+                signer: self.me,
+                shards: leaves.len() as u32,
+                leaf: *leaf,
+                proof: tree.proof(s),
+                manifest: Box::new(manifest.clone()),
+                payload: None,
+            });
+        }
+    }
+
     fn on_internal(&mut self, msg: Internal) {
         let round = self.machine.round();
         match msg {
@@ -573,30 +625,13 @@ impl CommitteeNode {
                     for l in &leaves {
                         self.keep(r, BlobKind::Delta, l.payload_hash.0);
                     }
-                    self.own = Some((r, leaves.clone()));
-                    self.feed(CommitteeEvent::LocalDeltaReady {
-                        tokens,
-                        train_loss,
-                        norm,
-                        leaves: leaves.clone(),
-                    });
-                    // Our leaves, served to re-checkers with the manifest
-                    // the machine signed over them.
-                    let Some(manifest) = self.machine.manifest_of(&self.me).cloned() else { return };
-                    let tree = murmur_protocol::committee::MerkleTree::new(&leaves);
-                    let layout = self.machine.plan().layout();
-                    for (s, leaf) in leaves.iter().enumerate() {
-                        self.served.hold_own(r, s as u32, leaf.payload_hash.0, layout.len(s as u32));
-                        self.served.hold_leaf(ShardOffer {
-                            round: r,
-                            signer: self.me,
-                            shards: leaves.len() as u32,
-                            leaf: *leaf,
-                            proof: tree.proof(s),
-                            manifest: Box::new(manifest.clone()),
-                            payload: None,
-                        });
+                    // A delta restored from the record stands: this one is not signed.
+                    if self.machine.own_leaves().is_some() {
+                        return;
                     }
+                    self.own = Some((r, leaves.clone()));
+                    self.feed(CommitteeEvent::LocalDeltaReady { tokens, train_loss, norm, leaves });
+                    self.serve_own_leaves();
                 }
                 Ok(_) => {}
                 Err(e) => tracing::error!("{e}"),
@@ -670,6 +705,15 @@ impl CommitteeNode {
                     self.fatal = Some(RuntimeError::Config(format!("applying round {r} failed: {e}")));
                 }
             },
+            Internal::ResultPulled(r) => self.feed(CommitteeEvent::ResultReceived(r)),
+            Internal::InputPulled(offer) => {
+                let (round, shard) = (offer.round, offer.leaf.shard);
+                self.out.event(
+                    "input_pulled",
+                    json!({ "round": round, "shard": shard, "signer": hex(&offer.signer.0) }),
+                );
+                self.on_offer(offer)
+            }
             Internal::Synced { target, result } => match result {
                 Ok((state, ledger)) if self.machine.moves_to(state.round, target) => {
                     self.synced(target, state, ledger)
@@ -843,7 +887,35 @@ impl CommitteeNode {
                     let _ = tx.send(Internal::Aggregated { round, shard, result });
                 });
             }
-            CommitteeAction::PublishResult(r) => self.publish(TopicKind::ShardResult, r.encode()),
+            CommitteeAction::PublishResult(r) => {
+                self.served.hold_result(r.round, r.shard, r.encode());
+                self.publish(TopicKind::ShardResult, r.encode())
+            }
+            CommitteeAction::PullInputs { shard, from } => {
+                self.out.event("pull_inputs", json!({ "round": round, "shard": shard, "asked": from.len() }));
+                for signer in from {
+                    let (net, tx) = (self.net.clone(), self.tx.clone());
+                    tokio::spawn(async move {
+                        if let Some(offer) = transfer::pull_input(&net, round, shard, signer).await {
+                            let _ = tx.send(Internal::InputPulled(offer));
+                        }
+                    });
+                }
+            }
+            CommitteeAction::PullResult { shard, from } => {
+                let (net, tx, out) = (self.net.clone(), self.tx.clone(), self.out);
+                tokio::spawn(async move {
+                    let result = transfer::pull_result(net, round, shard, &from).await;
+                    let got = result.is_some();
+                    out.event(
+                        "pull_result",
+                        json!({ "round": round, "shard": shard, "asked": from.len(), "got": got }),
+                    );
+                    if let Some(result) = result {
+                        let _ = tx.send(Internal::ResultPulled(result));
+                    }
+                });
+            }
             CommitteeAction::FetchAggregate { shard, result_hash, from } => {
                 let layout = self.machine.plan().layout();
                 let form = (aggregate_codec(self.spec.codec), layout.len(shard));

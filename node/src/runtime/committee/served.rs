@@ -1,7 +1,8 @@
 //! What a protocol-v2 node answers on the transfer protocol beyond blobs:
 //! shard offers (handed to the loop through a bounded queue), the leaves it
-//! holds of this and the last round's shards (for re-checkers), the
-//! included lists behind its own shard results, and the sketch projections
+//! holds of this and the last round's shards (for re-checkers), its own
+//! signed shard results and the included lists behind them (for nodes that
+//! missed the gossip, and for auditors), and the sketch projections
 //! of its own shards (for auditors; a bounded number per requester and
 //! round, each costing one pass over one shard).
 
@@ -14,7 +15,7 @@ use murmur_protocol::{decode_delta, Codec, PublicKey};
 use tokio::sync::mpsc;
 
 use crate::net::offer::ShardOffer;
-use crate::net::xfer::MAX_SERVED_LIST_BYTES;
+use crate::net::xfer::{MAX_SERVED_LIST_BYTES, MAX_SERVED_RESULT_BYTES};
 use crate::net::{XferRequest, XferResponse};
 use crate::store::{BlobKind, BlobStore};
 
@@ -41,6 +42,8 @@ struct Held {
     leaves: HashMap<LeafKey, ShardOffer>,
     /// Our results' included lists and included signers (canonical bytes).
     lists: HashMap<ListKey, (Vec<u8>, Vec<u8>)>,
+    /// Our signed results: (round, shard) → canonical bytes.
+    results: HashMap<(u64, u32), Vec<u8>>,
     /// The current and the previous state, by v2 StateId.
     states: Vec<([u8; 32], StateParts)>,
     /// Our own shards: (round, shard) → payload hash and element count.
@@ -74,6 +77,7 @@ impl CommitteeServed {
         let mut h = self.held();
         h.leaves.retain(|k, _| k.0 >= keep);
         h.lists.retain(|k, _| k.0 >= keep);
+        h.results.retain(|k, _| k.0 >= keep);
         h.own.retain(|k, _| k.0 >= keep);
         h.projected.retain(|k, _| k.0 >= keep);
     }
@@ -153,6 +157,14 @@ impl CommitteeServed {
         }
     }
 
+    /// Serve our signed result for `shard` of `round` (canonical bytes).
+    pub fn hold_result(&self, round: u64, shard: u32, result: Vec<u8>) {
+        let mut h = self.held();
+        if h.results.len() < MAX_HELD_LISTS && result.len() <= MAX_SERVED_RESULT_BYTES {
+            h.results.insert((round, shard), result);
+        }
+    }
+
     pub fn list(&self, round: u64, shard: u32, result_hash: [u8; 32]) -> Option<Vec<u8>> {
         self.held().lists.get(&(round, shard, result_hash)).map(|(list, _)| list.clone())
     }
@@ -174,6 +186,12 @@ impl CommitteeServed {
             XferRequest::Signers { round, shard, result_hash } => self
                 .signers(*round, *shard, *result_hash)
                 .map_or(XferResponse::NotFound, XferResponse::Included),
+            XferRequest::Result { round, shard } => self
+                .held()
+                .results
+                .get(&(*round, *shard))
+                .cloned()
+                .map_or(XferResponse::NotFound, XferResponse::Result),
             XferRequest::Leaf { round, shard, signer } => {
                 self.leaf(*round, *shard, *signer).map_or(XferResponse::NotFound, XferResponse::Leaf)
             }
@@ -220,6 +238,11 @@ mod tests {
         assert_eq!(rx.try_recv().ok(), Some(offer(3, 1)));
         served.hold_leaf(offer(3, 1));
         served.hold_list(3, 1, [5; 32], vec![9; 8], vec![7; 4]);
+        served.hold_result(3, 1, vec![6; 250]);
+        let result = XferRequest::Result { round: 3, shard: 1 };
+        assert_eq!(served.answer(&result), Some(XferResponse::Result(vec![6; 250])));
+        let other = XferRequest::Result { round: 3, shard: 0 };
+        assert_eq!(served.answer(&other), Some(XferResponse::NotFound));
         let ask = XferRequest::Leaf { round: 3, shard: 1, signer: key(1).public() };
         assert_eq!(served.answer(&ask), Some(XferResponse::Leaf(offer(3, 1))));
         let list = XferRequest::Included { round: 3, shard: 1, result_hash: [5; 32] };
@@ -234,6 +257,7 @@ mod tests {
         assert!(served.leaf(3, 1, key(1).public()).is_some(), "the last round is kept");
         served.open_round(5);
         assert_eq!(served.answer(&ask), Some(XferResponse::NotFound));
+        assert_eq!(served.answer(&result), Some(XferResponse::NotFound), "round 3's result went with it");
         assert_eq!(served.answer(&XferRequest::Status), None);
         // A full queue answers Busy rather than growing.
         for i in 0..OFFER_QUEUE {

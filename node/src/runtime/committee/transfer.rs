@@ -135,6 +135,34 @@ async fn included(
     }
 }
 
+/// Ask `signer` for its own shard `shard` of `round` (leaf, proof and
+/// manifest; the payload is pulled as for any offer).
+pub async fn pull_input(net: &NetHandle, round: u64, shard: u32, signer: PublicKey) -> Option<ShardOffer> {
+    let peer = peer_id_of(&signer)?;
+    match ask(net, peer, XferRequest::Leaf { round, shard, signer }).await {
+        Some(XferResponse::Leaf(o)) if o.signer == signer && o.round == round && o.leaf.shard == shard => {
+            Some(o)
+        }
+        _ => None,
+    }
+}
+
+/// Ask each of `from` in turn for its signed result of `shard` in `round`
+/// until one answers with one (decoded here; the machine checks its
+/// signature and its signer's seat).
+pub async fn pull_result(net: NetHandle, round: u64, shard: u32, from: &[PublicKey]) -> Option<ShardResult> {
+    for key in from {
+        let Some(peer) = peer_id_of(key) else { continue };
+        if let Some(XferResponse::Result(b)) = ask(&net, peer, XferRequest::Result { round, shard }).await {
+            match ShardResult::decode(&b) {
+                Ok(r) if r.round == round && r.shard == shard && r.signer == *key => return Some(r),
+                _ => continue,
+            }
+        }
+    }
+    None
+}
+
 /// Ask `result`'s signer for the included list behind it: its included
 /// signers first (a bit per `roster` member), rebuilt with the manifest
 /// `roots` this node holds, else the whole list.
