@@ -148,9 +148,7 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
     // announced again rather than training (and signing) that round twice.
     let restored = startup::signed_manifest_for(&store, &spec, &mine);
     // Other deltas from before a restart are of no further use; older states neither.
-    let keep: Vec<[u8; 32]> = restored.iter().map(|m| m.payload_hash.0).collect();
-    store.blobs.retain(crate::store::BlobKind::Delta, &keep)?;
-    store.blobs.retain(crate::store::BlobKind::State, &[mine.id().0])?;
+    startup::prune_after_restart(&store, &spec.run_id(), mine.round, mine.id(), restored.as_ref())?;
     let peer_id = net::peer_id_of(&key.public()).map(|p| p.to_string()).unwrap_or_default();
     out.event(
         "started",

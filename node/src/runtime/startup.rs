@@ -194,6 +194,28 @@ pub fn signed_manifest_for(store: &Store, spec: &RunSpec, mine: &TrainingState) 
     fits.then_some(m)
 }
 
+/// After a restart at `round` on `state`: the delta blobs kept are the
+/// payload of the version-1 manifest signed for that round (`restored`) and
+/// the shards of the committee delta signed for it (its `SignedRecord`'s
+/// leaves), which are sent again; every other delta and every state but
+/// `state` go.
+pub fn prune_after_restart(
+    store: &Store,
+    run: &RunId,
+    round: u64,
+    state: StateId,
+    restored: Option<&DeltaManifest>,
+) -> Result<(), crate::store::StoreError> {
+    let mut keep: Vec<[u8; 32]> = restored.iter().map(|m| m.payload_hash.0).collect();
+    let record = store.meta.signed_record(run)?.map(|b| murmur_protocol::committee::SignedRecord::decode(&b));
+    if let Some(Ok(r)) = record.filter(|r| r.as_ref().is_ok_and(|r| r.round == round)) {
+        keep.extend(r.leaves.iter().map(|l| l.payload_hash.0));
+    }
+    store.blobs.retain(BlobKind::Delta, &keep)?;
+    store.blobs.retain(BlobKind::State, &[state.0])?;
+    Ok(())
+}
+
 /// The node's last consistent state in this run, or genesis (stored).
 pub fn load_position(store: &Store, spec: &RunSpec) -> Result<(TrainingState, bool), RuntimeError> {
     let run = spec.run_id();
@@ -369,5 +391,47 @@ pub async fn cold_start(
             tracing::warn!("cold start: fetching state {} of round {} failed: {e}", b.state, b.round);
             done(mine)
         }
+    }
+}
+
+#[cfg(test)]
+mod prune_tests {
+    use super::*;
+    use murmur_protocol::committee::{ShardLeaf, SignedRecord};
+    use murmur_protocol::PayloadHash;
+
+    #[test]
+    fn a_restart_keeps_the_shards_of_the_committee_delta_it_signed_for_its_round() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Store::open(dir.path()).expect("store");
+        let run = RunId([3; 32]);
+        let signed = store.blobs.put(BlobKind::Delta, b"our shard").expect("put");
+        let other = store.blobs.put(BlobKind::Delta, b"someone else's").expect("put");
+        let leaf = ShardLeaf { shard: 0, payload_hash: PayloadHash(signed), payload_len: 9, norm: 1.0 };
+        let key = murmur_protocol::NodeKey::from_seed([4; 32]);
+        let manifest = murmur_protocol::committee::ShardedManifest {
+            run,
+            round: 7,
+            base: StateId([5; 32]),
+            signer: key.public(),
+            tokens: 1,
+            train_loss: 1.0,
+            codec: murmur_protocol::Codec::F32,
+            element_count: 2,
+            shards: 1,
+            norm: 1.0,
+            root: murmur_protocol::committee::merkle_root(&[leaf]),
+            signature: murmur_protocol::Signature([0; 64]),
+        }
+        .sign(&key);
+        let record =
+            SignedRecord { manifest: Some(manifest), leaves: vec![leaf], ..SignedRecord::of_round(7) };
+        store.meta.set_signed_record(&run, &record.encode()).expect("record");
+        prune_after_restart(&store, &run, 7, StateId([9; 32]), None).expect("prune");
+        assert!(store.blobs.contains(BlobKind::Delta, &signed), "the recorded shard stays");
+        assert!(!store.blobs.contains(BlobKind::Delta, &other));
+        // Resumed at a later round, the record binds nothing: its shards go.
+        prune_after_restart(&store, &run, 8, StateId([9; 32]), None).expect("prune");
+        assert!(!store.blobs.contains(BlobKind::Delta, &signed));
     }
 }

@@ -265,7 +265,18 @@ pub async fn run_committee_node(
     }
     // What we signed before a restart: never a second word for that round.
     match store.meta.signed_record(&spec.run_id())?.map(|b| SignedRecord::decode(&b)) {
-        Some(Ok(record)) => machine.restore_signed(record),
+        Some(Ok(mut record)) => {
+            // A delta whose payloads are not all held cannot be sent again:
+            // the machine then sits the round out as a trainer.
+            if !record.leaves.iter().all(|l| store.blobs.contains(BlobKind::Delta, &l.payload_hash.0)) {
+                tracing::warn!(
+                    "the shards of the delta signed for round {} are gone; not sending them again",
+                    record.round
+                );
+                record.leaves.clear();
+            }
+            machine.restore_signed(record)
+        }
         Some(Err(e)) => {
             tracing::warn!("the record of what this node last signed is unreadable ({e}); ignoring it")
         }
@@ -315,7 +326,7 @@ pub async fn run_committee_node(
     };
     node.record_state();
     // A delta restored from the record: its shards go out again, served as
-    // ours (its blobs were kept before the restart; deleted two rounds on).
+    // ours (start-up kept its blobs; they are deleted two rounds on).
     let mut node = node;
     if let Some(leaves) = node.machine.own_leaves().map(<[_]>::to_vec) {
         for l in &leaves {
