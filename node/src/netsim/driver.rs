@@ -603,7 +603,7 @@ impl Sim {
 
     /// Node `i` asks each of `from` for its own shard `shard` (its leaf,
     /// proof and manifest, then the payload), charged as the node's
-    /// request and offer.
+    /// Leaf request and payload pull.
     fn pull_inputs(&mut self, i: usize, now: u64, round: u64, shard: u32, from: &[PublicKey]) {
         for key in from {
             let Some(&j) = self.index.get(key) else { continue };
@@ -630,7 +630,9 @@ impl Sim {
                 manifest: Box::new(manifest.clone()),
                 payload: None,
             };
-            let bytes = wire::exchange(&request, &XferResponse::NotFound) + wire::offer(&offer);
+            // The Leaf answer carries no payload: it is pulled as a blob.
+            let bytes =
+                wire::exchange(&request, &XferResponse::Leaf(offer.clone())) + wire::blob(leaf.payload_len);
             let m = CommitteeEvent::ManifestReceived(manifest);
             let e = CommitteeEvent::ShardReceived { signer: *key, shards: offer.shards, leaf, proof };
             self.net.send(now, round, Kind::Shards, j, i, bytes, Msg::Events(vec![m, e]));

@@ -363,7 +363,7 @@ pub struct CommitteeMachine {
     /// a pull wait later pull theirs.
     first_result_at: Option<u64>,
     /// Pulls of shards' results that are due: (when, shard).
-    pulls: BTreeSet<(u64, u32)>,
+    result_pulls_due: BTreeSet<(u64, u32)>,
     /// Roster members whose connection closed and did not come back.
     gone: BTreeSet<PublicKey>,
     /// When a node that entered this round mid-way (it started, or caught
@@ -500,7 +500,7 @@ impl CommitteeMachine {
             retries: BTreeSet::new(),
             escalations: BTreeSet::new(),
             first_result_at: None,
-            pulls: BTreeSet::new(),
+            result_pulls_due: BTreeSet::new(),
             gone: BTreeSet::new(),
             input_pull_at: None,
             input_pulls_left: 0,
@@ -531,7 +531,7 @@ impl CommitteeMachine {
             return;
         }
         let (at, wait) = (self.now + self.pull_wait(), self.pull_wait());
-        self.pulls.extend((0..self.plan.shards()).map(|s| (at, s)));
+        self.result_pulls_due.extend((0..self.plan.shards()).map(|s| (at, s)));
         self.input_pull_at = Some(at);
         self.input_pulls_left = MAX_RESULT_PULLS;
         self.mid_round_due = Some(at + u64::from(MAX_RESULT_PULLS) * wait);
@@ -733,7 +733,7 @@ impl CommitteeMachine {
         // The gate is looked at only once every shard is settled.
         let gate = (self.settled == self.shards.len()).then(|| self.gate.next_deadline()).flatten();
         let escalation = self.escalations.first().map(|(t, _)| *t);
-        let pull = self.pulls.first().map(|(t, _)| *t);
+        let pull = self.result_pulls_due.first().map(|(t, _)| *t);
         let mid_round = self.mid_round_due.filter(|t| *t > self.now);
         [deadline, retry, resend, self.sketches_due, gate, escalation, pull, self.input_pull_at, mid_round]
             .into_iter()
@@ -769,7 +769,7 @@ impl CommitteeMachine {
         self.retries.clear();
         self.escalations.clear();
         self.first_result_at = None;
-        self.pulls.clear();
+        self.result_pulls_due.clear();
         self.input_pull_at = None;
         self.input_pulls_left = 0;
         self.mid_round_due = None;
@@ -932,7 +932,7 @@ impl CommitteeMachine {
             return;
         }
         self.shards[s as usize].pulls += 1;
-        self.pulls.insert((self.now + self.pull_wait(), s));
+        self.result_pulls_due.insert((self.now + self.pull_wait(), s));
         self.actions.push_back(CommitteeAction::PullResult { shard: s, from });
     }
 
@@ -1214,7 +1214,7 @@ impl CommitteeMachine {
             // (pulls made on entering the round came before any existed).
             self.first_result_at = Some(self.now);
             let at = self.now + self.pull_wait();
-            self.pulls.extend((0..self.plan.shards()).map(|shard| (at, shard)));
+            self.result_pulls_due.extend((0..self.plan.shards()).map(|shard| (at, shard)));
             self.shards.iter_mut().for_each(|v| v.pulls = 0);
         }
         // Members re-check every claim but their own on their shard; other
@@ -1534,11 +1534,11 @@ impl CommitteeMachine {
             self.pull_inputs();
         }
         // Results to pull that are due.
-        while let Some(&(at, s)) = self.pulls.first() {
+        while let Some(&(at, s)) = self.result_pulls_due.first() {
             if at > now {
                 break;
             }
-            self.pulls.pop_first();
+            self.result_pulls_due.pop_first();
             self.pull_result(s);
         }
         // Pick claims of the shards that changed.

@@ -284,7 +284,7 @@ pub async fn run_committee_node(
     }
     let (tx, rx) = mpsc::unbounded_channel();
     let n = spec.model.param_count as usize;
-    let node = CommitteeNode {
+    let mut node = CommitteeNode {
         me: key.public(),
         spec,
         key,
@@ -327,7 +327,6 @@ pub async fn run_committee_node(
     node.record_state();
     // A delta restored from the record: its shards go out again, served as
     // ours (start-up kept its blobs; they are deleted two rounds on).
-    let mut node = node;
     if let Some(leaves) = node.machine.own_leaves().map(<[_]>::to_vec) {
         for l in &leaves {
             node.keep(node.machine.round(), BlobKind::Delta, l.payload_hash.0);
@@ -916,7 +915,7 @@ impl CommitteeNode {
             CommitteeAction::PullResult { shard, from } => {
                 let (net, tx, out) = (self.net.clone(), self.tx.clone(), self.out);
                 tokio::spawn(async move {
-                    let result = transfer::pull_result(net, round, shard, &from).await;
+                    let result = transfer::pull_result(&net, round, shard, &from).await;
                     let got = result.is_some();
                     out.event(
                         "pull_result",

@@ -25,6 +25,8 @@ pub const OFFER_QUEUE: usize = 4096;
 pub const MAX_HELD_LEAVES: usize = 1 << 17;
 /// Most included lists held.
 const MAX_HELD_LISTS: usize = 4096;
+/// Most signed results of our own held (this and the last round).
+const MAX_HELD_RESULTS: usize = 4096;
 /// Most projections (shards) one peer has had answered per round: an
 /// auditor asks each trainer for each shard it audits.
 pub const MAX_PROJECTIONS_PER_PEER: u32 = 64;
@@ -160,7 +162,7 @@ impl CommitteeServed {
     /// Serve our signed result for `shard` of `round` (canonical bytes).
     pub fn hold_result(&self, round: u64, shard: u32, result: Vec<u8>) {
         let mut h = self.held();
-        if h.results.len() < MAX_HELD_LISTS && result.len() <= MAX_SERVED_RESULT_BYTES {
+        if h.results.len() < MAX_HELD_RESULTS && result.len() <= MAX_SERVED_RESULT_BYTES {
             h.results.insert((round, shard), result);
         }
     }

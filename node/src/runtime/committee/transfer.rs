@@ -150,10 +150,10 @@ pub async fn pull_input(net: &NetHandle, round: u64, shard: u32, signer: PublicK
 /// Ask each of `from` in turn for its signed result of `shard` in `round`
 /// until one answers with one (decoded here; the machine checks its
 /// signature and its signer's seat).
-pub async fn pull_result(net: NetHandle, round: u64, shard: u32, from: &[PublicKey]) -> Option<ShardResult> {
+pub async fn pull_result(net: &NetHandle, round: u64, shard: u32, from: &[PublicKey]) -> Option<ShardResult> {
     for key in from {
         let Some(peer) = peer_id_of(key) else { continue };
-        if let Some(XferResponse::Result(b)) = ask(&net, peer, XferRequest::Result { round, shard }).await {
+        if let Some(XferResponse::Result(b)) = ask(net, peer, XferRequest::Result { round, shard }).await {
             match ShardResult::decode(&b) {
                 Ok(r) if r.round == round && r.shard == shard && r.signer == *key => return Some(r),
                 _ => continue,
