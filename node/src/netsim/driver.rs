@@ -90,6 +90,9 @@ struct Sim {
     lists: HashMap<[u8; 32], IncludedSigners>,
     /// Every result signed, by (round, shard, signer), as its signer serves it.
     results: HashMap<(u64, u32, usize), ShardResult>,
+    /// Per (node, round) applied: each shard's applied result, by signer
+    /// (the node serves it too).
+    applied_signers: HashMap<(usize, u64), Vec<Option<usize>>>,
     /// The manifests each node signed, by (round, node).
     signed: HashMap<(u64, usize), Vec<ShardedManifest>>,
     /// Hashes of everything gossiped (gossip's duplicate filter).
@@ -212,6 +215,7 @@ impl Sim {
             lists: HashMap::new(),
             signed: HashMap::new(),
             results: HashMap::new(),
+            applied_signers: HashMap::new(),
             gossiped: Default::default(),
             applied: HashMap::new(),
             progress: vec![BTreeMap::new(); n],
@@ -367,6 +371,18 @@ impl Sim {
                 self.gossip(i, now, round, &p.encode(), CommitteeEvent::ProofReceived(p))
             }
             CommitteeAction::Apply { round, base, shards, ledger } => {
+                // As the node does: it serves the results it applied (this
+                // and the last round).
+                let mut signers = vec![None; shards.len()];
+                for r in self.machines[i].chosen_results() {
+                    if let (Some(slot), Some(&j)) =
+                        (signers.get_mut(r.shard as usize), self.index.get(&r.signer))
+                    {
+                        *slot = Some(j);
+                    }
+                }
+                self.applied_signers.insert((i, round), signers);
+                self.applied_signers.remove(&(i, round.wrapping_sub(2)));
                 self.apply(i, now, round, base, &shards, ledger)?
             }
             CommitteeAction::FetchState { round: decided, state, holders } => {
@@ -579,13 +595,19 @@ impl Sim {
         }
     }
 
-    /// Node `i` asks each of `from` in turn for its result of `shard`,
+    /// Node `i` asks each of `from` in turn for a result of `shard` (its
+    /// own, or the one it applied),
     /// until one serves it (each ask charged as the node's request).
     fn pull_result(&mut self, i: usize, now: u64, round: u64, shard: u32, from: &[PublicKey]) {
         let request = XferRequest::Result { round, shard };
         for key in from {
             let Some(&j) = self.index.get(key) else { continue };
-            let held = self.results.get(&(round, shard, j)).filter(|_| self.serves(j)).cloned();
+            let applied = || {
+                let signer = self.applied_signers.get(&(j, round))?.get(shard as usize).copied()??;
+                self.results.get(&(round, shard, signer))
+            };
+            let held =
+                self.results.get(&(round, shard, j)).or_else(applied).filter(|_| self.serves(j)).cloned();
             match held {
                 Some(r) => {
                     let bytes = wire::exchange(&request, &XferResponse::Result(r.encode()));

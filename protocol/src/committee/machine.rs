@@ -205,8 +205,9 @@ pub enum CommitteeAction {
     FetchAggregate { shard: u32, result_hash: [u8; 32], from: PublicKey },
     /// Ask `result.signer` for the included list of `result`.
     RequestIncluded { result: ShardResult },
-    /// Ask each of `from` for its signed result of `shard` this round and
-    /// report what comes as `ResultReceived` (a node that missed the
+    /// Ask each of `from` (the shard's signers, then other nodes) for a
+    /// signed result of `shard` this round (its own, or the one it applied)
+    /// and report what comes as `ResultReceived` (a node that missed the
     /// result's gossip: it restarted, or its connection was down).
     PullResult { shard: u32, from: Vec<PublicKey> },
     /// Ask each of `from` for its own shard `shard` of this round (its
@@ -299,6 +300,9 @@ pub const FETCH_RETRY_MAX_MS: u64 = 5_000;
 
 /// Most times a round pulls one shard's result.
 pub const MAX_RESULT_PULLS: u32 = 3;
+
+/// Roster members beyond a shard's signers that one result pull asks.
+pub const RESULT_ASKS_BEYOND_SIGNERS: usize = 3;
 
 /// Most attempts at sending one shard to one member in a round.
 pub const MAX_SEND_TRIES: u32 = 5;
@@ -674,6 +678,26 @@ impl CommitteeMachine {
             return;
         }
         self.signed = record;
+        // Results signed before the restart stand: they are gossiped and
+        // served again (a node that missed them asks their signer), and
+        // their shards are not aggregated a second time.
+        let results: Vec<(ShardResult, Option<IncludedList>)> = self
+            .signed
+            .results
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.run == self.cfg.run && r.round == self.round && r.base == self.base)
+            .filter(|(_, r)| r.signer == self.me && (r.shard as usize) < self.shards.len())
+            .map(|(i, r)| (r.clone(), self.signed.lists.get(i).cloned()))
+            .collect();
+        for (r, list) in results {
+            self.duties.insert(r.shard, true);
+            if let Some(list) = list {
+                self.our_lists.insert(r.shard, list);
+            }
+            self.actions.push_back(CommitteeAction::PublishResult(r.clone()));
+            self.on_result(r);
+        }
         let Some(m) = self.signed.manifest.clone() else { return };
         let ours = m.round == self.round
             && m.base == self.base
@@ -693,6 +717,16 @@ impl CommitteeMachine {
         for s in 0..self.plan.shards() {
             self.send_shard(s, s);
         }
+    }
+
+    /// For each shard with a chosen claim, one result signed for it (what
+    /// the node serves, once it applies them, to nodes that missed them).
+    pub fn chosen_results(&self) -> Vec<ShardResult> {
+        let chosen = |v: &ShardView| {
+            let claim = v.chosen?;
+            v.results.values().find(|r| r.result_hash == claim).cloned()
+        };
+        self.shards.iter().filter_map(chosen).collect()
     }
 
     /// Our leaves of this round, once we hold our delta (trained, or
@@ -923,11 +957,26 @@ impl CommitteeMachine {
         if self.open_round() || v.chosen.is_some() || v.zero || v.pulls >= MAX_RESULT_PULLS {
             return;
         }
-        let from: Vec<PublicKey> = self
+        let mut from: Vec<PublicKey> = self
             .holders_of(s)
             .into_iter()
             .filter(|k| *k != self.me && self.counts(k) && !v.results.contains_key(k))
             .collect();
+        // Every node serves the results it applied: after the shard's
+        // signers, a few other roster members, others at each pull (the
+        // signer may be down, or a backup this node did not see take over).
+        let roster = &self.ledger.roster;
+        if !roster.is_empty() {
+            let start = (s as usize + v.pulls as usize * RESULT_ASKS_BEYOND_SIGNERS) % roster.len();
+            let beyond: Vec<PublicKey> = roster[start..]
+                .iter()
+                .chain(&roster[..start])
+                .filter(|k| **k != self.me && self.counts(k) && !from.contains(k))
+                .take(RESULT_ASKS_BEYOND_SIGNERS)
+                .copied()
+                .collect();
+            from.extend(beyond);
+        }
         if from.is_empty() {
             return;
         }
@@ -1160,7 +1209,13 @@ impl CommitteeMachine {
             Some(_) => {}
             None if self.signed.results.len() >= MAX_RECORDED_RESULTS => return,
             None => {
+                let aligned = self.signed.lists.len() == self.signed.results.len();
                 self.signed.results.push(r.clone());
+                if aligned {
+                    self.signed.lists.push(included.clone());
+                } else {
+                    self.signed.lists.clear();
+                }
                 self.actions.push_back(CommitteeAction::Record(self.signed.clone()));
             }
         }

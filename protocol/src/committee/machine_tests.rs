@@ -63,6 +63,10 @@ struct Net {
     pulled: Vec<(usize, u32, Vec<PublicKey>)>,
     /// Nodes that are down: they do nothing and receive nothing.
     down: BTreeSet<usize>,
+    /// Nodes that go down as soon as they published a result.
+    down_after_publishing: BTreeSet<usize>,
+    /// Per node: the results it applied (what it serves to pulls).
+    served: Vec<Vec<ShardResult>>,
 
     inbox: VecDeque<(usize, CommitteeEvent)>,
 }
@@ -101,6 +105,8 @@ impl Net {
             deaf: BTreeSet::new(),
             pulled: Vec::new(),
             down: BTreeSet::new(),
+            down_after_publishing: BTreeSet::new(),
+            served: vec![Vec::new(); n as usize],
             inbox: VecDeque::new(),
         }
     }
@@ -194,7 +200,10 @@ impl Net {
             }
             CommitteeAction::PublishResult(r) => {
                 self.published.push((self.now, i, r.clone()));
-                self.all(i, CommitteeEvent::ResultReceived(r))
+                self.all(i, CommitteeEvent::ResultReceived(r));
+                if self.down_after_publishing.contains(&i) {
+                    self.down.insert(i);
+                }
             }
             CommitteeAction::PullInputs { shard, from } => {
                 for k in from {
@@ -216,13 +225,16 @@ impl Net {
             CommitteeAction::PullResult { shard, from } => {
                 self.pulled.push((i, shard, from.clone()));
                 let round = self.machines[i].round();
-                let held = from.iter().find_map(|k| {
+                // A live node answers with its own result, or the one it applied.
+                let held = from.iter().filter(|k| !self.down.contains(&self.index(k))).find_map(|k| {
                     let j = self.index(k);
-                    let r = self
+                    let own = self
                         .published
                         .iter()
                         .find(|(_, s, r)| *s == j && r.round == round && r.shard == shard);
-                    r.map(|(_, _, r)| r.clone())
+                    let own = own.map(|(_, _, r)| r);
+                    own.or_else(|| self.served[j].iter().find(|r| r.round == round && r.shard == shard))
+                        .cloned()
                 });
                 if let Some(r) = held {
                     self.inbox.push_back((i, CommitteeEvent::ResultReceived(r)));
@@ -285,6 +297,7 @@ impl Net {
                 b.extend_from_slice(&ledger.encode());
                 let new_state = StateId(*blake3::hash(&b).as_bytes());
                 self.applied[i].push((self.now, shards, ledger));
+                self.served[i].extend(self.machines[i].chosen_results());
                 self.inbox.push_back((i, CommitteeEvent::Applied { round, new_state }));
             }
             CommitteeAction::FetchState { .. } => panic!("node {i} fell behind in a run that never splits"),
@@ -1158,6 +1171,8 @@ fn a_restarted_node_sends_the_delta_it_signed_again_or_does_not_wait_for_it() {
     net.run_to(1, 10_000);
     let record = net.records[0].clone().expect("node 0 recorded its manifest");
     assert_eq!(record.leaves, record_leaves(&net, 0), "with the leaves under it");
+    // Restarted before it signed its result.
+    let record = SignedRecord { results: Vec::new(), ..record };
     // Its leaves recorded: it sends every other shard again and counts its own.
     let (restored, aggregated, plan) = restart_with(&net, record.clone());
     let me = net.keys[0].public();
@@ -1198,4 +1213,32 @@ fn an_owner_that_restarted_mid_round_waits_for_no_input_past_its_pulls() {
     // The owners that never restarted wait for node 3 until the input deadline.
     let others = published_at(&net);
     assert!([1, 2].iter().all(|i| others[i] >= c.input_ms), "{others:?}");
+}
+
+#[test]
+fn a_restarted_owner_gossips_the_result_it_signed_before_and_does_not_aggregate_again() {
+    let mut net = Net::new(4, 1);
+    net.run_to(1, 10_000);
+    let record = net.records[0].clone().expect("node 0 recorded what it signed");
+    let own = record.results.first().cloned().expect("its result among it");
+    let list = record.lists.first().expect("with the included list behind it");
+    assert_eq!(list.root(), own.included_root);
+    let (restored, aggregated, _) = restart_with(&net, record);
+    assert!(restored.contains(&CommitteeAction::PublishResult(own)), "{restored:?}");
+    assert_eq!(aggregated, None, "its shard is not aggregated a second time");
+}
+
+#[test]
+fn a_node_that_missed_a_result_whose_signer_went_down_pulls_it_from_a_node_that_applied_it() {
+    let mut net = Net::new(4, 1);
+    net.deaf.insert(3);
+    net.down_after_publishing.insert(1);
+    let seat = net.machines[0].plan().seat_of(&net.keys[1].public()).expect("node 1 owns a shard");
+    net.run_to(1, 20_000);
+    let (applied, others) = (&net.applied[3][0], &net.applied[0][0]);
+    assert_eq!(applied.1, others.1, "the deaf node applies what the others did");
+    assert!(applied.1.iter().all(Option::is_some), "node 1's shard too");
+    let asked: Vec<&Vec<PublicKey>> =
+        net.pulled.iter().filter(|(i, s, _)| *i == 3 && *s == seat).map(|(_, _, from)| from).collect();
+    assert!(asked.iter().all(|from| from.len() > 1), "beyond the signer: {asked:?}");
 }

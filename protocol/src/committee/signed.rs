@@ -3,7 +3,8 @@
 //! a second, different one for the same round (which any peer holding both
 //! would turn into a `TwoManifests` or `TwoResults` proof against an honest
 //! node), and so that a restarted node can send the shards of the delta it
-//! signed again (their payloads are durable blobs). The
+//! signed again (their payloads are durable blobs) and serve the results
+//! it signed with the included lists behind them. The
 //! machine hands each new record to its driver (`CommitteeAction::Record`)
 //! before any of it leaves the node; the driver stores it durably and gives
 //! it back to the machine after a restart (`CommitteeMachine::restore_signed`).
@@ -11,11 +12,15 @@
 //! Encoding (the node's own store, not the wire): `u64 round ‖ u32 m ‖ m
 //! bytes of manifest (m = 0: none) ‖ u32 l ‖ l × (u32 shard ‖ [32]
 //! payload hash ‖ u64 payload length ‖ f32 norm) ‖ u32 n ‖ n × (u32 len ‖
-//! len bytes of a ShardResult)`. Leaves are recorded only with a manifest
-//! and are its shards' leaves in order (their Merkle root is its root).
+//! len bytes of a ShardResult) ‖ u32 n' ‖ n' × (u32 len ‖ len bytes of an
+//! IncludedList)`. Leaves are recorded only with a manifest and are its
+//! shards' leaves in order (their Merkle root is its root); included lists
+//! are one per result, in the same order, each the list its result's
+//! `included_root` names (n' = 0, or the section absent, in a record kept
+//! without them).
 
 use super::merkle::{merkle_root, ShardLeaf};
-use super::messages::{ShardResult, ShardedManifest};
+use super::messages::{IncludedList, ShardResult, ShardedManifest, MAX_INCLUDED};
 use super::plan::MAX_SHARDS;
 use crate::hash::PayloadHash;
 use crate::wire::{Reader, WireError, Writer};
@@ -25,6 +30,8 @@ use crate::wire::{Reader, WireError, Writer};
 pub const MAX_RECORDED_RESULTS: usize = 64;
 /// Largest encoded manifest or result a record holds.
 const MAX_ITEM_BYTES: usize = 4096;
+/// Largest encoded included list a record holds.
+const MAX_LIST_BYTES: usize = 8 + 64 * MAX_INCLUDED;
 
 /// A node's signed words of one round.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -35,12 +42,15 @@ pub struct SignedRecord {
     pub leaves: Vec<ShardLeaf>,
     /// One per shard.
     pub results: Vec<ShardResult>,
+    /// The included list behind each result, in `results`' order (empty
+    /// when the record was kept without them).
+    pub lists: Vec<IncludedList>,
 }
 
 impl SignedRecord {
     /// An empty record of `round`.
     pub fn of_round(round: u64) -> Self {
-        Self { round, manifest: None, leaves: Vec::new(), results: Vec::new() }
+        Self { round, manifest: None, leaves: Vec::new(), results: Vec::new(), lists: Vec::new() }
     }
 
     /// The result recorded for `shard`.
@@ -64,6 +74,12 @@ impl SignedRecord {
         w.u32(self.results.len() as u32);
         for r in &self.results {
             let b = r.encode();
+            w.u32(b.len() as u32);
+            w.bytes(&b);
+        }
+        w.u32(self.lists.len() as u32);
+        for l in &self.lists {
+            let b = l.encode();
             w.u32(b.len() as u32);
             w.bytes(&b);
         }
@@ -100,8 +116,27 @@ impl SignedRecord {
             let len = item_len(&mut r, "recorded result")?;
             results.push(ShardResult::decode(r.take(len)?)?);
         }
+        let mut lists = Vec::new();
+        if r.remaining() > 0 {
+            let n = r.count("recorded included lists", MAX_RECORDED_RESULTS, 4)?;
+            for _ in 0..n {
+                let len = r.u32()? as usize;
+                if len > MAX_LIST_BYTES {
+                    let (len, cap) = (len as u64, MAX_LIST_BYTES as u64);
+                    return Err(WireError::TooLong { field: "recorded included list", len, cap });
+                }
+                lists.push(IncludedList::decode(r.take(len)?)?);
+            }
+        }
         r.finish()?;
-        Ok(Self { round, manifest, leaves, results })
+        let behind = |(l, r): (&IncludedList, &ShardResult)| l.root() == r.included_root;
+        if !lists.is_empty() && (lists.len() != results.len() || !lists.iter().zip(&results).all(behind)) {
+            return Err(WireError::Invalid {
+                field: "recorded included lists",
+                why: "not the lists the recorded results name",
+            });
+        }
+        Ok(Self { round, manifest, leaves, results, lists })
     }
 }
 
@@ -135,5 +170,41 @@ mod tests {
         b.truncate(12);
         b.extend_from_slice(&u32::MAX.to_le_bytes());
         assert!(SignedRecord::decode(&b).is_err());
+    }
+
+    fn result_behind(key: &crate::identity::NodeKey, list: &IncludedList) -> ShardResult {
+        ShardResult {
+            run: crate::hash::RunId([1; 32]),
+            round: 3,
+            base: crate::hash::StateId([2; 32]),
+            shard: 1,
+            included_count: list.entries.len() as u32,
+            included_root: list.root(),
+            total_tokens: 10,
+            result_hash: [4; 32],
+            signer: key.public(),
+            signature: crate::identity::Signature([0; 64]),
+        }
+        .sign(key)
+    }
+
+    #[test]
+    fn results_keep_the_included_lists_they_name() {
+        let key = crate::identity::NodeKey::from_seed([5; 32]);
+        let list = IncludedList::new(vec![(key.public(), [6; 32])]);
+        let result = result_behind(&key, &list);
+        let record =
+            SignedRecord { results: vec![result.clone()], lists: vec![list], ..SignedRecord::of_round(3) };
+        assert_eq!(SignedRecord::decode(&record.encode()).expect("decodes"), record);
+        // A record kept without lists (the section absent) still decodes.
+        let bare = SignedRecord { lists: Vec::new(), ..record.clone() };
+        let mut b = bare.encode();
+        b.truncate(b.len() - 4);
+        assert_eq!(SignedRecord::decode(&b).expect("decodes"), bare);
+        // A list its result does not name is refused.
+        let other = IncludedList::new(vec![(key.public(), [7; 32])]);
+        let wrong = SignedRecord { lists: vec![other], ..record };
+        let err = SignedRecord::decode(&wrong.encode()).expect_err("not the named list");
+        assert!(err.to_string().contains("recorded included lists"), "{err}");
     }
 }

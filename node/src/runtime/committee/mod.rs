@@ -659,8 +659,6 @@ impl CommitteeNode {
             Internal::Aggregated { round: r, shard, result } if r == round => match result {
                 Ok((included, total_tokens, result_hash)) => {
                     self.keep(r, BlobKind::Aggregate, result_hash);
-                    let signers = IncludedSigners::of(&included, &self.machine.ledger().roster);
-                    self.served.hold_list(r, shard, result_hash, included.encode(), signers.encode());
                     let e = CommitteeEvent::ShardAggregated {
                         round: r,
                         shard,
@@ -898,7 +896,14 @@ impl CommitteeNode {
                 });
             }
             CommitteeAction::PublishResult(r) => {
+                if let Some(list) = self.machine.our_list(r.shard).filter(|l| l.root() == r.included_root) {
+                    let signers = IncludedSigners::of(list, &self.machine.ledger().roster);
+                    self.served.hold_list(r.round, r.shard, r.result_hash, list.encode(), signers.encode());
+                }
                 self.served.hold_result(r.round, r.shard, r.encode());
+                // A result restored after a restart: its aggregate (written
+                // before) is collected with its round's.
+                self.keep(r.round, BlobKind::Aggregate, r.result_hash);
                 self.publish(TopicKind::ShardResult, r.encode())
             }
             CommitteeAction::PullInputs { shard, from } => {
@@ -968,6 +973,9 @@ impl CommitteeNode {
             CommitteeAction::Apply { round, base, shards, ledger } => {
                 if base != self.state_id() {
                     return;
+                }
+                for r in self.machine.chosen_results() {
+                    self.served.hold_result(r.round, r.shard, r.encode());
                 }
                 let (store, spec, state, tx) =
                     (self.store.clone(), self.spec.clone(), self.state.state().clone(), self.tx.clone());

@@ -1,8 +1,9 @@
 //! What a protocol-v2 node answers on the transfer protocol beyond blobs:
 //! shard offers (handed to the loop through a bounded queue), the leaves it
-//! holds of this and the last round's shards (for re-checkers), its own
-//! signed shard results and the included lists behind them (for nodes that
-//! missed the gossip, and for auditors), and the sketch projections
+//! holds of this and the last round's shards (for re-checkers), signed
+//! shard results (its own, and those its rounds applied: for nodes that
+//! missed the gossip), the included lists behind its own (for auditors),
+//! and the sketch projections
 //! of its own shards (for auditors; a bounded number per requester and
 //! round, each costing one pass over one shard).
 
@@ -25,7 +26,7 @@ pub const OFFER_QUEUE: usize = 4096;
 pub const MAX_HELD_LEAVES: usize = 1 << 17;
 /// Most included lists held.
 const MAX_HELD_LISTS: usize = 4096;
-/// Most signed results of our own held (this and the last round).
+/// Most signed results held (this and the last round).
 const MAX_HELD_RESULTS: usize = 4096;
 /// Most projections (shards) one peer has had answered per round: an
 /// auditor asks each trainer for each shard it audits.
@@ -44,7 +45,8 @@ struct Held {
     leaves: HashMap<LeafKey, ShardOffer>,
     /// Our results' included lists and included signers (canonical bytes).
     lists: HashMap<ListKey, (Vec<u8>, Vec<u8>)>,
-    /// Our signed results: (round, shard) → canonical bytes.
+    /// Signed results, (round, shard) → canonical bytes: our own, and once
+    /// the round is applied the result it applied.
     results: HashMap<(u64, u32), Vec<u8>>,
     /// The current and the previous state, by v2 StateId.
     states: Vec<([u8; 32], StateParts)>,
@@ -159,7 +161,8 @@ impl CommitteeServed {
         }
     }
 
-    /// Serve our signed result for `shard` of `round` (canonical bytes).
+    /// Serve a signed result for `shard` of `round` (canonical bytes): our
+    /// own, or the one the round applied (it replaces ours).
     pub fn hold_result(&self, round: u64, shard: u32, result: Vec<u8>) {
         let mut h = self.held();
         if h.results.len() < MAX_HELD_RESULTS && result.len() <= MAX_SERVED_RESULT_BYTES {
