@@ -20,6 +20,8 @@ struct NodeUsage {
     samples: BTreeMap<u64, Sample>,
     bytes_sent: u64,
     bytes_recv: u64,
+    /// Rounds whose report says its delta was included (`contributed`).
+    contributed: BTreeSet<u64>,
 }
 
 /// A node's summary.
@@ -85,6 +87,9 @@ impl Usage {
             let tokens = v["tokens"].as_u64().unwrap_or(0);
             u.samples.insert(round, Sample { train_secs, wall_secs, tokens });
         }
+        if v["contributed"].as_bool() == Some(true) {
+            u.contributed.insert(round);
+        }
         if let Some(list) = v["contributors"].as_array() {
             let set = self.included.entry(round).or_default();
             set.extend(list.iter().filter_map(|p| p.as_str().map(String::from)));
@@ -112,9 +117,10 @@ impl Usage {
                 let round_secs = (!gaps.is_empty()).then(|| {
                     (gaps.iter().sum::<f64>() / gaps.len() as f64, gaps.iter().copied().fold(0.0, f64::max))
                 });
-                let contributed = u.peer_id.as_ref().map_or(0, |p| {
-                    u.samples.keys().filter(|r| self.included.get(r).is_some_and(|s| s.contains(p))).count()
-                });
+                let listed = |r: &u64| {
+                    u.peer_id.as_ref().is_some_and(|p| self.included.get(r).is_some_and(|s| s.contains(p)))
+                };
+                let contributed = u.samples.keys().filter(|r| u.contributed.contains(r) || listed(r)).count();
                 Summary {
                     node: node.clone(),
                     train_frac,
@@ -165,5 +171,18 @@ mod tests {
         assert_eq!(a.round_secs, Some((10.0, 10.0)));
         let line = a.human();
         assert!(line.contains("in inner steps 98.0%") && line.contains("contributed 4/4"), "{line}");
+    }
+
+    #[test]
+    fn a_committee_report_says_itself_whether_the_node_contributed() {
+        let mut u = Usage::default();
+        for r in 0..3u64 {
+            let mut v = round(r, r as f64, 1.0 + r as f64, &[]);
+            v.as_object_mut().expect("an object").remove("contributors");
+            v["contributed"] = json!(r != 1);
+            u.on_round("a", &v);
+        }
+        let s = u.summaries();
+        assert_eq!((s[0].contributed, s[0].reported), (2, 3));
     }
 }

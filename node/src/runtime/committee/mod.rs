@@ -189,8 +189,10 @@ struct CommitteeNode {
     restarts: trainer::RestartBudget,
     /// Overlapped runs: the next round, training ahead.
     ahead: TrainingAhead,
-    /// Training so far, for telemetry: tokens, since when, the last losses.
+    /// Training so far, for telemetry and round reports: tokens, seconds
+    /// in finished inner-step jobs, since when, the last losses.
     train_tokens: u64,
+    train_secs: f64,
     first_train: Option<Instant>,
     last_train_loss: f32,
     last_val_loss: Option<f32>,
@@ -299,6 +301,7 @@ pub async fn run_committee_node(
         restarts: trainer::RestartBudget::default(),
         ahead: TrainingAhead::default(),
         train_tokens: 0,
+        train_secs: 0.0,
         first_train: None,
         last_train_loss: f32::NAN,
         last_val_loss: None,
@@ -547,6 +550,7 @@ impl CommitteeNode {
         match done {
             JobDone::Trained { round, delta, tokens, train_loss, secs, ahead, .. } => {
                 self.train_tokens += tokens;
+                self.train_secs += secs;
                 self.last_train_loss = train_loss;
                 self.metrics.trained(tokens, secs);
                 let trained = Trained { delta, tokens, train_loss };
@@ -782,6 +786,8 @@ impl CommitteeNode {
                 "excluded": self.ledger.excluded.len(),
                 "shards": self.machine.plan().shards(),
                 "round_secs": secs,
+                // Its delta is in: shard 0 included it (the next roster).
+                "contributed": self.ledger.roster.binary_search(&self.me).is_ok(),
             }),
         );
         self.metrics.round_closed(round);
@@ -839,6 +845,14 @@ impl CommitteeNode {
         let Some(mut v) = self.pending_reports.remove(&round) else { return };
         v["val_loss"] = json!(val_loss);
         self.bytes.fill(&mut v, &self.net.stats);
+        // Time in inner steps: finished jobs plus the one running now (in an
+        // overlapped run the next round trains while this one is reported).
+        let wall = self.first_train.map_or(0.0, |t| t.elapsed().as_secs_f64());
+        let trained = self.train_secs + self.trainer.busy.running_secs();
+        v["train_frac"] = json!(if wall > 0.0 { (trained / wall).min(1.0) } else { 0.0 });
+        v["train_secs"] = json!(trained);
+        v["wall_secs"] = json!(wall);
+        v["tokens"] = json!(self.train_tokens);
         v["secs"] = json!(self.started.elapsed().as_secs_f64());
         v["peers"] = json!(self.trainers.len());
         super::report::record_round(&self.store, &self.spec.run_id(), round, &v, val_loss);
