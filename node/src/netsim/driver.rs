@@ -90,9 +90,9 @@ struct Sim {
     lists: HashMap<[u8; 32], IncludedSigners>,
     /// Every result signed, by (round, shard, signer), as its signer serves it.
     results: HashMap<(u64, u32, usize), ShardResult>,
-    /// Per (node, round) applied: each shard's applied result, by signer
-    /// (the node serves it too).
-    applied_signers: HashMap<(usize, u64), Vec<Option<usize>>>,
+    /// Per node, per round it applied (this and the last): each shard's
+    /// applied result, by signer (the node serves it too).
+    applied_signers: HashMap<usize, BTreeMap<u64, Vec<Option<usize>>>>,
     /// The manifests each node signed, by (round, node).
     signed: HashMap<(u64, usize), Vec<ShardedManifest>>,
     /// Hashes of everything gossiped (gossip's duplicate filter).
@@ -361,7 +361,9 @@ impl Sim {
                 self.fetch_aggregate(i, now, round, shard, result_hash, from)
             }
             CommitteeAction::RequestIncluded { result } => self.request_included(i, now, round, result),
-            CommitteeAction::PullResult { shard, from } => self.pull_result(i, now, round, shard, &from),
+            CommitteeAction::PullResult { shard, from, held } => {
+                self.pull_result(i, now, round, shard, &from, &held)
+            }
             CommitteeAction::PullInputs { shard, from } => self.pull_inputs(i, now, round, shard, &from),
             CommitteeAction::Sketch(audits) => self.sketch(i, now, round, audits)?,
             CommitteeAction::Recheck { result, included, holders } => {
@@ -381,8 +383,9 @@ impl Sim {
                         *slot = Some(j);
                     }
                 }
-                self.applied_signers.insert((i, round), signers);
-                self.applied_signers.remove(&(i, round.wrapping_sub(2)));
+                let rounds = self.applied_signers.entry(i).or_default();
+                rounds.insert(round, signers);
+                rounds.retain(|r, _| *r + 1 >= round);
                 self.apply(i, now, round, base, &shards, ledger)?
             }
             CommitteeAction::FetchState { round: decided, state, holders } => {
@@ -595,25 +598,37 @@ impl Sim {
         }
     }
 
-    /// Node `i` asks each of `from` in turn for a result of `shard` (its
-    /// own, or the one it applied),
-    /// until one serves it (each ask charged as the node's request).
-    fn pull_result(&mut self, i: usize, now: u64, round: u64, shard: u32, from: &[PublicKey]) {
+    /// Node `i` asks each of `from` in turn for a result of `shard` (the
+    /// one it applied, else its own) until one serves one not signed by
+    /// one of `held` (each ask charged as the node's request).
+    fn pull_result(
+        &mut self,
+        i: usize,
+        now: u64,
+        round: u64,
+        shard: u32,
+        from: &[PublicKey],
+        held: &[PublicKey],
+    ) {
         let request = XferRequest::Result { round, shard };
         for key in from {
             let Some(&j) = self.index.get(key) else { continue };
-            let applied = || {
-                let signer = self.applied_signers.get(&(j, round))?.get(shard as usize).copied()??;
+            let applied = self.applied_signers.get(&j).and_then(|rounds| {
+                let signer = rounds.get(&round)?.get(shard as usize).copied()??;
                 self.results.get(&(round, shard, signer))
-            };
-            let held =
-                self.results.get(&(round, shard, j)).or_else(applied).filter(|_| self.serves(j)).cloned();
-            match held {
-                Some(r) => {
+            });
+            let served =
+                applied.or_else(|| self.results.get(&(round, shard, j))).filter(|_| self.serves(j)).cloned();
+            match served {
+                Some(r) if !held.contains(&r.signer) => {
                     let bytes = wire::exchange(&request, &XferResponse::Result(r.encode()));
                     let e = CommitteeEvent::ResultReceived(r);
                     self.net.send(now, round, Kind::Gossip, j, i, bytes, Msg::Event(Box::new(e)));
                     return;
+                }
+                Some(r) => {
+                    let bytes = wire::exchange(&request, &XferResponse::Result(r.encode()));
+                    self.net.send(now, round, Kind::Gossip, j, i, bytes, Msg::Bytes);
                 }
                 None => {
                     let bytes = wire::exchange(&request, &XferResponse::NotFound);

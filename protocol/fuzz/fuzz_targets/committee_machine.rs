@@ -358,7 +358,7 @@ fn check_action(m: &CommitteeMachine, d: &mut Driver, action: CommitteeAction) {
             push(&mut d.fetches, (shard, result_hash));
         }
         CommitteeAction::RequestIncluded { result } => push(&mut d.requests, result),
-        CommitteeAction::PullInputs { shard, from } | CommitteeAction::PullResult { shard, from } => {
+        CommitteeAction::PullInputs { shard, from } | CommitteeAction::PullResult { shard, from, .. } => {
             assert!(shard < m.plan().shards() && !from.is_empty(), "a pull asks someone for a shard");
             assert!(!from.contains(&keys()[0].public()), "a node never asks itself");
         }

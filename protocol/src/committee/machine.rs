@@ -205,11 +205,13 @@ pub enum CommitteeAction {
     FetchAggregate { shard: u32, result_hash: [u8; 32], from: PublicKey },
     /// Ask `result.signer` for the included list of `result`.
     RequestIncluded { result: ShardResult },
-    /// Ask each of `from` (the shard's signers, then other nodes) for a
-    /// signed result of `shard` this round (its own, or the one it applied)
-    /// and report what comes as `ResultReceived` (a node that missed the
-    /// result's gossip: it restarted, or its connection was down).
-    PullResult { shard: u32, from: Vec<PublicKey> },
+    /// Ask each of `from` (the shard's signers, then other nodes) in turn
+    /// for a signed result of `shard` this round (its own, or the one it
+    /// applied) until one answers with a result not signed by one of
+    /// `held` (whose results for the shard this node has), and report it
+    /// as `ResultReceived` (a node that missed the result's gossip: it
+    /// restarted, or its connection was down).
+    PullResult { shard: u32, from: Vec<PublicKey>, held: Vec<PublicKey> },
     /// Ask each of `from` for its own shard `shard` of this round (its
     /// leaf, proof and manifest, then the payload) and take each answer as
     /// an offer: a node that (re)started mid-round lost the shards sent to
@@ -678,26 +680,20 @@ impl CommitteeMachine {
             return;
         }
         self.signed = record;
-        // Results signed before the restart stand: they are gossiped and
-        // served again (a node that missed them asks their signer), and
-        // their shards are not aggregated a second time.
-        let results: Vec<(ShardResult, Option<IncludedList>)> = self
-            .signed
-            .results
-            .iter()
-            .enumerate()
-            .filter(|(_, r)| r.run == self.cfg.run && r.round == self.round && r.base == self.base)
-            .filter(|(_, r)| r.signer == self.me && (r.shard as usize) < self.shards.len())
-            .map(|(i, r)| (r.clone(), self.signed.lists.get(i).cloned()))
-            .collect();
-        for (r, list) in results {
-            self.duties.insert(r.shard, true);
-            if let Some(list) = list {
-                self.our_lists.insert(r.shard, list);
-            }
-            self.actions.push_back(CommitteeAction::PublishResult(r.clone()));
-            self.on_result(r);
+        self.restore_delta();
+        // Results signed before the restart stand: their shards are not
+        // aggregated a second time, and each is gossiped and served again
+        // (a node that missed it asks its signer) with its included list.
+        let shards: Vec<u32> = self.signed.results.iter().map(|r| r.shard).collect();
+        for shard in shards {
+            self.stand_by_recorded(shard);
         }
+    }
+
+    /// The recorded delta, when it is this round's and its leaves are
+    /// whole: held as ours (in a round without a roster its manifest is
+    /// what lets us sign results), and its shards sent again.
+    fn restore_delta(&mut self) {
         let Some(m) = self.signed.manifest.clone() else { return };
         let ours = m.round == self.round
             && m.base == self.base
@@ -719,12 +715,38 @@ impl CommitteeMachine {
         }
     }
 
+    /// If this node recorded a result for `shard` this round (it signed it
+    /// before a restart), the shard is not aggregated again; the result is
+    /// published again (and taken as a claim where the node holds a seat
+    /// for the shard now) when its included list was recorded with it —
+    /// without it neither the list nor shard 0's signers could be served.
+    /// Whether it recorded one.
+    fn stand_by_recorded(&mut self, shard: u32) -> bool {
+        let Some(i) = self.signed.results.iter().position(|r| {
+            r.shard == shard
+                && r.run == self.cfg.run
+                && r.round == self.round
+                && r.base == self.base
+                && r.signer == self.me
+                && (r.shard as usize) < self.shards.len()
+        }) else {
+            return false;
+        };
+        self.duties.insert(shard, true);
+        let Some(list) = self.signed.lists.get(i).cloned() else { return true };
+        let r = self.signed.results[i].clone();
+        self.our_lists.insert(shard, list);
+        self.actions.push_back(CommitteeAction::PublishResult(r.clone()));
+        self.on_result(r);
+        true
+    }
+
     /// For each shard with a chosen claim, one result signed for it (what
     /// the node serves, once it applies them, to nodes that missed them).
     pub fn chosen_results(&self) -> Vec<ShardResult> {
         let chosen = |v: &ShardView| {
             let claim = v.chosen?;
-            v.results.values().find(|r| r.result_hash == claim).cloned()
+            v.results.values().find(|r| r.result_hash == claim && self.counts(&r.signer)).cloned()
         };
         self.shards.iter().filter_map(chosen).collect()
     }
@@ -962,16 +984,22 @@ impl CommitteeMachine {
             .into_iter()
             .filter(|k| *k != self.me && self.counts(k) && !v.results.contains_key(k))
             .collect();
-        // Every node serves the results it applied: after the shard's
-        // signers, a few other roster members, others at each pull (the
-        // signer may be down, or a backup this node did not see take over).
+        // Every node serves the results it applied. A node that entered the
+        // round mid-way (others may have applied it: the signer may be down,
+        // or a backup it did not see take over signed), or whose signers'
+        // connections are all closed, asks a few other roster members after
+        // the signers, others at each pull; before that nobody has applied
+        // the round, so the signers alone are asked.
         let roster = &self.ledger.roster;
-        if !roster.is_empty() {
-            let start = (s as usize + v.pulls as usize * RESULT_ASKS_BEYOND_SIGNERS) % roster.len();
+        let signers_gone = !from.is_empty() && from.iter().all(|k| self.gone.contains(k));
+        if (self.mid_round_due.is_some() || signers_gone) && !roster.is_empty() {
+            // Spread by rank, so the nodes behind do not all ask the same three.
+            let rank = roster.binary_search(&self.me).unwrap_or_else(|i| i);
+            let start = (rank + s as usize + v.pulls as usize * RESULT_ASKS_BEYOND_SIGNERS) % roster.len();
             let beyond: Vec<PublicKey> = roster[start..]
                 .iter()
                 .chain(&roster[..start])
-                .filter(|k| **k != self.me && self.counts(k) && !from.contains(k))
+                .filter(|k| **k != self.me && self.counts(k) && !self.gone.contains(k) && !from.contains(k))
                 .take(RESULT_ASKS_BEYOND_SIGNERS)
                 .copied()
                 .collect();
@@ -980,9 +1008,10 @@ impl CommitteeMachine {
         if from.is_empty() {
             return;
         }
+        let held: Vec<PublicKey> = v.results.keys().copied().collect();
         self.shards[s as usize].pulls += 1;
         self.result_pulls_due.insert((self.now + self.pull_wait(), s));
-        self.actions.push_back(CommitteeAction::PullResult { shard: s, from });
+        self.actions.push_back(CommitteeAction::PullResult { shard: s, from, held });
     }
 
     fn on_local(&mut self, tokens: u64, train_loss: f32, norm: f32, leaves: Vec<ShardLeaf>) {
@@ -1737,7 +1766,7 @@ impl CommitteeMachine {
         self.shards[s as usize].level_since = self.now;
         // With no result by then the next backup takes it.
         self.escalations.insert((self.now + 2 * self.cfg.grace_ms, s));
-        if self.plan.is_member(f, &self.me) {
+        if self.plan.is_member(f, &self.me) && !self.stand_by_recorded(s) {
             self.duties.insert(s, false);
             self.duty_since.insert(s, self.now);
         }

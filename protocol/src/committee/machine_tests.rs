@@ -203,6 +203,8 @@ impl Net {
                 self.all(i, CommitteeEvent::ResultReceived(r));
                 if self.down_after_publishing.contains(&i) {
                     self.down.insert(i);
+                    let gone = self.keys[i].public();
+                    self.all(i, CommitteeEvent::PeerDisconnected(gone));
                 }
             }
             CommitteeAction::PullInputs { shard, from } => {
@@ -222,21 +224,21 @@ impl Net {
                         .push_back((i, CommitteeEvent::ShardReceived { signer: k, shards, leaf, proof }));
                 }
             }
-            CommitteeAction::PullResult { shard, from } => {
+            CommitteeAction::PullResult { shard, from, held } => {
                 self.pulled.push((i, shard, from.clone()));
                 let round = self.machines[i].round();
-                // A live node answers with its own result, or the one it applied.
-                let held = from.iter().filter(|k| !self.down.contains(&self.index(k))).find_map(|k| {
+                // A live node answers with the result it applied, else its own.
+                let answer = from.iter().filter(|k| !self.down.contains(&self.index(k))).find_map(|k| {
                     let j = self.index(k);
                     let own = self
                         .published
                         .iter()
-                        .find(|(_, s, r)| *s == j && r.round == round && r.shard == shard);
-                    let own = own.map(|(_, _, r)| r);
-                    own.or_else(|| self.served[j].iter().find(|r| r.round == round && r.shard == shard))
-                        .cloned()
+                        .find(|(_, s, r)| *s == j && r.round == round && r.shard == shard)
+                        .map(|(_, _, r)| r);
+                    let applied = self.served[j].iter().find(|r| r.round == round && r.shard == shard);
+                    applied.or(own).filter(|r| !held.contains(&r.signer)).cloned()
                 });
-                if let Some(r) = held {
+                if let Some(r) = answer {
                     self.inbox.push_back((i, CommitteeEvent::ResultReceived(r)));
                 }
             }
@@ -1136,13 +1138,16 @@ fn a_node_that_missed_the_results_gossip_pulls_them_from_their_owners() {
     let pulls: Vec<_> = net.pulled.iter().filter(|(i, _, _)| *i == 3).collect();
     let shards: BTreeSet<u32> = pulls.iter().map(|(_, s, _)| *s).collect();
     assert_eq!(shards.len(), 3, "a pull for each shard it missed a result of: {pulls:?}");
+    // Nobody has applied the round before it: it asks the signers alone.
+    assert!(pulls.iter().all(|(_, _, from)| from.len() == 1), "{pulls:?}");
     assert!(net.pulled.iter().all(|(i, _, _)| *i == 3), "nodes that heard the gossip pull nothing");
 }
 
 /// Node 0 restarted in round 0 with `record`, fed the other three
-/// trainers' shards of its seat: the actions it took on restoring, and the
-/// shard it then aggregated with its input count, and its plan.
-type Restarted = (Vec<CommitteeAction>, Option<(u32, usize)>, CommitteePlan);
+/// trainers' shards of its seat: the actions it took on restoring, the
+/// shard it then aggregated with its input count, its plan, and the
+/// included list it serves for its seat.
+type Restarted = (Vec<CommitteeAction>, Option<(u32, usize)>, CommitteePlan, Option<IncludedList>);
 fn restart_with(net: &Net, record: SignedRecord) -> Restarted {
     let ledger = Ledger::genesis(net.keys.iter().map(NodeKey::public).collect());
     let mut m = CommitteeMachine::new(cfg(1), net.keys[0].clone(), 0, StateId([1; 32]), ledger, 0);
@@ -1162,7 +1167,8 @@ fn restart_with(net: &Net, record: SignedRecord) -> Restarted {
         CommitteeAction::AggregateShard { shard, inputs, .. } => Some((shard, inputs.len())),
         _ => None,
     });
-    (restored, aggregated, m.plan().clone())
+    let seat = m.plan().seat_of(&net.keys[0].public()).expect("node 0 owns a shard");
+    (restored, aggregated, m.plan().clone(), m.our_list(seat).cloned())
 }
 
 #[test]
@@ -1174,7 +1180,7 @@ fn a_restarted_node_sends_the_delta_it_signed_again_or_does_not_wait_for_it() {
     // Restarted before it signed its result.
     let record = SignedRecord { results: Vec::new(), ..record };
     // Its leaves recorded: it sends every other shard again and counts its own.
-    let (restored, aggregated, plan) = restart_with(&net, record.clone());
+    let (restored, aggregated, plan, _) = restart_with(&net, record.clone());
     let me = net.keys[0].public();
     let seat = plan.seat_of(&me).expect("a seat");
     let sent: BTreeSet<(PublicKey, u32)> = restored
@@ -1194,7 +1200,7 @@ fn a_restarted_node_sends_the_delta_it_signed_again_or_does_not_wait_for_it() {
     // Without its leaves it cannot: it aggregates the others' at once
     // rather than wait for its own until the input deadline.
     let bare = SignedRecord { leaves: Vec::new(), ..record };
-    let (restored, aggregated, _) = restart_with(&net, bare);
+    let (restored, aggregated, _, _) = restart_with(&net, bare);
     assert!(!restored.iter().any(|a| matches!(a, CommitteeAction::SendShard { .. })), "{restored:?}");
     assert_eq!(aggregated, Some((seat, 3)));
 }
@@ -1221,11 +1227,18 @@ fn a_restarted_owner_gossips_the_result_it_signed_before_and_does_not_aggregate_
     net.run_to(1, 10_000);
     let record = net.records[0].clone().expect("node 0 recorded what it signed");
     let own = record.results.first().cloned().expect("its result among it");
-    let list = record.lists.first().expect("with the included list behind it");
+    let list = record.lists.first().cloned().expect("with the included list behind it");
     assert_eq!(list.root(), own.included_root);
-    let (restored, aggregated, _) = restart_with(&net, record);
+    let (restored, aggregated, _, served) = restart_with(&net, record.clone());
     assert!(restored.contains(&CommitteeAction::PublishResult(own)), "{restored:?}");
     assert_eq!(aggregated, None, "its shard is not aggregated a second time");
+    assert_eq!(served, Some(list), "and its included list is served again");
+    // Recorded without its list, the result is not published (its list
+    // could not be served) and the shard is not aggregated either.
+    let bare = SignedRecord { lists: Vec::new(), ..record };
+    let (restored, aggregated, _, _) = restart_with(&net, bare);
+    assert!(!restored.iter().any(|a| matches!(a, CommitteeAction::PublishResult(_))), "{restored:?}");
+    assert_eq!(aggregated, None);
 }
 
 #[test]
@@ -1240,5 +1253,5 @@ fn a_node_that_missed_a_result_whose_signer_went_down_pulls_it_from_a_node_that_
     assert!(applied.1.iter().all(Option::is_some), "node 1's shard too");
     let asked: Vec<&Vec<PublicKey>> =
         net.pulled.iter().filter(|(i, s, _)| *i == 3 && *s == seat).map(|(_, _, from)| from).collect();
-    assert!(asked.iter().all(|from| from.len() > 1), "beyond the signer: {asked:?}");
+    assert!(!asked.is_empty() && asked.iter().all(|from| from.len() > 1), "beyond the signer: {asked:?}");
 }

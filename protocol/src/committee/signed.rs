@@ -17,7 +17,7 @@
 //! shards' leaves in order (their Merkle root is its root); included lists
 //! are one per result, in the same order, each the list its result's
 //! `included_root` names (n' = 0, or the section absent, in a record kept
-//! without them).
+//! without them; lists that do not match are dropped on reading).
 
 use super::merkle::{merkle_root, ShardLeaf};
 use super::messages::{IncludedList, ShardResult, ShardedManifest, MAX_INCLUDED};
@@ -129,12 +129,11 @@ impl SignedRecord {
             }
         }
         r.finish()?;
+        // Lists that are not the ones the results name are dropped, not the
+        // record: its results still keep the node from signing twice.
         let behind = |(l, r): (&IncludedList, &ShardResult)| l.root() == r.included_root;
-        if !lists.is_empty() && (lists.len() != results.len() || !lists.iter().zip(&results).all(behind)) {
-            return Err(WireError::Invalid {
-                field: "recorded included lists",
-                why: "not the lists the recorded results name",
-            });
+        if lists.len() != results.len() || !lists.iter().zip(&results).all(behind) {
+            lists.clear();
         }
         Ok(Self { round, manifest, leaves, results, lists })
     }
@@ -201,10 +200,10 @@ mod tests {
         let mut b = bare.encode();
         b.truncate(b.len() - 4);
         assert_eq!(SignedRecord::decode(&b).expect("decodes"), bare);
-        // A list its result does not name is refused.
+        // A list its result does not name is dropped; the result is kept.
         let other = IncludedList::new(vec![(key.public(), [7; 32])]);
         let wrong = SignedRecord { lists: vec![other], ..record };
-        let err = SignedRecord::decode(&wrong.encode()).expect_err("not the named list");
-        assert!(err.to_string().contains("recorded included lists"), "{err}");
+        let read = SignedRecord::decode(&wrong.encode()).expect("decodes");
+        assert_eq!((read.results, read.lists), (vec![result], Vec::new()));
     }
 }

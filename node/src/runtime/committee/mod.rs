@@ -768,7 +768,8 @@ impl CommitteeNode {
         // The next roster is the signers shard 0's applied result included.
         let included = ledger.roster.len();
         // The tokens they trained on, as shard 0's result signs them.
-        let round_tokens = self.machine.round_tokens().unwrap_or(0);
+        let shard0_tokens = self.machine.round_tokens();
+        let round_tokens = shard0_tokens.unwrap_or(0);
         let previous = (self.state.id(), self.ledger.hash());
         self.state = HeldState::new(next);
         self.ledger = ledger;
@@ -786,8 +787,9 @@ impl CommitteeNode {
                 "excluded": self.ledger.excluded.len(),
                 "shards": self.machine.plan().shards(),
                 "round_secs": secs,
-                // Its delta is in: shard 0 included it (the next roster).
-                "contributed": self.ledger.roster.binary_search(&self.me).is_ok(),
+                // Its delta is in: shard 0's applied result included it
+                // (the next roster; without one the roster stays).
+                "contributed": shard0_tokens.is_some() && self.ledger.roster.binary_search(&self.me).is_ok(),
             }),
         );
         self.metrics.round_closed(round);
@@ -931,10 +933,10 @@ impl CommitteeNode {
                     });
                 }
             }
-            CommitteeAction::PullResult { shard, from } => {
+            CommitteeAction::PullResult { shard, from, held } => {
                 let (net, tx, out) = (self.net.clone(), self.tx.clone(), self.out);
                 tokio::spawn(async move {
-                    let result = transfer::pull_result(&net, round, shard, &from).await;
+                    let result = transfer::pull_result(&net, round, shard, &from, &held).await;
                     let got = result.is_some();
                     out.event(
                         "pull_result",
@@ -989,7 +991,7 @@ impl CommitteeNode {
                     return;
                 }
                 for r in self.machine.chosen_results() {
-                    self.served.hold_result(r.round, r.shard, r.encode());
+                    self.served.hold_applied_result(r.round, r.shard, r.encode());
                 }
                 let (store, spec, state, tx) =
                     (self.store.clone(), self.spec.clone(), self.state.state().clone(), self.tx.clone());

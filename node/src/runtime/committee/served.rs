@@ -26,8 +26,11 @@ pub const OFFER_QUEUE: usize = 4096;
 pub const MAX_HELD_LEAVES: usize = 1 << 17;
 /// Most included lists held.
 const MAX_HELD_LISTS: usize = 4096;
-/// Most signed results held (this and the last round).
+/// Most signed results of our own held (this and the last round).
 const MAX_HELD_RESULTS: usize = 4096;
+/// Most applied results held (this and the last round: a result a shard,
+/// up to 65,536 shards a round).
+const MAX_HELD_APPLIED: usize = 1 << 17;
 /// Most projections (shards) one peer has had answered per round: an
 /// auditor asks each trainer for each shard it audits.
 pub const MAX_PROJECTIONS_PER_PEER: u32 = 64;
@@ -45,9 +48,10 @@ struct Held {
     leaves: HashMap<LeafKey, ShardOffer>,
     /// Our results' included lists and included signers (canonical bytes).
     lists: HashMap<ListKey, (Vec<u8>, Vec<u8>)>,
-    /// Signed results, (round, shard) → canonical bytes: our own, and once
-    /// the round is applied the result it applied.
+    /// Our signed results: (round, shard) → canonical bytes.
     results: HashMap<(u64, u32), Vec<u8>>,
+    /// The results our rounds applied: (round, shard) → canonical bytes.
+    applied: HashMap<(u64, u32), Vec<u8>>,
     /// The current and the previous state, by v2 StateId.
     states: Vec<([u8; 32], StateParts)>,
     /// Our own shards: (round, shard) → payload hash and element count.
@@ -82,6 +86,7 @@ impl CommitteeServed {
         h.leaves.retain(|k, _| k.0 >= keep);
         h.lists.retain(|k, _| k.0 >= keep);
         h.results.retain(|k, _| k.0 >= keep);
+        h.applied.retain(|k, _| k.0 >= keep);
         h.own.retain(|k, _| k.0 >= keep);
         h.projected.retain(|k, _| k.0 >= keep);
     }
@@ -161,12 +166,20 @@ impl CommitteeServed {
         }
     }
 
-    /// Serve a signed result for `shard` of `round` (canonical bytes): our
-    /// own, or the one the round applied (it replaces ours).
+    /// Serve our signed result for `shard` of `round` (canonical bytes).
     pub fn hold_result(&self, round: u64, shard: u32, result: Vec<u8>) {
         let mut h = self.held();
         if h.results.len() < MAX_HELD_RESULTS && result.len() <= MAX_SERVED_RESULT_BYTES {
             h.results.insert((round, shard), result);
+        }
+    }
+
+    /// Serve the result round `round` applied for `shard` (canonical
+    /// bytes); it is answered before our own.
+    pub fn hold_applied_result(&self, round: u64, shard: u32, result: Vec<u8>) {
+        let mut h = self.held();
+        if h.applied.len() < MAX_HELD_APPLIED && result.len() <= MAX_SERVED_RESULT_BYTES {
+            h.applied.insert((round, shard), result);
         }
     }
 
@@ -191,12 +204,11 @@ impl CommitteeServed {
             XferRequest::Signers { round, shard, result_hash } => self
                 .signers(*round, *shard, *result_hash)
                 .map_or(XferResponse::NotFound, XferResponse::Included),
-            XferRequest::Result { round, shard } => self
-                .held()
-                .results
-                .get(&(*round, *shard))
-                .cloned()
-                .map_or(XferResponse::NotFound, XferResponse::Result),
+            XferRequest::Result { round, shard } => {
+                let h = self.held();
+                let result = h.applied.get(&(*round, *shard)).or_else(|| h.results.get(&(*round, *shard)));
+                result.cloned().map_or(XferResponse::NotFound, XferResponse::Result)
+            }
             XferRequest::Leaf { round, shard, signer } => {
                 self.leaf(*round, *shard, *signer).map_or(XferResponse::NotFound, XferResponse::Leaf)
             }
@@ -248,6 +260,9 @@ mod tests {
         assert_eq!(served.answer(&result), Some(XferResponse::Result(vec![6; 250])));
         let other = XferRequest::Result { round: 3, shard: 0 };
         assert_eq!(served.answer(&other), Some(XferResponse::NotFound));
+        // Once the round applied a result for the shard, that one is answered.
+        served.hold_applied_result(3, 1, vec![8; 250]);
+        assert_eq!(served.answer(&result), Some(XferResponse::Result(vec![8; 250])));
         let ask = XferRequest::Leaf { round: 3, shard: 1, signer: key(1).public() };
         assert_eq!(served.answer(&ask), Some(XferResponse::Leaf(offer(3, 1))));
         let list = XferRequest::Included { round: 3, shard: 1, result_hash: [5; 32] };

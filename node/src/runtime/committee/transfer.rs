@@ -148,16 +148,23 @@ pub async fn pull_input(net: &NetHandle, round: u64, shard: u32, signer: PublicK
 }
 
 /// Ask each of `from` in turn for a signed result of `shard` in `round`
-/// (its own, or the one it applied) until one answers with one (decoded
-/// here; the machine checks its signature and its signer's seat).
-pub async fn pull_result(net: &NetHandle, round: u64, shard: u32, from: &[PublicKey]) -> Option<ShardResult> {
+/// (its own, or the one it applied) until one answers with one not signed
+/// by one of `held` (decoded here; the machine checks its signature and
+/// its signer's seat).
+pub async fn pull_result(
+    net: &NetHandle,
+    round: u64,
+    shard: u32,
+    from: &[PublicKey],
+    held: &[PublicKey],
+) -> Option<ShardResult> {
     for key in from {
         let Some(peer) = peer_id_of(key) else { continue };
         if let Some(XferResponse::Result(b)) = ask(net, peer, XferRequest::Result { round, shard }).await {
             match ShardResult::decode(&b) {
                 // Any signer: the machine takes only results it would
                 // have taken from gossip.
-                Ok(r) if r.round == round && r.shard == shard => return Some(r),
+                Ok(r) if r.round == round && r.shard == shard && !held.contains(&r.signer) => return Some(r),
                 _ => continue,
             }
         }
