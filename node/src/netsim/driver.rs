@@ -619,19 +619,15 @@ impl Sim {
             });
             let served =
                 applied.or_else(|| self.results.get(&(round, shard, j))).filter(|_| self.serves(j)).cloned();
-            match served {
-                Some(r) if !held.contains(&r.signer) => {
-                    let bytes = wire::exchange(&request, &XferResponse::Result(r.encode()));
+            let answer = served.as_ref().map_or(XferResponse::NotFound, |r| XferResponse::Result(r.encode()));
+            let bytes = wire::exchange(&request, &answer);
+            match served.filter(|r| !held.contains(&r.signer)) {
+                Some(r) => {
                     let e = CommitteeEvent::ResultReceived(r);
                     self.net.send(now, round, Kind::Gossip, j, i, bytes, Msg::Event(Box::new(e)));
                     return;
                 }
-                Some(r) => {
-                    let bytes = wire::exchange(&request, &XferResponse::Result(r.encode()));
-                    self.net.send(now, round, Kind::Gossip, j, i, bytes, Msg::Bytes);
-                }
                 None => {
-                    let bytes = wire::exchange(&request, &XferResponse::NotFound);
                     self.net.send(now, round, Kind::Gossip, j, i, bytes, Msg::Bytes);
                 }
             }

@@ -490,16 +490,16 @@ impl Node {
 
     fn report_round(&mut self, round: u64, val_loss: Option<f32>) {
         let Some(mut v) = self.pending_reports.remove(&round) else { return };
-        let wall = self.first_train.map_or(0.0, |t| t.elapsed().as_secs_f64());
         v["val_loss"] = json!(val_loss);
         self.bytes.fill(&mut v, &self.net.stats);
-        // Time in inner steps: finished jobs plus the one running now (in an
-        // overlapped run the next round trains while this one is reported).
-        let trained = self.train_secs + self.trainer.busy.running_secs();
-        v["train_frac"] = json!(if wall > 0.0 { (trained / wall).min(1.0) } else { 0.0 });
-        v["train_secs"] = json!(trained);
-        v["wall_secs"] = json!(wall);
-        v["tokens"] = json!(self.train_tokens);
+        let running = self.trainer.busy.running_secs();
+        super::report::fill_training_time(
+            &mut v,
+            self.train_secs,
+            running,
+            self.first_train,
+            self.train_tokens,
+        );
         v["secs"] = json!(self.started.elapsed().as_secs_f64());
         v["peers"] = json!(self.trainers.len());
         super::report::record_round(&self.store, &self.spec.run_id(), round, &v, val_loss);

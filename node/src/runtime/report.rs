@@ -62,6 +62,26 @@ impl RoundBytes {
     }
 }
 
+/// Put the node's time in inner steps so far into a round report:
+/// `train_secs` (finished jobs, `finished_secs`, plus the one running now,
+/// `running_secs`: in an overlapped run the next round trains while this
+/// one is reported), `wall_secs` since its first training job, their
+/// ratio `train_frac`, and the `tokens` it trained.
+pub fn fill_training_time(
+    v: &mut Value,
+    finished_secs: f64,
+    running_secs: f64,
+    first_train: Option<std::time::Instant>,
+    tokens: u64,
+) {
+    let wall = first_train.map_or(0.0, |t| t.elapsed().as_secs_f64());
+    let trained = finished_secs + running_secs;
+    v["train_frac"] = json!(if wall > 0.0 { (trained / wall).min(1.0) } else { 0.0 });
+    v["train_secs"] = json!(trained);
+    v["wall_secs"] = json!(wall);
+    v["tokens"] = json!(tokens);
+}
+
 /// Keep a round report (`state_id`, `included`, `round_tokens`) in the
 /// store's history.
 pub fn record_round(
