@@ -2,9 +2,12 @@
 //! `Busy` is left and charged, and the blob comes from the honest peers,
 //! whether the hostile peer is first in the list (a one-chunk payload) or
 //! anywhere in it while the honest peer answers slowly (a multi-chunk
-//! state). Real swarms on 127.0.0.1.
+//! state); and an honest peer behind a congested link, whose chunks come
+//! one after another, serves the whole blob rather than being left for
+//! timing out chunks it was asked for all at once. Real swarms on
+//! 127.0.0.1.
 //!
-//! Both tests fail before fetches counted attempts per peer: a `Busy`
+//! The busy-peer tests fail before fetches counted attempts per peer: a `Busy`
 //! answer slept 50 ms and counted against the chunk, the busy peer stayed in
 //! the pool and won the next tie, and after 7 attempts the whole fetch
 //! returned `NoPeers` with nobody charged.
@@ -46,6 +49,28 @@ impl ContentServer for Slow {
     fn serve(&self, from: PeerId, request: &XferRequest) -> XferResponse {
         if let XferRequest::Chunk { .. } = request {
             std::thread::sleep(self.delay);
+        }
+        self.store.serve(from, request)
+    }
+}
+
+/// An honest store behind a congested uplink: chunks go out one at a
+/// time, each taking `delay`, however many are asked for at once.
+struct Congested {
+    store: StoreServer,
+    link: std::sync::Mutex<()>,
+    delay: Duration,
+}
+
+impl ContentServer for Congested {
+    fn status(&self, from: PeerId) -> PeerStatus {
+        self.store.status(from)
+    }
+    fn serve(&self, from: PeerId, request: &XferRequest) -> XferResponse {
+        if let XferRequest::Chunk { .. } = request {
+            let _link = self.link.lock().unwrap_or_else(|e| e.into_inner());
+            std::thread::sleep(self.delay);
+            return self.store.serve(from, request);
         }
         self.store.serve(from, request)
     }
@@ -180,5 +205,38 @@ fn a_request_queued_for_its_share_is_timed_from_when_it_goes_out() {
         for r in share {
             assert!(matches!(r.await.expect("task"), Ok(XferResponse::Chunk(_))));
         }
+    });
+}
+
+/// Eight chunks, 3 s each through one link: asked all at once, the last
+/// two would wait 21 and 24 s, past `REQUEST_TIMEOUT`, and the only peer
+/// would be left with its blob half fetched. A window that starts small
+/// and grows with each delivered chunk keeps every ask within its timeout.
+#[test]
+fn a_congested_peer_that_keeps_delivering_serves_the_whole_blob() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let store = Arc::new(Store::open(dir.path()).expect("store"));
+    let state = blob(7 * (1 << 20) + 999, 4);
+    let id = store.blobs.put(BlobKind::State, &state).expect("put");
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let congested = Congested {
+            store: StoreServer::new(store.clone(), Vec::new(), true),
+            link: std::sync::Mutex::new(()),
+            delay: Duration::from_secs(3),
+        };
+        let (server, _se) = start_swarm(9, Arc::new(congested));
+        let (me, mut events) = start_swarm(10, Arc::new(AlwaysBusy));
+        connect(&me, &[&server]).await;
+        let len = state.len() as u64;
+        let got = tokio::time::timeout(
+            Duration::from_secs(90),
+            fetch_blob(&me, BlobKind::State, id, len, len, &[server.local]),
+        )
+        .await
+        .expect("the fetch ends within 90 s")
+        .unwrap_or_else(|e| panic!("the fetch from the congested peer failed: {e}"));
+        assert_eq!(got.bytes, state, "the verified state");
+        assert_eq!(charged(&mut events, NetRejection::Unresponsive).await, None, "nobody charged");
     });
 }

@@ -15,11 +15,19 @@
 //! hash drop it at once (`NetRejection::BadChunk`); a `Busy` answer is
 //! charged a little (`NetRejection::Busy`) and backs that peer off alone
 //! (50 ms, doubling), and `MAX_BUSY` of them in a row drop it;
-//! `MAX_FAILURES` failed or timed-out
-//! requests drop it (`NetRejection::Unresponsive`); `NotFound` drops it
-//! uncharged, as does `NotAdmitted`. Every request has its own
-//! `REQUEST_TIMEOUT`. The fetch fails only when no peer is left. Admitted
-//! peers come first; a ticket run never asks a peer it does not admit.
+//! `MAX_FAILURES` failed or timed-out requests while the peer delivered no
+//! chunk for `REQUEST_TIMEOUT` drop it (`NetRejection::Unresponsive`);
+//! `NotFound` drops it uncharged, as does `NotAdmitted`. Every request has
+//! its own `REQUEST_TIMEOUT`. The fetch fails only when no peer is left.
+//! Admitted peers come first; a ticket run never asks a peer it does not
+//! admit.
+//!
+//! Requests in flight to one peer share its link, so each peer has a
+//! window: `FIRST_WINDOW` requests at first, one more for each chunk it
+//! delivers (up to `IN_FLIGHT_PER_PEER`), halved at each failure. A peer
+//! behind a congested uplink that still delivers is asked for fewer chunks
+//! at once, each of which then arrives within its timeout, instead of
+//! being left and its half-sent chunks asked for again.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -34,14 +42,17 @@ use super::xfer::{XferRequest, XferResponse};
 use super::{NetError, NetHandle};
 use crate::store::tree::{self, BlobKind};
 
-/// Chunk requests in flight per peer.
+/// Most chunk requests in flight to one peer (its window's ceiling).
 pub const IN_FLIGHT_PER_PEER: usize = 8;
+/// A peer's window when a fetch starts.
+pub const FIRST_WINDOW: usize = 2;
 /// How long one request may take, a 1 MiB chunk over a slow home link
 /// included (libp2p's own request timeout is 60 s).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(20);
 /// `Busy` answers in a row after which a peer leaves the fetch.
 pub const MAX_BUSY: u32 = 4;
-/// Failed or timed-out requests after which a peer leaves the fetch.
+/// Failed or timed-out requests, while the peer delivered nothing for
+/// `REQUEST_TIMEOUT`, after which it leaves the fetch.
 pub const MAX_FAILURES: u32 = 2;
 /// The back-off after a peer's first `Busy` answer, doubled with each next.
 const BUSY_BACKOFF: Duration = Duration::from_millis(50);
@@ -71,7 +82,11 @@ pub struct Fetched {
 struct Source {
     peer: PeerId,
     in_flight: usize,
+    /// Requests it may have in flight now.
+    window: usize,
     served: usize,
+    /// When it last delivered a good chunk.
+    last_served: Option<tokio::time::Instant>,
     /// `Busy` answers since its last good chunk.
     busy: u32,
     failures: u32,
@@ -90,7 +105,21 @@ enum Verdict {
 
 impl Source {
     fn new(peer: PeerId) -> Self {
-        Source { peer, in_flight: 0, served: 0, busy: 0, failures: 0, resume_at: tokio::time::Instant::now() }
+        Source {
+            peer,
+            in_flight: 0,
+            window: FIRST_WINDOW,
+            served: 0,
+            last_served: None,
+            busy: 0,
+            failures: 0,
+            resume_at: tokio::time::Instant::now(),
+        }
+    }
+
+    /// Whether it delivered a chunk within the last `REQUEST_TIMEOUT`.
+    fn delivering(&self, now: tokio::time::Instant) -> bool {
+        self.last_served.is_some_and(|t| now.duration_since(t) < REQUEST_TIMEOUT)
     }
 
     fn judge(&mut self, answer: &Result<XferResponse, NetError>, good: bool) -> Verdict {
@@ -98,6 +127,8 @@ impl Source {
             _ if good => {
                 self.served += 1;
                 self.busy = 0;
+                self.last_served = Some(tokio::time::Instant::now());
+                self.window = (self.window + 1).min(IN_FLIGHT_PER_PEER);
                 Verdict::Served
             }
             Ok(XferResponse::Chunk(_)) => Verdict::Dropped(Some(NetRejection::BadChunk)),
@@ -111,6 +142,12 @@ impl Source {
             }
             Ok(XferResponse::NotFound | XferResponse::NotAdmitted) => Verdict::Dropped(None),
             _ => {
+                // Fewer requests at once share its link from now on; one
+                // that still delivers is congested, not gone.
+                self.window = (self.window / 2).max(1);
+                if self.delivering(tokio::time::Instant::now()) {
+                    return Verdict::BackedOff(None);
+                }
                 self.failures += 1;
                 match self.failures >= MAX_FAILURES {
                     true => Verdict::Dropped(Some(NetRejection::Unresponsive)),
@@ -159,7 +196,7 @@ pub async fn fetch_blob(
         // loaded first (the earliest listed among equals).
         let now = tokio::time::Instant::now();
         while let Some(&index) = todo.front() {
-            let ready = pool.iter_mut().filter(|s| s.in_flight < IN_FLIGHT_PER_PEER && s.resume_at <= now);
+            let ready = pool.iter_mut().filter(|s| s.in_flight < s.window && s.resume_at <= now);
             let Some(source) = ready.min_by_key(|s| s.in_flight) else {
                 break;
             };

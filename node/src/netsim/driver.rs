@@ -12,8 +12,8 @@ use murmur_protocol::codec::{decode_delta, encode_delta};
 use murmur_protocol::committee::messages::aggregate_hash;
 use murmur_protocol::committee::{
     aggregate_codec, aggregate_shard, shard_norm, CommitteeAction, CommitteeConfig, CommitteeEvent,
-    CommitteeMachine, IncludedList, IncludedSigners, Ledger, MerkleTree, SeenSignatures, ShardInput,
-    ShardLeaf, ShardResult, ShardedManifest,
+    CommitteeMachine, FetchOutcome, IncludedList, IncludedSigners, Ledger, MerkleTree, SeenSignatures,
+    ShardInput, ShardLeaf, ShardResult, ShardedManifest,
 };
 use murmur_protocol::hash::{payload_hash_of, RunId, StateId};
 use murmur_protocol::identity::{NodeKey, PublicKey};
@@ -570,10 +570,18 @@ impl Sim {
         from: PublicKey,
     ) {
         let list = if shard == 0 { self.list_for(hash) } else { None };
-        let ok = self.values.contains_key(&hash);
+        let outcome = match self.values.contains_key(&hash) {
+            true => FetchOutcome::Served,
+            false => FetchOutcome::Unavailable,
+        };
         let norm = self.values.get(&hash).map_or(0.0, |v| shard_norm(v));
-        let e =
-            CommitteeEvent::AggregateFetched { shard, result_hash: hash, ok, norm, included: list.clone() };
+        let e = CommitteeEvent::AggregateFetched {
+            shard,
+            result_hash: hash,
+            outcome,
+            norm,
+            included: list.clone(),
+        };
         match self.index.get(&from).copied() {
             // We hold it ourselves (we signed it).
             Some(j) if j == i => self.net.at(now + 1, i, Msg::Event(Box::new(e))),
@@ -589,7 +597,7 @@ impl Sim {
                 let e = CommitteeEvent::AggregateFetched {
                     shard,
                     result_hash: hash,
-                    ok: false,
+                    outcome: FetchOutcome::Unavailable,
                     norm: 0.0,
                     included: None,
                 };

@@ -16,7 +16,7 @@ use libfuzzer_sys::fuzz_target;
 use murmur_protocol::codec::Codec;
 use murmur_protocol::committee::merkle::MAX_PROOF_LEN;
 use murmur_protocol::committee::{
-    merkle_root, CommitteeAction, CommitteeConfig, CommitteeEvent, CommitteeMachine, FraudProof,
+    merkle_root, CommitteeAction, CommitteeConfig, CommitteeEvent, CommitteeMachine, FetchOutcome, FraudProof,
     IncludedList, IncludedSigners, Ledger, MerkleTree, ShardDelta, ShardLeaf, ShardResult, ShardRule, ShardedManifest,
     SignedRecord, SketchAudit,
 };
@@ -292,7 +292,12 @@ fn event(
             };
             // Sizes like the others', far above them, or not numbers.
             let norm = [1.0, 1.1, 0.9, 50.0, f32::NAN, f32::INFINITY, 0.0][usize::from(b % 7)];
-            CommitteeEvent::AggregateFetched { shard, result_hash, ok: a & 0x80 == 0, norm, included }
+            let outcome = match (a & 0x80 == 0, b & 0x80 == 0) {
+                (true, _) => FetchOutcome::Served,
+                (false, true) => FetchOutcome::Unavailable,
+                (false, false) => FetchOutcome::Refuted,
+            };
+            CommitteeEvent::AggregateFetched { shard, result_hash, outcome, norm, included }
         }
         14 if a & 0x40 != 0 => {
             // A sketch's verdict: agrees, disagrees, or could not tell.

@@ -90,6 +90,19 @@ pub struct CommitteeConfig {
 /// probability about e⁻³ (5%).
 pub const DEFAULT_AUDITS: u32 = 4;
 
+/// What one ask for a chosen claim's aggregate gave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FetchOutcome {
+    /// Its values arrived, hash to the claim and decode (for shard 0, with
+    /// included signers that match the claim's root).
+    Served,
+    /// The holder served nothing: no answer, not found, a dropped link.
+    Unavailable,
+    /// Bytes that hash to the claim do not decode as the shard's values:
+    /// the claim itself is wrong.
+    Refuted,
+}
+
 /// Something that happened, reported by the driver.
 #[derive(Debug, Clone, PartialEq)]
 pub enum CommitteeEvent {
@@ -129,14 +142,15 @@ pub enum CommitteeEvent {
         result: ShardResult,
         included: IncludedList,
     },
-    /// An aggregated shard was fetched and hashes to `result_hash` (or
-    /// not), its decoded values of L2 norm `norm` (`shard_norm`); for
+    /// An ask for shard `shard`'s aggregate `result_hash` ended as
+    /// `outcome`; when served, its decoded values have L2 norm `norm`
+    /// (`shard_norm`); for
     /// shard 0 with the result's included signers (the next roster), which
     /// the machine checks against the result.
     AggregateFetched {
         shard: u32,
         result_hash: [u8; 32],
-        ok: bool,
+        outcome: FetchOutcome,
         norm: f32,
         included: Option<IncludedSigners>,
     },
@@ -280,8 +294,10 @@ struct ShardView {
     zero: bool,
     /// Signers of the chosen claim, in the order this node asks them.
     holders: Vec<PublicKey>,
-    /// Holders asked so far.
+    /// Holders asked so far in this pass.
     tried: usize,
+    /// Passes over the holders that ended with nothing served.
+    passes: u32,
     /// When to ask the next holder.
     retry_at: Option<u64>,
     /// Results pulled while none came (`PullResult`).
@@ -299,6 +315,12 @@ pub const MAX_NEWCOMERS: usize = 1024;
 pub const FETCH_RETRY_FIRST_MS: u64 = 200;
 /// Longest wait between two asks.
 pub const FETCH_RETRY_MAX_MS: u64 = 5_000;
+
+/// Passes over a chosen claim's holders, none of which served it, after
+/// which the claim is taken as withheld (the next one wins, or the shard
+/// goes to its backup). A holder behind a congested link may fail one ask
+/// and serve the next.
+pub const FETCH_PASSES: u32 = 3;
 
 /// Most times a round pulls one shard's result.
 pub const MAX_RESULT_PULLS: u32 = 3;
@@ -892,8 +914,8 @@ impl CommitteeMachine {
             }
             CommitteeEvent::ResultReceived(r) => self.on_result(r),
             CommitteeEvent::IncludedReceived { result, included } => self.on_included(result, included),
-            CommitteeEvent::AggregateFetched { shard, result_hash, ok, norm, included } => {
-                self.on_fetched(shard, result_hash, ok, norm, included)
+            CommitteeEvent::AggregateFetched { shard, result_hash, outcome, norm, included } => {
+                self.on_fetched(shard, result_hash, outcome, norm, included)
             }
             CommitteeEvent::Sketched { result, included, matches } => {
                 if matches == Some(true) && result.round == self.round {
@@ -1469,7 +1491,7 @@ impl CommitteeMachine {
         &mut self,
         shard: u32,
         result_hash: [u8; 32],
-        ok: bool,
+        outcome: FetchOutcome,
         norm: f32,
         included: Option<IncludedSigners>,
     ) {
@@ -1485,28 +1507,49 @@ impl CommitteeMachine {
             let (signers, got) = s.signers_and_root(roster).ok()?;
             (got == root && signers.len() == count).then_some(signers)
         });
-        let ok = ok && (shard != 0 || signers.is_some());
-        if let (0, true, Some(signers)) = (shard, ok, signers) {
+        // Shard 0 is served with its included signers: a holder that
+        // serves none, or a list that does not match the signed root (one
+        // lying co-signer cannot refute the others' claim), did not serve
+        // it.
+        let outcome = match outcome {
+            FetchOutcome::Served if shard == 0 && signers.is_none() => FetchOutcome::Unavailable,
+            o => o,
+        };
+        if let (0, FetchOutcome::Served, Some(signers)) = (shard, outcome, signers) {
             self.included0 = Some((result_hash, signers));
         }
         let now = self.now;
         let v = &mut self.shards[shard as usize];
-        if ok {
-            if !v.fetched && !v.zero {
-                v.fetched = true;
-                self.settled += 1;
-                self.gate.note_fetched(shard, result_hash, norm, self.plan.layout().len(shard));
+        match outcome {
+            FetchOutcome::Served => {
+                if !v.fetched && !v.zero {
+                    v.fetched = true;
+                    self.settled += 1;
+                    self.gate.note_fetched(shard, result_hash, norm, self.plan.layout().len(shard));
+                }
             }
-        } else if v.tried < v.holders.len() {
-            let at = now + fetch_backoff(v.tried);
-            v.retry_at = Some(at);
-            self.retries.insert((at, shard));
-        } else {
-            // No holder serves the claimed values: the claim is taken as
-            // wrong and the next one wins.
-            v.wrong.insert(result_hash);
-            v.chosen = None;
-            self.dirty.insert(shard);
+            FetchOutcome::Unavailable if v.tried < v.holders.len() => {
+                let at = now + fetch_backoff(v.tried);
+                v.retry_at = Some(at);
+                self.retries.insert((at, shard));
+            }
+            FetchOutcome::Unavailable if v.passes + 1 < FETCH_PASSES => {
+                // Every holder failed once: all are asked again after the
+                // longest back-off.
+                v.passes += 1;
+                v.tried = 0;
+                let at = now + FETCH_RETRY_MAX_MS;
+                v.retry_at = Some(at);
+                self.retries.insert((at, shard));
+            }
+            _ => {
+                // Values that do not decode, or no holder serves them after
+                // every pass: the claim is taken as wrong and the next one
+                // wins.
+                v.wrong.insert(result_hash);
+                v.chosen = None;
+                self.dirty.insert(shard);
+            }
         }
     }
 
@@ -1676,6 +1719,7 @@ impl CommitteeMachine {
                 v.chosen = Some(hash);
                 v.holders = signers;
                 v.tried = 0;
+                v.passes = 0;
                 self.ask_next_holder(s);
             }
         } else if best.is_none() && level == 0 && now >= self.result_deadline() {
@@ -1745,6 +1789,7 @@ impl CommitteeMachine {
         v.chosen = None;
         v.holders.clear();
         v.tried = 0;
+        v.passes = 0;
         v.retry_at = None;
         if std::mem::take(&mut v.fetched) {
             self.settled -= 1;

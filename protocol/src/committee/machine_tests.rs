@@ -43,6 +43,9 @@ struct Net {
     withholders: BTreeSet<usize>,
     /// Nodes that publish results but serve no aggregate.
     silent: BTreeSet<usize>,
+    /// Nodes that fail each asker's first ask for an aggregate (a
+    /// congested link), and serve the next.
+    flaky: BTreeSet<usize>,
     /// Sketch audits: (auditor, owner audited, verdict).
     sketches: Vec<(usize, usize, Option<bool>)>,
     /// Sketch actions: (time, auditor, audits in it).
@@ -95,6 +98,7 @@ impl Net {
             liars: BTreeSet::new(),
             withholders: BTreeSet::new(),
             silent: BTreeSet::new(),
+            flaky: BTreeSet::new(),
             asks: Vec::new(),
             sketches: Vec::new(),
             sketch_sends: Vec::new(),
@@ -245,12 +249,17 @@ impl Net {
             CommitteeAction::FetchAggregate { shard, result_hash, from } => {
                 let holder = self.index(&from);
                 self.asks.push((self.now, i, holder));
-                let ok = self.values.contains_key(&result_hash) && !self.silent.contains(&holder);
+                let first = self.asks.iter().filter(|a| a.1 == i && a.2 == holder).count() == 1;
+                let fails = self.silent.contains(&holder) || (first && self.flaky.contains(&holder));
+                let outcome = match self.values.contains_key(&result_hash) && !fails {
+                    true => FetchOutcome::Served,
+                    false => FetchOutcome::Unavailable,
+                };
                 let included = (shard == 0).then(|| self.lists.get(&result_hash).cloned()).flatten();
                 let norm = self.values.get(&result_hash).map_or(0.0, |v| shard_norm(v));
                 self.inbox.push_back((
                     i,
-                    CommitteeEvent::AggregateFetched { shard, result_hash, ok, norm, included },
+                    CommitteeEvent::AggregateFetched { shard, result_hash, outcome, norm, included },
                 ));
             }
             CommitteeAction::RequestIncluded { result } => {
@@ -671,6 +680,29 @@ fn an_aggregate_fetch_that_fails_is_retried_at_the_next_holder_after_a_back_off(
     assert_eq!(fetch_backoff(1), 200);
     assert_eq!(fetch_backoff(3), 800);
     assert_eq!(fetch_backoff(30), FETCH_RETRY_MAX_MS);
+}
+
+#[test]
+fn a_lone_owner_that_fails_an_ask_is_asked_again_before_its_claim_is_given_up() {
+    // One owner per shard (three shards of `P`): the first ask of each
+    // node for shard 1 fails.
+    let mut net = Net::new(3, 1);
+    assert_eq!(net.machines[0].plan().committee(1).len(), 1);
+    let owner = net.index(&net.machines[0].plan().committee(1)[0]);
+    net.flaky.insert(owner);
+    net.run_to(1, 10_000);
+    let signed = net.published.iter().find(|p| p.1 == owner && p.2.shard == 1).map(|p| p.2.result_hash);
+    assert!(signed.is_some(), "the owner signed shard 1");
+    for (i, a) in net.applied.iter().enumerate() {
+        assert_eq!(a[0].1[1], signed, "node {i} applied the owner's result");
+    }
+    for i in (0..3).filter(|&i| i != owner) {
+        let asks: Vec<u64> = net.asks.iter().filter(|a| a.1 == i && a.2 == owner).map(|a| a.0).collect();
+        assert_eq!(asks.len(), 2, "node {i} asked the owner once more: {asks:?}");
+        assert!(asks[1] >= asks[0] + FETCH_RETRY_MAX_MS, "a pass's back-off: {asks:?}");
+    }
+    let backups = net.published.iter().filter(|p| p.2.shard == 1 && p.1 != owner).count();
+    assert_eq!(backups, 0, "no backup took the shard");
 }
 
 #[test]

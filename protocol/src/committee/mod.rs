@@ -21,7 +21,8 @@ pub use aggregate::{aggregate_codec, aggregate_shard, shard_norm, ShardAggregate
 pub use catch_up::{CatchUp, CatchUpTarget, CommitTally};
 pub use ledger::Ledger;
 pub use machine::{
-    CommitteeAction, CommitteeConfig, CommitteeEvent, CommitteeMachine, SeenSignatures, SketchAudit,
+    CommitteeAction, CommitteeConfig, CommitteeEvent, CommitteeMachine, FetchOutcome, SeenSignatures,
+    SketchAudit,
 };
 pub use merkle::{merkle_root, verify_proof, MerkleTree, ShardLeaf};
 pub use messages::{

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use futures::future::join_all;
 use murmur_protocol::committee::rule::InputClaim;
 use murmur_protocol::committee::sketch::{self, SketchSigns, PROJECTIONS};
-use murmur_protocol::committee::{aggregate_codec, ShardLayout, ShardRule, SketchAudit};
+use murmur_protocol::committee::{aggregate_codec, FetchOutcome, ShardLayout, ShardRule, SketchAudit};
 use murmur_protocol::{decode_delta, Codec, PublicKey, RunId};
 
 use super::served::CommitteeServed;
@@ -50,7 +50,8 @@ pub async fn sketch(
         let form = (aggregate_codec(reading.codec), reading.layout.len(r.shard));
         transfer::fetch_aggregate(net.clone(), store.clone(), r.round, r.shard, r.result_hash, form, r.signer)
     });
-    let fetched: Vec<bool> = join_all(fetches).await.into_iter().map(|(norm, _)| norm.is_some()).collect();
+    let fetched: Vec<bool> =
+        join_all(fetches).await.into_iter().map(|(outcome, ..)| outcome == FetchOutcome::Served).collect();
     // What to ask each trainer: (audit, entry) → (shard, seed), for
     // inputs this node does not hold.
     let mut asks: BTreeMap<PublicKey, Vec<Ask>> = BTreeMap::new();

@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 use libp2p::PeerId;
 use murmur_protocol::committee::{
     aggregate_codec, verify_proof, CommitteeAction, CommitteeConfig, CommitteeEvent, CommitteeMachine,
-    IncludedList, IncludedSigners, Ledger, ShardLeaf, ShardResult, ShardRule, ShardedManifest, SignedRecord,
-    SketchAudit,
+    FetchOutcome, IncludedList, IncludedSigners, Ledger, ShardLeaf, ShardResult, ShardRule, ShardedManifest,
+    SignedRecord, SketchAudit,
 };
 use murmur_protocol::hash::hex;
 use murmur_protocol::{ErrorFeedback, PublicKey, RunSpec, StateId, TrainingState};
@@ -92,8 +92,9 @@ enum Internal {
         round: u64,
         shard: u32,
         hash: [u8; 32],
-        /// The decoded values' L2 norm, once held and checked.
-        norm: Option<f32>,
+        outcome: FetchOutcome,
+        /// The decoded values' L2 norm, once served.
+        norm: f32,
         included: Option<IncludedSigners>,
     },
     Included {
@@ -677,12 +678,17 @@ impl CommitteeNode {
                     self.feed(CommitteeEvent::ShardAggregationFailed { round: r, shard });
                 }
             },
-            Internal::Fetched { round: r, shard, hash, norm, included } if r == round => {
-                if norm.is_some() {
+            Internal::Fetched { round: r, shard, hash, outcome, norm, included } if r == round => {
+                if outcome == FetchOutcome::Served {
                     self.keep(r, BlobKind::Aggregate, hash);
                 }
-                let (ok, norm) = (norm.is_some(), norm.unwrap_or(0.0));
-                self.feed(CommitteeEvent::AggregateFetched { shard, result_hash: hash, ok, norm, included })
+                self.feed(CommitteeEvent::AggregateFetched {
+                    shard,
+                    result_hash: hash,
+                    outcome,
+                    norm,
+                    included,
+                })
             }
             Internal::Included { round: r, result, list } if r == round => {
                 self.feed(CommitteeEvent::IncludedReceived { result, included: list })
@@ -957,13 +963,25 @@ impl CommitteeNode {
                         .flatten()
                         .and_then(|b| IncludedSigners::decode(&b).ok());
                     let norm = transfer::held_aggregate_norm(&store, &result_hash, form);
-                    let _ = tx.send(Internal::Fetched { round, shard, hash: result_hash, norm, included });
+                    let outcome = match norm {
+                        Some(_) => FetchOutcome::Served,
+                        None => FetchOutcome::Unavailable,
+                    };
+                    let (hash, norm) = (result_hash, norm.unwrap_or(0.0));
+                    let _ = tx.send(Internal::Fetched { round, shard, hash, outcome, norm, included });
                     return;
                 }
                 tokio::spawn(async move {
-                    let (norm, included) =
+                    let (outcome, norm, included) =
                         transfer::fetch_aggregate(net, store, round, shard, result_hash, form, from).await;
-                    let _ = tx.send(Internal::Fetched { round, shard, hash: result_hash, norm, included });
+                    let _ = tx.send(Internal::Fetched {
+                        round,
+                        shard,
+                        hash: result_hash,
+                        outcome,
+                        norm,
+                        included,
+                    });
                 });
             }
             CommitteeAction::RequestIncluded { result } => {

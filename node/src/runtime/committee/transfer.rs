@@ -10,7 +10,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use libp2p::PeerId;
-use murmur_protocol::committee::{shard_norm, verify_proof, IncludedList, IncludedSigners, ShardResult};
+use murmur_protocol::committee::{
+    shard_norm, verify_proof, FetchOutcome, IncludedList, IncludedSigners, ShardResult,
+};
 use murmur_protocol::{decode_delta, Codec, PublicKey, RunId};
 
 use crate::net::offer::ShardOffer;
@@ -87,32 +89,39 @@ pub async fn fetch_aggregate(
     hash: [u8; 32],
     (codec, elements): (Codec, usize),
     from: PublicKey,
-) -> (Option<f32>, Option<IncludedSigners>) {
-    let Some(peer) = peer_id_of(&from) else { return (None, None) };
-    let Some(len) = codec.payload_len(elements as u64) else { return (None, None) };
+) -> (FetchOutcome, f32, Option<IncludedSigners>) {
+    let unavailable = (FetchOutcome::Unavailable, 0.0, None);
+    let Some(peer) = peer_id_of(&from) else { return unavailable };
+    let Some(len) = codec.payload_len(elements as u64) else { return (FetchOutcome::Refuted, 0.0, None) };
     let norm = if store.blobs.len_of(BlobKind::Aggregate, &hash) == Some(len) {
         held_aggregate_norm(&store, &hash, (codec, elements))
     } else {
-        let got = match fetch_blob(&net, BlobKind::Aggregate, hash, len, len, &[peer]).await {
-            Ok(g) => g,
-            Err(_) => return (None, None),
+        let Ok(got) = fetch_blob(&net, BlobKind::Aggregate, hash, len, len, &[peer]).await else {
+            return unavailable;
         };
         // A signed hash of bytes that do not decode is a wrong claim.
         match decode_delta(&got.bytes, codec, elements) {
             Ok(values) if store.blobs.put(BlobKind::Aggregate, &got.bytes).is_ok() => {
                 Some(shard_norm(&values))
             }
-            _ => None,
+            Ok(_) => return unavailable,
+            Err(_) => None,
         }
     };
-    if shard != 0 || norm.is_none() {
-        return (norm, None);
+    let Some(norm) = norm else { return (FetchOutcome::Refuted, 0.0, None) };
+    if shard != 0 {
+        return (FetchOutcome::Served, norm, None);
     }
+    // The machine checks the signers against the claim's root; a holder
+    // that serves none (or bytes that are no list) did not serve shard 0.
     let signers = match ask(&net, peer, XferRequest::Signers { round, shard, result_hash: hash }).await {
         Some(XferResponse::Included(b)) => IncludedSigners::decode(&b).ok(),
         _ => None,
     };
-    (norm.filter(|_| signers.is_some()), signers)
+    match signers {
+        Some(signers) => (FetchOutcome::Served, norm, Some(signers)),
+        None => unavailable,
+    }
 }
 
 /// The L2 norm of the held aggregate `hash` (None: not held, or its bytes
