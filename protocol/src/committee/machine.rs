@@ -390,6 +390,9 @@ pub struct CommitteeMachine {
     /// When the first result of the round came: shards still without one
     /// a pull wait later pull theirs.
     first_result_at: Option<u64>,
+    /// When the newest announcer's manifest came (an open round closes its
+    /// inputs a grace period after it, once every announcer's is in).
+    last_announced_at: u64,
     /// Pulls of shards' results that are due: (when, shard).
     result_pulls_due: BTreeSet<(u64, u32)>,
     /// Roster members whose connection closed and did not come back.
@@ -528,6 +531,7 @@ impl CommitteeMachine {
             retries: BTreeSet::new(),
             escalations: BTreeSet::new(),
             first_result_at: None,
+            last_announced_at: 0,
             result_pulls_due: BTreeSet::new(),
             gone: BTreeSet::new(),
             input_pull_at: None,
@@ -731,6 +735,7 @@ impl CommitteeMachine {
             return;
         }
         self.manifests.insert(self.me, m);
+        self.last_announced_at = self.now;
         self.mine = Some(OwnDelta { leaves, tree });
         for s in 0..self.plan.shards() {
             self.send_shard(s, s);
@@ -813,10 +818,22 @@ impl CommitteeMachine {
         let escalation = self.escalations.first().map(|(t, _)| *t);
         let pull = self.result_pulls_due.first().map(|(t, _)| *t);
         let mid_round = self.mid_round_due.filter(|t| *t > self.now);
-        [deadline, retry, resend, self.sketches_due, gate, escalation, pull, self.input_pull_at, mid_round]
-            .into_iter()
-            .flatten()
-            .min()
+        let quiet = self.open_inputs_quiet_at().filter(|t| *t > self.now);
+        [
+            deadline,
+            retry,
+            resend,
+            self.sketches_due,
+            gate,
+            escalation,
+            pull,
+            self.input_pull_at,
+            mid_round,
+            quiet,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     fn open(&mut self, round: u64, base: StateId, ledger: Ledger) {
@@ -847,6 +864,7 @@ impl CommitteeMachine {
         self.retries.clear();
         self.escalations.clear();
         self.first_result_at = None;
+        self.last_announced_at = self.now;
         self.result_pulls_due.clear();
         self.input_pull_at = None;
         self.input_pulls_left = 0;
@@ -1069,6 +1087,7 @@ impl CommitteeMachine {
             self.actions.push_back(CommitteeAction::PublishManifest(m.clone()));
         }
         self.manifests.insert(self.me, m);
+        self.last_announced_at = self.now;
         self.mine = Some(OwnDelta { leaves, tree });
         for s in 0..self.plan.shards() {
             self.send_shard(s, s);
@@ -1176,6 +1195,7 @@ impl CommitteeMachine {
         let signer = m.signer;
         let shards = m.shards;
         self.manifests.insert(signer, m);
+        self.last_announced_at = self.now;
         // In an open round every announcer aggregates: it gets our delta too.
         if self.open_round() {
             if let Some(send) = self.our_shard_to(signer, 0) {
@@ -1588,10 +1608,28 @@ impl CommitteeMachine {
         claims.len() > 1
     }
 
+    /// Every member that counts signed a result (in an open round: every
+    /// announcer).
     fn all_members_in(&self, s: usize) -> bool {
         let v = &self.shards[s];
-        let c = self.plan.committee(s as u32);
+        let c = self.members(s as u32);
         !c.is_empty() && c.iter().filter(|k| self.counts(k)).all(|k| v.results.contains_key(k))
+    }
+
+    /// In an open round that holds its own delta, once every announcer's
+    /// input is in: when it closes its inputs, a grace period after the
+    /// newest announcement (nobody knows who else will come, so a quiet
+    /// spell stands for the roster's "all in").
+    fn open_inputs_quiet_at(&self) -> Option<u64> {
+        if !self.open_round() || self.mine.is_none() || self.duties.get(&0) != Some(&false) {
+            return None;
+        }
+        let inputs = self.inputs.get(&0)?;
+        let announcers = self.members(0);
+        announcers
+            .iter()
+            .all(|k| inputs.contains_key(k))
+            .then_some(self.last_announced_at + self.cfg.grace_ms)
     }
 
     fn advance(&mut self) {
@@ -1618,12 +1656,14 @@ impl CommitteeMachine {
                 Some(since) => now >= since + self.cfg.grace_ms,
             };
             // Every awaited roster member's shard is in (newcomers' shards
-            // that came by then are included too).
+            // that came by then are included too); in an open round every
+            // announcer's, with no new one for a grace period.
             let all_in = !self.ledger.roster.is_empty()
                 && self.inputs.get(&s).is_some_and(|m| {
                     !m.is_empty()
                         && self.ledger.roster.iter().filter(|k| self.awaited(k)).all(|k| m.contains_key(k))
                 });
+            let all_in = all_in || self.open_inputs_quiet_at().is_some_and(|t| now >= t);
             if due || all_in {
                 self.aggregate(s);
             }
