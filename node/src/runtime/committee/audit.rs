@@ -42,13 +42,15 @@ pub async fn sketch(
     net: NetHandle,
     store: Arc<Store>,
     served: Arc<CommitteeServed>,
+    fetching: Arc<transfer::AggregateFetches>,
     reading: ShardReading,
     audits: Vec<SketchAudit>,
 ) -> Vec<(SketchAudit, Option<bool>)> {
     let fetches = audits.iter().map(|a| {
         let r = &a.result;
         let form = (aggregate_codec(reading.codec), reading.layout.len(r.shard));
-        transfer::fetch_aggregate(net.clone(), store.clone(), r.round, r.shard, r.result_hash, form, r.signer)
+        let (net, store) = (net.clone(), store.clone());
+        transfer::fetch_aggregate(net, store, &fetching, (r.round, r.shard, r.result_hash), form, r.signer)
     });
     let fetched: Vec<bool> =
         join_all(fetches).await.into_iter().map(|(outcome, ..)| outcome == FetchOutcome::Served).collect();

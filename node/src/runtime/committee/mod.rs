@@ -183,6 +183,8 @@ struct CommitteeNode {
     net: NetHandle,
     server: Arc<StoreServer>,
     served: Arc<CommitteeServed>,
+    /// Aggregate fetches under way (the round's and its audits').
+    fetching: Arc<transfer::AggregateFetches>,
     trainer: TrainerHandle,
     done_rx: mpsc::UnboundedReceiver<JobDone>,
     trainer_setup: TrainerSetup,
@@ -295,6 +297,7 @@ pub async fn run_committee_node(
         net: net.clone(),
         server,
         served,
+        fetching: Arc::default(),
         trainer,
         done_rx,
         trainer_setup,
@@ -957,6 +960,7 @@ impl CommitteeNode {
                 let layout = self.machine.plan().layout();
                 let form = (aggregate_codec(self.spec.codec), layout.len(shard));
                 let (net, store, tx) = (self.net.clone(), self.store.clone(), self.tx.clone());
+                let fetching = self.fetching.clone();
                 if from == self.me {
                     let included = (shard == 0)
                         .then(|| self.served.signers(round, shard, result_hash))
@@ -972,8 +976,9 @@ impl CommitteeNode {
                     return;
                 }
                 tokio::spawn(async move {
+                    let asked = (round, shard, result_hash);
                     let (outcome, norm, included) =
-                        transfer::fetch_aggregate(net, store, round, shard, result_hash, form, from).await;
+                        transfer::fetch_aggregate(net, store, &fetching, asked, form, from).await;
                     let _ = tx.send(Internal::Fetched {
                         round,
                         shard,
@@ -1116,8 +1121,9 @@ impl CommitteeNode {
         };
         let (net, store, served, tx) =
             (self.net.clone(), self.store.clone(), self.served.clone(), self.tx.clone());
+        let fetching = self.fetching.clone();
         tokio::spawn(async move {
-            for (a, matches) in audit::sketch(net, store, served, reading, audits).await {
+            for (a, matches) in audit::sketch(net, store, served, fetching, reading, audits).await {
                 let (result, included) = (a.result, a.included);
                 let _ = tx.send(Internal::Sketched { round, result, included, matches });
             }

@@ -77,22 +77,24 @@ pub async fn pull_payload(
     Ok(())
 }
 
-/// Fetch aggregate `hash` of `shard` from `from` unless it is held, and
-/// for shard 0 its result's included signers: the L2 norm of its decoded
-/// values once it is held (None: not served, or its bytes do not decode,
-/// or shard 0's signers did not come), and those signers.
+/// Fetch aggregate `hash` of `shard` of `round` from `from` unless it is
+/// held (or another fetch of it is under way: then after that one), and
+/// for shard 0 its result's included signers: the outcome
+/// (`FetchOutcome`), the L2 norm of its decoded values once served, and
+/// those signers.
 pub async fn fetch_aggregate(
     net: NetHandle,
     store: std::sync::Arc<Store>,
-    round: u64,
-    shard: u32,
-    hash: [u8; 32],
+    fetches: &AggregateFetches,
+    (round, shard, hash): (u64, u32, [u8; 32]),
     (codec, elements): (Codec, usize),
     from: PublicKey,
 ) -> (FetchOutcome, f32, Option<IncludedSigners>) {
     let unavailable = (FetchOutcome::Unavailable, 0.0, None);
     let Some(peer) = peer_id_of(&from) else { return unavailable };
     let Some(len) = codec.payload_len(elements as u64) else { return (FetchOutcome::Refuted, 0.0, None) };
+    let turn = fetches.turn(hash);
+    let turn = turn.lock().await;
     let norm = if store.blobs.len_of(BlobKind::Aggregate, &hash) == Some(len) {
         held_aggregate_norm(&store, &hash, (codec, elements))
     } else {
@@ -108,6 +110,7 @@ pub async fn fetch_aggregate(
             Err(_) => None,
         }
     };
+    drop(turn);
     let Some(norm) = norm else { return (FetchOutcome::Refuted, 0.0, None) };
     if shard != 0 {
         return (FetchOutcome::Served, norm, None);
@@ -121,6 +124,23 @@ pub async fn fetch_aggregate(
     match signers {
         Some(signers) => (FetchOutcome::Served, norm, Some(signers)),
         None => unavailable,
+    }
+}
+
+/// Aggregates being fetched now, by hash. A second fetch of one (an audit
+/// of a shard whose fetch for the round is still under way, on a slow
+/// link) waits its turn and reads what the first stored, rather than
+/// downloading the aggregate again; after a failed first fetch it fetches
+/// itself.
+#[derive(Debug, Default)]
+pub struct AggregateFetches(std::sync::Mutex<BTreeMap<[u8; 32], std::sync::Arc<tokio::sync::Mutex<()>>>>);
+
+impl AggregateFetches {
+    fn turn(&self, hash: [u8; 32]) -> std::sync::Arc<tokio::sync::Mutex<()>> {
+        let mut fetching = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        // Hashes no fetch holds any more leave the map.
+        fetching.retain(|_, t| std::sync::Arc::strong_count(t) > 1);
+        fetching.entry(hash).or_default().clone()
     }
 }
 
@@ -298,5 +318,21 @@ mod tests {
         assert_eq!(store.blobs.len_of(BlobKind::Delta, &hash), None);
         assert!(store_inline(&store, &offer(payload.clone(), hash, 1100)));
         assert_eq!(store.blobs.get(BlobKind::Delta, &hash).expect("stored"), payload);
+    }
+
+    #[tokio::test]
+    async fn a_second_fetch_of_one_aggregate_waits_for_the_first_and_others_do_not() {
+        let fetches = AggregateFetches::default();
+        let a = fetches.turn([1; 32]);
+        let first = a.lock().await;
+        let b = fetches.turn([1; 32]);
+        assert!(b.try_lock().is_err(), "the same aggregate waits its turn");
+        let c = fetches.turn([2; 32]);
+        assert!(c.try_lock().is_ok(), "another aggregate does not");
+        drop(first);
+        assert!(b.try_lock().is_ok(), "its turn comes when the first ends");
+        drop((a, b, c));
+        let _ = fetches.turn([3; 32]);
+        assert_eq!(fetches.0.lock().expect("map").len(), 1, "ended fetches leave the map");
     }
 }
