@@ -27,7 +27,9 @@
 //! delivers (up to `IN_FLIGHT_PER_PEER`), halved at each failure. A peer
 //! behind a congested uplink that still delivers is asked for fewer chunks
 //! at once, each of which then arrives within its timeout, instead of
-//! being left and its half-sent chunks asked for again.
+//! being left and its half-sent chunks asked for again. A failure it is
+//! not charged for backs it off (100 ms, doubling, at most 3.2 s), so a
+//! link that closed is not asked again in a loop.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -89,6 +91,9 @@ struct Source {
     last_served: Option<tokio::time::Instant>,
     /// `Busy` answers since its last good chunk.
     busy: u32,
+    /// Failures since its last good chunk that were not counted (it was
+    /// still delivering): each backs it off longer.
+    stalls: u32,
     failures: u32,
     /// Not asked again before this (after a `Busy`).
     resume_at: tokio::time::Instant,
@@ -112,6 +117,7 @@ impl Source {
             served: 0,
             last_served: None,
             busy: 0,
+            stalls: 0,
             failures: 0,
             resume_at: tokio::time::Instant::now(),
         }
@@ -127,6 +133,7 @@ impl Source {
             _ if good => {
                 self.served += 1;
                 self.busy = 0;
+                self.stalls = 0;
                 self.last_served = Some(tokio::time::Instant::now());
                 self.window = (self.window + 1).min(IN_FLIGHT_PER_PEER);
                 Verdict::Served
@@ -145,7 +152,12 @@ impl Source {
                 // Fewer requests at once share its link from now on; one
                 // that still delivers is congested, not gone.
                 self.window = (self.window / 2).max(1);
-                if self.delivering(tokio::time::Instant::now()) {
+                let now = tokio::time::Instant::now();
+                if self.delivering(now) {
+                    // Not asked again at once: a link that closed fails
+                    // every request the moment it is sent.
+                    self.stalls += 1;
+                    self.resume_at = now + BUSY_BACKOFF * (1 << self.stalls.min(6));
                     return Verdict::BackedOff(None);
                 }
                 self.failures += 1;
