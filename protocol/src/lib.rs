@@ -47,5 +47,5 @@ pub use spec::{
 pub use state::{params_id, state_id, StateHeader, TrainingState};
 pub use telemetry::{PeerLink, RejectionCount, Telemetry};
 pub use ticket::{Ticket, TicketError};
-pub use trust::{backed_state, Backed};
+pub use trust::{backed_state, Backed, Commitment};
 pub use wire::WireError;

@@ -1,63 +1,93 @@
-//! The trust rule of cold start: which state, if any, the signed
-//! RoundCommits a node has gathered back under the run's admission.
+//! The trust rule of cold start: which state, if any, the signed words of
+//! where the run stands that a node has gathered back under the run's
+//! admission.
 //!
 //! A joining node never takes a state because a peer claims a higher round.
-//! It gathers RoundCommits (from peers' status answers), keeps those that
-//! verify, name the run, and whose signer's commits count (admitted by the
+//! It gathers commitments — version 1's RoundCommits and the committee
+//! round's ShardResults, each a signer's signed word that a state opens a
+//! round (`Commitment`) — from peers' status answers, keeps those that
+//! verify, name the run, and whose signer's word counts (admitted by the
 //! policy or an unexpired ticket; in an open run with operators, only the
-//! operators), drops signers that reported two states for one round, and
-//! takes the newest round q whose leading StateId was reported by at least
-//! half of q's counted committers (a tie goes to the smaller StateId, as in
+//! operators), drops signers that named two states for one round, and
+//! takes the newest round q whose leading StateId was named by at least
+//! half of q's counted signers (a tie goes to the smaller StateId, as in
 //! re-sync) and by at least `quorum` of them — or, in an open run with
-//! operators, by at least half of the operators who committed (at least
-//! one) — and by at least half of every counted committer the node has seen
-//! in any round. That state opens round q + 1. The last condition is the
-//! electorate rule the round machine applies while it runs
-//! (docs/protocol.md §7.6): a minority of the keys a joiner hears from,
-//! however far ahead the round they sign, never decides its start.
+//! operators, by at least half of the operators who signed (at least one)
+//! — and by at least half of every counted signer the node has seen in any
+//! round. That state opens round q. The last condition is the electorate
+//! rule the round machine applies while it runs (docs/protocol.md §7.6): a
+//! minority of the keys a joiner hears from, however far ahead the round
+//! they sign, never decides its start.
 
 use crate::admission::Admission;
 use crate::commit::RoundCommit;
+use crate::committee::ShardResult;
 use crate::hash::{RunId, StateId};
 use crate::identity::PublicKey;
 use crate::round::{Vote, Votes};
 use crate::spec::AdmissionPolicy;
 use std::collections::{BTreeMap, BTreeSet};
 
-/// Most commits a node weighs when choosing a state (callers bound what
-/// they gather to this; more are ignored).
+/// Most commitments a node weighs when choosing a state (callers bound
+/// what they gather to this; more are ignored).
 pub const MAX_WEIGHED_COMMITS: usize = 4096;
 
-/// A state backed by signed commits.
+/// A signer's signed word that `state` opens round `opens` of `run`, its
+/// signature checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Commitment {
+    pub run: RunId,
+    pub opens: u64,
+    pub state: StateId,
+    pub signer: PublicKey,
+}
+
+impl Commitment {
+    /// A RoundCommit of round q: its new state opens round q + 1.
+    pub fn of_commit(c: &RoundCommit) -> Option<Self> {
+        c.verify().ok()?;
+        let opens = c.round.checked_add(1)?;
+        Some(Self { run: c.run, opens, state: c.new_state, signer: c.signer })
+    }
+
+    /// A committee round's ShardResult of round q: its base, the state its
+    /// signer ended round q − 1 on, opens round q.
+    pub fn of_result(r: &ShardResult) -> Option<Self> {
+        r.verify().ok()?;
+        Some(Self { run: r.run, opens: r.round, state: r.base, signer: r.signer })
+    }
+}
+
+/// A state backed by signed commitments.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Backed {
     /// The round the state opens (the committed round + 1).
     pub round: u64,
     pub state: StateId,
-    /// The counted committers that reported it.
+    /// The counted signers that named it.
     pub committers: Vec<PublicKey>,
-    /// All counted committers of that round.
+    /// All counted signers of that round.
     pub total: usize,
 }
 
-/// The newest state the `commits` back under the run's rule at `now` (the
-/// admission's clock), if any.
-pub fn backed_state<'a>(
+/// The newest state the `commitments` back under the run's rule at `now`
+/// (the admission's clock), if any.
+pub fn backed_state(
     run: &RunId,
     quorum: u32,
     admission: &Admission,
     now: u64,
-    commits: impl IntoIterator<Item = &'a RoundCommit>,
+    commitments: impl IntoIterator<Item = Commitment>,
 ) -> Option<Backed> {
     // One tally per round, as the round machine keeps it: a signer that
-    // reported two states for a round counts for none.
+    // named two states for a round counts for none.
     let mut rounds: BTreeMap<u64, Votes> = BTreeMap::new();
-    for c in commits.into_iter().take(MAX_WEIGHED_COMMITS) {
-        if c.run != *run || !admission.counts_commits_of(&c.signer, now) || c.verify().is_err() {
+    for c in commitments.into_iter().take(MAX_WEIGHED_COMMITS) {
+        if c.run != *run || !admission.counts_commits_of(&c.signer, now) {
             continue;
         }
-        let vote = Vote { state: c.new_state, included: Vec::new() };
-        let _ = rounds.entry(c.round).or_default().record(c.round, c.signer, vote);
+        let vote = Vote { state: c.state, included: Vec::new() };
+        let _ = rounds.entry(c.opens).or_default().record(c.opens, c.signer, vote);
     }
     let need = match admission.policy() {
         AdmissionPolicy::OpenWithOperators { .. } => 1,
@@ -68,7 +98,7 @@ pub fn backed_state<'a>(
         let Some(leader) = votes.leader(*round) else { continue };
         if leader.decides(need) && 2 * leader.voters.len() >= electorate.len() {
             let (state, committers, total) = (leader.state, leader.voters, leader.total);
-            return Some(Backed { round: round.saturating_add(1), state, committers, total });
+            return Some(Backed { round: *round, state, committers, total });
         }
     }
     None
@@ -82,6 +112,10 @@ mod tests {
 
     const RUN: RunId = RunId([1; 32]);
     const WALL: u64 = 1_700_000_000;
+
+    fn of(commits: &[RoundCommit]) -> Vec<Commitment> {
+        commits.iter().filter_map(Commitment::of_commit).collect()
+    }
 
     fn key(i: u8) -> NodeKey {
         NodeKey::from_seed([i; 32])
@@ -114,10 +148,10 @@ mod tests {
     fn a_majority_of_admitted_committers_backs_a_state() {
         let a = ticket_admission(&[1, 2, 3]);
         let commits = [commit(&key(1), 4, 9), commit(&key(2), 4, 9), commit(&key(3), 4, 8)];
-        let b = backed_state(&RUN, 2, &a, WALL * 1000, &commits).expect("backed");
+        let b = backed_state(&RUN, 2, &a, WALL * 1000, of(&commits)).expect("backed");
         assert_eq!((b.round, b.state, b.committers.len(), b.total), (5, StateId([9; 32]), 2, 3));
         // Below the quorum nothing is backed, whatever the majority.
-        assert_eq!(backed_state(&RUN, 3, &a, WALL * 1000, &commits), None);
+        assert_eq!(backed_state(&RUN, 3, &a, WALL * 1000, of(&commits)), None);
     }
 
     #[test]
@@ -134,10 +168,10 @@ mod tests {
         let mut other = commit(&key(2), 70, 88);
         other.run = RunId([2; 32]);
         commits.push(other.clone().sign(&key(2)));
-        let b = backed_state(&RUN, 2, &a, WALL * 1000, &commits).expect("backed");
+        let b = backed_state(&RUN, 2, &a, WALL * 1000, of(&commits)).expect("backed");
         assert_eq!((b.round, b.state), (5, StateId([9; 32])));
         // Expired tickets no longer count: nothing is backed.
-        assert_eq!(backed_state(&RUN, 2, &a, (WALL + 3600) * 1000, &commits), None);
+        assert_eq!(backed_state(&RUN, 2, &a, (WALL + 3600) * 1000, of(&commits)), None);
     }
 
     #[test]
@@ -148,9 +182,9 @@ mod tests {
         // 2 equivocated: 1 for 9 and 1 for 8 of 2 counted — a tie, which
         // goes to the smaller StateId (as re-sync's does); with quorum 2,
         // nothing is backed.
-        let b = backed_state(&RUN, 1, &a, WALL * 1000, &commits).expect("backed");
+        let b = backed_state(&RUN, 1, &a, WALL * 1000, of(&commits)).expect("backed");
         assert_eq!((b.round, b.state, b.total), (5, StateId([8; 32]), 2));
-        assert_eq!(backed_state(&RUN, 2, &a, WALL * 1000, &commits), None);
+        assert_eq!(backed_state(&RUN, 2, &a, WALL * 1000, of(&commits)), None);
     }
 
     #[test]
@@ -160,7 +194,7 @@ mod tests {
         let a = Admission::new(RUN, AdmissionPolicy::Allowlist(keys));
         let commits = [commit(&key(1), 3, 9), commit(&key(2), 3, 9), commit(&key(1), 5, 7)];
         // Round 5 has one committer (quorum 2): round 3's state is the newest backed.
-        let b = backed_state(&RUN, 2, &a, 0, &commits).expect("backed");
+        let b = backed_state(&RUN, 2, &a, 0, of(&commits)).expect("backed");
         assert_eq!((b.round, b.state), (4, StateId([9; 32])));
     }
 
@@ -171,13 +205,13 @@ mod tests {
         let open = Admission::new(RUN, AdmissionPolicy::Open);
         let mut commits: Vec<RoundCommit> = (1..=3).map(|i| commit(&key(i), 10, 9)).collect();
         commits.push(commit(&key(4), 1_000_000, 66));
-        let b = backed_state(&RUN, 1, &open, 0, &commits).expect("backed");
+        let b = backed_state(&RUN, 1, &open, 0, of(&commits)).expect("backed");
         assert_eq!((b.round, b.state), (11, StateId([9; 32])));
         // Three of four keys a round ahead of the fourth still lead it there.
         let ahead: Vec<RoundCommit> =
             (1..=3).map(|i| commit(&key(i), 12, 5)).chain([commit(&key(4), 11, 6)]).collect();
         assert_eq!(
-            backed_state(&RUN, 1, &open, 0, &ahead).map(|b| (b.round, b.state)),
+            backed_state(&RUN, 1, &open, 0, of(&ahead)).map(|b| (b.round, b.state)),
             Some((13, StateId([5; 32])))
         );
     }
@@ -192,10 +226,41 @@ mod tests {
         let a = Admission::new(RUN, AdmissionPolicy::OpenWithOperators { operators: ops });
         let mut commits: Vec<RoundCommit> = (10..30).map(|i| commit(&key(i), 9, 66)).collect();
         commits.push(commit(&key(100), 8, 5));
-        let b = backed_state(&RUN, 3, &a, 0, &commits).expect("backed");
+        let b = backed_state(&RUN, 3, &a, 0, of(&commits)).expect("backed");
         assert_eq!((b.round, b.state, b.committers), (9, StateId([5; 32]), vec![key(100).public()]));
         // Plain open runs count everyone: free identities decide (the documented limit).
         let open = Admission::new(RUN, AdmissionPolicy::Open);
-        assert_eq!(backed_state(&RUN, 3, &open, 0, &commits).map(|b| b.state), Some(StateId([66; 32])));
+        assert_eq!(backed_state(&RUN, 3, &open, 0, of(&commits)).map(|b| b.state), Some(StateId([66; 32])));
+    }
+
+    #[test]
+    fn committee_results_back_the_base_their_signers_trained_from() {
+        let open = Admission::new(RUN, AdmissionPolicy::Open);
+        let result = |k: &NodeKey, round: u64, base: u8| {
+            ShardResult {
+                run: RUN,
+                round,
+                base: StateId([base; 32]),
+                shard: 0,
+                included_count: 0,
+                included_root: [0; 32],
+                total_tokens: 0,
+                result_hash: [0; 32],
+                signer: k.public(),
+                signature: Signature::default(),
+            }
+            .sign(k)
+        };
+        let results = [result(&key(1), 6, 9), result(&key(2), 6, 9), result(&key(3), 6, 8)];
+        let words: Vec<Commitment> = results.iter().filter_map(Commitment::of_result).collect();
+        let b = backed_state(&RUN, 1, &open, 0, words).expect("backed");
+        assert_eq!(
+            (b.round, b.state, b.total),
+            (6, StateId([9; 32]), 3),
+            "a round-6 result's base opens round 6"
+        );
+        let mut forged = result(&key(4), 7, 5);
+        forged.base = StateId([6; 32]);
+        assert_eq!(Commitment::of_result(&forged), None, "a result whose signature fails is no word");
     }
 }

@@ -11,14 +11,17 @@
 //! check them so. Over rounds 1 to 4 every node's exchange (bytes sent and
 //! received, catch-up and dataset content left out) stays within 6 int8
 //! deltas a round. One node serves Prometheus metrics: its rounds, round
-//! times, tokens and share of time in inner steps are counted.
+//! times, tokens and share of time in inner steps are counted. While the
+//! run goes on, `murmur export --bootstrap` takes its model out: the state
+//! the nodes' own signed results back, fetched from them and checked
+//! against the StateId of parameters and ledger.
 
 use std::time::Duration;
 
 use murmur_tests::scrape::{fetch, sample};
 use murmur_tests::{
-    issue_ticket, start_bootstrap_with, start_node, states_by_round, wait_until, write_node_key, Proc,
-    RunSettings,
+    issue_ticket, start_bootstrap_with, start_node, states_by_round, wait_until, workspace_binary,
+    write_node_key, Proc, RunSettings,
 };
 
 const ROUNDS: u64 = 5;
@@ -158,4 +161,26 @@ fn one_owner_per_shard_with_tickets_trains_ahead_within_its_time_budget_on_one_s
     at_least("murmur_tokens_trained_total", 1.0);
     let ratio = sample(&text, "murmur_training_time_ratio").unwrap_or(-1.0);
     assert!(ratio > 0.0 && ratio <= 1.0, "{text}");
+    // The model out of the live run (the operator's key is admitted).
+    let out = d.join("export");
+    let o = std::process::Command::new(workspace_binary("murmur"))
+        .args(["export", "--bootstrap", &addr, "--wait", "8", "--key"])
+        .arg(&operator_key)
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("running murmur export");
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "export from the live run failed: {stderr}\n{}", ctx());
+    let meta: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("murmur.json")).expect("murmur.json"))
+            .expect("murmur.json is JSON");
+    let exported = meta["state_id"].as_str().expect("state_id").to_string();
+    // It is a state the run committed: one the nodes applied and reported.
+    wait_until(
+        "a node to report the exported state",
+        Duration::from_secs(60),
+        || nodes.iter().flat_map(|p| p.events_of("round")).any(|v| v["state_blob"] == exported.as_str()),
+        || format!("exported {meta}\n{}", ctx()),
+    );
 }

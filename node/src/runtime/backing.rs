@@ -1,18 +1,23 @@
-//! Signed commits as evidence of where a run stands (docs/protocol.md §7.6).
+//! Signed commitments as evidence of where a run stands (docs/protocol.md
+//! §7.6).
 //!
-//! Serving side: `CommitBook` keeps the recent RoundCommits this node
-//! counted (its own and admitted peers'), and offers them, newest round
-//! first and with each committer's ticket, as the backing of its status.
-//! Joining side: `Evidence` gathers the commits and tickets of the peers'
-//! status answers (or, for an archive, of the run's gossip) and picks the
-//! state they back under the run's rule (`murmur_protocol::trust`), never a
-//! round a peer merely claims.
+//! Serving side: in a version-1 run `CommitBook` keeps the recent
+//! RoundCommits this node counted (its own and admitted peers'), and offers
+//! them, newest round first and with each committer's ticket, as the
+//! backing of its status; in a committee run a node offers its own signed
+//! results of its last rounds (`own_results`), each naming the state it
+//! trained that round from.
+//! Joining side: `Evidence` gathers the commitments and tickets of the
+//! peers' status answers (or, for an archive, of the run's gossip) and
+//! picks the state they back under the run's rule
+//! (`murmur_protocol::trust`), never a round a peer merely claims.
 
 use std::collections::BTreeMap;
 
+use murmur_protocol::committee::ShardResult;
 use murmur_protocol::trust::MAX_WEIGHED_COMMITS;
 use murmur_protocol::{
-    backed_state, Admission, Backed, PayloadHash, PublicKey, RoundCommit, RunSpec, Ticket,
+    backed_state, Admission, Backed, Commitment, PayloadHash, PublicKey, RoundCommit, RunSpec, Ticket,
 };
 
 use super::tickets::TicketBook;
@@ -76,19 +81,38 @@ impl CommitBook {
     }
 }
 
-/// Commits and tickets gathered from peers' status answers.
+/// What a committee node's status offers: its own signed results, one per
+/// round (the newest `BACKING_ROUNDS`, newest first), with its ticket.
+pub fn own_results<'a>(
+    results: impl DoubleEndedIterator<Item = &'a ShardResult>,
+    ticket: Option<&Ticket>,
+) -> Vec<StatusBacking> {
+    let ticket = ticket.map(Ticket::encode);
+    results
+        .rev()
+        .take(BACKING_ROUNDS)
+        .map(|r| StatusBacking { commit: r.encode(), ticket: ticket.clone() })
+        .collect()
+}
+
+/// Commitments and tickets gathered from peers' status answers.
 #[derive(Debug, Default)]
 pub struct Evidence {
+    /// Version 1's commits (the deltas they include are the archive's).
     commits: Vec<RoundCommit>,
+    /// Every commitment gathered (commits and committee results), its
+    /// signature checked.
+    words: Vec<Commitment>,
     /// (who presented it, the ticket); holders already matched.
     tickets: Vec<(PublicKey, Ticket)>,
 }
 
 impl Evidence {
     /// Take what `peer`'s status offers: its own ticket (only if it is
-    /// `peer`'s), and its backing commits, each with a ticket only if it is
-    /// the committer's. Undecodable entries are skipped; at most
-    /// `MAX_WEIGHED_COMMITS` of each are kept in all.
+    /// `peer`'s), and its backing — RoundCommits or committee results —
+    /// each with a ticket only if it is the signer's. Undecodable entries
+    /// and bad signatures are skipped; at most `MAX_WEIGHED_COMMITS` of
+    /// each are kept in all.
     pub fn add_status(&mut self, peer: PublicKey, s: &PeerStatus) {
         if let Some(t) = s.ticket.as_deref().and_then(|b| Ticket::decode(b).ok()) {
             if t.holder == peer && self.tickets.len() < MAX_WEIGHED_COMMITS {
@@ -96,23 +120,30 @@ impl Evidence {
             }
         }
         for b in &s.backing {
-            if self.commits.len() >= MAX_WEIGHED_COMMITS {
+            if self.words.len() >= MAX_WEIGHED_COMMITS {
                 break;
             }
-            let Ok(c) = RoundCommit::decode(&b.commit) else { continue };
+            let word = match RoundCommit::decode(&b.commit) {
+                Ok(c) => Commitment::of_commit(&c).inspect(|_| self.commits.push(c)),
+                Err(_) => ShardResult::decode(&b.commit).ok().as_ref().and_then(Commitment::of_result),
+            };
+            let Some(word) = word else { continue };
             if let Some(t) = b.ticket.as_deref().and_then(|b| Ticket::decode(b).ok()) {
-                if t.holder == c.signer && self.tickets.len() < MAX_WEIGHED_COMMITS {
+                if t.holder == word.signer && self.tickets.len() < MAX_WEIGHED_COMMITS {
                     self.tickets.push((peer, t));
                 }
             }
-            self.commits.push(c);
+            self.words.push(word);
         }
     }
 
     /// Take a commit seen as gossip (at most `MAX_WEIGHED_COMMITS` kept).
     pub fn add_commit(&mut self, c: RoundCommit) {
-        if self.commits.len() < MAX_WEIGHED_COMMITS {
-            self.commits.push(c);
+        if self.words.len() < MAX_WEIGHED_COMMITS {
+            if let Some(word) = Commitment::of_commit(&c) {
+                self.words.push(word);
+                self.commits.push(c);
+            }
         }
     }
 
@@ -127,6 +158,15 @@ impl Evidence {
     /// Forget the commits of rounds before `round`.
     pub fn forget_before(&mut self, round: u64) {
         self.commits.retain(|c| c.round >= round);
+        self.words.retain(|w| w.opens > round);
+    }
+
+    /// The state that opens round `opens`, as the commitments naming that
+    /// round back it under the run's rule.
+    fn backed_at(&self, spec: &RunSpec, unix_now: u64, opens: u64) -> Option<Backed> {
+        let a = self.admission(spec, unix_now);
+        let words = self.words.iter().filter(|w| w.opens == opens).copied();
+        backed_state(&spec.run_id(), spec.quorum, &a, unix_now.saturating_mul(1000), words)
     }
 
     /// The state round `round`'s gathered commits back under the run's
@@ -137,9 +177,7 @@ impl Evidence {
         unix_now: u64,
         round: u64,
     ) -> Option<(Backed, Vec<PayloadHash>)> {
-        let a = self.admission(spec, unix_now);
-        let commits = self.commits.iter().filter(|c| c.round == round);
-        let b = backed_state(&spec.run_id(), spec.quorum, &a, unix_now.saturating_mul(1000), commits)?;
+        let b = self.backed_at(spec, unix_now, round.checked_add(1)?)?;
         let included = self
             .commits
             .iter()
@@ -149,22 +187,18 @@ impl Evidence {
         Some((b, included))
     }
 
-    /// Whether the gathered commits of some round back `state` under the
-    /// run's rule.
+    /// Whether the gathered commitments of some round back `state` under
+    /// the run's rule.
     pub fn backing_of(
         &self,
         spec: &RunSpec,
         unix_now: u64,
         state: murmur_protocol::StateId,
     ) -> Option<Backed> {
-        let mut rounds: Vec<u64> =
-            self.commits.iter().filter(|c| c.new_state == state).map(|c| c.round).collect();
+        let mut rounds: Vec<u64> = self.words.iter().filter(|w| w.state == state).map(|w| w.opens).collect();
         rounds.sort_unstable();
         rounds.dedup();
-        rounds
-            .into_iter()
-            .filter_map(|r| self.backed_round(spec, unix_now, r).map(|(b, _)| b))
-            .find(|b| b.state == state)
+        rounds.into_iter().filter_map(|r| self.backed_at(spec, unix_now, r)).find(|b| b.state == state)
     }
 
     /// The admission these tickets give at unix time `unix_now` (the
@@ -179,10 +213,11 @@ impl Evidence {
         a
     }
 
-    /// The newest state the gathered commits back under the run's rule.
+    /// The newest state the gathered commitments back under the run's rule.
     pub fn backed(&self, spec: &RunSpec, unix_now: u64) -> Option<Backed> {
         let a = self.admission(spec, unix_now);
-        backed_state(&spec.run_id(), spec.quorum, &a, unix_now.saturating_mul(1000), &self.commits)
+        let words = self.words.iter().copied();
+        backed_state(&spec.run_id(), spec.quorum, &a, unix_now.saturating_mul(1000), words)
     }
 
     /// The tickets gathered that admit their holder now, with who presented
@@ -277,5 +312,47 @@ mod tests {
         assert_eq!((chosen.round, chosen.state), (4, StateId([9; 32])));
         assert_eq!(ev.valid_tickets(&spec, now).len(), 3, "a's own ticket, a's and b's as backing");
         assert_eq!(ev.backed(&spec, now + 60), None, "expired tickets back nothing");
+    }
+
+    #[test]
+    fn committee_results_in_statuses_back_the_state_their_signers_trained_from() {
+        let spec = crate::runtime::spec::run_spec(&Default::default()).expect("spec");
+        let run = spec.run_id();
+        let result = |k: &NodeKey, round: u64, base: u8| {
+            ShardResult {
+                run,
+                round,
+                base: StateId([base; 32]),
+                shard: 0,
+                included_count: 1,
+                included_root: [0; 32],
+                total_tokens: 1,
+                result_hash: [0; 32],
+                signer: k.public(),
+                signature: Signature::default(),
+            }
+            .sign(k)
+        };
+        let keys: Vec<NodeKey> = (1..=3u8).map(|i| NodeKey::from_seed([i; 32])).collect();
+        let mut ev = Evidence::default();
+        for (i, k) in keys.iter().enumerate() {
+            // Each offers its own results of rounds 5..=8, newest three kept;
+            // the third node ended round 7 elsewhere.
+            let mine: Vec<ShardResult> =
+                (5..=8).map(|r| result(k, r, if i == 2 && r == 8 { 2 } else { r as u8 })).collect();
+            let backing = own_results(mine.iter(), None);
+            assert_eq!(backing.len(), BACKING_ROUNDS);
+            ev.add_status(k.public(), &PeerStatus { backing, ..Default::default() });
+        }
+        let b = ev.backed(&spec, 0).expect("backed");
+        assert_eq!((b.round, b.state, b.committers.len(), b.total), (8, StateId([8; 32]), 2, 3));
+        assert_eq!(ev.backing_of(&spec, 0, StateId([6; 32])).map(|b| b.round), Some(6));
+        assert_eq!(ev.backing_of(&spec, 0, StateId([2; 32])), None, "one signer of three backs nothing");
+        // A result with a broken signature is no evidence.
+        let mut forged = result(&keys[0], 9, 9);
+        forged.total_tokens = 2;
+        let backing = vec![StatusBacking { commit: forged.encode(), ticket: None }];
+        ev.add_status(keys[0].public(), &PeerStatus { backing, ..Default::default() });
+        assert_eq!(ev.backed(&spec, 0).map(|b| b.round), Some(8));
     }
 }

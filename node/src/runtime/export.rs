@@ -12,10 +12,11 @@ use libp2p::Multiaddr;
 use murmur_protocol::hash::unhex;
 use murmur_protocol::{RunSpec, StateId, TrainingState};
 
+use super::committee;
 use super::fetching::fetch_checked_state;
 use super::report::Reporter;
 use super::spec::model_config;
-use super::startup::{discover_spec, gather, Identity, Nothing};
+use super::startup::{ask_statuses, discover_spec, gather, Identity, Nothing};
 use super::RuntimeError;
 use crate::checkpoint::run_export::{self, ExportMeta};
 use crate::net::{self, NetConfig, Role};
@@ -37,6 +38,9 @@ pub struct Committed {
     /// The round whose commit names it (`None`: genesis).
     pub round: Option<u64>,
     pub state: StateId,
+    /// The StateId the round reported, where it names more than the
+    /// parameters (a committee run's: parameters and ledger).
+    pub named: Option<StateId>,
     /// Whether its bytes are still stored (nodes keep only the newest few).
     pub held: bool,
     pub val_loss: Option<f32>,
@@ -56,14 +60,21 @@ pub fn committed_states(store: &Store, spec: &RunSpec) -> Result<Vec<Committed>,
         .iter()
         .filter_map(|r| {
             let state = parse_id(r.state_blob.as_deref().unwrap_or(&r.state_id))?;
+            let named = parse_id(&r.state_id).filter(|n| *n != state);
             let held = store.blobs.contains(BlobKind::State, &state.0);
-            Some(Committed { round: Some(r.round), state, held, val_loss: r.val_loss })
+            Some(Committed { round: Some(r.round), state, named, held, val_loss: r.val_loss })
         })
         .collect();
     if let Some(p) = store.meta.position(&run)? {
         if !out.iter().any(|c| c.state == p.state) {
             let held = store.blobs.contains(BlobKind::State, &p.state.0);
-            let c = Committed { round: p.round.checked_sub(1), state: p.state, held, val_loss: None };
+            let c = Committed {
+                round: p.round.checked_sub(1),
+                state: p.state,
+                named: None,
+                held,
+                val_loss: None,
+            };
             let at = out.iter().position(|o| o.round > c.round).unwrap_or(out.len());
             out.insert(at, c);
         }
@@ -120,7 +131,7 @@ pub fn export_from_data_dir(dir: &Path, pick: Pick, out: &Path) -> Result<Export
     let chosen = match pick {
         Pick::Latest => all.iter().rev().find(|c| c.held),
         Pick::Round(r) => all.iter().find(|c| c.round == Some(r)),
-        Pick::State(id) => all.iter().find(|c| c.state == id),
+        Pick::State(id) => all.iter().find(|c| c.state == id || c.named == Some(id)),
     };
     let what = match pick {
         Pick::Latest => "a committed state".to_string(),
@@ -160,11 +171,16 @@ pub fn with_history(mut meta: ExportMeta, history: &[RoundRecord], val_loss: Opt
     meta
 }
 
+/// Times an export asks the trainers again when the state their commitments
+/// backed was gone before it was fetched (a run whose rounds are short
+/// moves on while the export fetches).
+const EXPORT_ATTEMPTS: usize = 3;
+
 /// Join the run the bootstrap servers host as an observer, take the newest
-/// state the signed commits of admitted keys back (or `state`, if some
-/// round's commits back it), fetched from its holders and checked against
-/// its StateId, and export it to `out`. Refuses when no such state is
-/// backed: a state peers merely claim is never written.
+/// state the signed commitments of admitted keys back (or `state`, if some
+/// round's commitments back it), fetched from its holders and checked
+/// against its StateId, and export it to `out`. Refuses when no such state
+/// is backed: a state peers merely claim is never written.
 pub async fn export_from_network(
     who: &Identity,
     bootstrap: &[Multiaddr],
@@ -180,23 +196,47 @@ pub async fn export_from_network(
     ncfg.admission = spec.admission.clone();
     ncfg.ticket = who.ticket.clone();
     let (net, mut events) = net::start(ncfg, Arc::new(Nothing))?;
-    let found = gather(&net, &mut events, &spec, wait, report).await;
-    let now = super::tickets::unix_now();
-    let backed = match state {
-        Some(id) => found.evidence.backing_of(&spec, now, id),
-        None => found.evidence.backed(&spec, now),
+    let mut found = gather(&net, &mut events, &spec, wait, report).await;
+    let mut attempt = 1;
+    let state = loop {
+        let now = super::tickets::unix_now();
+        let backed = match state {
+            Some(id) => found.evidence.backing_of(&spec, now, id),
+            None => found.evidence.backed(&spec, now),
+        };
+        let Some(b) = backed else {
+            let which =
+                state.map_or_else(|| "no state".to_string(), |id| format!("state {id} is not one that"));
+            return Err(RuntimeError::Config(format!(
+                "{which} of run {} is backed by the signed commitments of admitted keys ({} trainers answered; they offer their last 3 rounds'); nothing was written",
+                spec.run_id(),
+                found.trainers.len()
+            )));
+        };
+        let holders = found.holders_of(&b);
+        let fetched = if spec.committee_size > 0 {
+            // A committee run's StateId names parameters and ledger together.
+            let keys: Vec<_> = holders.iter().filter_map(net::public_key_of).collect();
+            committee::sync::fetch_parts(&net, &spec, b.state, &keys).await.map(|f| f.state)
+        } else {
+            fetch_checked_state(&net, &spec, b.state, b.round, &holders).await.map(|(s, _)| s)
+        };
+        match fetched {
+            Ok(s) => break s,
+            Err(e) if attempt >= EXPORT_ATTEMPTS || state.is_some() => {
+                return Err(RuntimeError::Config(format!(
+                    "fetching state {} of round {}: {e}; nothing was written",
+                    b.state, b.round
+                )));
+            }
+            Err(e) => {
+                tracing::info!("state {} of round {} was not fetched ({e}); asking again", b.state, b.round);
+                attempt += 1;
+                let (claims, evidence) = ask_statuses(&net, &found.trainers, &spec).await;
+                (found.claims, found.evidence) = (claims, evidence);
+            }
+        }
     };
-    let Some(b) = backed else {
-        let which = state.map_or_else(|| "no state".to_string(), |id| format!("state {id} is not one that"));
-        return Err(RuntimeError::Config(format!(
-            "{which} of run {} is backed by the signed commits of admitted keys ({} trainers answered; they offer their last 3 rounds' commits); nothing was written",
-            spec.run_id(),
-            found.trainers.len()
-        )));
-    };
-    let (state, _) = fetch_checked_state(&net, &spec, b.state, b.round, &found.holders_of(&b))
-        .await
-        .map_err(|e| RuntimeError::Config(format!("fetching state {} of round {}: {e}", b.state, b.round)))?;
     let meta = ExportMeta::of(&spec, &state);
     let tokenizer = super::dataset::export_tokenizer_from_peers(&net, &spec, cfg.vocab_size).await?;
     run_export::write(out, &cfg, &state, &meta, tokenizer.as_ref())

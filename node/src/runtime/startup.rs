@@ -289,6 +289,17 @@ pub async fn gather(
             Err(_) => {}
         }
     }
+    let (claims, evidence) = ask_statuses(net, &trainers, spec).await;
+    Gathered { trainers, claims, evidence, seen }
+}
+
+/// Ask `trainers`, at once, for their status in `spec`'s run: the (round,
+/// state) each claims, and the commitments and tickets they offer.
+pub async fn ask_statuses(
+    net: &NetHandle,
+    trainers: &[PeerId],
+    spec: &RunSpec,
+) -> (HashMap<(u64, [u8; 32]), Vec<PeerId>>, Evidence) {
     let spec_bytes = spec.encode();
     let asks =
         trainers.iter().map(|p| {
@@ -312,7 +323,7 @@ pub async fn gather(
             }
         }
     }
-    Gathered { trainers, claims, evidence, seen }
+    (claims, evidence)
 }
 
 impl Gathered {
@@ -349,7 +360,9 @@ pub async fn cold_start(
     let Gathered { claims, evidence, seen, .. } = &gathered;
     let unix = unix_now();
     let tickets = evidence.valid_tickets(spec, unix);
-    let backed = evidence.backed(spec, unix);
+    // A committee run's node catches up inside its round machine
+    // (`committee::sync`), on a StateId of parameters and ledger.
+    let backed = if spec.committee_size > 0 { None } else { evidence.backed(spec, unix) };
     let mine_id = mine.id();
     let (target_round, target) = backed.as_ref().map_or((mine.round, mine_id), |b| (b.round, b.state));
     for ((round, state), peers) in claims {

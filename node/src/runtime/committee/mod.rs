@@ -219,6 +219,9 @@ struct CommitteeNode {
     round_opened: Instant,
     own_ticket: Option<murmur_protocol::Ticket>,
     last_ticket_gossip: Option<Instant>,
+    /// Our first signed result of each of the newest rounds: the backing
+    /// our status offers (each names the state we trained that round from).
+    own_results: BTreeMap<u64, ShardResult>,
     fatal: Option<RuntimeError>,
     tx: mpsc::UnboundedSender<Internal>,
     rx: mpsc::UnboundedReceiver<Internal>,
@@ -327,6 +330,7 @@ pub async fn run_committee_node(
         round_opened: Instant::now(),
         own_ticket,
         last_ticket_gossip: None,
+        own_results: BTreeMap::new(),
         fatal: None,
         tx,
         rx,
@@ -926,6 +930,7 @@ impl CommitteeNode {
                     self.served.hold_list(r.round, r.shard, r.result_hash, list.encode(), signers.encode());
                 }
                 self.served.hold_result(r.round, r.shard, r.encode());
+                self.offer_as_backing(&r);
                 // A result restored after a restart: its aggregate (written
                 // before) is collected with its round's.
                 self.keep(r.round, BlobKind::Aggregate, r.result_hash);
@@ -1077,6 +1082,20 @@ impl CommitteeNode {
 
     /// Gossip a signed progress report (every `TELEMETRY_EVERY`, once the
     /// node has trained).
+    /// Offer our result `r` (the first of its round) in our status, so an
+    /// exporter or archive can count where we stand.
+    fn offer_as_backing(&mut self, r: &ShardResult) {
+        if self.own_results.contains_key(&r.round) {
+            return;
+        }
+        self.own_results.insert(r.round, r.clone());
+        while self.own_results.len() > super::backing::BACKING_ROUNDS {
+            self.own_results.pop_first();
+        }
+        self.server
+            .set_backing(super::backing::own_results(self.own_results.values(), self.own_ticket.as_ref()));
+    }
+
     /// Gossip our own ticket when joining and every `TICKET_GOSSIP_EVERY`.
     fn gossip_ticket(&mut self) {
         let Some(t) = &self.own_ticket else { return };

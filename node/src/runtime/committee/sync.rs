@@ -15,16 +15,25 @@ use crate::store::{BlobKind, Position, Store};
 /// Largest ledger fetched (65,536 roster and 65,536 excluded keys).
 pub const MAX_LEDGER_BYTES: u64 = 8 + 65_536 * 32 + 65_536 * 40;
 
+/// A v2 state fetched from its holders, both parts checked against it.
+pub struct FetchedState {
+    pub state: TrainingState,
+    pub ledger: Ledger,
+    /// The parts' encodings, as fetched (a State and a Ledger blob).
+    pub state_bytes: Vec<u8>,
+    pub ledger_bytes: Vec<u8>,
+    /// The Ledger blob's id.
+    pub ledger_id: [u8; 32],
+}
+
 /// Fetch v2 state `target` from `holders`: its parts, then the ledger and
-/// the parameters, each checked against `target`; both are stored and the
-/// position recorded.
-pub async fn fetch_state(
+/// the parameters, each checked against `target`.
+pub async fn fetch_parts(
     net: &NetHandle,
-    store: &Store,
     spec: &RunSpec,
     target: StateId,
     holders: &[PublicKey],
-) -> Result<(TrainingState, Ledger), String> {
+) -> Result<FetchedState, String> {
     let peers: Vec<PeerId> = holders.iter().filter_map(peer_id_of).collect();
     let n = spec.model.param_count;
     let state_len = StateHeader {
@@ -56,16 +65,36 @@ pub async fn fetch_state(
         if state.run != spec.run_id() || state.id() != StateId(params) {
             continue;
         }
-        store.blobs.put(BlobKind::Ledger, &l.bytes).map_err(|e| e.to_string())?;
-        store.blobs.put(BlobKind::State, &s.bytes).map_err(|e| e.to_string())?;
-        store.meta.set_ledger_of(&spec.run_id(), &StateId(params), &ledger).map_err(|e| e.to_string())?;
-        store
-            .meta
-            .set_position(&spec.run_id(), Position { round: state.round, state: StateId(params) })
-            .map_err(|e| e.to_string())?;
-        return Ok((state, ledger_value));
+        return Ok(FetchedState {
+            state,
+            ledger: ledger_value,
+            state_bytes: s.bytes,
+            ledger_bytes: l.bytes,
+            ledger_id: ledger,
+        });
     }
-    Err(format!("no committer of {} served its parts", target.to_hex()))
+    Err(format!("no holder of {} served its parts", target.to_hex()))
+}
+
+/// Fetch v2 state `target` from `holders` (`fetch_parts`); both parts are
+/// stored and the position recorded.
+pub async fn fetch_state(
+    net: &NetHandle,
+    store: &Store,
+    spec: &RunSpec,
+    target: StateId,
+    holders: &[PublicKey],
+) -> Result<(TrainingState, Ledger), String> {
+    let f = fetch_parts(net, spec, target, holders).await?;
+    let params = f.state.id();
+    store.blobs.put(BlobKind::Ledger, &f.ledger_bytes).map_err(|e| e.to_string())?;
+    store.blobs.put(BlobKind::State, &f.state_bytes).map_err(|e| e.to_string())?;
+    store.meta.set_ledger_of(&spec.run_id(), &params, &f.ledger_id).map_err(|e| e.to_string())?;
+    store
+        .meta
+        .set_position(&spec.run_id(), Position { round: f.state.round, state: params })
+        .map_err(|e| e.to_string())?;
+    Ok((f.state, f.ledger))
 }
 
 /// The ledger stored for the node's current state `params`, if any.
