@@ -22,9 +22,8 @@ use murmur_node::data::hf_tokenizer::ExportTokenizer;
 use murmur_node::model::ModelConfig;
 use murmur_node::net::GossipMessage;
 use murmur_node::net::{self, NetConfig, NetEvent, Role};
-use murmur_node::runtime::archive::{Archive, ArchiveOptions, Follower, Settled};
+use murmur_node::runtime::archive::{fetch_settled, Archive, ArchiveOptions, Follower, Settled};
 use murmur_node::runtime::dataset::import_local;
-use murmur_node::runtime::fetching::fetch_checked_state;
 use murmur_node::runtime::server::{ServedStatus, StoreServer};
 use murmur_node::runtime::spec::{genesis, genesis_with, parse_admission, run_spec, RunParams};
 use murmur_node::runtime::tickets::parse_public_key;
@@ -123,9 +122,9 @@ struct Args {
     #[arg(long)]
     init_from: Option<PathBuf>,
     /// Keep an archive of the run here: every --checkpoint-every-th
-    /// committed state, once the run's signed commits back it, written as
-    /// an export (`round-<N>/`, as `murmur export` writes), the newest
-    /// --keep of them kept. Version 1 rounds (no --committee-size).
+    /// committed state, once the run's signed commits (a committee run's:
+    /// results) back it, written as an export (`round-<N>/`, as `murmur
+    /// export` writes), the newest --keep of them kept.
     #[arg(long)]
     checkpoint_dir: Option<PathBuf>,
     /// With --checkpoint-dir: archive the state of every R-th round.
@@ -169,10 +168,8 @@ fn model_params(path: &std::path::Path, preset: &str, vocab: Option<u32>) -> Res
 /// it (on a task; failures are logged and the next due round tried).
 fn archive_state(net: net::NetHandle, archive: Arc<Archive>, spec: murmur_protocol::RunSpec, s: Settled) {
     tokio::spawn(async move {
-        let peers: Vec<_> = s.committers.iter().filter_map(net::peer_id_of).collect();
-        // The state round r commits opens round r + 1.
-        let state = match fetch_checked_state(&net, &spec, s.state, s.round + 1, &peers).await {
-            Ok((state, _)) => state,
+        let state = match fetch_settled(&net, &spec, &s).await {
+            Ok(state) => state,
             Err(e) => {
                 tracing::warn!("archive: fetching state {} of round {}: {e}", s.state, s.round);
                 return;
@@ -277,12 +274,6 @@ fn run(a: Args) -> Result<()> {
     };
     let genesis_id = store.blobs.put(BlobKind::State, &g.encode())?;
     let archive = match &a.checkpoint_dir {
-        Some(dir) if spec.committee_size > 0 => {
-            anyhow::bail!(
-                "--checkpoint-dir {}: archives follow version 1 rounds; leave out --committee-size",
-                dir.display()
-            )
-        }
         Some(dir) => {
             let opts = ArchiveOptions { dir: dir.clone(), every: a.checkpoint_every, keep: a.keep };
             let vocab = murmur_node::runtime::spec::model_config(&spec)?.vocab_size;
@@ -345,6 +336,7 @@ fn run(a: Args) -> Result<()> {
                         if let Some(f) = follower.as_mut() {
                             match *message {
                                 GossipMessage::Commit(c) => f.on_commit(c, std::time::Instant::now()),
+                                GossipMessage::ShardResult(r) => f.on_result(&r, std::time::Instant::now()),
                                 GossipMessage::Manifest(m) => f.on_manifest(&m),
                                 GossipMessage::Ticket(t) => {
                                     if let Some(k) = net::public_key_of(&from) {

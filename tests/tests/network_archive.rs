@@ -2,7 +2,10 @@
 //! --checkpoint-every 2 --keep 2`, three nodes train ten rounds; at no time
 //! does X hold more than two exports, at the end it holds exactly those of
 //! rounds 7 and 9, and each loads and names the state the nodes committed
-//! for its round.
+//! for its round. Once in version 1's rounds (the archive follows the
+//! RoundCommits), once with one owner per shard (it follows the results,
+//! each naming the state its signer trained from, and fetches a state as
+//! parameters and ledger).
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -19,12 +22,36 @@ fn exports(dir: &Path) -> BTreeSet<String> {
 
 #[test]
 fn the_archive_keeps_the_last_k_committed_states_each_loadable() {
+    keeps_the_last_k_committed_states(&[]);
+}
+
+#[test]
+fn the_archive_of_a_committee_run_keeps_the_last_k_committed_states() {
+    keeps_the_last_k_committed_states(&["--committee-size", "1"]);
+}
+
+/// The round's parameters' StateId as the node reported it (a committee
+/// round's `state_id` also names its ledger; its `state_blob` does not).
+fn params_by_round(p: &Proc) -> std::collections::BTreeMap<u64, String> {
+    let blobs: std::collections::BTreeMap<u64, String> = p
+        .events_of("round")
+        .iter()
+        .filter_map(|v| Some((v["round"].as_u64()?, v["state_blob"].as_str()?.to_string())))
+        .collect();
+    if blobs.is_empty() {
+        states_by_round(p)
+    } else {
+        blobs
+    }
+}
+
+fn keeps_the_last_k_committed_states(run: &[&str]) {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     let archive = d.join("archive");
     let settings = RunSettings { inner_steps: 8, batch: 4, quorum: 3, deadline: 30, seed: 31 };
     let archive_arg = archive.display().to_string();
-    let extra = ["--checkpoint-dir", &archive_arg, "--checkpoint-every", "2", "--keep", "2"];
+    let extra = [&["--checkpoint-dir", &archive_arg, "--checkpoint-every", "2", "--keep", "2"], run].concat();
     let (boot, addr) = start_bootstrap_with(d, &settings, &extra);
     let nodes: Vec<Proc> =
         ["a", "b", "c"].iter().map(|n| start_node(d, n, &addr, &["--device", "cpu"])).collect();
@@ -44,7 +71,7 @@ fn the_archive_keeps_the_last_k_committed_states_each_loadable() {
     }
     assert!(most <= 2, "the archive held {most} exports at once");
     wait_until("a to report round 9", Duration::from_secs(60), || nodes[0].last_round() >= Some(9), context);
-    let states = states_by_round(&nodes[0]);
+    let states = params_by_round(&nodes[0]);
     for (name, round) in [("round-00000007", 7u64), ("round-00000009", 9)] {
         let path = archive.join(name);
         let meta = read_meta(&path).expect("murmur.json");

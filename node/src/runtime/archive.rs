@@ -1,27 +1,36 @@
 //! An operator's archive of a run: every R-th committed state written as an
 //! export (`checkpoint::run_export`) under `DIR/round-<N>`, the newest K
 //! kept. `murmur-bootstrap --checkpoint-dir` feeds it from the run's gossip
-//! (`Follower`): it records the commits, tickets and manifests it sees
-//! (bounded, for recent rounds only), and once a round's commits have had a
-//! few seconds to arrive (or the next round's commits came) it takes the
-//! state the run's trust rule backs for that round
-//! (`Evidence::backed_round`), never one a minority signed.
+//! (`Follower`): it records the commitments, tickets and manifests it sees
+//! (bounded, for recent rounds only) — version 1's RoundCommits, or a
+//! committee run's results, each naming the state its signer trained the
+//! round from — and once a round's commitments have had a few seconds to
+//! arrive (or the next round's came, or, in a committee run, every signer
+//! of the round before has spoken) it takes the state the run's trust rule
+//! backs for that round (`Evidence::backed_round`), never one a minority
+//! signed, and fetches it from its signers (`fetch_settled`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use std::collections::BTreeSet;
+
+use murmur_protocol::committee::ShardResult;
 use murmur_protocol::{
     DeltaManifest, PayloadHash, PublicKey, RoundCommit, RunSpec, StateId, Ticket, TrainingState,
 };
 
 use super::backing::Evidence;
+use super::committee::sync::fetch_parts;
+use super::fetching::fetch_checked_state;
 use super::spec::model_config;
 use super::tickets::unix_now;
 use super::RuntimeError;
 use crate::checkpoint::run_export::{self, ExportMeta};
 use crate::data::hf_tokenizer::ExportTokenizer;
 use crate::model::ModelConfig;
+use crate::net::{peer_id_of, NetHandle};
 
 /// How long after a round's first commit the follower decides it (unless
 /// a later round's commits come first).
@@ -29,6 +38,9 @@ pub const SETTLE: Duration = Duration::from_secs(3);
 
 /// Rounds of gossip a follower keeps.
 const KEPT_ROUNDS: u64 = 8;
+
+/// Signers of one round's results a follower keeps.
+const MAX_SIGNERS: usize = 65_536;
 
 /// Manifests a follower keeps (their tokens count toward `tokens_seen`).
 const MAX_MANIFESTS: usize = 65_536;
@@ -140,6 +152,10 @@ pub struct Follower {
     open: BTreeMap<u64, Instant>,
     /// Claimed tokens of recent manifests.
     manifests: HashMap<PayloadHash, (u64, u64)>,
+    /// A committee run's: who signed results of each recent round, and
+    /// the tokens shard 0's first result of the round signs.
+    signers: BTreeMap<u64, BTreeSet<PublicKey>>,
+    round_tokens: BTreeMap<u64, u64>,
     newest: u64,
     tokens_seen: u64,
     first_round: Option<u64>,
@@ -152,6 +168,8 @@ impl Follower {
             evidence: Evidence::default(),
             open: BTreeMap::new(),
             manifests: HashMap::new(),
+            signers: BTreeMap::new(),
+            round_tokens: BTreeMap::new(),
             newest: 0,
             tokens_seen: 0,
             first_round: None,
@@ -167,6 +185,36 @@ impl Follower {
             self.newest = self.newest.max(c.round);
             self.evidence.add_commit(c);
         }
+    }
+
+    /// A committee run's result of round q: its signer's word that its base
+    /// opened round q, which round q − 1 committed.
+    pub fn on_result(&mut self, r: &ShardResult, now: Instant) {
+        if r.run != self.spec.run_id() || r.round + KEPT_ROUNDS < self.newest {
+            return;
+        }
+        if r.shard == 0 {
+            self.round_tokens.entry(r.round).or_insert(r.total_tokens);
+        }
+        let signers = self.signers.entry(r.round).or_default();
+        if signers.len() < MAX_SIGNERS {
+            signers.insert(r.signer);
+        }
+        let Some(committed) = r.round.checked_sub(1) else { return };
+        if self.first_round.is_none_or(|f| committed >= f) {
+            self.open.entry(committed).or_insert(now);
+            self.newest = self.newest.max(committed);
+            self.evidence.add_result(r);
+        }
+    }
+
+    /// Whether every signer of round `round`'s results has also signed a
+    /// result of round `round + 1` (whose bases `round` committed).
+    fn all_spoke(&self, round: u64) -> bool {
+        let (Some(before), Some(now)) = (self.signers.get(&round), self.signers.get(&(round + 1))) else {
+            return false;
+        };
+        !before.is_empty() && before.is_subset(now)
     }
 
     pub fn on_ticket(&mut self, presenter: PublicKey, t: Ticket) {
@@ -190,7 +238,7 @@ impl Follower {
         let ready: Vec<u64> = self
             .open
             .iter()
-            .filter(|(r, t)| **r < newest || now.duration_since(**t) >= SETTLE)
+            .filter(|(r, t)| **r < newest || now.duration_since(**t) >= SETTLE || self.all_spoke(**r))
             .map(|(r, _)| *r)
             .collect();
         let mut out = Vec::new();
@@ -199,7 +247,9 @@ impl Follower {
             let Some((b, included)) = self.evidence.backed_round(&self.spec, unix_now(), round) else {
                 continue;
             };
-            let tokens: u64 = included.iter().filter_map(|h| self.manifests.get(h)).map(|(_, t)| t).sum();
+            let tokens: u64 =
+                included.iter().filter_map(|h| self.manifests.get(h)).map(|(_, t)| t).sum::<u64>()
+                    + self.round_tokens.get(&round).copied().unwrap_or(0);
             let first = *self.first_round.get_or_insert(round);
             self.tokens_seen += tokens;
             out.push(Settled {
@@ -213,8 +263,21 @@ impl Follower {
         let keep_from = self.newest.saturating_sub(KEPT_ROUNDS);
         self.evidence.forget_before(keep_from);
         self.manifests.retain(|_, (r, _)| *r >= keep_from);
+        self.signers.retain(|r, _| *r >= keep_from);
+        self.round_tokens.retain(|r, _| *r >= keep_from);
         out
     }
+}
+
+/// Fetch the state settled round `s` committed from its signers, checked
+/// against its StateId (a committee run's names parameters and ledger).
+pub async fn fetch_settled(net: &NetHandle, spec: &RunSpec, s: &Settled) -> Result<TrainingState, String> {
+    if spec.committee_size > 0 {
+        return fetch_parts(net, spec, s.state, &s.committers).await.map(|f| f.state);
+    }
+    let peers: Vec<_> = s.committers.iter().filter_map(peer_id_of).collect();
+    // The state round r commits opens round r + 1.
+    fetch_checked_state(net, spec, s.state, s.round + 1, &peers).await.map(|(state, _)| state)
 }
 
 #[cfg(test)]
@@ -235,5 +298,43 @@ mod tests {
             .collect();
         names.sort();
         assert_eq!(names, ["notes", "round-00000007", "round-00000009"]);
+    }
+
+    #[test]
+    fn a_committee_round_settles_once_every_signer_of_the_round_before_spoke() {
+        let spec = crate::runtime::spec::run_spec(&Default::default()).expect("spec");
+        let keys: Vec<murmur_protocol::NodeKey> =
+            (1..=3u8).map(|i| murmur_protocol::NodeKey::from_seed([i; 32])).collect();
+        let result = |k: &murmur_protocol::NodeKey, round: u64, base: u8| {
+            ShardResult {
+                run: spec.run_id(),
+                round,
+                base: StateId([base; 32]),
+                shard: 0,
+                included_count: 3,
+                included_root: [0; 32],
+                total_tokens: 100 + round,
+                result_hash: [0; 32],
+                signer: k.public(),
+                signature: murmur_protocol::Signature::default(),
+            }
+            .sign(k)
+        };
+        let mut f = Follower::new(spec.clone());
+        let t = Instant::now();
+        for k in &keys {
+            f.on_result(&result(k, 1, 7), t);
+        }
+        for k in &keys[..2] {
+            f.on_result(&result(k, 2, 8), t);
+        }
+        let settled = f.settle(t);
+        assert_eq!(settled.iter().map(|s| (s.round, s.state)).collect::<Vec<_>>(), [(0, StateId([7; 32]))]);
+        assert_eq!(settled[0].tokens_seen, 0, "round 0's tokens were signed by results not followed");
+        f.on_result(&result(&keys[2], 2, 8), t);
+        let settled = f.settle(t);
+        assert_eq!(settled.iter().map(|s| (s.round, s.state)).collect::<Vec<_>>(), [(1, StateId([8; 32]))]);
+        assert_eq!(settled[0].tokens_seen, 101, "shard 0's result of round 1 signs its tokens");
+        assert_eq!(settled[0].committers.len(), 3);
     }
 }

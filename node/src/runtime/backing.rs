@@ -147,6 +147,16 @@ impl Evidence {
         }
     }
 
+    /// Take a committee result seen as gossip (at most
+    /// `MAX_WEIGHED_COMMITS` kept; a bad signature is no evidence).
+    pub fn add_result(&mut self, r: &ShardResult) {
+        if self.words.len() < MAX_WEIGHED_COMMITS {
+            if let Some(word) = Commitment::of_result(r) {
+                self.words.push(word);
+            }
+        }
+    }
+
     /// Take a ticket seen as gossip, presented by `presenter`.
     pub fn add_ticket(&mut self, presenter: PublicKey, t: Ticket) {
         let known = self.tickets.iter().any(|(_, k)| k.holder == t.holder && k.expires == t.expires);
