@@ -29,6 +29,7 @@ use crate::data::{named_tokenizer, Tokenizer};
 use crate::net::{
     self, fetch_blob, peer_of, GossipMessage, NetConfig, NetEvent, NetHandle, Role, XferRequest, XferResponse,
 };
+use crate::runtime::committee::sync::fetch_parts;
 use crate::runtime::report::Reporter;
 use crate::runtime::spec::state_len;
 use crate::runtime::startup::{discover_spec, Identity, Nothing};
@@ -235,12 +236,22 @@ fn spawn_sample(
 ) {
     tokio::spawn(async move {
         let len = state_len(&spec);
-        let result = match fetch_blob(&net, BlobKind::State, id.0, len, len, &peers).await {
-            Err(e) => Err(e.to_string()),
-            Ok(f) => {
+        let fetched = if spec.committee_size > 0 {
+            // A committee run's StateId names parameters and ledger.
+            let keys: Vec<_> = peers.iter().filter_map(net::public_key_of).collect();
+            fetch_parts(&net, &spec, id, &keys).await.map(|f| f.state_bytes)
+        } else {
+            fetch_blob(&net, BlobKind::State, id.0, len, len, &peers)
+                .await
+                .map(|f| f.bytes)
+                .map_err(|e| e.to_string())
+        };
+        let result = match fetched {
+            Err(e) => Err(e),
+            Ok(bytes) => {
                 let n = spec.model.param_count as usize;
                 tokio::task::spawn_blocking(move || {
-                    let state = TrainingState::decode(&f.bytes, n).map_err(|e| e.to_string())?;
+                    let state = TrainingState::decode(&bytes, n).map_err(|e| e.to_string())?;
                     let text = sampler.sample(&state);
                     Ok(Sample { round, state: id, prompt: sampler.prompt.clone(), text })
                 })
