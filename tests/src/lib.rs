@@ -200,6 +200,11 @@ pub struct RunSettings {
     pub seed: u64,
 }
 
+/// Bootstrap arguments of a version-1 run (every node fetches every delta,
+/// RoundCommits back states): for the tests of its mechanisms, which craft
+/// its messages or follow its commits. Runs are committee runs otherwise.
+pub const VERSION_1: [&str; 2] = ["--committee-size", "0"];
+
 /// Start a bootstrap server on an ephemeral loopback port; returns it and
 /// its TCP multiaddr (ending in /p2p/<id>).
 pub fn start_bootstrap(dir: &Path, s: &RunSettings) -> (Proc, String) {
@@ -348,15 +353,15 @@ pub struct TicketRun {
     pub operator_key: PathBuf,
 }
 
-/// Starts a ticket-admission run (`--admission tickets --operator <key>`)
-/// whose operator key is `operator_seed`.
+/// Starts a version-1 ticket-admission run (`--admission tickets
+/// --operator <key>`) whose operator key is `operator_seed`.
 pub fn start_ticket_run(dir: &Path, s: &RunSettings, operator_seed: [u8; 32]) -> TicketRun {
     let operator = murmur_protocol::NodeKey::from_seed(operator_seed);
     let operator_key = dir.join("operator.key");
     std::fs::write(&operator_key, operator.seed()).expect("operator key");
     let op_hex = operator.public().to_string();
-    let (boot, addr) =
-        start_bootstrap_with(dir, s, &["--admission", "tickets", "--operator", op_hex.as_str()]);
+    let args = [&VERSION_1[..], &["--admission", "tickets", "--operator", op_hex.as_str()]].concat();
+    let (boot, addr) = start_bootstrap_with(dir, s, &args);
     TicketRun { boot, addr, operator, operator_key }
 }
 
@@ -365,6 +370,21 @@ pub fn states_by_round(p: &Proc) -> std::collections::BTreeMap<u64, String> {
     let mut m = std::collections::BTreeMap::new();
     for v in p.events_of("round") {
         if let (Some(r), Some(s)) = (v["round"].as_u64(), v["state_id"].as_str()) {
+            m.insert(r, s.to_string());
+        }
+    }
+    m
+}
+
+/// The StateId of each round's parameters, per node: round → the round's
+/// `state_blob` (a committee round's `state_id` names parameters and
+/// ledger together), or its `state_id` where the round names only
+/// parameters (version 1's).
+pub fn params_by_round(p: &Proc) -> std::collections::BTreeMap<u64, String> {
+    let mut m = std::collections::BTreeMap::new();
+    for v in p.events_of("round") {
+        let params = v["state_blob"].as_str().or_else(|| v["state_id"].as_str());
+        if let (Some(r), Some(s)) = (v["round"].as_u64(), params) {
             m.insert(r, s.to_string());
         }
     }

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use murmur_node::checkpoint::run_export::{load_model, read_meta};
-use murmur_tests::{start_bootstrap_with, start_node, states_by_round, wait_until, Proc, RunSettings};
+use murmur_tests::{params_by_round, start_bootstrap_with, start_node, wait_until, Proc, RunSettings};
 
 fn exports(dir: &Path) -> BTreeSet<String> {
     std::fs::read_dir(dir)
@@ -28,21 +28,6 @@ fn the_archive_keeps_the_last_k_committed_states_each_loadable() {
 #[test]
 fn the_archive_of_a_committee_run_keeps_the_last_k_committed_states() {
     keeps_the_last_k_committed_states(&["--committee-size", "1"]);
-}
-
-/// The round's parameters' StateId as the node reported it (a committee
-/// round's `state_id` also names its ledger; its `state_blob` does not).
-fn params_by_round(p: &Proc) -> std::collections::BTreeMap<u64, String> {
-    let blobs: std::collections::BTreeMap<u64, String> = p
-        .events_of("round")
-        .iter()
-        .filter_map(|v| Some((v["round"].as_u64()?, v["state_blob"].as_str()?.to_string())))
-        .collect();
-    if blobs.is_empty() {
-        states_by_round(p)
-    } else {
-        blobs
-    }
 }
 
 fn keeps_the_last_k_committed_states(run: &[&str]) {

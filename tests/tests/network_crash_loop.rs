@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use murmur_node::store::BlobStore;
 use murmur_tests::{
-    start_bootstrap, start_node, start_node_with_env, states_by_round, wait_until, RunSettings,
+    params_by_round, start_bootstrap, start_node, start_node_with_env, states_by_round, wait_until,
+    RunSettings,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -93,7 +94,8 @@ fn a_node_in_a_crash_loop_never_equivocates_and_the_two_nodes_stay_on_one_state(
         let _ = std::fs::write(path, transcript.join("\n"));
     }
     // Each restart joined on the state the steady node committed before that round.
-    let committed = states_by_round(&steady);
+    // (A node joins on parameters: their StateId is the round's state_blob.)
+    let committed = params_by_round(&steady);
     let mut rejoined = 0;
     for v in transcript.iter().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()) {
         let (Some(r), Some(s)) = (v["round"].as_u64(), v["state_id"].as_str()) else { continue };

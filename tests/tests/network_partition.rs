@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use murmur_tests::netns::{self, Partitionable, Side};
 use murmur_tests::{
     bootstrap_args, node_args, states_by_round, wait_listen_addr, wait_until, workspace_binary, Proc,
-    RunSettings,
+    RunSettings, VERSION_1,
 };
 
 fn apart_rounds() -> u64 {
@@ -49,7 +49,8 @@ fn two_halves_train_apart_and_end_on_one_state_after_the_link_returns() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     let settings = RunSettings { inner_steps: 10, batch: 2, quorum: 2, deadline: 10, seed: 18 };
-    let boot_args = bootstrap_args(d, &settings, Side::Left.addr(), &[]);
+    // Version 1's round: its nodes reconcile two sides' commits.
+    let boot_args = bootstrap_args(d, &settings, Side::Left.addr(), &VERSION_1);
     let cmd = net.command(Side::Left, &workspace_binary("murmur-bootstrap"));
     let _boot = Proc::spawn_command(cmd, &boot_args, &[], "bootstrap", d);
     let addr = wait_listen_addr(&_boot, Side::Left.addr());

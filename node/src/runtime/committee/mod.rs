@@ -222,6 +222,8 @@ struct CommitteeNode {
     /// Our first signed result of each of the newest rounds: the backing
     /// our status offers (each names the state we trained that round from).
     own_results: BTreeMap<u64, ShardResult>,
+    /// The newest round whose delta we signed.
+    announced: Option<u64>,
     fatal: Option<RuntimeError>,
     tx: mpsc::UnboundedSender<Internal>,
     rx: mpsc::UnboundedReceiver<Internal>,
@@ -283,6 +285,13 @@ pub async fn run_committee_node(
                 );
                 record.leaves.clear();
             }
+            let sent_again =
+                record.manifest.as_ref().filter(|m| m.round == state.round && !record.leaves.is_empty());
+            if let Some(m) = sent_again {
+                // The delta signed before the restart, sent again rather
+                // than trained (and signed) a second time.
+                out.event("reannounce", json!({ "round": m.round, "shards": m.shards }));
+            }
             machine.restore_signed(record)
         }
         Some(Err(e)) => {
@@ -331,6 +340,7 @@ pub async fn run_committee_node(
         own_ticket,
         last_ticket_gossip: None,
         own_results: BTreeMap::new(),
+        announced: None,
         fatal: None,
         tx,
         rx,
@@ -894,13 +904,20 @@ impl CommitteeNode {
                 if let Err(e) = self.store.meta.set_signed_record(&self.spec.run_id(), &record.encode()) {
                     self.fatal = Some(RuntimeError::Store(e));
                 }
+                // Our delta for the round is signed (and stored): from here
+                // on it is sent, to its owners or again after a restart.
+                if let Some(m) =
+                    record.manifest.as_ref().filter(|m| self.announced.is_none_or(|r| r < m.round))
+                {
+                    self.announced = Some(m.round);
+                    self.out.event("announced", json!({ "round": m.round, "shards": m.shards }));
+                }
             }
             CommitteeAction::Train { round, base, .. } => {
                 self.metrics.round_opened(round);
                 self.train(round, base)
             }
             CommitteeAction::PublishManifest(m) => {
-                self.out.event("announced", json!({ "round": m.round, "shards": m.shards }));
                 self.publish(TopicKind::ShardedManifest, m.encode());
             }
             CommitteeAction::SendShard { to, shard, shards, proof, manifest } => {
