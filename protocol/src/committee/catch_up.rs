@@ -18,6 +18,22 @@
 //! node without the ledger of its state) has no electorate: it counts a
 //! strict majority of each round's committers, as anyone joining an open
 //! run must trust whoever answers.
+//!
+//! Two sides that ran apart (a partition, or a node paused past the
+//! deadlines) each hold a roster without the other, so neither side's
+//! results count for the other's electorate. The results of former roster
+//! members — keys that dropped off the node's roster within the last
+//! `FORMER_ROUNDS` rounds, not excluded — are tallied apart (`outside`, only
+//! keys heard lately): a rival chain is the largest group of them that
+//! named one state for one of the newest two rounds they signed, on a chain
+//! other than ours. Keys that were never on the node's roster count for
+//! nothing, however many. It outranks
+//! our roster when it has more keys, or as many and the smallest key of the
+//! two sides is its: then the node fetches that state and moves to it,
+//! whatever its round (the record of what it signed keeps it from signing a
+//! second word for a round it signed before). Both sides see the same two
+//! groups, so one side moves and the other stays; a minority of keys never
+//! outranks a roster.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -29,6 +45,8 @@ use crate::identity::PublicKey;
 const KEPT_ROUNDS: usize = 4;
 /// Signers remembered.
 const MAX_COMMITTERS: usize = 65_536;
+/// Rounds a key that dropped off the roster stays a former member.
+pub const FORMER_ROUNDS: u64 = 64;
 
 /// By signer: which state each said it ended its newest rounds on.
 #[derive(Debug, Default)]
@@ -85,6 +103,35 @@ impl CommitTally {
     }
 }
 
+impl CommitTally {
+    /// The largest group of signers in `heard` (that the caller counts) that
+    /// named one state for one of the newest two rounds any of them signed,
+    /// and not the state `ours` says we ended that round on: (round, state,
+    /// signers), the largest group first, then the newer round.
+    fn largest_group(
+        &self,
+        counted: impl Fn(&PublicKey) -> bool,
+        ours: impl Fn(u64, StateId) -> bool,
+    ) -> Option<(u64, StateId, Vec<PublicKey>)> {
+        let signers = || self.by_signer.iter().filter(|(k, _)| counted(k));
+        let newest = signers().filter_map(|(_, r)| r.keys().next_back().copied()).max()?;
+        let mut groups: BTreeMap<(u64, StateId), Vec<PublicKey>> = BTreeMap::new();
+        for (k, rounds) in signers() {
+            for (round, state) in rounds.range(newest.saturating_sub(1)..) {
+                if !ours(*round, *state) {
+                    groups.entry((*round, *state)).or_default().push(*k);
+                }
+            }
+        }
+        groups.into_iter().max_by_key(|((r, _), v)| (v.len(), *r)).map(|((r, s), v)| (r, s, v))
+    }
+
+    /// The state `signer` said it ended `round` on.
+    fn said(&self, signer: &PublicKey, round: u64) -> Option<StateId> {
+        self.by_signer.get(signer)?.get(&round).copied()
+    }
+}
+
 /// A state to fetch: the one a majority ended `round` on, and its signers.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CatchUpTarget {
@@ -99,6 +146,14 @@ pub struct CatchUpTarget {
 #[derive(Debug, Default)]
 pub struct CatchUp {
     tally: CommitTally,
+    /// Keys that dropped off the roster, with the round they did.
+    former: BTreeMap<PublicKey, u64>,
+    /// The words of former members, and when each was last heard.
+    outside: CommitTally,
+    heard: BTreeMap<PublicKey, u64>,
+    /// A rival chain's state being fetched: the node moves to it whatever
+    /// its round.
+    rejoining: Option<StateId>,
     fetching: bool,
     waiting: bool,
 }
@@ -108,6 +163,44 @@ impl CatchUp {
     /// the next round, trained from `state`, says).
     pub fn note_state(&mut self, signer: PublicKey, round: u64, state: StateId) {
         self.tally.note_state(signer, round, state);
+    }
+
+    /// Round `round` opened on a roster changed from `old` to `new`: keys
+    /// that dropped off (and were not excluded) are former members for
+    /// `FORMER_ROUNDS` rounds; keys back on it are members again.
+    pub fn roster_changed(&mut self, old: &Ledger, new: &Ledger, round: u64) {
+        for k in &old.roster {
+            if new.roster.binary_search(k).is_err()
+                && !new.is_excluded(k)
+                && self.former.len() < MAX_COMMITTERS
+            {
+                self.former.insert(*k, round);
+            }
+        }
+        self.former.retain(|k, at| {
+            at.saturating_add(FORMER_ROUNDS) >= round && new.roster.binary_search(k).is_err()
+        });
+    }
+
+    /// Whether `key` dropped off the roster lately.
+    pub fn is_former(&self, key: &PublicKey) -> bool {
+        self.former.contains_key(key)
+    }
+
+    /// Count, apart, that `signer` — a former member — ended `round` on
+    /// `state`, heard at `now`.
+    pub fn note_outside(&mut self, signer: PublicKey, round: u64, state: StateId, now: u64) {
+        if self.heard.len() >= MAX_COMMITTERS && !self.heard.contains_key(&signer) {
+            return;
+        }
+        self.heard.insert(signer, now);
+        self.outside.note_state(signer, round, state);
+    }
+
+    /// Whether `state` is a rival chain's being fetched (the node moves to
+    /// it whatever its round).
+    pub fn rejoins(&self, state: StateId) -> bool {
+        self.rejoining == Some(state)
     }
 
     /// Hold off training until a state is fetched.
@@ -122,6 +215,7 @@ impl CatchUp {
     /// A fetch ended: with a state (`caught_up`) or without one.
     pub fn fetch_ended(&mut self, caught_up: bool) {
         self.fetching = false;
+        self.rejoining = None;
         if caught_up {
             self.waiting = false;
         }
@@ -131,24 +225,28 @@ impl CatchUp {
     /// majority of `ledger`'s electorate signed a state this node (in
     /// `round`, trained from `base`) is a whole round short of, or a
     /// different state for the round it closed last (or, while waiting,
-    /// any state it does not hold). The target is then being fetched.
+    /// any state it does not hold); else a rival chain that outranks the
+    /// electorate, of keys heard since `fresh_since`. The target is then
+    /// being fetched.
     pub fn target(
         &mut self,
         ledger: &Ledger,
-        round: u64,
-        base: StateId,
+        (round, base): (u64, StateId),
         me: &PublicKey,
+        fresh_since: u64,
     ) -> Option<CatchUpTarget> {
         if self.fetching {
             return None;
         }
-        let electorate = ledger.roster.iter().filter(|k| !ledger.is_excluded(k)).copied().collect();
-        let (decided, state, backers) = self.tally.decided(&electorate)?;
-        let behind = round < decided
-            || (round == decided + 1 && base != state)
-            || (self.waiting && round <= decided + 1 && base != state);
+        let electorate: BTreeSet<PublicKey> =
+            ledger.roster.iter().filter(|k| !ledger.is_excluded(k)).copied().collect();
+        let found = self
+            .majority(&electorate, round, base)
+            .or_else(|| self.rival(ledger, &electorate, (round, base), me, fresh_since));
+        let (decided, state, backers) = found?;
         let mut holders: Vec<PublicKey> = backers.into_iter().filter(|k| k != me).collect();
-        if !behind || holders.is_empty() {
+        if holders.is_empty() {
+            self.rejoining = None;
             return None;
         }
         // Askers start at different holders, so no one holder serves every
@@ -159,6 +257,55 @@ impl CatchUp {
         holders.rotate_left(start as usize);
         self.fetching = true;
         Some(CatchUpTarget { round: decided, state, holders })
+    }
+
+    /// The state a strict majority of `electorate` signed, when this node
+    /// is behind it.
+    fn majority(
+        &self,
+        electorate: &BTreeSet<PublicKey>,
+        round: u64,
+        base: StateId,
+    ) -> Option<(u64, StateId, Vec<PublicKey>)> {
+        let (decided, state, backers) = self.tally.decided(electorate)?;
+        let behind = round < decided
+            || (round == decided + 1 && base != state)
+            || (self.waiting && round <= decided + 1 && base != state);
+        behind.then_some((decided, state, backers))
+    }
+
+    /// A rival chain of former members that outranks `electorate`: more
+    /// keys, or as many and the smallest key of both sides.
+    fn rival(
+        &mut self,
+        ledger: &Ledger,
+        electorate: &BTreeSet<PublicKey>,
+        (round, base): (u64, StateId),
+        me: &PublicKey,
+        fresh_since: u64,
+    ) -> Option<(u64, StateId, Vec<PublicKey>)> {
+        if electorate.is_empty() {
+            return None;
+        }
+        let counted = |k: &PublicKey| {
+            self.former.contains_key(k)
+                && !electorate.contains(k)
+                && !ledger.is_excluded(k)
+                && self.heard.get(k).is_some_and(|t| *t >= fresh_since)
+        };
+        // Our chain: what we said we ended a round on, and the state we
+        // train from now.
+        let ours = |r: u64, s: StateId| self.tally.said(me, r) == Some(s) || (r + 1 == round && s == base);
+        let (r, state, backers) = self.outside.largest_group(counted, ours)?;
+        let smallest = |keys: &mut dyn Iterator<Item = &PublicKey>| keys.min().copied();
+        let outranks = backers.len() > electorate.len()
+            || (backers.len() == electorate.len()
+                && smallest(&mut backers.iter()) < smallest(&mut electorate.iter()));
+        if !outranks {
+            return None;
+        }
+        self.rejoining = Some(state);
+        Some((r, state, backers))
     }
 }
 
@@ -256,7 +403,7 @@ mod tests {
                 c.note_state(commit(s, 4, 7).0, 4, StateId([7; 32]));
             }
             let me = NodeKey::from_seed([asker; 32]).public();
-            let t = c.target(&ledger, 3, StateId([1; 32]), &me).expect("behind the majority");
+            let t = c.target(&ledger, (3, StateId([1; 32])), &me, 0).expect("behind the majority");
             assert_eq!(
                 t.holders.iter().collect::<BTreeSet<_>>(),
                 keys(&[1, 2, 3, 4, 5, 6, 7, 8, 9]).iter().collect()

@@ -330,6 +330,9 @@ pub const RESULT_ASKS_BEYOND_SIGNERS: usize = 3;
 
 /// Most attempts at sending one shard to one member in a round.
 pub const MAX_SEND_TRIES: u32 = 5;
+/// A key off the roster counts toward a rival chain while its last result
+/// came within this many round deadlines.
+pub const RIVAL_HEARD_ROUNDS: u64 = 3;
 
 /// The wait before the `tried`-th retry: doubling from the first, capped.
 pub fn fetch_backoff(tried: usize) -> u64 {
@@ -603,7 +606,7 @@ impl CommitteeMachine {
     /// Whether a fetched `state`, from which round `round` opens, moves
     /// this node: a later round, or another state for the round it is in.
     pub fn moves_to(&self, round: u64, state: StateId) -> bool {
-        round > self.round || (round == self.round && state != self.base)
+        round > self.round || (round == self.round && state != self.base) || self.catch_up.rejoins(state)
     }
 
     /// Whether the node waits for a state before it trains.
@@ -634,7 +637,10 @@ impl CommitteeMachine {
 
     /// Ask for the state a majority signed when this node is behind it.
     fn consider_catch_up(&mut self) {
-        if let Some(t) = self.catch_up.target(&self.ledger, self.round, self.base, &self.me) {
+        // Keys off the roster count toward a rival chain while they are
+        // heard from every few rounds.
+        let fresh_since = self.now.saturating_sub(RIVAL_HEARD_ROUNDS * self.cfg.input_ms);
+        if let Some(t) = self.catch_up.target(&self.ledger, (self.round, self.base), &self.me, fresh_since) {
             self.actions.push_back(CommitteeAction::FetchState {
                 round: t.round,
                 state: t.state,
@@ -839,6 +845,7 @@ impl CommitteeMachine {
     fn open(&mut self, round: u64, base: StateId, ledger: Ledger) {
         self.round = round;
         self.base = base;
+        self.catch_up.roster_changed(&self.ledger, &ledger, round);
         self.ledger = ledger;
         self.plan =
             CommitteePlan::derive(base, round, &self.ledger.roster, self.cfg.k, self.cfg.element_count);
@@ -1310,6 +1317,16 @@ impl CommitteeMachine {
         let ours = r.round == self.round && r.base == self.base && s < self.shards.len();
         let claims = ours && self.counts(&r.signer) && self.may_aggregate(r.shard, &r.signer);
         let commits = self.commits(&r);
+        // A result of a former roster member: its word counts toward a
+        // rival chain (a side that ran apart from ours).
+        let outside = !(claims || commits) && r.round > 0 && self.catch_up.is_former(&r.signer);
+        if outside {
+            if self.counts(&r.signer) && self.result_signed(&r) {
+                self.catch_up.note_outside(r.signer, r.round - 1, r.base, self.now);
+                self.consider_catch_up();
+            }
+            return;
+        }
         if !(claims || commits) || !self.result_signed(&r) {
             return;
         }

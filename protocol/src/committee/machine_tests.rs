@@ -1288,3 +1288,63 @@ fn a_node_that_missed_a_result_whose_signer_went_down_pulls_it_from_a_node_that_
         net.pulled.iter().filter(|(i, s, _)| *i == 3 && *s == seat).map(|(_, _, from)| from).collect();
     assert!(!asked.is_empty() && asked.iter().all(|from| from.len() > 1), "beyond the signer: {asked:?}");
 }
+
+/// A machine of `keys[me]` in round 1 on `base` whose roster was `keys`
+/// and is now `keys[..kept]`: the others are former members.
+fn apart(keys: &[NodeKey], me: usize, kept: usize, base: StateId) -> CommitteeMachine {
+    let all: Vec<PublicKey> = keys.iter().map(NodeKey::public).collect();
+    let mut m = CommitteeMachine::new(cfg(1), keys[me].clone(), 1, StateId([1; 32]), Ledger::genesis(all), 0);
+    let kept: Vec<PublicKey> = keys[..kept].iter().map(NodeKey::public).collect();
+    m.jump(0, 5, base, Ledger::genesis(kept));
+    fetches(&mut m);
+    m
+}
+
+#[test]
+fn a_larger_side_of_former_members_moves_a_node_and_strangers_never_do() {
+    let keys: Vec<NodeKey> = (0..5u8).map(|i| NodeKey::from_seed([i + 1; 32])).collect();
+    let (ours, theirs) = (StateId([2; 32]), StateId([3; 32]));
+    // Node 0's side kept 0 and 1; 2, 3 and 4 ran apart on their own chain.
+    let mut m = apart(&keys, 0, 2, ours);
+    for s in 100..140u8 {
+        let stranger = NodeKey::from_seed([s; 32]);
+        m.handle(1, CommitteeEvent::ResultReceived(result_of(&stranger, 9, theirs)));
+    }
+    assert!(fetches(&mut m).is_empty(), "keys never on the roster move nobody");
+    m.handle(2, CommitteeEvent::ResultReceived(result_of(&keys[2], 9, theirs)));
+    assert!(fetches(&mut m).is_empty(), "one former member against a roster of two");
+    m.handle(3, CommitteeEvent::ResultReceived(result_of(&keys[3], 9, theirs)));
+    m.handle(3, CommitteeEvent::ResultReceived(result_of(&keys[4], 9, theirs)));
+    let got = fetches(&mut m);
+    assert_eq!(got.len(), 1, "three former members outrank a roster of two: {got:?}");
+    assert_eq!((got[0].0, got[0].1), (8, theirs));
+    // Their chain is ahead: the node moves there.
+    let ledger = Ledger::genesis(keys[2..].iter().map(NodeKey::public).collect());
+    m.handle(4, CommitteeEvent::CaughtUp { round: 9, state: theirs, ledger });
+    assert_eq!((m.round(), m.base()), (9, theirs));
+}
+
+#[test]
+fn of_two_equal_sides_exactly_one_moves_even_to_a_round_behind() {
+    let keys: Vec<NodeKey> = (0..2u8).map(|i| NodeKey::from_seed([i + 7; 32])).collect();
+    let (a_state, b_state) = (StateId([4; 32]), StateId([5; 32]));
+    // Each of two nodes ran alone for a while: a reached round 12, b round 7.
+    let order = [keys[0].clone(), keys[1].clone()];
+    let mut a = apart(&order, 0, 1, a_state);
+    a.jump(0, 12, a_state, Ledger::genesis(vec![keys[0].public()]));
+    let mut b = apart(&[keys[1].clone(), keys[0].clone()], 0, 1, b_state);
+    b.jump(0, 7, b_state, Ledger::genesis(vec![keys[1].public()]));
+    fetches(&mut a);
+    fetches(&mut b);
+    a.handle(1, CommitteeEvent::ResultReceived(result_of(&keys[1], 7, b_state)));
+    b.handle(1, CommitteeEvent::ResultReceived(result_of(&keys[0], 12, a_state)));
+    let (fa, fb) = (fetches(&mut a), fetches(&mut b));
+    assert_eq!(fa.len() + fb.len(), 1, "one side moves: {fa:?} {fb:?}");
+    // The side whose key is the smallest stays; the other moves to it,
+    // whatever its round.
+    let b_wins = keys[1].public() < keys[0].public();
+    let (mover, target, round) = if b_wins { (&mut a, b_state, 7) } else { (&mut b, a_state, 12) };
+    let ledger = Ledger::genesis(vec![if b_wins { keys[1].public() } else { keys[0].public() }]);
+    mover.handle(2, CommitteeEvent::CaughtUp { round, state: target, ledger });
+    assert_eq!((mover.round(), mover.base()), (round, target));
+}

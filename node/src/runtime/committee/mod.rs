@@ -404,6 +404,8 @@ impl CommitteeNode {
         self.round_opened = Instant::now();
         self.server.set_status(ServedStatus { round, state: Some(self.state.id().0) });
         self.out.event("resynced", json!({ "round": round, "state_id": target.to_hex() }));
+        // Words for the rounds from here on were said on the chain left.
+        self.own_results.retain(|r, _| *r < round);
         let ledger = self.ledger.clone();
         self.feed(CommitteeEvent::CaughtUp { round, state: target, ledger });
     }
