@@ -10,11 +10,9 @@
 //! backs for that round (`Evidence::backed_round`), never one a minority
 //! signed, and fetches it from its signers (`fetch_settled`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-
-use std::collections::BTreeSet;
 
 use murmur_protocol::committee::ShardResult;
 use murmur_protocol::{
@@ -22,8 +20,7 @@ use murmur_protocol::{
 };
 
 use super::backing::Evidence;
-use super::committee::sync::fetch_parts;
-use super::fetching::fetch_checked_state;
+use super::fetching::fetch_committed_state;
 use super::spec::model_config;
 use super::tickets::unix_now;
 use super::RuntimeError;
@@ -272,12 +269,9 @@ impl Follower {
 /// Fetch the state settled round `s` committed from its signers, checked
 /// against its StateId (a committee run's names parameters and ledger).
 pub async fn fetch_settled(net: &NetHandle, spec: &RunSpec, s: &Settled) -> Result<TrainingState, String> {
-    if spec.committee_size > 0 {
-        return fetch_parts(net, spec, s.state, &s.committers).await.map(|f| f.state);
-    }
     let peers: Vec<_> = s.committers.iter().filter_map(peer_id_of).collect();
     // The state round r commits opens round r + 1.
-    fetch_checked_state(net, spec, s.state, s.round + 1, &peers).await.map(|(state, _)| state)
+    fetch_committed_state(net, spec, s.state, s.round + 1, &peers).await
 }
 
 #[cfg(test)]

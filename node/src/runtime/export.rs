@@ -12,8 +12,7 @@ use libp2p::Multiaddr;
 use murmur_protocol::hash::unhex;
 use murmur_protocol::{RunSpec, StateId, TrainingState};
 
-use super::committee;
-use super::fetching::fetch_checked_state;
+use super::fetching::fetch_committed_state;
 use super::report::Reporter;
 use super::spec::model_config;
 use super::startup::{ask_statuses, discover_spec, gather, Identity, Nothing};
@@ -213,15 +212,7 @@ pub async fn export_from_network(
                 found.trainers.len()
             )));
         };
-        let holders = found.holders_of(&b);
-        let fetched = if spec.committee_size > 0 {
-            // A committee run's StateId names parameters and ledger together.
-            let keys: Vec<_> = holders.iter().filter_map(net::public_key_of).collect();
-            committee::sync::fetch_parts(&net, &spec, b.state, &keys).await.map(|f| f.state)
-        } else {
-            fetch_checked_state(&net, &spec, b.state, b.round, &holders).await.map(|(s, _)| s)
-        };
-        match fetched {
+        match fetch_committed_state(&net, &spec, b.state, b.round, &found.holders_of(&b)).await {
             Ok(s) => break s,
             Err(e) if attempt >= EXPORT_ATTEMPTS || state.is_some() => {
                 return Err(RuntimeError::Config(format!(

@@ -159,6 +159,23 @@ pub(crate) fn spawn_state_fetch(
     });
 }
 
+/// Fetch the committed state `id` that opens round `opens`, from `peers`:
+/// in a committee run its parameters and ledger (`committee::sync`), each
+/// checked against `id`; in a version-1 run the state itself.
+pub async fn fetch_committed_state(
+    net: &NetHandle,
+    spec: &RunSpec,
+    id: StateId,
+    opens: u64,
+    peers: &[PeerId],
+) -> Result<TrainingState, String> {
+    if spec.committee_size > 0 {
+        let keys: Vec<PublicKey> = peers.iter().filter_map(crate::net::public_key_of).collect();
+        return super::committee::sync::fetch_parts(net, spec, id, &keys).await.map(|f| f.state);
+    }
+    fetch_checked_state(net, spec, id, opens, peers).await.map(|(s, _)| s)
+}
+
 /// Fetch state `id` (expected at `round` of `spec`'s run) from `peers` at
 /// once and decode it on the blocking pool; returns the state and its bytes.
 pub async fn fetch_checked_state(
