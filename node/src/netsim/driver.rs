@@ -185,6 +185,7 @@ impl Sim {
             result_ms: cfg.result_ms,
             grace_ms: cfg.grace_ms,
             audits: cfg.audits,
+            operators: Vec::new(),
         };
         let seen = SeenSignatures::default();
         let machines = keys

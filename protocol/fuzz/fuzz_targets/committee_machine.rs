@@ -422,6 +422,7 @@ fuzz_target!(|data: &[u8]| {
         result_ms: 1000,
         grace_ms: 500,
         audits: 4,
+        operators: Vec::new(),
     };
     let mut now = 0u64;
     let mut m = CommitteeMachine::new(

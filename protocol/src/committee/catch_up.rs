@@ -34,6 +34,13 @@
 //! second word for a round it signed before). Both sides see the same two
 //! groups, so one side moves and the other stays; a minority of keys never
 //! outranks a roster.
+//!
+//! In an open run that names operators, the operators are the electorate
+//! instead (`Electorate::Operators`): a node follows a strict majority of
+//! the operators who signed a round (of an even split, the smaller
+//! StateId), whether or not they sit on its roster, and no other key's
+//! word counts, however many sign — anyone may train in such a run, so a
+//! roster may be mostly one party's keys. No rival chain outranks them.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -47,6 +54,30 @@ const KEPT_ROUNDS: usize = 4;
 const MAX_COMMITTERS: usize = 65_536;
 /// Rounds a key that dropped off the roster stays a former member.
 pub const FORMER_ROUNDS: u64 = 64;
+
+/// Whose signed words decide which state a node follows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Electorate {
+    /// The roster of the state the node holds (the excluded left out): a
+    /// strict majority of all of it.
+    Roster(BTreeSet<PublicKey>),
+    /// An open run that names operators: a strict majority of the
+    /// operators who signed the round; no other key counts.
+    Operators(BTreeSet<PublicKey>),
+    /// No roster (the run's first round, or a state without its ledger):
+    /// a strict majority of the round's committers.
+    Committers,
+}
+
+impl Electorate {
+    /// Whether `key`'s word counts.
+    pub fn counts(&self, key: &PublicKey) -> bool {
+        match self {
+            Electorate::Roster(keys) | Electorate::Operators(keys) => keys.contains(key),
+            Electorate::Committers => true,
+        }
+    }
+}
 
 /// By signer: which state each said it ended its newest rounds on.
 #[derive(Debug, Default)]
@@ -73,13 +104,13 @@ impl CommitTally {
     }
 
     /// The newest round with a state backed by a strict majority of
-    /// `electorate` (when it is empty: of that round's committers), or
-    /// split evenly between two states (each backed by exactly half: the
-    /// smaller StateId, so both halves end on one state), with its backers.
-    pub fn decided(&self, electorate: &BTreeSet<PublicKey>) -> Option<(u64, StateId, Vec<PublicKey>)> {
+    /// `electorate`, or split evenly between two states (each backed by
+    /// exactly half: the smaller StateId, so both halves end on one state),
+    /// with its backers.
+    pub fn decided(&self, electorate: &Electorate) -> Option<(u64, StateId, Vec<PublicKey>)> {
         let mut votes: BTreeMap<u64, BTreeMap<StateId, Vec<PublicKey>>> = BTreeMap::new();
         for (signer, rounds) in &self.by_signer {
-            if !electorate.is_empty() && !electorate.contains(signer) {
+            if !electorate.counts(signer) {
                 continue;
             }
             for (round, state) in rounds {
@@ -87,8 +118,10 @@ impl CommitTally {
             }
         }
         votes.into_iter().rev().find_map(|(round, by_state)| {
-            let voters =
-                if electorate.is_empty() { by_state.values().map(Vec::len).sum() } else { electorate.len() };
+            let voters = match electorate {
+                Electorate::Roster(keys) => keys.len(),
+                Electorate::Operators(_) | Electorate::Committers => by_state.values().map(Vec::len).sum(),
+            };
             let halves = by_state.values().filter(|b| 2 * b.len() == voters).count();
             let (state, backers) =
                 by_state.into_iter().max_by_key(|(s, b)| (b.len(), std::cmp::Reverse(*s)))?;
@@ -145,6 +178,9 @@ pub struct CatchUpTarget {
 /// a state without its ledger).
 #[derive(Debug, Default)]
 pub struct CatchUp {
+    /// The run's operators, when only their words decide (an open run that
+    /// names them); empty otherwise.
+    operators: BTreeSet<PublicKey>,
     tally: CommitTally,
     /// Keys that dropped off the roster, with the round they did.
     former: BTreeMap<PublicKey, u64>,
@@ -159,6 +195,12 @@ pub struct CatchUp {
 }
 
 impl CatchUp {
+    /// Catching up in a run where only `operators`' words decide (none:
+    /// the roster's).
+    pub fn with_operators(operators: &[PublicKey]) -> Self {
+        Self { operators: operators.iter().copied().collect(), ..Self::default() }
+    }
+
     /// Count that `signer` ended `round` on `state` (what its result of
     /// the next round, trained from `state`, says).
     pub fn note_state(&mut self, signer: PublicKey, round: u64, state: StateId) {
@@ -238,11 +280,17 @@ impl CatchUp {
         if self.fetching {
             return None;
         }
-        let electorate: BTreeSet<PublicKey> =
-            ledger.roster.iter().filter(|k| !ledger.is_excluded(k)).copied().collect();
-        let found = self
-            .majority(&electorate, round, base)
-            .or_else(|| self.rival(ledger, &electorate, (round, base), me, fresh_since));
+        let electorate = if !self.operators.is_empty() {
+            Electorate::Operators(self.operators.clone())
+        } else if ledger.roster.is_empty() {
+            Electorate::Committers
+        } else {
+            Electorate::Roster(ledger.roster.iter().filter(|k| !ledger.is_excluded(k)).copied().collect())
+        };
+        let found = self.majority(&electorate, round, base).or_else(|| match &electorate {
+            Electorate::Roster(keys) => self.rival(ledger, keys, (round, base), me, fresh_since),
+            Electorate::Operators(_) | Electorate::Committers => None,
+        });
         let (decided, state, backers) = found?;
         let mut holders: Vec<PublicKey> = backers.into_iter().filter(|k| k != me).collect();
         if holders.is_empty() {
@@ -263,7 +311,7 @@ impl CatchUp {
     /// is behind it.
     fn majority(
         &self,
-        electorate: &BTreeSet<PublicKey>,
+        electorate: &Electorate,
         round: u64,
         base: StateId,
     ) -> Option<(u64, StateId, Vec<PublicKey>)> {
@@ -284,9 +332,6 @@ impl CatchUp {
         me: &PublicKey,
         fresh_since: u64,
     ) -> Option<(u64, StateId, Vec<PublicKey>)> {
-        if electorate.is_empty() {
-            return None;
-        }
         let counted = |k: &PublicKey| {
             self.former.contains_key(k)
                 && !electorate.contains(k)
@@ -330,7 +375,7 @@ mod tests {
 
     #[test]
     fn the_newest_round_decides_by_strict_majority_and_old_rounds_are_dropped() {
-        let open = BTreeSet::new();
+        let open = Electorate::Committers;
         let mut t = CommitTally::default();
         assert_eq!(t.decided(&open), None);
         t.note(commit(1, 3, 7));
@@ -360,7 +405,7 @@ mod tests {
 
     #[test]
     fn keys_off_the_roster_never_decide_whatever_round_they_name() {
-        let roster = keys(&[1, 2, 3, 4, 5]);
+        let roster = Electorate::Roster(keys(&[1, 2, 3, 4, 5]));
         let mut t = CommitTally::default();
         t.note(commit(1, 6, 7));
         t.note(commit(2, 6, 7));
@@ -373,7 +418,7 @@ mod tests {
         assert_eq!((round, state, backers.len()), (6, StateId([7; 32]), 3));
         // An even split of the roster goes to the smaller StateId; half of
         // it alone on a round the other half has not signed decides nothing.
-        let four = keys(&[1, 2, 3, 4]);
+        let four = Electorate::Roster(keys(&[1, 2, 3, 4]));
         let mut even = CommitTally::default();
         for (signer, state) in [(1, 9), (2, 9), (3, 4), (4, 4)] {
             even.note(commit(signer, 6, state));
@@ -415,7 +460,7 @@ mod tests {
 
     #[test]
     fn one_key_naming_many_rounds_pushes_out_only_its_own_commits() {
-        let roster = keys(&[1, 2, 3, 4]);
+        let roster = Electorate::Roster(keys(&[1, 2, 3, 4]));
         let mut t = CommitTally::default();
         for s in [1, 2, 3] {
             t.note(commit(s, 6, 7));
@@ -426,5 +471,28 @@ mod tests {
         }
         assert_eq!(t.decided(&roster).map(|d| (d.0, d.1)), Some((6, StateId([7; 32]))));
         assert_eq!(t.committers(6).len(), 3);
+    }
+
+    #[test]
+    fn in_a_run_with_operators_only_a_majority_of_the_operators_who_signed_moves_a_node() {
+        // Operators 1 and 2; a roster of 3..=9 that all name state 8.
+        let ops: Vec<PublicKey> = keys(&[1, 2]).into_iter().collect();
+        let ledger = Ledger::genesis(keys(&[3, 4, 5, 6, 7, 8, 9]).into_iter().collect());
+        let me = NodeKey::from_seed([3; 32]).public();
+        let mut c = CatchUp::with_operators(&ops);
+        for s in 3..=9 {
+            c.note_state(commit(s, 4, 8).0, 4, StateId([8; 32]));
+        }
+        assert_eq!(c.target(&ledger, (5, StateId([1; 32])), &me, 0), None, "the whole roster moves nobody");
+        // One operator of two signed round 4: the operators who signed decide.
+        c.note_state(commit(1, 4, 7).0, 4, StateId([7; 32]));
+        let t = c.target(&ledger, (5, StateId([1; 32])), &me, 0).expect("behind the operators");
+        assert_eq!((t.round, t.state, t.holders), (4, StateId([7; 32]), vec![commit(1, 4, 7).0]));
+        // The two operators split evenly: the smaller StateId, as in re-sync.
+        let mut c = CatchUp::with_operators(&ops);
+        c.note_state(commit(1, 4, 7).0, 4, StateId([7; 32]));
+        c.note_state(commit(2, 4, 6).0, 4, StateId([6; 32]));
+        let t = c.target(&ledger, (5, StateId([1; 32])), &me, 0).expect("an even split decides");
+        assert_eq!(t.state, StateId([6; 32]));
     }
 }

@@ -25,6 +25,7 @@ fn cfg(k: u32) -> CommitteeConfig {
         result_ms: 500,
         grace_ms: 300,
         audits: 4,
+        operators: Vec::new(),
     }
 }
 
@@ -987,6 +988,26 @@ fn a_node_fetches_the_state_a_majority_of_its_roster_trained_from_and_no_minorit
     m.handle(8, CommitteeEvent::CaughtUp { round: 1, state: theirs, ledger });
     assert_eq!((m.round(), m.base()), (1, theirs));
     assert!(fetches(&mut m).is_empty(), "on the majority's state there is nothing to fetch");
+}
+
+#[test]
+fn in_a_run_with_operators_only_their_results_move_a_node() {
+    // Roster 1..=5; key 9 is the run's only operator and off the roster.
+    let keys: Vec<NodeKey> = (0..5u8).map(|i| NodeKey::from_seed([i + 1; 32])).collect();
+    let operator = NodeKey::from_seed([9; 32]);
+    let roster = keys.iter().map(NodeKey::public).collect();
+    let (ours, theirs, operators) = (StateId([2; 32]), StateId([3; 32]), StateId([4; 32]));
+    let with_operators = CommitteeConfig { operators: vec![operator.public()], ..cfg(1) };
+    let mut m = CommitteeMachine::new(with_operators, keys[0].clone(), 1, ours, Ledger::genesis(roster), 0);
+    fetches(&mut m);
+    // Every other roster member names another state: they do not decide.
+    for (t, k) in keys[1..].iter().enumerate() {
+        m.handle(1 + t as u64, CommitteeEvent::ResultReceived(result_of(k, 1, theirs)));
+    }
+    assert!(fetches(&mut m).is_empty(), "a roster without the operators moves nobody");
+    // The operator's word does, though it holds no seat.
+    m.handle(9, CommitteeEvent::ResultReceived(result_of(&operator, 1, operators)));
+    assert_eq!(fetches(&mut m), vec![(0, operators, vec![operator.public()])]);
 }
 
 #[test]

@@ -29,7 +29,7 @@ use murmur_protocol::committee::{
     SignedRecord, SketchAudit,
 };
 use murmur_protocol::hash::hex;
-use murmur_protocol::{ErrorFeedback, PublicKey, RunSpec, StateId, TrainingState};
+use murmur_protocol::{AdmissionPolicy, ErrorFeedback, PublicKey, RunSpec, StateId, TrainingState};
 use serde_json::json;
 use tokio::sync::mpsc;
 
@@ -68,6 +68,10 @@ pub fn committee_config(spec: &RunSpec) -> CommitteeConfig {
         result_ms: (input_ms / 2).max(1000),
         grace_ms: (input_ms / 4).max(1000),
         audits: murmur_protocol::committee::machine::DEFAULT_AUDITS,
+        operators: match &spec.admission {
+            AdmissionPolicy::OpenWithOperators { operators } => operators.clone(),
+            _ => Vec::new(),
+        },
     }
 }
 
@@ -1196,5 +1200,24 @@ impl CommitteeNode {
                 let _ = tx.send(Internal::Rechecked { round, result, included, matches, manifests });
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::spec::{run_spec, RunParams};
+
+    #[test]
+    fn only_an_open_run_that_names_operators_lets_their_results_alone_decide() {
+        let op = PublicKey([1; 32]);
+        let config = |admission| {
+            committee_config(
+                &run_spec(&RunParams { admission, committee_size: 1, ..Default::default() }).expect("spec"),
+            )
+        };
+        assert_eq!(config(AdmissionPolicy::OpenWithOperators { operators: vec![op] }).operators, vec![op]);
+        assert!(config(AdmissionPolicy::Tickets { operators: vec![op] }).operators.is_empty());
+        assert!(config(AdmissionPolicy::Open).operators.is_empty());
     }
 }
