@@ -21,20 +21,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use libp2p::{Multiaddr, PeerId};
-use murmur_protocol::{DataRef, PublicKey, RunSpec, StateId, TrainingState};
+use murmur_protocol::{DataRef, PublicKey, RunSpec, StateId};
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 
 use crate::data::{named_tokenizer, Tokenizer};
 use crate::net::{
-    self, fetch_blob, peer_of, GossipMessage, NetConfig, NetEvent, NetHandle, Role, XferRequest, XferResponse,
+    self, peer_of, GossipMessage, NetConfig, NetEvent, NetHandle, Role, XferRequest, XferResponse,
 };
-use crate::runtime::committee::sync::fetch_parts;
+use crate::runtime::fetching::fetch_committed_state;
 use crate::runtime::report::Reporter;
-use crate::runtime::spec::state_len;
 use crate::runtime::startup::{discover_spec, Identity, Nothing};
 use crate::runtime::RuntimeError;
-use crate::store::BlobKind;
 use board::{Board, Sample};
 use sampler::Sampler;
 
@@ -224,7 +222,8 @@ fn ask_status(net: NetHandle, peer: PeerId, tx: mpsc::UnboundedSender<Internal>)
     });
 }
 
-/// Fetch the committed state of `round` from its committers and sample text.
+/// Fetch the committed state of `round` (the state that opens the next
+/// round) from its committers, checked against its StateId, and sample text.
 fn spawn_sample(
     net: NetHandle,
     spec: RunSpec,
@@ -235,29 +234,14 @@ fn spawn_sample(
     tx: mpsc::UnboundedSender<Internal>,
 ) {
     tokio::spawn(async move {
-        let len = state_len(&spec);
-        let fetched = if spec.committee_size > 0 {
-            // A committee run's StateId names parameters and ledger.
-            let keys: Vec<_> = peers.iter().filter_map(net::public_key_of).collect();
-            fetch_parts(&net, &spec, id, &keys).await.map(|f| f.state_bytes)
-        } else {
-            fetch_blob(&net, BlobKind::State, id.0, len, len, &peers)
-                .await
-                .map(|f| f.bytes)
-                .map_err(|e| e.to_string())
-        };
-        let result = match fetched {
+        let result = match fetch_committed_state(&net, &spec, id, round + 1, &peers).await {
             Err(e) => Err(e),
-            Ok(bytes) => {
-                let n = spec.model.param_count as usize;
-                tokio::task::spawn_blocking(move || {
-                    let state = TrainingState::decode(&bytes, n).map_err(|e| e.to_string())?;
-                    let text = sampler.sample(&state);
-                    Ok(Sample { round, state: id, prompt: sampler.prompt.clone(), text })
-                })
-                .await
-                .unwrap_or_else(|e| Err(e.to_string()))
-            }
+            Ok(state) => tokio::task::spawn_blocking(move || {
+                let text = sampler.sample(&state);
+                Ok(Sample { round, state: id, prompt: sampler.prompt.clone(), text })
+            })
+            .await
+            .unwrap_or_else(|e| Err(e.to_string())),
         };
         let _ = tx.send(Internal::Sample(result));
     });
