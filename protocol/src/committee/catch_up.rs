@@ -187,9 +187,9 @@ pub struct CatchUp {
     /// The words of former members, and when each was last heard.
     outside: CommitTally,
     heard: BTreeMap<PublicKey, u64>,
-    /// A rival chain's state being fetched: the node moves to it whatever
-    /// its round.
-    rejoining: Option<StateId>,
+    /// A rival chain's state being fetched, with the round it opens: the
+    /// node moves to it whatever its own round.
+    rejoining: Option<(u64, StateId)>,
     fetching: bool,
     waiting: bool,
 }
@@ -239,10 +239,11 @@ impl CatchUp {
         self.outside.note_state(signer, round, state);
     }
 
-    /// Whether `state` is a rival chain's being fetched (the node moves to
-    /// it whatever its round).
-    pub fn rejoins(&self, state: StateId) -> bool {
-        self.rejoining == Some(state)
+    /// Whether `state`, opening `round`, is the rival chain's state being
+    /// fetched (the node moves to it whatever its own round). A state that
+    /// opens another round than the one its signers ended on is not.
+    pub fn rejoins(&self, round: u64, state: StateId) -> bool {
+        self.rejoining == Some((round, state))
     }
 
     /// Hold off training until a state is fetched.
@@ -349,7 +350,7 @@ impl CatchUp {
         if !outranks {
             return None;
         }
-        self.rejoining = Some(state);
+        self.rejoining = Some((r.saturating_add(1), state));
         Some((r, state, backers))
     }
 }

@@ -611,7 +611,9 @@ impl CommitteeMachine {
     /// Whether a fetched `state`, from which round `round` opens, moves
     /// this node: a later round, or another state for the round it is in.
     pub fn moves_to(&self, round: u64, state: StateId) -> bool {
-        round > self.round || (round == self.round && state != self.base) || self.catch_up.rejoins(state)
+        round > self.round
+            || (round == self.round && state != self.base)
+            || self.catch_up.rejoins(round, state)
     }
 
     /// Whether the node waits for a state before it trains.

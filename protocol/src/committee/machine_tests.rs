@@ -1366,6 +1366,15 @@ fn of_two_equal_sides_exactly_one_moves_even_to_a_round_behind() {
     let b_wins = keys[1].public() < keys[0].public();
     let (mover, target, round) = if b_wins { (&mut a, b_state, 7) } else { (&mut b, a_state, 12) };
     let ledger = Ledger::genesis(vec![if b_wins { keys[1].public() } else { keys[0].public() }]);
-    mover.handle(2, CommitteeEvent::CaughtUp { round, state: target, ledger });
+    // A fetched state that opens another round than the one its signers
+    // ended on is not theirs: the node stays.
+    let before = (mover.round(), mover.base());
+    mover.handle(2, CommitteeEvent::CaughtUp { round: round - 1, state: target, ledger: ledger.clone() });
+    assert_eq!((mover.round(), mover.base()), before, "the state opens round {} instead", round - 1);
+    // The rival's next word asks again, and its real state moves the node.
+    let (signer, ended) = if b_wins { (&keys[1], 7) } else { (&keys[0], 12) };
+    mover.handle(3, CommitteeEvent::ResultReceived(result_of(signer, ended, target)));
+    assert_eq!(fetches(mover).len(), 1, "asks again");
+    mover.handle(4, CommitteeEvent::CaughtUp { round, state: target, ledger });
     assert_eq!((mover.round(), mover.base()), (round, target));
 }
