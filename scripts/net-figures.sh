@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Network figures (issue 5, done-when 6): bootstrap + 3 nodes on 127.0.0.1,
+# Network figures: bootstrap + 3 nodes on 127.0.0.1,
 # a 4th node started once round 2 has closed; prints the late joiner's time
 # from process start to first contributed delta, each node's fraction of wall
 # time in inner steps, and bytes sent per node per round.
@@ -25,7 +25,11 @@ d = sys.argv[1]
 for n in ["a", "b", "c", "late"]:
     ev = [json.loads(l) for l in open(os.path.join(d, n + ".out")) if l.startswith("{")]
     rounds = [e for e in ev if e["event"] == "round"]
+    # Version 1 says `contributed` once; a committee run's round reports
+    # say `contributed: true` once shard 0's result included the delta
+    # (timed at that report).
     contrib = [e for e in ev if e["event"] == "contributed"]
+    contrib = contrib or [dict(e, secs_since_start=e["secs"]) for e in rounds if e.get("contributed") is True]
     sent = [e["bytes_sent"] for e in rounds[1:]]
     print(json.dumps({
         "node": n,

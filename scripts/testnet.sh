@@ -10,7 +10,7 @@
 #   scripts/testnet.sh --nodes 6 --chaos     # kill and restart a random node every 2 rounds
 #   scripts/testnet.sh --join-late 1         # one node joins after round 3
 #   scripts/testnet.sh --rounds 10           # stop after 10 rounds, check the nodes agree
-#   scripts/testnet.sh --nodes 16 --committee-size 4   # protocol v2: committees of 4
+#   scripts/testnet.sh --nodes 16 --committee-size 4   # committees of 4 instead of one owner per shard
 #   scripts/testnet.sh --help                # every option
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -78,10 +78,11 @@ struct Args {
     #[arg(long, default_value_t = 120)]
     deadline: u32,
     /// Protocol v2: committees of this many nodes aggregate one shard each
-    /// (docs/protocol.md §10); 0 runs version 1's round, where every node
-    /// aggregates every delta. In a v2 run the deadline is when committee
-    /// members aggregate if some roster member's shard is still missing.
-    #[arg(long, default_value_t = 0)]
+    /// (docs/protocol.md §10); 1, the default, gives each shard one owner;
+    /// 0 runs version 1's round, where every node aggregates every delta.
+    /// The deadline is when owners aggregate if some roster member's shard
+    /// is still missing.
+    #[arg(long, default_value_t = 1)]
     committee_size: u32,
     /// Overlapped rounds: each node trains round r + 1 while round r is
     /// exchanged, from round r's state carried by its outer momentum; the

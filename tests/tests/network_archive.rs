@@ -12,7 +12,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use murmur_node::checkpoint::run_export::{load_model, read_meta};
-use murmur_tests::{params_by_round, start_bootstrap_with, start_node, wait_until, Proc, RunSettings};
+use murmur_tests::{
+    params_by_round, start_bootstrap_with, start_node, wait_until, Proc, RunSettings, VERSION_1,
+};
 
 fn exports(dir: &Path) -> BTreeSet<String> {
     std::fs::read_dir(dir)
@@ -22,7 +24,7 @@ fn exports(dir: &Path) -> BTreeSet<String> {
 
 #[test]
 fn the_archive_keeps_the_last_k_committed_states_each_loadable() {
-    keeps_the_last_k_committed_states(&[]);
+    keeps_the_last_k_committed_states(&VERSION_1);
 }
 
 #[test]

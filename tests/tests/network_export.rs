@@ -19,8 +19,8 @@ use murmur_node::store::{BlobKind, Store};
 use murmur_protocol::hash::unhex;
 use murmur_protocol::TrainingState;
 use murmur_tests::{
-    bootstrap_args, start_bootstrap, start_node, states_by_round, wait_listen_addr, wait_until,
-    workspace_binary, Proc, RunSettings,
+    bootstrap_args, params_by_round, start_bootstrap, start_node, states_by_round, wait_listen_addr,
+    wait_until, workspace_binary, Proc, RunSettings,
 };
 use serde_json::Value;
 
@@ -139,7 +139,7 @@ fn a_runs_model_is_exported_measured_imported_and_started_from() {
     assert!(ok, "{stderr}");
     assert_eq!(
         read_json(&older.join("murmur.json"))["state_id"].as_str(),
-        states_by_round(b).get(&3).map(String::as_str)
+        params_by_round(b).get(&3).map(String::as_str)
     );
 
     if let Ok(python) = std::env::var("MURMUR_TRANSFORMERS_PYTHON") {

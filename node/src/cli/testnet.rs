@@ -67,8 +67,9 @@ pub struct TestnetArgs {
     #[arg(long)]
     pub data: Option<String>,
     /// Protocol v2: committees of this many nodes aggregate one shard each
-    /// (docs/protocol.md §10); 0 runs version 1's round.
-    #[arg(long, default_value_t = 0)]
+    /// (docs/protocol.md §10); 1, the default, gives each shard one owner;
+    /// 0 runs version 1's round.
+    #[arg(long, default_value_t = 1)]
     pub committee_size: u32,
     /// Overlapped rounds: nodes train round r + 1 while round r is exchanged
     /// (docs/protocol.md §6.3).

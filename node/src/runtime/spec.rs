@@ -60,7 +60,8 @@ pub struct RunParams {
     pub robust: RobustMode,
     pub admission: AdmissionPolicy,
     pub seed: u64,
-    /// Protocol v2's committee size k (0: version 1's round).
+    /// Protocol v2's committee size k (1, the default: one owner per
+    /// shard; 0: version 1's round).
     pub committee_size: u32,
     /// Overlapped or blocking rounds, fixed H or a time budget.
     pub pacing: murmur_protocol::Pacing,
@@ -87,7 +88,7 @@ impl Default for RunParams {
             robust: RobustMode::NormFilter { multiple: 3.0 },
             admission: AdmissionPolicy::Open,
             seed: 1,
-            committee_size: 0,
+            committee_size: 1,
             pacing: murmur_protocol::Pacing::default(),
             genesis_params: None,
             vocab: None,
