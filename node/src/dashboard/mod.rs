@@ -57,7 +57,8 @@ fn peer_name(k: &PublicKey) -> String {
     net::peer_id_of(k).map(|p| p.to_string()).unwrap_or_else(|| murmur_protocol::hash::hex(&k.0))
 }
 
-enum Internal {
+/// Results of work the dashboard started.
+enum WorkDone {
     Sample(Result<Sample, String>),
     /// The tokenizer of the run's dataset, fetched from peers.
     Tokenizer(Result<Arc<dyn Tokenizer>, String>),
@@ -116,7 +117,7 @@ pub async fn run_dashboard(opts: DashboardOptions) -> Result<(), RuntimeError> {
     let (snap_tx, snap_rx) = watch::channel(Arc::new(board.snapshot(now_ms()).to_string()));
     tokio::spawn(http::serve(listener, snap_rx));
 
-    let (tx, mut rx) = mpsc::unbounded_channel::<Internal>();
+    let (tx, mut rx) = mpsc::unbounded_channel::<WorkDone>();
     if let Some((id, manifest_len)) = dataset {
         let (net, tx) = (net.clone(), tx.clone());
         tokio::spawn(async move {
@@ -129,7 +130,7 @@ pub async fn run_dashboard(opts: DashboardOptions) -> Result<(), RuntimeError> {
                         .map_err(|e| e.to_string())
                 });
                 let fetched = tokenizer.is_ok();
-                if tx.send(Internal::Tokenizer(tokenizer)).is_err() || fetched {
+                if tx.send(WorkDone::Tokenizer(tokenizer)).is_err() || fetched {
                     break;
                 }
                 tokio::time::sleep(Duration::from_secs(10)).await;
@@ -167,19 +168,19 @@ pub async fn run_dashboard(opts: DashboardOptions) -> Result<(), RuntimeError> {
             Some(msg) = rx.recv() => {
                 dirty = true;
                 match msg {
-                    Internal::Sample(Ok(s)) => {
+                    WorkDone::Sample(Ok(s)) => {
                         sampling = false;
                         board.on_sample(s);
                     }
-                    Internal::Sample(Err(e)) => {
+                    WorkDone::Sample(Err(e)) => {
                         sampling = false;
                         tracing::debug!("sampling: {e}");
                     }
-                    Internal::Tokenizer(found) => match found.and_then(|t| Sampler::new(&spec, Some(t))) {
+                    WorkDone::Tokenizer(found) => match found.and_then(|t| Sampler::new(&spec, Some(t))) {
                         Ok(s) => sampler = Some(Arc::new(s)),
                         Err(e) => tracing::warn!("no text samples: {e}"),
                     },
-                    Internal::Status { peer, round, state } => {
+                    WorkDone::Status { peer, round, state } => {
                         tracing::debug!(%peer, round, state = ?state.map(|s| StateId(s).to_hex()), "trainer status");
                     }
                 }
@@ -213,11 +214,11 @@ pub async fn run_dashboard(opts: DashboardOptions) -> Result<(), RuntimeError> {
 }
 
 /// Ask a trainer where it stands (the answer is logged and counted).
-fn ask_status(net: NetHandle, peer: PeerId, tx: mpsc::UnboundedSender<Internal>) {
+fn ask_status(net: NetHandle, peer: PeerId, tx: mpsc::UnboundedSender<WorkDone>) {
     tokio::spawn(async move {
         let ask = tokio::time::timeout(Duration::from_secs(5), net.request(peer, XferRequest::Status));
         if let Ok(Ok(XferResponse::Status(s))) = ask.await {
-            let _ = tx.send(Internal::Status { peer, round: s.round, state: s.state });
+            let _ = tx.send(WorkDone::Status { peer, round: s.round, state: s.state });
         }
     });
 }
@@ -231,7 +232,7 @@ fn spawn_sample(
     round: u64,
     id: StateId,
     peers: Vec<PeerId>,
-    tx: mpsc::UnboundedSender<Internal>,
+    tx: mpsc::UnboundedSender<WorkDone>,
 ) {
     tokio::spawn(async move {
         let result = match fetch_committed_state(&net, &spec, id, round + 1, &peers).await {
@@ -243,6 +244,6 @@ fn spawn_sample(
             .await
             .unwrap_or_else(|e| Err(e.to_string())),
         };
-        let _ = tx.send(Internal::Sample(result));
+        let _ = tx.send(WorkDone::Sample(result));
     });
 }

@@ -1,7 +1,7 @@
 //! Fetch tasks of the node runtime: a round's delta payloads and the states
 //! a re-sync or cold start needs, from several peers at once, verified
 //! against their hashes. Decoding, hashing and writing run on the blocking
-//! pool; results go back to the event loop as `Internal` messages.
+//! pool; results go back to the event loop as `WorkDone` messages.
 //!
 //! Each task makes one attempt (asking every peer it was given at once, as
 //! `fetch_blob` does) and reports what came of it; asking again, and when,
@@ -18,7 +18,7 @@ use serde_json::json;
 use tokio::sync::{mpsc, watch};
 
 use super::held::HeldState;
-use super::node::Internal;
+use super::node::WorkDone;
 use super::report::Reporter;
 use super::spec::state_len;
 use crate::net::{fetch_blob, NetHandle};
@@ -43,7 +43,7 @@ pub(crate) fn spawn_payload_fetch(
     store: Arc<Store>,
     spec: RunSpec,
     f: PayloadFetch,
-    tx: mpsc::UnboundedSender<Internal>,
+    tx: mpsc::UnboundedSender<WorkDone>,
 ) {
     tokio::spawn(async move {
         let PayloadFetch { round, hash, len, from, peers } = f;
@@ -72,7 +72,7 @@ pub(crate) fn spawn_payload_fetch(
                 }
             }
         };
-        let _ = tx.send(Internal::Payload { round, hash, from, fault });
+        let _ = tx.send(WorkDone::Payload { round, hash, from, fault });
     });
 }
 
@@ -89,15 +89,15 @@ pub struct StateFetch {
 }
 
 /// Read the state from the store or fetch it (one attempt, while it is
-/// wanted); sends `Internal::State`, `Internal::StateAbandoned` (no longer
-/// wanted) or `Internal::StateUnavailable` (the attempt failed).
+/// wanted); sends `WorkDone::State`, `WorkDone::StateAbandoned` (no longer
+/// wanted) or `WorkDone::StateUnavailable` (the attempt failed).
 pub(crate) fn spawn_state_fetch(
     net: NetHandle,
     store: Arc<Store>,
     spec: RunSpec,
     f: StateFetch,
     out: Reporter,
-    tx: mpsc::UnboundedSender<Internal>,
+    tx: mpsc::UnboundedSender<WorkDone>,
 ) {
     tokio::spawn(async move {
         let StateFetch { round, id, voters, peers, wanted } = f;
@@ -117,11 +117,11 @@ pub(crate) fn spawn_state_fetch(
         .ok()
         .flatten();
         if let Some(state) = held {
-            let _ = tx.send(Internal::State { round, id, state });
+            let _ = tx.send(WorkDone::State { round, id, state });
             return;
         }
         if !still_wanted(&wanted) {
-            let _ = tx.send(Internal::StateAbandoned { id });
+            let _ = tx.send(WorkDone::StateAbandoned { id });
             return;
         }
         let banned = net.banned().await;
@@ -147,13 +147,13 @@ pub(crate) fn spawn_state_fetch(
         match fetched {
             Ok(state) => {
                 let state = HeldState::stored(state, id);
-                let _ = tx.send(Internal::State { round, id, state });
+                let _ = tx.send(WorkDone::State { round, id, state });
             }
             Err(e) => {
                 tracing::warn!(
                     "fetching state {id} of round {round} failed: {e}; the round machine asks again"
                 );
-                let _ = tx.send(Internal::StateUnavailable { id });
+                let _ = tx.send(WorkDone::StateUnavailable { id });
             }
         }
     });

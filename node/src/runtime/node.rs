@@ -4,7 +4,7 @@
 //!
 //! The loop itself never blocks: encoding, hashing and fsyncing the node's
 //! own delta, reading states and aggregating run on the blocking pool and
-//! come back as `Internal` messages; fetches run on tasks (`fetching`).
+//! come back as `WorkDone` messages; fetches run on tasks (`fetching`).
 //! In an overlapped run (RunSpec pacing, docs/protocol.md §6.3) the node
 //! starts training round r + 1 as soon as its round-r delta is stored, from
 //! θ_r's lookahead, while round r is exchanged and aggregated; when round r + 1 opens,
@@ -52,7 +52,7 @@ const TELEMETRY_MIN_GAP: Duration = Duration::from_secs(2);
 pub const KEPT_STATES: usize = 3;
 
 /// Results of work the loop started.
-pub(crate) enum Internal {
+pub(crate) enum WorkDone {
     Payload {
         round: u64,
         hash: PayloadHash,
@@ -168,8 +168,8 @@ pub struct Node {
     last_ticket_gossip: Option<Instant>,
     /// Tickets gathered at cold start, for the machine (fed by `run`).
     start_tickets: Vec<(PublicKey, murmur_protocol::Ticket)>,
-    tx: mpsc::UnboundedSender<Internal>,
-    rx: mpsc::UnboundedReceiver<Internal>,
+    tx: mpsc::UnboundedSender<WorkDone>,
+    rx: mpsc::UnboundedReceiver<WorkDone>,
 }
 
 /// What the loop starts from besides the network and the store.
@@ -337,7 +337,7 @@ impl Node {
         self.metrics.trainer_restarted();
         let tx = self.tx.clone();
         trainer::respawn(self.trainer_setup.clone(), move |started| {
-            let _ = tx.send(Internal::TrainerStarted(started));
+            let _ = tx.send(WorkDone::TrainerStarted(started));
         });
     }
 
@@ -432,7 +432,7 @@ impl Node {
     }
 
     /// Encode, hash and store our delta of `round` on the blocking pool (then
-    /// `Internal::Encoded` feeds it to the machine).
+    /// `WorkDone::Encoded` feeds it to the machine).
     fn announce_own(&mut self, round: u64, base: StateId, t: Trained) {
         if self.machine.round() != round
             || self.machine.base() != base
@@ -459,7 +459,7 @@ impl Node {
                     .map(|_| hash)
                     .map_err(|e| format!("storing our delta failed: {e}"))
             });
-            let _ = tx.send(Internal::Encoded { round, base, tokens, train_loss, result });
+            let _ = tx.send(WorkDone::Encoded { round, base, tokens, train_loss, result });
         });
         self.train_ahead(round, base);
     }
@@ -537,9 +537,9 @@ impl Node {
         super::telemetry::publish(self.net.clone(), self.key.clone(), t);
     }
 
-    fn on_internal(&mut self, msg: Internal) {
+    fn on_internal(&mut self, msg: WorkDone) {
         match msg {
-            Internal::Payload { round, hash, from, fault } => match fault {
+            WorkDone::Payload { round, hash, from, fault } => match fault {
                 None => {
                     self.deltas_by_round.entry(round).or_default().push(hash);
                     // A fetch that outlived its round (a re-sync moved the
@@ -551,7 +551,7 @@ impl Node {
                 // No peer served it: the machine asks again after a back-off.
                 Some(None) => self.feed(Event::PayloadUnavailable { payload_hash: hash }),
             },
-            Internal::Aggregated { round, result } => {
+            WorkDone::Aggregated { round, result } => {
                 if self.machine.phase() != Phase::Aggregating || self.machine.round() != round {
                     // Its state blob was written all the same: track it so it is collected.
                     if let Ok(agg) = result {
@@ -577,18 +577,18 @@ impl Node {
                     }
                 }
             }
-            Internal::StateAbandoned { id } => {
+            WorkDone::StateAbandoned { id } => {
                 if self.fetching_state == Some(id) {
                     self.fetching_state = None;
                 }
             }
-            Internal::StateUnavailable { id } => {
+            WorkDone::StateUnavailable { id } => {
                 if self.fetching_state == Some(id) {
                     self.fetching_state = None;
                 }
                 self.feed(Event::StateUnavailable { state: id });
             }
-            Internal::State { round, id, state } => {
+            WorkDone::State { round, id, state } => {
                 if self.fetching_state == Some(id) {
                     self.fetching_state = None;
                 }
@@ -613,20 +613,20 @@ impl Node {
                 }
                 self.start_training(self.machine.round(), id);
             }
-            Internal::Encoded { round, base, tokens, train_loss, result } => match result {
+            WorkDone::Encoded { round, base, tokens, train_loss, result } => match result {
                 Ok(payload_hash) => {
                     self.deltas_by_round.entry(round).or_default().push(payload_hash);
                     self.feed(Event::LocalDeltaReady { round, base, payload_hash, tokens, train_loss });
                 }
                 Err(e) => tracing::error!("{e}"),
             },
-            Internal::ManifestNotRecorded { round, why } => {
+            WorkDone::ManifestNotRecorded { round, why } => {
                 tracing::error!(
                     "recording our manifest of round {round} failed ({why}); it was not published"
                 )
             }
-            Internal::PeerStatus { peer, status } => self.on_peer_status(peer, status),
-            Internal::TrainerStarted(Ok((handle, done_rx))) => {
+            WorkDone::PeerStatus { peer, status } => self.on_peer_status(peer, status),
+            WorkDone::TrainerStarted(Ok((handle, done_rx))) => {
                 self.out.event("trainer_started", json!({ "device": handle.device }));
                 self.trainer = handle;
                 self.done_rx = done_rx;
@@ -642,7 +642,7 @@ impl Node {
                     self.start_training(self.machine.round(), self.machine.base());
                 }
             }
-            Internal::TrainerStarted(Err(e)) => {
+            WorkDone::TrainerStarted(Err(e)) => {
                 self.fatal = Some(RuntimeError::Trainer(format!("starting the trainer again failed: {e}")));
             }
         }
@@ -692,7 +692,7 @@ impl Node {
             match recorded {
                 Ok(()) => publish_with_retries(net, TopicKind::Manifest, bytes, 20).await,
                 Err(why) => {
-                    let _ = tx.send(Internal::ManifestNotRecorded { round, why });
+                    let _ = tx.send(WorkDone::ManifestNotRecorded { round, why });
                 }
             }
         });
@@ -836,7 +836,7 @@ impl Node {
                     } else {
                         Err("the base state is not the one held".into())
                     };
-                    let _ = tx.send(Internal::Aggregated { round, result });
+                    let _ = tx.send(WorkDone::Aggregated { round, result });
                 });
             }
             Action::PublishCommit(c) => {

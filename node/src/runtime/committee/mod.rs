@@ -76,7 +76,7 @@ pub fn committee_config(spec: &RunSpec) -> CommitteeConfig {
 }
 
 /// Results of work the loop started.
-enum Internal {
+enum WorkDone {
     Cut {
         round: u64,
         tokens: u64,
@@ -229,8 +229,8 @@ struct CommitteeNode {
     /// The newest round whose delta we signed.
     announced: Option<u64>,
     fatal: Option<RuntimeError>,
-    tx: mpsc::UnboundedSender<Internal>,
-    rx: mpsc::UnboundedReceiver<Internal>,
+    tx: mpsc::UnboundedSender<WorkDone>,
+    rx: mpsc::UnboundedReceiver<WorkDone>,
 }
 
 /// Run a protocol-v2 node from `start` until the network stops.
@@ -389,7 +389,7 @@ impl CommitteeNode {
             (self.net.clone(), self.store.clone(), self.spec.clone(), self.tx.clone());
         tokio::spawn(async move {
             let result = sync::fetch_state(&net, &store, &spec, target, &holders).await;
-            let _ = tx.send(Internal::Synced { target, result });
+            let _ = tx.send(WorkDone::Synced { target, result });
         });
     }
 
@@ -558,14 +558,14 @@ impl CommitteeNode {
         if offer.payload.is_some() {
             tokio::task::spawn_blocking(move || {
                 let ok = transfer::store_inline(&store, &offer);
-                let _ = tx.send(Internal::Pulled { offer, ok });
+                let _ = tx.send(WorkDone::Pulled { offer, ok });
             });
             return;
         }
         let cap = offer.leaf.payload_len;
         tokio::spawn(async move {
             let ok = transfer::pull_payload(&net, &store, &offer, cap, &[]).await.is_ok();
-            let _ = tx.send(Internal::Pulled { offer, ok });
+            let _ = tx.send(WorkDone::Pulled { offer, ok });
         });
     }
 
@@ -603,7 +603,7 @@ impl CommitteeNode {
     }
 
     /// Cut our delta of `round` into the round's shards and store them
-    /// (on the blocking pool; `Internal::Cut` feeds the machine), then, in
+    /// (on the blocking pool; `WorkDone::Cut` feeds the machine), then, in
     /// an overlapped run, start training the next round ahead.
     fn cut(&mut self, round: u64, t: Trained) {
         if round != self.machine.round() || self.own.as_ref().is_some_and(|(r, _)| *r == round) {
@@ -616,7 +616,7 @@ impl CommitteeNode {
         tokio::task::spawn_blocking(move || {
             let mut fb = feedback.lock().unwrap_or_else(|p| p.into_inner());
             let result = work::cut_delta(&store, codec, &mut fb, &delta, layout);
-            let _ = tx.send(Internal::Cut { round, tokens, train_loss, result });
+            let _ = tx.send(WorkDone::Cut { round, tokens, train_loss, result });
         });
         if self.spec.pacing.overlapped && self.trainer_alive {
             let epoch = self.trainer.epoch();
@@ -655,10 +655,10 @@ impl CommitteeNode {
         }
     }
 
-    fn on_internal(&mut self, msg: Internal) {
+    fn on_internal(&mut self, msg: WorkDone) {
         let round = self.machine.round();
         match msg {
-            Internal::Cut { round: r, tokens, train_loss, result } => match result {
+            WorkDone::Cut { round: r, tokens, train_loss, result } => match result {
                 Ok((leaves, norm)) if r == round => {
                     for l in &leaves {
                         self.keep(r, BlobKind::Delta, l.payload_hash.0);
@@ -674,7 +674,7 @@ impl CommitteeNode {
                 Ok(_) => {}
                 Err(e) => tracing::error!("{e}"),
             },
-            Internal::Pulled { offer, ok } => {
+            WorkDone::Pulled { offer, ok } => {
                 self.pulling.remove(&(offer.round, offer.leaf.shard, offer.signer));
                 if ok && offer.round == round {
                     let ShardOffer { signer, shards, leaf, ref proof, .. } = offer;
@@ -684,7 +684,7 @@ impl CommitteeNode {
                     self.feed(CommitteeEvent::ShardReceived { signer, shards, leaf, proof });
                 }
             }
-            Internal::Aggregated { round: r, shard, result } if r == round => match result {
+            WorkDone::Aggregated { round: r, shard, result } if r == round => match result {
                 Ok((included, total_tokens, result_hash)) => {
                     self.keep(r, BlobKind::Aggregate, result_hash);
                     let e = CommitteeEvent::ShardAggregated {
@@ -701,7 +701,7 @@ impl CommitteeNode {
                     self.feed(CommitteeEvent::ShardAggregationFailed { round: r, shard });
                 }
             },
-            Internal::Fetched { round: r, shard, hash, outcome, norm, included } if r == round => {
+            WorkDone::Fetched { round: r, shard, hash, outcome, norm, included } if r == round => {
                 if outcome == FetchOutcome::Served {
                     self.keep(r, BlobKind::Aggregate, hash);
                 }
@@ -713,10 +713,10 @@ impl CommitteeNode {
                     included,
                 })
             }
-            Internal::Included { round: r, result, list } if r == round => {
+            WorkDone::Included { round: r, result, list } if r == round => {
                 self.feed(CommitteeEvent::IncludedReceived { result, included: list })
             }
-            Internal::Sketched { round: r, result, included, matches } if r == round => {
+            WorkDone::Sketched { round: r, result, included, matches } if r == round => {
                 let verdict = match matches {
                     Some(true) => "agrees",
                     Some(false) => "disagrees",
@@ -728,7 +728,7 @@ impl CommitteeNode {
                 );
                 self.feed(CommitteeEvent::Sketched { result, included, matches })
             }
-            Internal::Rechecked { round: r, result, included, matches, manifests } if r == round => {
+            WorkDone::Rechecked { round: r, result, included, matches, manifests } if r == round => {
                 for m in manifests {
                     self.feed(CommitteeEvent::ManifestReceived(m));
                 }
@@ -740,14 +740,14 @@ impl CommitteeNode {
                 }
                 self.feed(CommitteeEvent::Rechecked { result, included, matches })
             }
-            Internal::Applied { round: r, ledger, result } if r == round => match result {
+            WorkDone::Applied { round: r, ledger, result } if r == round => match result {
                 Ok(next) => self.applied(r, ledger, next),
                 Err(e) => {
                     self.fatal = Some(RuntimeError::Config(format!("applying round {r} failed: {e}")));
                 }
             },
-            Internal::ResultPulled(r) => self.feed(CommitteeEvent::ResultReceived(r)),
-            Internal::InputPulled(offer) => {
+            WorkDone::ResultPulled(r) => self.feed(CommitteeEvent::ResultReceived(r)),
+            WorkDone::InputPulled(offer) => {
                 let (round, shard) = (offer.round, offer.leaf.shard);
                 self.out.event(
                     "input_pulled",
@@ -755,7 +755,7 @@ impl CommitteeNode {
                 );
                 self.on_offer(offer)
             }
-            Internal::Synced { target, result } => match result {
+            WorkDone::Synced { target, result } => match result {
                 Ok((state, ledger)) if self.machine.moves_to(state.round, target) => {
                     self.synced(target, state, ledger)
                 }
@@ -765,7 +765,7 @@ impl CommitteeNode {
                     self.feed(CommitteeEvent::CatchUpFailed);
                 }
             },
-            Internal::TrainerStarted(Ok((handle, done_rx))) => {
+            WorkDone::TrainerStarted(Ok((handle, done_rx))) => {
                 self.out.event("trainer_started", json!({ "device": handle.device }));
                 self.trainer = handle;
                 self.done_rx = done_rx;
@@ -782,10 +782,10 @@ impl CommitteeNode {
                     self.train(self.machine.round(), self.machine.base());
                 }
             }
-            Internal::Undelivered { round: r, to, shard } if r == round => {
+            WorkDone::Undelivered { round: r, to, shard } if r == round => {
                 self.feed(CommitteeEvent::ShardUndelivered { to, shard })
             }
-            Internal::TrainerStarted(Err(e)) => {
+            WorkDone::TrainerStarted(Err(e)) => {
                 self.fatal = Some(RuntimeError::Trainer(format!("starting the trainer again failed: {e}")));
             }
             // Results of a round this node has left.
@@ -934,7 +934,7 @@ impl CommitteeNode {
                 let (net, store, tx) = (self.net.clone(), self.store.clone(), self.tx.clone());
                 tokio::spawn(async move {
                     if !transfer::send_offer(net, &store, to, offer).await {
-                        let _ = tx.send(Internal::Undelivered { round, to, shard });
+                        let _ = tx.send(WorkDone::Undelivered { round, to, shard });
                     }
                 });
             }
@@ -944,7 +944,7 @@ impl CommitteeNode {
                 tokio::task::spawn_blocking(move || {
                     let result = work::aggregate_stored(&store, &spec, layout, shard, &inputs, &leaves)
                         .map(|a| (a.included, a.total_tokens, a.result_hash));
-                    let _ = tx.send(Internal::Aggregated { round, shard, result });
+                    let _ = tx.send(WorkDone::Aggregated { round, shard, result });
                 });
             }
             CommitteeAction::PublishResult(r) => {
@@ -965,7 +965,7 @@ impl CommitteeNode {
                     let (net, tx) = (self.net.clone(), self.tx.clone());
                     tokio::spawn(async move {
                         if let Some(offer) = transfer::pull_input(&net, round, shard, signer).await {
-                            let _ = tx.send(Internal::InputPulled(offer));
+                            let _ = tx.send(WorkDone::InputPulled(offer));
                         }
                     });
                 }
@@ -980,7 +980,7 @@ impl CommitteeNode {
                         json!({ "round": round, "shard": shard, "asked": from.len(), "got": got }),
                     );
                     if let Some(result) = result {
-                        let _ = tx.send(Internal::ResultPulled(result));
+                        let _ = tx.send(WorkDone::ResultPulled(result));
                     }
                 });
             }
@@ -1000,14 +1000,14 @@ impl CommitteeNode {
                         None => FetchOutcome::Unavailable,
                     };
                     let (hash, norm) = (result_hash, norm.unwrap_or(0.0));
-                    let _ = tx.send(Internal::Fetched { round, shard, hash, outcome, norm, included });
+                    let _ = tx.send(WorkDone::Fetched { round, shard, hash, outcome, norm, included });
                     return;
                 }
                 tokio::spawn(async move {
                     let asked = (round, shard, result_hash);
                     let (outcome, norm, included) =
                         transfer::fetch_aggregate(net, store, &fetching, asked, form, from).await;
-                    let _ = tx.send(Internal::Fetched {
+                    let _ = tx.send(WorkDone::Fetched {
                         round,
                         shard,
                         hash: result_hash,
@@ -1023,7 +1023,7 @@ impl CommitteeNode {
                 let roots = self.machine.manifest_roots();
                 tokio::spawn(async move {
                     if let Some(list) = transfer::request_included(net, &result, &roster, &roots).await {
-                        let _ = tx.send(Internal::Included { round, result, list });
+                        let _ = tx.send(WorkDone::Included { round, result, list });
                     }
                 });
             }
@@ -1049,7 +1049,7 @@ impl CommitteeNode {
                 let layout = self.machine.plan().layout();
                 tokio::task::spawn_blocking(move || {
                     let result = work::apply_round(&store, &spec, &state, layout, &shards);
-                    let _ = tx.send(Internal::Applied { round, ledger, result });
+                    let _ = tx.send(WorkDone::Applied { round, ledger, result });
                 });
             }
         }
@@ -1099,7 +1099,7 @@ impl CommitteeNode {
         self.metrics.trainer_restarted();
         let tx = self.tx.clone();
         trainer::respawn(self.trainer_setup.clone(), move |started| {
-            let _ = tx.send(Internal::TrainerStarted(started));
+            let _ = tx.send(WorkDone::TrainerStarted(started));
         });
     }
 
@@ -1167,7 +1167,7 @@ impl CommitteeNode {
         tokio::spawn(async move {
             for (a, matches) in audit::sketch(net, store, served, fetching, reading, audits).await {
                 let (result, included) = (a.result, a.included);
-                let _ = tx.send(Internal::Sketched { round, result, included, matches });
+                let _ = tx.send(WorkDone::Sketched { round, result, included, matches });
             }
         });
     }
@@ -1197,7 +1197,7 @@ impl CommitteeNode {
             .await;
             if let Ok((Ok(hash), manifests)) = recomputed {
                 let matches = hash == result.result_hash;
-                let _ = tx.send(Internal::Rechecked { round, result, included, matches, manifests });
+                let _ = tx.send(WorkDone::Rechecked { round, result, included, matches, manifests });
             }
         });
     }

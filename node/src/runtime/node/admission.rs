@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use libp2p::PeerId;
 use murmur_protocol::{Event, PublicKey, RoundCommit, Ticket};
 
-use super::{publish_with_retries, Internal, Node};
+use super::{publish_with_retries, Node, WorkDone};
 use crate::net::{public_key_of, PeerStatus, TopicKind, XferRequest, XferResponse};
 use crate::runtime::tickets::unix_now;
 
@@ -44,13 +44,13 @@ impl Node {
     }
 
     /// Ask `peer` for its status; the answer comes back as
-    /// `Internal::PeerStatus`.
+    /// `WorkDone::PeerStatus`.
     pub(super) fn ask_status(&self, peer: PeerId) {
         let (net, tx) = (self.net.clone(), self.tx.clone());
         tokio::spawn(async move {
             let ask = tokio::time::timeout(STATUS_WAIT, net.request(peer, XferRequest::Status)).await;
             if let Ok(Ok(XferResponse::Status(status))) = ask {
-                let _ = tx.send(Internal::PeerStatus { peer, status });
+                let _ = tx.send(WorkDone::PeerStatus { peer, status });
             }
         });
     }
