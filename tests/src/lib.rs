@@ -356,11 +356,22 @@ pub struct TicketRun {
 /// Starts a version-1 ticket-admission run (`--admission tickets
 /// --operator <key>`) whose operator key is `operator_seed`.
 pub fn start_ticket_run(dir: &Path, s: &RunSettings, operator_seed: [u8; 32]) -> TicketRun {
+    start_ticket_run_with(dir, s, operator_seed, &VERSION_1)
+}
+
+/// `start_ticket_run` with `run` as the round's arguments (`&[]`: the
+/// default, one owner per shard).
+pub fn start_ticket_run_with(
+    dir: &Path,
+    s: &RunSettings,
+    operator_seed: [u8; 32],
+    run: &[&str],
+) -> TicketRun {
     let operator = murmur_protocol::NodeKey::from_seed(operator_seed);
     let operator_key = dir.join("operator.key");
     std::fs::write(&operator_key, operator.seed()).expect("operator key");
     let op_hex = operator.public().to_string();
-    let args = [&VERSION_1[..], &["--admission", "tickets", "--operator", op_hex.as_str()]].concat();
+    let args = [run, &["--admission", "tickets", "--operator", op_hex.as_str()]].concat();
     let (boot, addr) = start_bootstrap_with(dir, s, &args);
     TicketRun { boot, addr, operator, operator_key }
 }

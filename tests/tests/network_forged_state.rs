@@ -6,7 +6,8 @@
 //! them could fetch it. The joiner reports both claims as ignored, never
 //! takes either state, and syncs to the state the honest nodes committed;
 //! `murmur export --bootstrap` likewise writes a committed state and never
-//! a forged one, and with only a forger in the run writes nothing.
+//! a forged one, and with only a forger in the run writes nothing — in a
+//! version-1 run and in a committee run, whose forged words are results.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -18,10 +19,11 @@ use murmur_node::net::{XferRequest, XferResponse};
 use murmur_node::runtime::server::StoreServer;
 use murmur_node::runtime::spec::genesis;
 use murmur_node::store::{BlobKind, Store};
+use murmur_protocol::committee::ShardResult;
 use murmur_protocol::{NodeKey, PublicKey, RoundCommit, RunSpec, Signature, StateId, Ticket};
 use murmur_tests::{
-    hosted_spec, issue_ticket, start_node, start_ticket_run, states_by_round, wait_until, workspace_binary,
-    write_node_key, RunSettings, TicketRun,
+    hosted_spec, issue_ticket, start_node, start_ticket_run, start_ticket_run_with, states_by_round,
+    wait_until, workspace_binary, write_node_key, RunSettings, TicketRun, VERSION_1,
 };
 
 /// A peer claiming `round` at `state` (which it serves from its store),
@@ -51,9 +53,11 @@ fn forged_state(spec: &RunSpec, round: u64, dir: &Path) -> (Arc<Store>, StateId)
     (store, StateId(id))
 }
 
-/// Ten commits of `round` naming `state`, by keys seeded `seed0 + i`, each
-/// with a ticket `forger` signed (no operator's): evidence that counts for
-/// nothing.
+/// Ten signed words that round `round` ended on `state`, by keys seeded
+/// `seed0 + i`, each with a ticket `forger` signed (no operator's):
+/// evidence that counts for nothing. In a committee run (`spec`'s
+/// committee size above 0) each word is a ShardResult of the next round
+/// trained from `state`, else a RoundCommit.
 fn forged_backing(
     spec: &RunSpec,
     forger: &NodeKey,
@@ -64,18 +68,36 @@ fn forged_backing(
     (0..10u8)
         .map(|i| {
             let k = NodeKey::from_seed([seed0 + i; 32]);
-            let commit = RoundCommit {
-                run: spec.run_id(),
-                round,
-                base: StateId([0; 32]),
-                included: vec![],
-                new_state: state,
-                signer: PublicKey::default(),
-                signature: Signature::default(),
-            }
-            .sign(&k);
+            let word = if spec.committee_size > 0 {
+                ShardResult {
+                    run: spec.run_id(),
+                    round: round + 1,
+                    base: state,
+                    shard: 0,
+                    included_count: 1,
+                    included_root: [0; 32],
+                    total_tokens: 1,
+                    result_hash: [i; 32],
+                    signer: PublicKey::default(),
+                    signature: Signature::default(),
+                }
+                .sign(&k)
+                .encode()
+            } else {
+                RoundCommit {
+                    run: spec.run_id(),
+                    round,
+                    base: StateId([0; 32]),
+                    included: vec![],
+                    new_state: state,
+                    signer: PublicKey::default(),
+                    signature: Signature::default(),
+                }
+                .sign(&k)
+                .encode()
+            };
             let ticket = Ticket::issue(forger, spec.run_id(), k.public(), u64::MAX);
-            StatusBacking { commit: commit.encode(), ticket: Some(ticket.encode()) }
+            StatusBacking { commit: word, ticket: Some(ticket.encode()) }
         })
         .collect()
 }
@@ -134,10 +156,21 @@ fn read_state_id(out: &Path) -> String {
 /// --bootstrap` writes nothing and says no state is backed.
 #[test]
 fn export_refuses_a_state_no_admitted_commit_backs() {
+    export_refuses_an_unbacked_state(&VERSION_1);
+}
+
+/// The same in a committee run, whose signed words are ShardResults.
+#[test]
+fn a_committee_export_refuses_a_state_no_admitted_result_backs() {
+    export_refuses_an_unbacked_state(&[]);
+}
+
+fn export_refuses_an_unbacked_state(run: &[&str]) {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     let settings = RunSettings { inner_steps: 10, batch: 4, quorum: 1, deadline: 20, seed: 45 };
-    let TicketRun { boot: _boot, addr, operator, operator_key } = start_ticket_run(d, &settings, [0x0d; 32]);
+    let TicketRun { boot: _boot, addr, operator, operator_key } =
+        start_ticket_run_with(d, &settings, [0x0d; 32], run);
     let (rt, spec, boot) = hosted_spec(&addr, &operator);
     let (store, forged) = forged_state(&spec, 60, &d.join("forger"));
     let forger_key = NodeKey::from_seed([0xf3; 32]);
