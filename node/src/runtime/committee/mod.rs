@@ -5,16 +5,20 @@
 //! loop only moves bytes and runs compute, and turns what comes back into
 //! machine events.
 //!
+//! - `closing`: a round applied or a state fetched: the node's new state.
 //! - `served`: what the node answers beyond blobs (offers, leaves, lists).
 //! - `sync`: fetching the state a majority signed.
+//! - `training`: starting rounds on the trainer thread and cutting deltas.
 //! - `transfer`: the tasks that move shards, aggregates and lists.
 //! - `work`: cutting, aggregating and applying on the blocking pool.
 //!
 //! A run with `committee_size` 0 runs version 1's loop (`runtime::node`).
 
 pub mod audit;
+mod closing;
 pub mod served;
 pub mod sync;
+mod training;
 pub mod transfer;
 pub mod work;
 
@@ -36,9 +40,9 @@ use tokio::sync::mpsc;
 use super::held::HeldState;
 use super::node::admission::TICKET_GOSSIP_EVERY;
 use super::report::Reporter;
-use super::server::{ServedStatus, StoreServer};
-use super::trainer::ahead::{report_trained_ahead, AtOpen, Trained, TrainingAhead};
-use super::trainer::{self, Job, JobDone, TrainerHandle, TrainerSetup};
+use super::server::StoreServer;
+use super::trainer::ahead::TrainingAhead;
+use super::trainer::{self, JobDone, TrainerHandle, TrainerSetup};
 use super::RuntimeError;
 use crate::metrics::NodeMetrics;
 use crate::net::offer::ShardOffer;
@@ -370,50 +374,6 @@ impl CommitteeNode {
         self.ledger.state_id(self.state.id())
     }
 
-    /// Store the current state's ledger, record it as the state's, and
-    /// serve the state's parts.
-    fn record_state(&self) {
-        let (bytes, hash, params) = (self.ledger.encode(), self.ledger.hash(), self.state.id());
-        let run = self.spec.run_id();
-        if self.store.blobs.put(BlobKind::Ledger, &bytes).is_ok() {
-            let _ = self.store.meta.set_ledger_of(&run, &params, &hash);
-        }
-        self.served.hold_state(self.state_id().0, (params.0, hash, bytes.len() as u64));
-    }
-
-    /// Fetch the state a majority signed (`FetchState`).
-    fn fetch_state(&mut self, round: u64, target: StateId, holders: Vec<PublicKey>) {
-        self.out
-            .event("resync", json!({ "round": round, "state_id": target.to_hex(), "peers": holders.len() }));
-        let (net, store, spec, tx) =
-            (self.net.clone(), self.store.clone(), self.spec.clone(), self.tx.clone());
-        tokio::spawn(async move {
-            let result = sync::fetch_state(&net, &store, &spec, target, &holders).await;
-            let _ = tx.send(WorkDone::Synced { target, result });
-        });
-    }
-
-    /// Continue from `state` (with `ledger`), fetched to catch up.
-    fn synced(&mut self, target: StateId, state: TrainingState, ledger: Ledger) {
-        let round = state.round;
-        self.trainer.cancel();
-        self.ahead.clear();
-        self.state = HeldState::new(state);
-        self.ledger = ledger;
-        self.own = None;
-        let feedback = self.feedback.clone();
-        tokio::task::spawn_blocking(move || feedback.lock().unwrap_or_else(|p| p.into_inner()).reset());
-        self.record_state();
-        self.served.open_round(round);
-        self.round_opened = Instant::now();
-        self.server.set_status(ServedStatus { round, state: Some(self.state.id().0) });
-        self.out.event("resynced", json!({ "round": round, "state_id": target.to_hex() }));
-        // Words for the rounds from here on were said on the chain left.
-        self.own_results.retain(|r, _| *r < round);
-        let ledger = self.ledger.clone();
-        self.feed(CommitteeEvent::CaughtUp { round, state: target, ledger });
-    }
-
     async fn run(
         mut self,
         mut net_events: mpsc::Receiver<NetEvent>,
@@ -569,92 +529,6 @@ impl CommitteeNode {
         });
     }
 
-    fn on_job(&mut self, done: JobDone) {
-        report_trained_ahead(self.out, &done);
-        match done {
-            JobDone::Trained { round, delta, tokens, train_loss, secs, ahead, .. } => {
-                self.train_tokens += tokens;
-                self.train_secs += secs;
-                self.last_train_loss = train_loss;
-                self.metrics.trained(tokens, secs);
-                let trained = Trained { delta, tokens, train_loss };
-                if ahead {
-                    if let Some(t) = self.ahead.finished(round, self.machine.round(), trained) {
-                        self.cut(round, t);
-                    }
-                    return;
-                }
-                self.cut(round, trained);
-            }
-            JobDone::Evaluated { round, val_loss } => {
-                self.last_val_loss = Some(val_loss);
-                self.report_round(round, Some(val_loss));
-                self.publish_telemetry();
-            }
-            JobDone::Cancelled { round } => {
-                // Training ahead was cancelled: train the round if it is open.
-                if self.ahead.cancelled(round) && round == self.machine.round() {
-                    self.train(round, self.machine.base());
-                }
-            }
-            JobDone::Failed(e) => tracing::error!("trainer: {e}"),
-            JobDone::Panicked(what) => self.trainer_died(format!("the trainer panicked: {what}")),
-        }
-    }
-
-    /// Cut our delta of `round` into the round's shards and store them
-    /// (on the blocking pool; `WorkDone::Cut` feeds the machine), then, in
-    /// an overlapped run, start training the next round ahead.
-    fn cut(&mut self, round: u64, t: Trained) {
-        if round != self.machine.round() || self.own.as_ref().is_some_and(|(r, _)| *r == round) {
-            return;
-        }
-        let Trained { delta, tokens, train_loss } = t;
-        let layout = self.machine.plan().layout();
-        let (store, codec, feedback, tx) =
-            (self.store.clone(), self.spec.codec, self.feedback.clone(), self.tx.clone());
-        tokio::task::spawn_blocking(move || {
-            let mut fb = feedback.lock().unwrap_or_else(|p| p.into_inner());
-            let result = work::cut_delta(&store, codec, &mut fb, &delta, layout);
-            let _ = tx.send(WorkDone::Cut { round, tokens, train_loss, result });
-        });
-        if self.spec.pacing.overlapped && self.trainer_alive {
-            let epoch = self.trainer.epoch();
-            let (base, state) = (self.machine.base(), self.state.state().clone());
-            if let Some(job) = self.ahead.start(epoch, round + 1, base, state) {
-                if !self.trainer.submit(job) {
-                    self.trainer_died("the trainer thread is gone".into());
-                }
-            }
-        }
-    }
-
-    /// Our leaves of the round, served to re-checkers and auditors with the
-    /// manifest the machine signed over them (none before it signed).
-    fn serve_own_leaves(&mut self) {
-        let (Some(manifest), Some(leaves)) =
-            (self.machine.manifest_of(&self.me).cloned(), self.machine.own_leaves().map(<[_]>::to_vec))
-        else {
-            return;
-        };
-        let r = self.machine.round();
-        self.own = Some((r, leaves.clone()));
-        let tree = murmur_protocol::committee::MerkleTree::new(&leaves);
-        let layout = self.machine.plan().layout();
-        for (s, leaf) in leaves.iter().enumerate() {
-            self.served.hold_own(r, s as u32, leaf.payload_hash.0, layout.len(s as u32));
-            self.served.hold_leaf(ShardOffer {
-                round: r,
-                signer: self.me,
-                shards: leaves.len() as u32,
-                leaf: *leaf,
-                proof: tree.proof(s),
-                manifest: Box::new(manifest.clone()),
-                payload: None,
-            });
-        }
-    }
-
     fn on_internal(&mut self, msg: WorkDone) {
         let round = self.machine.round();
         match msg {
@@ -791,103 +665,6 @@ impl CommitteeNode {
             // Results of a round this node has left.
             _ => {}
         }
-    }
-
-    fn applied(&mut self, round: u64, ledger: Ledger, next: TrainingState) {
-        // The next roster is the signers shard 0's applied result included.
-        let included = ledger.roster.len();
-        // The tokens they trained on, as shard 0's result signs them.
-        let shard0_tokens = self.machine.round_tokens();
-        let round_tokens = shard0_tokens.unwrap_or(0);
-        let previous = (self.state.id(), self.ledger.hash());
-        self.state = HeldState::new(next);
-        self.ledger = ledger;
-        let new_state = self.state_id();
-        let secs = self.round_opened.elapsed().as_secs_f64();
-        self.pending_reports.insert(
-            round,
-            json!({
-                "round": round,
-                "state_id": new_state.to_hex(),
-                "included": included,
-                "state_blob": self.state.id().to_hex(),
-                "round_tokens": round_tokens,
-                "roster": self.ledger.roster.len(),
-                "excluded": self.ledger.excluded.len(),
-                "shards": self.machine.plan().shards(),
-                "round_secs": secs,
-                // Its delta is in: shard 0's applied result included it
-                // (the next roster; without one the roster stays).
-                "contributed": shard0_tokens.is_some() && self.ledger.roster.binary_search(&self.me).is_ok(),
-            }),
-        );
-        self.metrics.round_closed(round);
-        if self.eval_every == 0 || !round.is_multiple_of(self.eval_every) {
-            self.report_round(round, None);
-        } else if self.trainer_alive
-            && !self.trainer.submit(Job::Evaluate { round, state: self.state.state().clone() })
-        {
-            self.trainer_died("the trainer thread is gone".into());
-        }
-        self.record_state();
-        self.collect_garbage(round, previous);
-        self.feed(CommitteeEvent::Applied { round, new_state });
-        // The next round is open: what came early is fed now.
-        let next = self.machine.round();
-        self.served.open_round(next);
-        self.round_opened = Instant::now();
-        self.server.set_status(ServedStatus { round: next, state: Some(self.state.id().0) });
-        for (r, e) in std::mem::take(&mut self.early) {
-            if r != next {
-                continue;
-            }
-            match e {
-                Early::Gossip(m) => self.on_gossip(m),
-                Early::Offer(o) => self.on_offer(o),
-            }
-        }
-    }
-
-    fn keep(&mut self, round: u64, kind: BlobKind, id: [u8; 32]) {
-        let v = self.kept.entry(round).or_default();
-        if v.len() < 1 << 16 {
-            v.push((kind, id));
-        }
-    }
-
-    /// Round `round` was applied: the shards and aggregates of rounds
-    /// before it are deleted (slower nodes may still fetch round `round`'s),
-    /// and every state but the current one and the one before.
-    fn collect_garbage(&mut self, round: u64, previous: (StateId, [u8; 32])) {
-        let old: Vec<u64> = self.kept.range(..round).map(|(r, _)| *r).collect();
-        let doomed: Vec<(BlobKind, [u8; 32])> =
-            old.iter().flat_map(|r| self.kept.remove(r).unwrap_or_default()).collect();
-        let (store, current, ledger) = (self.store.clone(), self.state.id(), self.ledger.hash());
-        tokio::task::spawn_blocking(move || {
-            for (kind, id) in doomed {
-                let _ = store.blobs.remove(kind, &id);
-            }
-            let _ = store.blobs.retain(BlobKind::State, &[current.0, previous.0 .0]);
-            let _ = store.blobs.retain(BlobKind::Ledger, &[ledger, previous.1]);
-        });
-    }
-
-    fn report_round(&mut self, round: u64, val_loss: Option<f32>) {
-        let Some(mut v) = self.pending_reports.remove(&round) else { return };
-        v["val_loss"] = json!(val_loss);
-        self.bytes.fill(&mut v, &self.net.stats);
-        let running = self.trainer.busy.running_secs();
-        super::report::fill_training_time(
-            &mut v,
-            self.train_secs,
-            running,
-            self.first_train,
-            self.train_tokens,
-        );
-        v["secs"] = json!(self.started.elapsed().as_secs_f64());
-        v["peers"] = json!(self.trainers.len());
-        super::report::record_round(&self.store, &self.spec.run_id(), round, &v, val_loss);
-        self.out.event("round", v);
     }
 
     fn publish(&self, kind: TopicKind, bytes: Vec<u8>) {
@@ -1053,54 +830,6 @@ impl CommitteeNode {
                 });
             }
         }
-    }
-
-    /// Train round `round` from `base` (the current state), unless the node
-    /// is waiting to catch up.
-    fn train(&mut self, round: u64, base: StateId) {
-        if base != self.state_id() || self.machine.is_waiting() {
-            return;
-        }
-        self.server.set_status(ServedStatus { round, state: Some(self.state.id().0) });
-        if !self.trainer_alive {
-            return;
-        }
-        match self.ahead.open(round, self.state.state()) {
-            AtOpen::Finished(t) => return self.cut(round, t),
-            AtOpen::Landed => return,
-            AtOpen::Train => {}
-        }
-        self.first_train.get_or_insert_with(Instant::now);
-        let epoch = self.trainer.cancel();
-        let job = Job::Train {
-            epoch,
-            round,
-            base,
-            state: self.state.state().clone(),
-            reset_moments: false,
-            ahead: None,
-        };
-        if !self.trainer.submit(job) {
-            self.trainer_died("the trainer thread is gone".into());
-        }
-    }
-
-    /// The trainer thread is gone: start a new one, or stop the node when
-    /// it died too often.
-    fn trainer_died(&mut self, why: String) {
-        if !self.trainer_alive {
-            return;
-        }
-        self.trainer_alive = false;
-        if let Err(e) = self.restarts.take(Instant::now(), &why, self.out) {
-            self.fatal = Some(e);
-            return;
-        }
-        self.metrics.trainer_restarted();
-        let tx = self.tx.clone();
-        trainer::respawn(self.trainer_setup.clone(), move |started| {
-            let _ = tx.send(WorkDone::TrainerStarted(started));
-        });
     }
 
     /// Gossip a signed progress report (every `TELEMETRY_EVERY`, once the
