@@ -281,12 +281,14 @@ impl CatchUp {
         if self.fetching {
             return None;
         }
+        let roster: BTreeSet<PublicKey> =
+            ledger.roster.iter().filter(|k| !ledger.is_excluded(k)).copied().collect();
         let electorate = if !self.operators.is_empty() {
             Electorate::Operators(self.operators.clone())
-        } else if ledger.roster.is_empty() {
+        } else if roster.is_empty() {
             Electorate::Committers
         } else {
-            Electorate::Roster(ledger.roster.iter().filter(|k| !ledger.is_excluded(k)).copied().collect())
+            Electorate::Roster(roster)
         };
         let found = self.majority(&electorate, round, base).or_else(|| match &electorate {
             Electorate::Roster(keys) => self.rival(ledger, keys, (round, base), me, fresh_since),
