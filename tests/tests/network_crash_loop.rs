@@ -1,4 +1,4 @@
-//! A crash loop must not split the network (issue 18, done-when 1): two
+//! A crash loop must not split the network: two
 //! nodes, one SIGKILLed and restarted `MURMUR_CRASH_KILLS` times (100 by
 //! default) at seeded random moments, many of them in the middle of a round
 //! it had already announced. Afterwards both nodes end on one StateId,
@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use murmur_node::store::BlobStore;
 use murmur_tests::{
-    params_by_round, start_bootstrap_with, start_node, start_node_with_env, states_by_round, wait_until,
-    RunSettings, VERSION_1,
+    params_by_round, start_bootstrap, start_node, start_node_with_env, states_by_round, wait_until,
+    RunSettings,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -27,10 +27,7 @@ fn a_node_in_a_crash_loop_never_equivocates_and_the_two_nodes_stay_on_one_state(
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     let settings = RunSettings { inner_steps: 20, batch: 2, quorum: 1, deadline: 30, seed: 18 };
-    // Version 1's round: a committee node restarted without its stored
-    // ledger can sit out rounds for longer than this loop waits (an open
-    // question of the committee round, not of this test).
-    let (_boot, addr) = start_bootstrap_with(d, &settings, &VERSION_1);
+    let (_boot, addr) = start_bootstrap(d, &settings);
     // The steady node sleeps 100 ms before each inner step (2 s a round),
     // so it is still training when the other restarts after announcing: the
     // restart lands inside a round it had announced.

@@ -1,13 +1,13 @@
-//! A joining node and forged "higher" states (issue 13, done-when 4): in a
-//! ticket run where two honest nodes have committed a few rounds, two peers
-//! offer a joiner a state far ahead — one claims it unsigned, the other
-//! backs it with commits signed by ten keys without tickets (each carrying a
-//! ticket its forger signed) — and serve that state, so a node that believed
-//! them could fetch it. The joiner reports both claims as ignored, never
-//! takes either state, and syncs to the state the honest nodes committed;
-//! `murmur export --bootstrap` likewise writes a committed state and never
-//! a forged one, and with only a forger in the run writes nothing — in a
-//! version-1 run and in a committee run, whose forged words are results.
+//! A joining node and forged "higher" states: in a ticket run where two
+//! honest nodes have closed a few rounds, two peers offer a joiner a state
+//! far ahead — one claims it unsigned, the other backs it with results
+//! trained from it, signed by ten keys without tickets (each carrying a
+//! ticket its forger signed), and gossips those results — and serve that
+//! state, so a node that believed them could fetch it. The joiner never
+//! takes either state and catches up to the state the honest nodes closed
+//! a round on; `murmur export --bootstrap` likewise writes a backed state
+//! and never a forged one, and with only a forger in the run writes
+//! nothing.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -15,14 +15,14 @@ use std::time::Duration;
 
 use libp2p::{Multiaddr, PeerId};
 use murmur_node::net::{self, ContentServer, NetConfig, NetHandle, PeerStatus, Role, StatusBacking};
-use murmur_node::net::{XferRequest, XferResponse};
+use murmur_node::net::{TopicKind, XferRequest, XferResponse};
 use murmur_node::runtime::server::StoreServer;
 use murmur_node::runtime::spec::genesis;
 use murmur_node::store::{BlobKind, Store};
 use murmur_protocol::committee::ShardResult;
 use murmur_protocol::{NodeKey, PublicKey, RoundCommit, RunSpec, Signature, StateId, Ticket};
 use murmur_tests::{
-    hosted_spec, issue_ticket, start_node, start_ticket_run, start_ticket_run_with, states_by_round,
+    hosted_spec, issue_ticket, params_by_round, start_node, start_ticket_run_with, states_by_round,
     wait_until, workspace_binary, write_node_key, RunSettings, TicketRun, VERSION_1,
 };
 
@@ -193,12 +193,12 @@ fn export_refuses_an_unbacked_state(run: &[&str]) {
 }
 
 #[test]
-fn a_joiner_ignores_forged_higher_states_and_syncs_to_the_committed_one() {
+fn a_joiner_ignores_forged_higher_states_and_catches_up_to_the_committed_one() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     let settings = RunSettings { inner_steps: 10, batch: 4, quorum: 2, deadline: 20, seed: 44 };
     let TicketRun { boot: _boot, addr, operator, operator_key, .. } =
-        start_ticket_run(d, &settings, [0x0c; 32]);
+        start_ticket_run_with(d, &settings, [0x0c; 32], &[]);
     let (rt, spec, boot) = hosted_spec(&addr, &operator);
     let run_hex = spec.run_id().to_hex();
     let mut tickets = Vec::new();
@@ -213,7 +213,8 @@ fn a_joiner_ignores_forged_higher_states_and_syncs_to_the_committed_one() {
     wait_until("round 1 to close", Duration::from_secs(240), || a.last_round() >= Some(1), ctx);
 
     // Two forgers: one claims round 50 with no evidence at all; one claims
-    // round 60 backed by ten commits from keys without an operator's ticket.
+    // round 60 backed by ten results of round 61 trained from it, signed by
+    // keys without an operator's ticket, and gossips those results too.
     let (store1, x1) = forged_state(&spec, 50, &d.join("forger1"));
     let (store2, x2) = forged_state(&spec, 60, &d.join("forger2"));
     let forger_key = NodeKey::from_seed([0xf2; 32]);
@@ -229,70 +230,62 @@ fn a_joiner_ignores_forged_higher_states_and_syncs_to_the_committed_one() {
     let forgers = rt.block_on(async {
         vec![
             forger(&spec, &boot, NodeKey::from_seed([0xf1; 32]), claim(50, x1, Vec::new()), store1).await,
-            forger(&spec, &boot, forger_key.clone(), claim(60, x2, backing), store2).await,
+            forger(&spec, &boot, forger_key.clone(), claim(60, x2, backing.clone()), store2).await,
         ]
     });
-    let forger_ids: Vec<String> = forgers.iter().map(|n| n.local.to_string()).collect();
+    let gossiper = forgers[1].clone();
+    rt.spawn(async move {
+        // Ten results every second, so a joiner hears them whenever it
+        // subscribes (gossip drops a repeat it has seen, so each second's
+        // are of another round).
+        for n in 0..600u64 {
+            for w in forged_backing(&spec, &forger_key, 0x50, 59 + n, x2) {
+                let _ = gossiper.publish(TopicKind::ShardResult, w.commit).await;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    });
 
     // Let the bootstrap server learn the forgers, then start the joiner: it
     // finds the four trainers in the routing table the server gives it.
     std::thread::sleep(Duration::from_secs(3));
     let c = start_node(d, "c", &addr, &["--ticket", &tickets[2], "--discovery-wait", "15"]);
-    let joined = c.wait_event("joined", Duration::from_secs(120), |v| v["event"] == "joined");
     let ctx3 = || format!("{}\n{}\n{}", a.tail(), b.tail(), c.tail());
+    let resynced = c.wait_event("caught up", Duration::from_secs(180), |v| v["event"] == "resynced");
 
-    // Both forged claims were seen and ignored.
-    for (f, round) in forger_ids.iter().zip([50u64, 60]) {
-        assert!(
-            c.events_of("ignored_claim").iter().any(|v| {
-                v["round"].as_u64() == Some(round)
-                    && v["peers"].as_array().is_some_and(|p| p.iter().any(|p| p.as_str() == Some(f)))
-            }),
-            "c did not report the forged round-{round} claim as ignored\n{}",
-            ctx3()
-        );
-    }
-    // The joiner started from the state the honest nodes committed.
-    let joined_state = joined["state_id"].as_str().unwrap_or_default().to_string();
-    let joined_round = joined["round"].as_u64().unwrap_or(0);
-    assert!(joined_round >= 2, "c did not sync to the committed state: {joined}\n{}", ctx3());
-    {
-        let synced = c.events_of("synced");
-        assert!(
-            synced.iter().any(|v| v["state_id"].as_str() == Some(&joined_state) && v["committers"].as_u64() >= Some(2)),
-            "c joined at round {joined_round} without syncing to a backed state\n{}",
-            ctx3()
-        );
-        wait_until(
-            "a to report the round c joined at",
-            Duration::from_secs(120),
-            || a.last_round() >= Some(joined_round - 1),
-            ctx3,
-        );
-        assert_eq!(
-            states_by_round(&a).get(&(joined_round - 1)),
-            Some(&joined_state),
-            "c synced to a state the honest nodes did not commit\n{}",
-            ctx3()
-        );
-    }
+    // The joiner caught up to the state the honest nodes closed a round on.
+    let caught_state = resynced["state_id"].as_str().unwrap_or_default().to_string();
+    let caught_round = resynced["round"].as_u64().unwrap_or(0);
+    assert!(caught_round >= 2, "c caught up to an early state: {resynced}\n{}", ctx3());
+    wait_until(
+        "a to report the round c caught up to",
+        Duration::from_secs(120),
+        || a.last_round() >= Some(caught_round - 1),
+        ctx3,
+    );
+    assert_eq!(
+        states_by_round(&a).get(&(caught_round - 1)),
+        Some(&caught_state),
+        "c caught up to a state the honest nodes did not close a round on\n{}",
+        ctx3()
+    );
     for forged in [x1, x2] {
         let hex = forged.to_hex();
         let took =
             c.events().into_iter().any(|v| v["event"] != "ignored_claim" && v.to_string().contains(&hex));
         assert!(!took, "c took a forged state\n{}", ctx3());
     }
-    // `murmur export --bootstrap` takes the state the honest commits back,
+    // `murmur export --bootstrap` takes a state the honest results back,
     // never a forged one.
     let live = d.join("live-export");
     let (ok, stdout, stderr) = export_live(&addr, &operator_key, &live);
     assert!(ok, "export --bootstrap failed: {stdout}\n{stderr}\n{}", ctx3());
     let exported = read_state_id(&live);
-    // The export may be of a round a has committed but not reported yet.
+    // The export may be of a round a has closed but not reported yet.
     wait_until(
         "a to report the state the export took",
         Duration::from_secs(60),
-        || states_by_round(&a).values().any(|s| *s == exported),
+        || params_by_round(&a).values().any(|s| *s == exported),
         ctx3,
     );
     assert!(exported != x1.to_hex() && exported != x2.to_hex());
@@ -321,7 +314,7 @@ fn a_joiner_ignores_forged_higher_states_and_syncs_to_the_committed_one() {
         ctx3,
     );
     let (sa, sc) = (states_by_round(&a), states_by_round(&c));
-    let common: Vec<_> = sc.iter().filter(|(r, _)| sa.contains_key(r)).collect();
+    let common: Vec<_> = sc.iter().filter(|(r, _)| *r >= &from && sa.contains_key(r)).collect();
     assert!(!common.is_empty(), "{sa:?} {sc:?}");
     for (r, s) in common {
         assert_eq!(sa.get(r), Some(s), "round {r}: the joiner disagrees with the honest nodes\n{}", ctx3());

@@ -1,13 +1,14 @@
 //! A ticket run is private against identities without tickets: two honest
 //! nodes hold tickets an operator issued with `murmur ticket issue`; ten
 //! identities without one join as trainers, gossip valid manifests (their
-//! payloads served and decodable), commits for a state of their own and
+//! payloads served and decodable), results naming a state of their own and
 //! self-signed tickets, every round. None is counted, included or followed:
-//! the honest nodes close every round with their own two deltas and agree
-//! on every state. None is given a byte: the bootstrap server refuses them
-//! the RunSpec, and every request for a Status, a state's table or chunk, a
-//! delta or a dataset shard, of the nodes and of the bootstrap server, is
-//! answered `NotAdmitted` and charged. A watcher that forwards everything,
+//! the honest nodes' roster is the two of them, they close every round with
+//! their own two deltas and agree on every state. None is given a byte:
+//! the bootstrap server refuses them the RunSpec, and every request for a
+//! Status, a state's parts, table or chunk, a delta, a dataset shard or a
+//! shard's result, and every shard offered, of the nodes and of the
+//! bootstrap server, is answered `NotAdmitted` and charged. A watcher that forwards everything,
 //! connected to one honest node, sees the honest nodes' gossip through it
 //! and none of the outsiders': their gossip is not forwarded.
 //!
@@ -20,16 +21,16 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use libp2p::{Multiaddr, PeerId};
+use murmur_node::net::offer::{ShardOffer, MAX_INLINE_PAYLOAD};
 use murmur_node::net::{self, ContentServer, NetConfig, NetEvent, NetHandle, PeerStatus, Role, TopicKind};
 use murmur_node::net::{XferRequest, XferResponse};
 use murmur_node::runtime::startup::{discover_spec, Identity};
 use murmur_node::store::BlobKind;
+use murmur_protocol::committee::{merkle_root, ShardLeaf, ShardResult, ShardedManifest};
 use murmur_protocol::hash::payload_hash_of;
-use murmur_protocol::{
-    encode_delta, NodeKey, PayloadHash, PublicKey, RoundCommit, RunSpec, Signature, StateId, Ticket,
-};
+use murmur_protocol::{encode_delta, NodeKey, PayloadHash, PublicKey, RunSpec, Signature, StateId, Ticket};
 use murmur_tests::{
-    issue_ticket, signed_manifest, start_node, start_ticket_run, states_by_round, wait_until, write_node_key,
+    issue_ticket, start_node, start_ticket_run_with, states_by_round, wait_until, write_node_key,
     RunSettings, TicketRun,
 };
 
@@ -64,38 +65,65 @@ impl ContentServer for Outsider {
     }
 }
 
-/// The fake state every outsider commits to.
+/// The fake state every outsider's results name.
 const FAKE: StateId = StateId([0x66; 32]);
 
-/// One round of mischief by outsider `k`: a manifest for the honest nodes'
-/// round and base, commits to `FAKE` for this round and the one before,
-/// and a ticket it signed itself.
-async fn misbehave(
-    net: &NetHandle,
+/// Outsider `k`'s manifest of round `round` from `base`: its delta as one
+/// shard (`hash`, `len` bytes), and that shard's leaf.
+fn outsider_manifest(
     k: &NodeKey,
     spec: &RunSpec,
     round: u64,
     base: StateId,
     hash: PayloadHash,
-) {
+    len: u64,
+) -> (ShardedManifest, ShardLeaf) {
+    let leaf = ShardLeaf { shard: 0, payload_hash: hash, payload_len: len, norm: 1.0 };
+    let manifest = ShardedManifest {
+        run: spec.run_id(),
+        round,
+        base,
+        signer: PublicKey::default(),
+        tokens: 4096,
+        train_loss: 3.0,
+        codec: spec.codec,
+        element_count: spec.model.param_count,
+        shards: 1,
+        norm: 1.0,
+        root: merkle_root(&[leaf]),
+        signature: Signature::default(),
+    }
+    .sign(k);
+    (manifest, leaf)
+}
+
+/// One round of mischief by outsider `k`: a manifest for the honest nodes'
+/// round and base, results naming `FAKE` for this round and the one
+/// before, and a ticket it signed itself.
+async fn misbehave(net: &NetHandle, k: &NodeKey, spec: &RunSpec, round: u64, base: StateId, delta: &Bytes) {
     let run = spec.run_id();
-    let manifest = signed_manifest(k, spec, round, base, hash, 4096);
-    let commit = |r: u64| {
-        RoundCommit {
+    let (manifest, _) = outsider_manifest(k, spec, round, base, payload_hash_of(delta), delta.len() as u64);
+    let result = |r: u64| {
+        ShardResult {
             run,
             round: r,
-            base,
-            included: vec![hash],
-            new_state: FAKE,
+            base: FAKE,
+            shard: 0,
+            included_count: 1,
+            included_root: [0; 32],
+            total_tokens: 4096,
+            result_hash: *payload_hash_of(delta).as_bytes(),
             signer: PublicKey::default(),
             signature: Signature::default(),
         }
         .sign(k)
     };
-    let mut messages =
-        vec![(TopicKind::Manifest, manifest.encode()), (TopicKind::Commit, commit(round).encode())];
+    let mut messages = vec![
+        (TopicKind::ShardedManifest, manifest.encode()),
+        (TopicKind::ShardResult, result(round).encode()),
+    ];
     if round > 0 {
-        messages.push((TopicKind::Commit, commit(round - 1).encode()));
+        messages.push((TopicKind::ShardResult, result(round - 1).encode()));
     }
     let ticket = Ticket::issue(k, run, k.public(), u64::MAX);
     messages.push((TopicKind::Ticket, ticket.encode()));
@@ -117,21 +145,27 @@ fn state_id(hex: &str) -> StateId {
 /// Where an outsider's requests got it: the answers each target gave.
 type Answers = Vec<(String, XferResponse)>;
 
-/// Ask `target` for its Status, a table and a chunk of `state`, a delta's
-/// chunk and a dataset shard's chunk: what an outsider wants of a node.
+/// Ask `target` for its Status, the parts, a table and a chunk of
+/// `state`, a delta's chunk, a dataset shard's chunk and the result of
+/// round `round`'s shard 0, and offer it a shard of `offer`'s delta for
+/// that round: what an outsider wants of a node.
 async fn probe(
     net: &NetHandle,
     target: PeerId,
-    state: StateId,
-    state_len: u64,
-    delta: PayloadHash,
+    (state, state_len): (StateId, u64),
+    round: u64,
+    offer: &ShardOffer,
 ) -> Answers {
+    let delta = offer.leaf.payload_hash;
     let requests = [
         ("status", XferRequest::Status),
+        ("state parts", XferRequest::StateParts { state: state.0 }),
         ("state table", XferRequest::Table { kind: BlobKind::State, id: state.0, len: state_len }),
         ("state chunk", XferRequest::Chunk { kind: BlobKind::State, id: state.0, len: state_len, index: 0 }),
         ("delta chunk", XferRequest::Chunk { kind: BlobKind::Delta, id: delta.0, len: 1, index: 0 }),
         ("shard chunk", XferRequest::Chunk { kind: BlobKind::DatasetShard, id: [1; 32], len: 1, index: 0 }),
+        ("result", XferRequest::Result { round, shard: 0 }),
+        ("offer", XferRequest::Offer(offer.clone())),
     ];
     let mut out = Vec::new();
     for (what, r) in requests {
@@ -150,7 +184,8 @@ fn identities_without_tickets_count_for_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     let settings = RunSettings { inner_steps: 60, batch: 4, quorum: 2, deadline: 20, seed: 43 };
-    let TicketRun { boot: _boot, addr, operator, operator_key } = start_ticket_run(d, &settings, [0x0b; 32]);
+    let TicketRun { boot: _boot, addr, operator, operator_key } =
+        start_ticket_run_with(d, &settings, [0x0b; 32], &[]);
     let mut honest = Vec::new();
     for (name, seed) in [("a", [0xa1; 32]), ("b", [0xb1; 32])] {
         let holder = write_node_key(d, name, seed);
@@ -200,8 +235,9 @@ fn identities_without_tickets_count_for_nothing() {
             // A small, valid delta of the run's codec and shape, different per outsider.
             let values: Vec<f32> = (0..n).map(|j| ((j * 7 + i * 13) % 101) as f32 * 1e-6).collect();
             let payload = encode_delta(spec.codec, &values).expect("delta");
+            let payload = Bytes::from(payload);
             let hash = payload_hash_of(&payload);
-            let server = Outsider { spec: spec.encode(), payload: Bytes::from(payload), hash };
+            let server = Outsider { spec: spec.encode(), payload: payload.clone(), hash };
             let mut cfg = NetConfig::new(k.clone(), spec.run_id(), Role::Trainer);
             cfg.listen = vec!["/ip4/127.0.0.1/tcp/0".parse().expect("addr")];
             let (net, events) = net::start(cfg, Arc::new(server)).expect("net");
@@ -209,7 +245,7 @@ fn identities_without_tickets_count_for_nothing() {
                 let _ = net.dial(t.clone()).await;
             }
             let _ = net.dial(boot.clone()).await;
-            swarms.push((net, events, hash));
+            swarms.push((net, events, payload));
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
         // Every round the honest nodes close, every outsider joins in on the next.
@@ -222,19 +258,30 @@ fn identities_without_tickets_count_for_nothing() {
             if let Some((round, state)) = last.filter(|(r, _)| done_round != Some(*r)) {
                 done_round = Some(round);
                 let base = state_id(&state);
-                for (k, (net, _, hash)) in outsiders.iter().zip(&swarms) {
-                    misbehave(net, k, &spec, round + 1, base, *hash).await;
+                for (k, (net, _, delta)) in outsiders.iter().zip(&swarms) {
+                    misbehave(net, k, &spec, round + 1, base, delta).await;
                 }
             }
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
         // What each outsider is given when it asks: the nodes and the bootstrap server.
-        let state = states_by_round(a).into_iter().next_back().map(|(_, s)| s).expect("a state");
+        let (round, state) = states_by_round(a).into_iter().next_back().expect("a state");
         let state = state_id(&state);
         let mut answers = Vec::new();
-        for (net, _, hash) in &swarms {
+        for ((net, _, delta), k) in swarms.iter().zip(&outsiders) {
+            let len = delta.len() as u64;
+            let (manifest, leaf) = outsider_manifest(k, &spec, round + 1, state, payload_hash_of(delta), len);
+            let offer = ShardOffer {
+                round: round + 1,
+                signer: k.public(),
+                shards: 1,
+                leaf,
+                proof: Vec::new(),
+                manifest: Box::new(manifest),
+                payload: (delta.len() <= MAX_INLINE_PAYLOAD).then(|| delta.to_vec()),
+            };
             for target in targets.iter().map(|t| t.0).chain([boot_peer]) {
-                answers.extend(probe(net, target, state, state_len, *hash).await);
+                answers.extend(probe(net, target, (state, state_len), round + 1, &offer).await);
             }
         }
         // What the watcher got through a, until it has seen both honest
@@ -259,7 +306,7 @@ fn identities_without_tickets_count_for_nothing() {
 
     // No outsider was given a byte: every request, of the nodes and of the
     // bootstrap server, was answered NotAdmitted.
-    assert_eq!(answers.len(), 10 * 3 * 5);
+    assert_eq!(answers.len(), 10 * 3 * 8);
     for (what, answer) in &answers {
         assert_eq!(*answer, XferResponse::NotAdmitted, "{what}");
     }
@@ -278,18 +325,11 @@ fn identities_without_tickets_count_for_nothing() {
         via_a.iter().all(|o| o.is_none_or(|k| !outsider_keys.contains(&k))),
         "a forwarded an outsider's gossip"
     );
-    let honest_ids: Vec<String> = [a, b].iter().filter_map(|p| p.peer_id()).collect();
     for p in [a, b] {
-        // Nothing an outsider signed was counted, included or followed.
+        // Nothing an outsider signed was counted, included or followed:
+        // the roster is the two honest nodes, and no round includes more.
         for v in p.events_of("round") {
-            let contributors: Vec<&str> =
-                v["contributors"].as_array().into_iter().flatten().filter_map(|c| c.as_str()).collect();
-            assert!(
-                contributors.iter().all(|c| honest_ids.iter().any(|h| h == c)),
-                "{}: an outsider's delta was included: {v}\n{}",
-                p.name,
-                p.tail()
-            );
+            assert!(v["roster"].as_u64().unwrap_or(0) <= 2, "{}: an outsider joined the roster: {v}", p.name);
             assert!(v["included"].as_u64().unwrap_or(0) <= 2, "{}: {v}", p.name);
         }
         let fake = FAKE.to_hex();
