@@ -1,26 +1,26 @@
 //! A hostile peer inside a ticket run: four honest nodes and one hostile
 //! node (`murmur-hostile`, built from the project's crates), each holding an
-//! operator's ticket. Every round the hostile node signs commits with its
-//! admitted key for rounds far ahead and for the current round with nothing
-//! included, each naming a made-up StateId; announces a delta it never
-//! serves and answers every request `Busy`; relays gossip validly signed by
-//! Sybil keys that hold no ticket; and from its third round on floods the
-//! honest nodes with table and chunk requests for their states, far past
+//! operator's ticket. Every round the hostile node signs results with its
+//! admitted key for rounds far ahead and for the current round, each of a
+//! made-up delta trained from a made-up StateId; announces a delta and
+//! offers its every shard to every honest node, but serves no payload and
+//! answers every request `Busy`; relays gossip validly signed by Sybil keys
+//! that hold no ticket; and from its third round on floods the honest nodes
+//! with table and chunk requests for their states' parameters, far past
 //! the share a node serves one peer.
 //!
-//! The honest nodes commit every round themselves and agree on its StateId,
-//! through the round its last commit five ahead names; none ever names a
-//! made-up state; their validation loss falls; no honest node bans another
-//! or charges it an overrun; and every honest node charges the hostile node
-//! (`overrun` for the flood, `busy` for the delta it never served) and bans
-//! it. Without the flood (`--flood-after 1000`) the `busy` charges alone
-//! ban it, about a minute after it joins.
+//! The honest nodes close every round without catching up and agree on its
+//! StateId, through the round its last result five ahead names; none ever
+//! names a made-up state; their validation loss falls; no honest node bans
+//! another or charges it an overrun; and every honest node charges the
+//! hostile node (`overrun` for the flood, `busy` for the shards it never
+//! served) and bans it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use murmur_tests::{
-    issue_ticket, start_node, start_ticket_run, states_by_round, wait_until, write_node_key, Proc,
+    issue_ticket, start_node, start_ticket_run_with, states_by_round, wait_until, write_node_key, Proc,
     RunSettings, TicketRun,
 };
 use serde_json::Value;
@@ -48,7 +48,8 @@ fn a_hostile_peer_with_a_ticket_moves_no_honest_node_and_is_banned() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     let settings = RunSettings { inner_steps: 8, batch: 4, quorum: 3, deadline: 8, seed: 47 };
-    let TicketRun { boot: _boot, addr, operator_key, .. } = start_ticket_run(d, &settings, [0x0c; 32]);
+    let TicketRun { boot: _boot, addr, operator_key, .. } =
+        start_ticket_run_with(d, &settings, [0x0c; 32], &[]);
     let run = ["--bootstrap", addr.as_str()];
     let mut honest = Vec::new();
     for (name, seed) in [("a", [0xa2; 32]), ("b", [0xb2; 32]), ("c", [0xc2; 32]), ("e", [0xe2; 32])] {
@@ -94,12 +95,12 @@ fn a_hostile_peer_with_a_ticket_moves_no_honest_node_and_is_banned() {
         with_hostile,
     );
     let banned_at = honest.iter().filter_map(Proc::last_round).max().unwrap_or(0);
-    // Its last commits for a round five ahead come due in that round.
+    // Its last results for a round five ahead come due in that round.
     let mischief = hostile.events_of("mischief").iter().filter_map(|v| v["round"].as_u64()).max();
     let due = mischief.unwrap_or(banned_at) + 5;
     eprintln!(
         "the hostile node joined after round {joined_at}, was banned by all in round {banned_at}; \
-         its last commit five ahead is for round {due}"
+         its last result five ahead is for round {due}"
     );
     wait_until(
         "the honest nodes to close that round",
@@ -110,8 +111,17 @@ fn a_hostile_peer_with_a_ticket_moves_no_honest_node_and_is_banned() {
 
     // It did each thing it is for.
     let acted = hostile.events_of("acted").last().cloned().unwrap_or(Value::Null);
-    for what in ["rounds", "commits", "far_commits", "manifests", "sybil", "busy", "flood_sent", "flood_busy"]
-    {
+    for what in [
+        "rounds",
+        "results",
+        "far_results",
+        "manifests",
+        "offers",
+        "sybil",
+        "busy",
+        "flood_sent",
+        "flood_busy",
+    ] {
         assert!(
             acted[what].as_u64() > Some(0),
             "the hostile node never did `{what}`: {acted}\n{}",
@@ -127,11 +137,15 @@ fn a_hostile_peer_with_a_ticket_moves_no_honest_node_and_is_banned() {
         .collect();
     assert!(!fakes.is_empty(), "{}", hostile.tail());
 
-    // Every honest node commits every round itself, and they agree on each.
+    // No honest node catches up once the hostile node is in (each closes
+    // every round itself), and they agree on each round.
     for p in &honest {
-        let resynced: Vec<Value> =
-            p.events_of("round").into_iter().filter(|v| v["resynced"] == true).collect();
-        assert!(resynced.is_empty(), "{} did not commit rounds itself: {resynced:?}\n{}", p.name, p.tail());
+        let resynced: Vec<Value> = p
+            .events_of("resynced")
+            .into_iter()
+            .filter(|v| v["round"].as_u64().is_some_and(|r| r > joined_at + 1))
+            .collect();
+        assert!(resynced.is_empty(), "{} caught up: {resynced:?}\n{}", p.name, p.tail());
     }
     let states: Vec<BTreeMap<u64, String>> = honest.iter().map(states_by_round).collect();
     let last = states.iter().filter_map(|s| s.keys().next_back().copied()).min().unwrap_or(0);

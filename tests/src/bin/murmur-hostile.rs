@@ -2,19 +2,26 @@
 //! own crates for the multi-process test `tests/tests/network_hostile.rs`.
 //!
 //! It holds an operator's ticket, so the honest nodes admit it, joins as a
-//! trainer, follows the rounds the honest nodes close (their commits on
+//! trainer, follows the rounds the honest nodes close (their results on
 //! gossip), and every round:
-//! - signs with its admitted key commits for rounds far ahead (r + 5 and
-//!   r + 1,000,000) and for the current round with nothing included, each
-//!   naming a made-up StateId (one per round, so it never equivocates), and
-//!   announces a delta whose payload it never serves;
+//! - signs with its admitted key results for rounds far ahead (r + 5 and
+//!   r + 1,000,000) and for the current round, each including one made-up
+//!   delta and naming a made-up StateId as the state it trained from (one
+//!   per round, so it never equivocates);
+//! - announces a delta of the round's shard count, trained from the state
+//!   the round's results name, and never serves a payload;
+//! - learns each round as it opens (an honest trainer's Status, then its
+//!   own shard 0 as any node may pull it, whose manifest names the round's
+//!   base and shard count) and offers every shard of a delta trained from
+//!   that base to every honest trainer, never serving a payload;
 //! - relays Sybil gossip: telemetry and manifests, validly signed by fresh
 //!   keys that hold no ticket;
 //! - answers every transfer request but Status `Busy`; its Status claims a
-//!   state a million rounds ahead, backed by its own far-future commits;
+//!   state a million rounds ahead, backed by its own far-future results;
 //! - from its `--flood-after`-th round on, floods every honest trainer with
-//!   table and chunk requests for its newest state, `--in-flight` at once,
-//!   never waiting for the share a node serves one peer.
+//!   table and chunk requests for the parameters of the state it trains
+//!   from, `--in-flight` at once, never waiting for the share a node serves
+//!   one peer.
 //!
 //! It prints `{"event": "started", "peer_id": …}`, one `mischief` line per
 //! round with the StateIds it made up, and an `acted` line with its counts
@@ -28,6 +35,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use libp2p::{Multiaddr, PeerId};
+use murmur_node::net::offer::ShardOffer;
 use murmur_node::net::{
     self, ContentServer, GossipMessage, NetConfig, NetEvent, NetHandle, PeerStatus, Role, StatusBacking,
     TopicKind, XferRequest, XferResponse,
@@ -37,14 +45,12 @@ use murmur_node::runtime::startup::{discover_spec, Identity};
 use murmur_node::runtime::tickets::read_ticket_file;
 use murmur_node::store::keyfile;
 use murmur_node::store::tree::{self, BlobKind};
+use murmur_protocol::committee::{MerkleTree, ShardLayout, ShardLeaf, ShardResult, ShardedManifest};
 use murmur_protocol::hash::payload_hash_of;
-use murmur_protocol::{
-    NodeKey, PayloadHash, PublicKey, RoundCommit, RunSpec, Signature, StateId, Telemetry, Ticket,
-};
-use murmur_tests::signed_manifest;
+use murmur_protocol::{NodeKey, PayloadHash, PublicKey, RunSpec, Signature, StateId, Telemetry, Ticket};
 use serde_json::json;
 
-/// How far ahead its far-future commits are.
+/// How far ahead its far-future results are.
 const AHEAD: [u64; 2] = [5, 1_000_000];
 
 struct Args {
@@ -88,8 +94,9 @@ impl Args {
 #[derive(Default)]
 struct Acted {
     rounds: AtomicU64,
-    commits: AtomicU64,
-    far_commits: AtomicU64,
+    offers: AtomicU64,
+    results: AtomicU64,
+    far_results: AtomicU64,
     manifests: AtomicU64,
     sybil: AtomicU64,
     busy: AtomicU64,
@@ -110,8 +117,9 @@ impl Acted {
         json!({
             "event": "acted",
             "rounds": g(&self.rounds),
-            "commits": g(&self.commits),
-            "far_commits": g(&self.far_commits),
+            "offers": g(&self.offers),
+            "results": g(&self.results),
+            "far_results": g(&self.far_results),
             "manifests": g(&self.manifests),
             "sybil": g(&self.sybil),
             "busy": g(&self.busy),
@@ -151,17 +159,58 @@ fn fake_payload(round: u64) -> PayloadHash {
     payload_hash_of(&[b"murmur-hostile delta".as_slice(), &round.to_le_bytes()].concat())
 }
 
-fn commit(key: &NodeKey, spec: &RunSpec, round: u64, base: StateId) -> RoundCommit {
-    RoundCommit {
+/// Its result of shard 0 of `round`, including one made-up delta, trained
+/// from the made-up state before that round.
+fn result(key: &NodeKey, spec: &RunSpec, round: u64) -> ShardResult {
+    ShardResult {
         run: spec.run_id(),
         round,
-        base,
-        included: Vec::new(),
-        new_state: fake_state(round),
+        base: fake_state(round.saturating_sub(1)),
+        shard: 0,
+        included_count: 1,
+        included_root: fake_payload(round).0,
+        total_tokens: 1,
+        result_hash: fake_state(round).0,
         signer: PublicKey::default(),
         signature: Signature::default(),
     }
     .sign(key)
+}
+
+/// A manifest of `round` from `base` in `shards` shards, each of the
+/// length the run's codec gives it, whose payload hashes are made from
+/// `payload` (nothing hashes to them); and its leaves.
+fn manifest(
+    key: &NodeKey,
+    spec: &RunSpec,
+    (round, base, shards): (u64, StateId, u32),
+    payload: PayloadHash,
+) -> (ShardedManifest, Vec<ShardLeaf>) {
+    let layout = ShardLayout::new(spec.model.param_count, shards);
+    let leaves: Vec<ShardLeaf> = (0..layout.shards())
+        .map(|s| ShardLeaf {
+            shard: s,
+            payload_hash: payload_hash_of(&[payload.0.as_slice(), &s.to_le_bytes()].concat()),
+            payload_len: spec.codec.payload_len(layout.len(s) as u64).unwrap_or(0),
+            norm: 1.0,
+        })
+        .collect();
+    let m = ShardedManifest {
+        run: spec.run_id(),
+        round,
+        base,
+        signer: PublicKey::default(),
+        tokens: tokens_per_delta(spec),
+        train_loss: 3.0,
+        codec: spec.codec,
+        element_count: spec.model.param_count,
+        shards: layout.shards(),
+        norm: (leaves.len() as f32).sqrt(),
+        root: MerkleTree::new(&leaves).root(),
+        signature: Signature::default(),
+    }
+    .sign(key);
+    (m, leaves)
 }
 
 fn telemetry(key: &NodeKey, spec: &RunSpec, round: u64, state: StateId) -> Telemetry {
@@ -197,7 +246,7 @@ async fn publish(net: &NetHandle, kind: TopicKind, bytes: Vec<u8>) -> bool {
     false
 }
 
-/// Everything it does in round `round`, whose base the honest nodes hold.
+/// Everything it does in a round the honest nodes train.
 struct Round<'a> {
     net: &'a NetHandle,
     key: &'a NodeKey,
@@ -207,29 +256,26 @@ struct Round<'a> {
 }
 
 impl Round<'_> {
-    async fn mischief(&self, round: u64, base: StateId) {
+    /// Round `round`, trained from `base` in `shards` shards.
+    async fn mischief(&self, round: u64, base: StateId, shards: u32) {
         let (key, spec, acted) = (self.key, self.spec, self.acted);
-        if publish(self.net, TopicKind::Commit, commit(key, spec, round, base).encode()).await {
-            add(&acted.commits);
+        if publish(self.net, TopicKind::ShardResult, result(key, spec, round).encode()).await {
+            add(&acted.results);
         }
         for ahead in AHEAD {
-            let far = commit(key, spec, round + ahead, fake_state(round + ahead - 1));
-            if publish(self.net, TopicKind::Commit, far.encode()).await {
-                add(&acted.far_commits);
+            if publish(self.net, TopicKind::ShardResult, result(key, spec, round + ahead).encode()).await {
+                add(&acted.far_results);
             }
         }
-        let m = signed_manifest(key, spec, round, base, fake_payload(round), tokens_per_delta(spec));
-        if publish(self.net, TopicKind::Manifest, m.encode()).await {
+        let (m, _) = manifest(key, spec, (round, base, shards), fake_payload(round));
+        if publish(self.net, TopicKind::ShardedManifest, m.encode()).await {
             add(&acted.manifests);
         }
         for (i, sybil) in self.sybils.iter().enumerate() {
             let hash = payload_hash_of(&[fake_payload(round).0.as_slice(), &i.to_le_bytes()].concat());
             let messages = [
                 (TopicKind::Telemetry, telemetry(sybil, spec, round, fake_state(round)).encode()),
-                (
-                    TopicKind::Manifest,
-                    signed_manifest(sybil, spec, round, base, hash, tokens_per_delta(spec)).encode(),
-                ),
+                (TopicKind::ShardedManifest, manifest(sybil, spec, (round, base, shards), hash).0.encode()),
             ];
             for (kind, bytes) in messages {
                 if self.net.publish(kind, bytes).await.is_ok() {
@@ -249,11 +295,84 @@ impl Round<'_> {
     }
 }
 
-/// The newest state each honest trainer committed to (what the flood asks for).
+/// Who signs for each honest trainer (from their results).
+type Known = Arc<Mutex<HashMap<PeerId, PublicKey>>>;
+
+/// Watch the honest trainers' Status; for each round that opens, send the
+/// manifest of one honest trainer's shard 0 of it (its base and shard
+/// count) on `opened`.
+async fn follow(net: NetHandle, known: Known, opened: tokio::sync::mpsc::Sender<ShardedManifest>) {
+    let mut last = 0u64;
+    loop {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let peers: Vec<(PeerId, PublicKey)> =
+            known.lock().map(|k| k.iter().map(|(p, k)| (*p, *k)).collect()).unwrap_or_default();
+        for (peer, signer) in peers {
+            let ask = tokio::time::timeout(Duration::from_secs(2), net.request(peer, XferRequest::Status));
+            let Ok(Ok(XferResponse::Status(status))) = ask.await else { continue };
+            if status.round <= last {
+                continue;
+            }
+            // Its shard 0 is cut once it has trained: ask until it is.
+            for _ in 0..50 {
+                let leaf = XferRequest::Leaf { round: status.round, shard: 0, signer };
+                let ask = tokio::time::timeout(Duration::from_secs(2), net.request(peer, leaf));
+                if let Ok(Ok(XferResponse::Leaf(offer))) = ask.await {
+                    last = status.round;
+                    let _ = opened.send(*offer.manifest).await;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            break;
+        }
+    }
+}
+
+/// Offer every shard of its delta of `honest`'s round (base and shard
+/// count as `honest` names them) to every trainer in `to`.
+fn offer_shards(
+    net: &NetHandle,
+    key: &NodeKey,
+    spec: &RunSpec,
+    honest: &ShardedManifest,
+    to: &[PeerId],
+    acted: &Acted,
+) {
+    let round = honest.round;
+    let (m, leaves) = manifest(key, spec, (round, honest.base, honest.shards), fake_payload(round));
+    let tree = MerkleTree::new(&leaves);
+    for (i, leaf) in leaves.iter().enumerate() {
+        let offer = ShardOffer {
+            round,
+            signer: key.public(),
+            shards: m.shards,
+            leaf: *leaf,
+            proof: tree.proof(i),
+            manifest: Box::new(m.clone()),
+            payload: None,
+        };
+        for &peer in to {
+            let (net, request) = (net.clone(), XferRequest::Offer(offer.clone()));
+            tokio::spawn(async move { net.request(peer, request).await });
+            add(&acted.offers);
+        }
+    }
+}
+
+/// The newest state each honest trainer trains from (what the flood asks for).
 type Targets = Arc<Mutex<HashMap<PeerId, StateId>>>;
 
-/// Ask `peer` for table and chunk after chunk of its newest state,
-/// `in_flight` at once, for as long as the process runs.
+/// The parameters blob of `peer`'s state `state`, as `peer` names it.
+async fn params_of(net: &NetHandle, peer: PeerId, state: StateId) -> Option<[u8; 32]> {
+    match net.request(peer, XferRequest::StateParts { state: state.0 }).await {
+        Ok(XferResponse::StateParts { params, .. }) => Some(params),
+        _ => None,
+    }
+}
+
+/// Ask `peer` for table and chunk after chunk of the parameters of its
+/// newest state, `in_flight` at once, for as long as the process runs.
 async fn flood(
     net: NetHandle,
     peer: PeerId,
@@ -265,10 +384,17 @@ async fn flood(
     let chunks = tree::chunk_count(len).max(1);
     let mut asks = tokio::task::JoinSet::new();
     let mut i = 0u64;
+    let mut params: Option<(StateId, [u8; 32])> = None;
     loop {
+        let state = targets.lock().ok().and_then(|t| t.get(&peer).copied());
+        if let Some(state) = state.filter(|s| params.is_none_or(|(p, _)| p != *s)) {
+            if let Some(id) = params_of(&net, peer, state).await {
+                params = Some((state, id));
+            }
+        }
         while asks.len() < in_flight {
-            let Some(state) = targets.lock().ok().and_then(|t| t.get(&peer).copied()) else { break };
-            let (kind, id) = (BlobKind::State, state.0);
+            let Some((_, id)) = params else { break };
+            let kind = BlobKind::State;
             let request = match i % 2 {
                 0 => XferRequest::Table { kind, id, len },
                 _ => XferRequest::Chunk { kind, id, len, index: (i / 2) % chunks },
@@ -330,6 +456,9 @@ async fn main() -> anyhow::Result<()> {
         })
         .collect();
     let targets: Targets = Arc::default();
+    let known: Known = Arc::default();
+    let (opened_tx, mut opened) = tokio::sync::mpsc::channel(4);
+    tokio::spawn(follow(net.clone(), known.clone(), opened_tx));
     let mut trainers: HashSet<PeerId> = HashSet::new();
     let mut flooding: HashSet<PeerId> = HashSet::new();
     let mut last_round: Option<u64> = None;
@@ -345,25 +474,34 @@ async fn main() -> anyhow::Result<()> {
                 println!("{}", acted.report());
                 continue;
             }
+            Some(honest) = opened.recv() => {
+                let to: Vec<PeerId> = trainers.iter().copied().collect();
+                offer_shards(&net, &key, &spec, &honest, &to, &acted);
+                continue;
+            }
         };
         match ev {
             NetEvent::PeerJoined { peer, role } if role.trains() => {
                 trainers.insert(peer);
             }
             NetEvent::Gossip { message, .. } => {
-                let GossipMessage::Commit(c) = *message else { continue };
-                if c.signer == me || sybils.iter().any(|s| s.public() == c.signer) {
+                let GossipMessage::ShardResult(m) = *message else { continue };
+                if m.signer == me || sybils.iter().any(|s| s.public() == m.signer) {
                     continue;
                 }
-                if let (Some(p), Ok(mut t)) = (net::peer_id_of(&c.signer), targets.lock()) {
-                    t.insert(p, c.new_state);
+                if let (Some(p), Ok(mut t)) = (net::peer_id_of(&m.signer), targets.lock()) {
+                    t.insert(p, m.base);
+                    if let Ok(mut k) = known.lock() {
+                        k.insert(p, m.signer);
+                    }
                 }
-                if last_round.is_some_and(|r| c.round <= r) {
+                if last_round.is_some_and(|r| m.round <= r) {
                     continue;
                 }
-                // A round the honest nodes closed: the next one is ours too.
-                last_round = Some(c.round);
-                let round = c.round + 1;
+                // A round the honest nodes close: it is ours too.
+                let round = m.round;
+                last_round = Some(round);
+                let shards = trainers.len().max(1) as u32;
                 if let Ok(mut s) = server.status.lock() {
                     let far = round + AHEAD[1];
                     s.round = far;
@@ -372,14 +510,14 @@ async fn main() -> anyhow::Result<()> {
                     s.backing = AHEAD
                         .iter()
                         .map(|a| StatusBacking {
-                            commit: commit(&key, &spec, round + a, fake_state(round + a - 1)).encode(),
+                            commit: result(&key, &spec, round + a).encode(),
                             ticket: Some(ticket.encode()),
                         })
                         .collect();
                 }
                 let rounds_done = acted.rounds.load(Ordering::Relaxed);
                 Round { net: &net, key: &key, spec: &spec, sybils: &sybils, acted: &acted }
-                    .mischief(round, c.new_state)
+                    .mischief(round, m.base, shards)
                     .await;
                 if rounds_done + 1 >= args.flood_after {
                     for peer in trainers.iter().filter(|p| flooding.insert(**p)) {
