@@ -77,12 +77,12 @@ struct Args {
     /// Seconds after which a round closes if the quorum is met.
     #[arg(long, default_value_t = 120)]
     deadline: u32,
-    /// Protocol v2: committees of this many nodes aggregate one shard each
-    /// (docs/protocol.md §10); 1, the default, gives each shard one owner;
-    /// 0 runs version 1's round, where every node aggregates every delta.
+    /// Owners per shard (docs/protocol.md §10): 1, the default, gives each
+    /// shard one owner with backups; k > 1 has committees of k nodes
+    /// aggregate one shard each.
     /// The deadline is when owners aggregate if some roster member's shard
     /// is still missing.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
     committee_size: u32,
     /// Overlapped rounds: each node trains round r + 1 while round r is
     /// exchanged, from round r's state carried by its outer momentum; the

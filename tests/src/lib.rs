@@ -200,11 +200,6 @@ pub struct RunSettings {
     pub seed: u64,
 }
 
-/// Bootstrap arguments of a version-1 run (every node fetches every delta,
-/// RoundCommits back states): for the tests of its mechanisms, which craft
-/// its messages or follow its commits. Runs are committee runs otherwise.
-pub const VERSION_1: [&str; 2] = ["--committee-size", "0"];
-
 /// Start a bootstrap server on an ephemeral loopback port; returns it and
 /// its TCP multiaddr (ending in /p2p/<id>).
 pub fn start_bootstrap(dir: &Path, s: &RunSettings) -> (Proc, String) {
@@ -353,25 +348,14 @@ pub struct TicketRun {
     pub operator_key: PathBuf,
 }
 
-/// Starts a version-1 ticket-admission run (`--admission tickets
-/// --operator <key>`) whose operator key is `operator_seed`.
+/// Starts a ticket-admission run (`--admission tickets --operator <key>`)
+/// whose operator key is `operator_seed`.
 pub fn start_ticket_run(dir: &Path, s: &RunSettings, operator_seed: [u8; 32]) -> TicketRun {
-    start_ticket_run_with(dir, s, operator_seed, &VERSION_1)
-}
-
-/// `start_ticket_run` with `run` as the round's arguments (`&[]`: the
-/// default, one owner per shard).
-pub fn start_ticket_run_with(
-    dir: &Path,
-    s: &RunSettings,
-    operator_seed: [u8; 32],
-    run: &[&str],
-) -> TicketRun {
     let operator = murmur_protocol::NodeKey::from_seed(operator_seed);
     let operator_key = dir.join("operator.key");
     std::fs::write(&operator_key, operator.seed()).expect("operator key");
     let op_hex = operator.public().to_string();
-    let args = [run, &["--admission", "tickets", "--operator", op_hex.as_str()]].concat();
+    let args = ["--admission", "tickets", "--operator", op_hex.as_str()];
     let (boot, addr) = start_bootstrap_with(dir, s, &args);
     TicketRun { boot, addr, operator, operator_key }
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use murmur_node::checkpoint::run_export::{load_model, read_meta};
 use murmur_tests::{
-    params_by_round, start_bootstrap_with, start_node, wait_until, Proc, RunSettings, VERSION_1,
+    params_by_round, start_bootstrap_with, start_node, wait_until, Proc, RunSettings,
 };
 
 fn exports(dir: &Path) -> BTreeSet<String> {
@@ -24,21 +24,12 @@ fn exports(dir: &Path) -> BTreeSet<String> {
 
 #[test]
 fn the_archive_keeps_the_last_k_committed_states_each_loadable() {
-    keeps_the_last_k_committed_states(&VERSION_1);
-}
-
-#[test]
-fn the_archive_of_a_committee_run_keeps_the_last_k_committed_states() {
-    keeps_the_last_k_committed_states(&["--committee-size", "1"]);
-}
-
-fn keeps_the_last_k_committed_states(run: &[&str]) {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     let archive = d.join("archive");
     let settings = RunSettings { inner_steps: 8, batch: 4, quorum: 3, deadline: 30, seed: 31 };
     let archive_arg = archive.display().to_string();
-    let extra = [&["--checkpoint-dir", &archive_arg, "--checkpoint-every", "2", "--keep", "2"], run].concat();
+    let extra = ["--checkpoint-dir", &archive_arg, "--checkpoint-every", "2", "--keep", "2"];
     let (boot, addr) = start_bootstrap_with(d, &settings, &extra);
     let nodes: Vec<Proc> =
         ["a", "b", "c"].iter().map(|n| start_node(d, n, &addr, &["--device", "cpu"])).collect();

@@ -20,10 +20,10 @@ use murmur_node::runtime::server::StoreServer;
 use murmur_node::runtime::spec::genesis;
 use murmur_node::store::{BlobKind, Store};
 use murmur_protocol::committee::ShardResult;
-use murmur_protocol::{NodeKey, PublicKey, RoundCommit, RunSpec, Signature, StateId, Ticket};
+use murmur_protocol::{NodeKey, PublicKey, RunSpec, Signature, StateId, Ticket};
 use murmur_tests::{
-    hosted_spec, issue_ticket, params_by_round, start_node, start_ticket_run_with, states_by_round,
-    wait_until, workspace_binary, write_node_key, RunSettings, TicketRun, VERSION_1,
+    hosted_spec, issue_ticket, params_by_round, start_node, start_ticket_run, states_by_round,
+    wait_until, workspace_binary, write_node_key, RunSettings, TicketRun,
 };
 
 /// A peer claiming `round` at `state` (which it serves from its store),
@@ -53,11 +53,9 @@ fn forged_state(spec: &RunSpec, round: u64, dir: &Path) -> (Arc<Store>, StateId)
     (store, StateId(id))
 }
 
-/// Ten signed words that round `round` ended on `state`, by keys seeded
-/// `seed0 + i`, each with a ticket `forger` signed (no operator's):
-/// evidence that counts for nothing. In a committee run (`spec`'s
-/// committee size above 0) each word is a ShardResult of the next round
-/// trained from `state`, else a RoundCommit.
+/// Ten results of round `round + 1` trained from `state` (words that round
+/// `round` ended on it), by keys seeded `seed0 + i`, each with a ticket
+/// `forger` signed (no operator's): evidence that counts for nothing.
 fn forged_backing(
     spec: &RunSpec,
     forger: &NodeKey,
@@ -68,34 +66,20 @@ fn forged_backing(
     (0..10u8)
         .map(|i| {
             let k = NodeKey::from_seed([seed0 + i; 32]);
-            let word = if spec.committee_size > 0 {
-                ShardResult {
-                    run: spec.run_id(),
-                    round: round + 1,
-                    base: state,
-                    shard: 0,
-                    included_count: 1,
-                    included_root: [0; 32],
-                    total_tokens: 1,
-                    result_hash: [i; 32],
-                    signer: PublicKey::default(),
-                    signature: Signature::default(),
-                }
-                .sign(&k)
-                .encode()
-            } else {
-                RoundCommit {
-                    run: spec.run_id(),
-                    round,
-                    base: StateId([0; 32]),
-                    included: vec![],
-                    new_state: state,
-                    signer: PublicKey::default(),
-                    signature: Signature::default(),
-                }
-                .sign(&k)
-                .encode()
-            };
+            let word = ShardResult {
+                run: spec.run_id(),
+                round: round + 1,
+                base: state,
+                shard: 0,
+                included_count: 1,
+                included_root: [0; 32],
+                total_tokens: 1,
+                result_hash: [i; 32],
+                signer: PublicKey::default(),
+                signature: Signature::default(),
+            }
+            .sign(&k)
+            .encode();
             let ticket = Ticket::issue(forger, spec.run_id(), k.public(), u64::MAX);
             StatusBacking { commit: word, ticket: Some(ticket.encode()) }
         })
@@ -152,25 +136,15 @@ fn read_state_id(out: &Path) -> String {
 }
 
 /// With only a forger in the run, offering a far-ahead state backed by
-/// commits of keys that hold no operator's ticket, `murmur export
+/// results of keys that hold no operator's ticket, `murmur export
 /// --bootstrap` writes nothing and says no state is backed.
 #[test]
-fn export_refuses_a_state_no_admitted_commit_backs() {
-    export_refuses_an_unbacked_state(&VERSION_1);
-}
-
-/// The same in a committee run, whose signed words are ShardResults.
-#[test]
-fn a_committee_export_refuses_a_state_no_admitted_result_backs() {
-    export_refuses_an_unbacked_state(&[]);
-}
-
-fn export_refuses_an_unbacked_state(run: &[&str]) {
+fn export_refuses_a_state_no_admitted_result_backs() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     let settings = RunSettings { inner_steps: 10, batch: 4, quorum: 1, deadline: 20, seed: 45 };
     let TicketRun { boot: _boot, addr, operator, operator_key } =
-        start_ticket_run_with(d, &settings, [0x0d; 32], run);
+        start_ticket_run(d, &settings, [0x0d; 32]);
     let (rt, spec, boot) = hosted_spec(&addr, &operator);
     let (store, forged) = forged_state(&spec, 60, &d.join("forger"));
     let forger_key = NodeKey::from_seed([0xf3; 32]);
@@ -198,7 +172,7 @@ fn a_joiner_ignores_forged_higher_states_and_catches_up_to_the_committed_one() {
     let d = dir.path();
     let settings = RunSettings { inner_steps: 10, batch: 4, quorum: 2, deadline: 20, seed: 44 };
     let TicketRun { boot: _boot, addr, operator, operator_key, .. } =
-        start_ticket_run_with(d, &settings, [0x0c; 32], &[]);
+        start_ticket_run(d, &settings, [0x0c; 32]);
     let (rt, spec, boot) = hosted_spec(&addr, &operator);
     let run_hex = spec.run_id().to_hex();
     let mut tickets = Vec::new();

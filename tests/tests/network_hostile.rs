@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use murmur_tests::{
-    issue_ticket, start_node, start_ticket_run_with, states_by_round, wait_until, write_node_key, Proc,
+    issue_ticket, start_node, start_ticket_run, states_by_round, wait_until, write_node_key, Proc,
     RunSettings, TicketRun,
 };
 use serde_json::Value;
@@ -49,7 +49,7 @@ fn a_hostile_peer_with_a_ticket_moves_no_honest_node_and_is_banned() {
     let d = dir.path();
     let settings = RunSettings { inner_steps: 8, batch: 4, quorum: 3, deadline: 8, seed: 47 };
     let TicketRun { boot: _boot, addr, operator_key, .. } =
-        start_ticket_run_with(d, &settings, [0x0c; 32], &[]);
+        start_ticket_run(d, &settings, [0x0c; 32]);
     let run = ["--bootstrap", addr.as_str()];
     let mut honest = Vec::new();
     for (name, seed) in [("a", [0xa2; 32]), ("b", [0xb2; 32]), ("c", [0xc2; 32]), ("e", [0xe2; 32])] {

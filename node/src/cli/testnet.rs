@@ -66,10 +66,10 @@ pub struct TestnetArgs {
     /// Default: `shakespeare-bpe` for the Llama presets, else `shakespeare`.
     #[arg(long)]
     pub data: Option<String>,
-    /// Protocol v2: committees of this many nodes aggregate one shard each
-    /// (docs/protocol.md §10); 1, the default, gives each shard one owner;
-    /// 0 runs version 1's round.
-    #[arg(long, default_value_t = 1)]
+    /// Owners per shard (docs/protocol.md §10): 1, the default, gives each
+    /// shard one owner with backups; k > 1 has committees of k nodes
+    /// aggregate one shard each.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub committee_size: u32,
     /// Overlapped rounds: nodes train round r + 1 while round r is exchanged
     /// (docs/protocol.md §6.3).

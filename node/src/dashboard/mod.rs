@@ -29,7 +29,7 @@ use crate::data::{named_tokenizer, Tokenizer};
 use crate::net::{
     self, peer_of, GossipMessage, NetConfig, NetEvent, NetHandle, Role, XferRequest, XferResponse,
 };
-use crate::runtime::fetching::fetch_committed_state;
+use crate::runtime::committee::sync::fetch_committed_state;
 use crate::runtime::report::Reporter;
 use crate::runtime::startup::{discover_spec, Identity, Nothing};
 use crate::runtime::RuntimeError;
@@ -235,7 +235,7 @@ fn spawn_sample(
     tx: mpsc::UnboundedSender<WorkDone>,
 ) {
     tokio::spawn(async move {
-        let result = match fetch_committed_state(&net, &spec, id, round + 1, &peers).await {
+        let result = match fetch_committed_state(&net, &spec, id, &peers).await {
             Err(e) => Err(e),
             Ok(state) => tokio::task::spawn_blocking(move || {
                 let text = sampler.sample(&state);

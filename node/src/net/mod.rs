@@ -279,6 +279,18 @@ impl NetHandle {
         self.ask(|reply| Command::Publish { kind, bytes, reply }).await?
     }
 
+    /// `publish`, tried up to `attempts` times 300 ms apart while it fails
+    /// (no peer in the topic's mesh yet, as just after joining).
+    pub async fn publish_retrying(&self, kind: TopicKind, bytes: Vec<u8>, attempts: u32) {
+        for i in 0..attempts {
+            match self.publish(kind, bytes.clone()).await {
+                Ok(()) => return,
+                Err(e) if i + 1 == attempts => tracing::debug!("publishing {kind:?}: {e}"),
+                Err(_) => tokio::time::sleep(std::time::Duration::from_millis(300)).await,
+            }
+        }
+    }
+
     /// Send a transfer request and wait for the answer, once fewer than
     /// `NetConfig::ask_per_peer` requests to `peer` are in flight (`asking`).
     pub async fn request(&self, peer: PeerId, request: XferRequest) -> Result<XferResponse, NetError> {

@@ -20,7 +20,7 @@ use murmur_protocol::{
 };
 
 use super::backing::Evidence;
-use super::fetching::fetch_committed_state;
+use super::committee::sync::fetch_committed_state;
 use super::spec::model_config;
 use super::tickets::unix_now;
 use super::RuntimeError;
@@ -271,7 +271,7 @@ impl Follower {
 pub async fn fetch_settled(net: &NetHandle, spec: &RunSpec, s: &Settled) -> Result<TrainingState, String> {
     let peers: Vec<_> = s.committers.iter().filter_map(peer_id_of).collect();
     // The state round r commits opens round r + 1.
-    fetch_committed_state(net, spec, s.state, s.round + 1, &peers).await
+    fetch_committed_state(net, spec, s.state, &peers).await
 }
 
 #[cfg(test)]

@@ -1,18 +1,14 @@
 //! Signed commitments as evidence of where a run stands (docs/protocol.md
 //! §7.6).
 //!
-//! Serving side: in a version-1 run `CommitBook` keeps the recent
-//! RoundCommits this node counted (its own and admitted peers'), and offers
-//! them, newest round first and with each committer's ticket, as the
-//! backing of its status; in a committee run a node offers its own signed
-//! results of its last rounds (`own_results`), each naming the state it
-//! trained that round from.
+//! Serving side: a node offers its own signed results of its last rounds
+//! (`own_results`), each naming the state it trained that round from, as
+//! the backing of its status.
 //! Joining side: `Evidence` gathers the commitments and tickets of the
 //! peers' status answers (or, for an archive, of the run's gossip) and
 //! picks the state they back under the run's rule
 //! (`murmur_protocol::trust`), never a round a peer merely claims.
 
-use std::collections::BTreeMap;
 
 use murmur_protocol::committee::ShardResult;
 use murmur_protocol::trust::MAX_WEIGHED_COMMITS;
@@ -20,67 +16,10 @@ use murmur_protocol::{
     backed_state, Admission, Backed, Commitment, PayloadHash, PublicKey, RoundCommit, RunSpec, Ticket,
 };
 
-use super::tickets::TicketBook;
-use crate::net::xfer::{MAX_STATUS_BACKING, STATUS_BACKING_BUDGET};
 use crate::net::{PeerStatus, StatusBacking};
 
 /// Rounds whose commits a node keeps to offer.
 pub const BACKING_ROUNDS: usize = 3;
-/// Committers kept per round.
-pub const MAX_KEPT_COMMITTERS: usize = 256;
-
-/// The recent commits this node counted, by round and signer.
-#[derive(Debug, Default)]
-pub struct CommitBook {
-    rounds: BTreeMap<u64, BTreeMap<PublicKey, RoundCommit>>,
-}
-
-impl CommitBook {
-    /// Keep `c` (verified, of the run, from a signer whose commits count);
-    /// only the newest `BACKING_ROUNDS` rounds are kept. Returns whether it
-    /// was new.
-    pub fn record(&mut self, c: RoundCommit) -> bool {
-        if self.rounds.len() >= BACKING_ROUNDS && !self.rounds.contains_key(&c.round) {
-            match self.rounds.keys().next() {
-                Some(&oldest) if oldest < c.round => {
-                    self.rounds.remove(&oldest);
-                }
-                _ => return false,
-            }
-        }
-        let signers = self.rounds.entry(c.round).or_default();
-        if signers.contains_key(&c.signer) || signers.len() >= MAX_KEPT_COMMITTERS {
-            return false;
-        }
-        signers.insert(c.signer, c);
-        true
-    }
-
-    /// Whether a commit of `c`'s signer for `c`'s round is kept.
-    pub fn holds(&self, c: &RoundCommit) -> bool {
-        self.rounds.get(&c.round).is_some_and(|s| s.contains_key(&c.signer))
-    }
-
-    /// What a status offers: the kept commits, newest round first, each with
-    /// its signer's ticket when the book holds one, within the status caps.
-    pub fn backing(&self, tickets: &TicketBook, unix_now: u64) -> Vec<StatusBacking> {
-        let mut out = Vec::new();
-        let mut bytes = 0;
-        for c in self.rounds.values().rev().flat_map(BTreeMap::values) {
-            let entry = StatusBacking {
-                commit: c.encode(),
-                ticket: tickets.get(&c.signer, unix_now).map(Ticket::encode),
-            };
-            if out.len() >= MAX_STATUS_BACKING || bytes + entry.wire_len() > STATUS_BACKING_BUDGET {
-                break;
-            }
-            bytes += entry.wire_len();
-            out.push(entry);
-        }
-        out
-    }
-}
-
 /// What a committee node's status offers: its own signed results, one per
 /// round (the newest `BACKING_ROUNDS`, newest first), with its ticket.
 pub fn own_results<'a>(
@@ -260,22 +199,6 @@ mod tests {
     }
 
     #[test]
-    fn the_book_keeps_recent_rounds_and_offers_the_newest_first() {
-        let mut book = CommitBook::default();
-        let k = NodeKey::from_seed([1; 32]);
-        let run = murmur_protocol::RunId([1; 32]);
-        for r in 0..5 {
-            assert!(book.record(commit(&k, run, r, 1)));
-        }
-        assert!(!book.record(commit(&k, run, 4, 2)), "one commit per signer and round");
-        assert!(!book.record(commit(&k, run, 0, 1)), "older than what is kept");
-        let offered = book.backing(&TicketBook::default(), 0);
-        let rounds: Vec<u64> =
-            offered.iter().filter_map(|b| RoundCommit::decode(&b.commit).ok()).map(|c| c.round).collect();
-        assert_eq!(rounds, vec![4, 3, 2]);
-    }
-
-    #[test]
     fn statuses_become_a_choice_by_the_runs_rule() {
         let op = NodeKey::from_seed([100; 32]);
         let mut spec = crate::runtime::spec::run_spec(&Default::default()).expect("spec");
@@ -286,17 +209,11 @@ mod tests {
         let (a, b) = (NodeKey::from_seed([1; 32]), NodeKey::from_seed([2; 32]));
         let ticket = |k: &NodeKey| Ticket::issue(&op, run, k.public(), now + 60);
         // An honest peer offers both tickets and both commits of round 3.
-        let mut tickets = TicketBook::default();
-        tickets.insert(ticket(&a), now);
-        tickets.insert(ticket(&b), now);
-        let mut book = CommitBook::default();
-        book.record(commit(&a, run, 3, 9));
-        book.record(commit(&b, run, 3, 9));
-        let honest = PeerStatus {
-            ticket: Some(ticket(&a).encode()),
-            backing: book.backing(&tickets, now),
-            ..Default::default()
-        };
+        let backing = [&a, &b]
+            .iter()
+            .map(|k| StatusBacking { commit: commit(k, run, 3, 9).encode(), ticket: Some(ticket(k).encode()) })
+            .collect();
+        let honest = PeerStatus { ticket: Some(ticket(&a).encode()), backing, ..Default::default() };
         // A forger offers ten higher commits by keys without valid tickets
         // (one with a ticket of its own making, one with someone else's).
         let forger = NodeKey::from_seed([50; 32]);

@@ -12,7 +12,7 @@ use libp2p::Multiaddr;
 use murmur_protocol::hash::unhex;
 use murmur_protocol::{RunSpec, StateId, TrainingState};
 
-use super::fetching::fetch_committed_state;
+use super::committee::sync::fetch_committed_state;
 use super::report::Reporter;
 use super::spec::model_config;
 use super::startup::{ask_statuses, discover_spec, gather, Identity, Nothing};
@@ -212,7 +212,7 @@ pub async fn export_from_network(
                 found.trainers.len()
             )));
         };
-        match fetch_committed_state(&net, &spec, b.state, b.round, &found.holders_of(&b)).await {
+        match fetch_committed_state(&net, &spec, b.state, &found.holders_of(&b)).await {
             Ok(s) => break s,
             Err(e) if attempt >= EXPORT_ATTEMPTS || state.is_some() => {
                 return Err(RuntimeError::Config(format!(

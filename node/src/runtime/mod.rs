@@ -1,39 +1,34 @@
 //! The node runtime: the one place where compute and network meet.
 //!
 //! `run_node` learns the run (from a bootstrap server), reopens the node's
-//! store, starts the network and the trainer thread, cold-starts from the
-//! peers' latest committed state, and then runs the round loop (`node`):
-//! train H steps, publish the manifest, serve the payload, fetch the
-//! others', aggregate, commit, re-sync when the majority disagrees.
+//! store, starts the network and the trainer thread, meets its first peers,
+//! and then runs the round loop (`committee`): train H steps, send each
+//! shard of the delta to its owner, aggregate the shards it owns, fetch
+//! and check the others' aggregates, audit a few, catch up when a majority
+//! of the roster moved on.
 //!
 //! - `spec`: default run, model shape, genesis.
 //! - `memory`: whether a run fits this machine's memory.
-//! - `startup`: spec discovery, stored or fetched genesis, stored position, cold start.
+//! - `startup`: spec discovery, stored or fetched genesis, stored position, the first peers.
 //! - `export`: committed states of a data directory or a live run, written as models.
 //! - `archive`: every R-th committed state of a run kept as an export (the bootstrap server's).
 //! - `tickets`: the node's own ticket, the wall clock, the tickets it verified.
-//! - `backing`: the commits a status offers, and the state gathered ones back.
+//! - `backing`: the results a status offers, and the state gathered ones back.
 //! - `dataset`: the run's dataset: manifest, assigned windows, shard fetching.
 //! - `trainer`: the compute thread.
 //! - `held`: the state a loop holds, with its StateId computed once.
 //! - `server`: what the node serves on the transfer protocol.
-//! - `aggregation`: a round's deltas combined and the outer step (blocking).
-//! - `fetching`: payload and state fetch tasks (verified, with back-off).
-//! - `node`: the event loop (version 1's round).
-//! - `committee`: protocol v2's event loop (runs with a committee size).
+//! - `committee`: the event loop of the round (docs/protocol.md §10).
 //! - `report`: JSON / human output.
-//! - `telemetry`: the signed progress reports both loops gossip.
+//! - `telemetry`: the signed progress reports the loop gossips.
 
-pub mod aggregation;
 pub mod archive;
 pub mod backing;
 pub mod committee;
 pub mod dataset;
 pub mod export;
-pub mod fetching;
 pub mod held;
 pub mod memory;
-pub mod node;
 pub mod report;
 pub mod server;
 pub mod spec;
@@ -123,6 +118,13 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
     } else {
         spec::run_spec(&spec::RunParams::default())?
     };
+    if spec.committee_size == 0 {
+        return Err(RuntimeError::Config(format!(
+            "run {} uses version 1's round (committee size 0), which this node no longer runs; \
+             start the run anew with a committee size of 1 or more (`murmur-bootstrap --committee-size 1`)",
+            spec.run_id()
+        )));
+    }
     dataset::check_data(&spec)?;
     let own_ticket = tickets::own_ticket(&spec, &key.public(), opts.ticket.as_deref())?;
     store.meta.set_spec(&spec.encode())?;
@@ -144,11 +146,9 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
     let (mine, resumed) = startup::load_position(&store, &spec)?;
     // A genesis fetched just now is recorded as a position, but nothing resumed.
     let resumed = resumed && !fetch_genesis;
-    // Our manifest signed before a restart, if it is for the round resumed at:
-    // announced again rather than training (and signing) that round twice.
-    let restored = startup::signed_manifest_for(&store, &spec, &mine);
-    // Other deltas from before a restart are of no further use; older states neither.
-    startup::prune_after_restart(&store, &spec.run_id(), mine.round, mine.id(), restored.as_ref())?;
+    // Deltas from before a restart other than the shards signed for the
+    // round resumed at are of no further use; older states neither.
+    startup::prune_after_restart(&store, &spec.run_id(), mine.round, mine.id())?;
     let peer_id = net::peer_id_of(&key.public()).map(|p| p.to_string()).unwrap_or_default();
     out.event(
         "started",
@@ -176,15 +176,11 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
     ncfg.admission = spec.admission.clone();
     ncfg.ticket = own_ticket.clone();
     let (net, mut events) = net::start(ncfg, server.clone())?;
-    let mine_id = mine.id();
     let metrics = start_metrics(opts.metrics, &net, &store, out).await?;
-    let startup::ColdStart { state, seen: replay, tickets } =
-        startup::cold_start(&net, &mut events, &store, &spec, mine, opts.discovery_wait, out).await;
-    server.set_status(ServedStatus { round: state.round, state: Some(state.id().0) });
-    if state.id() != mine_id {
-        // Cold start moved the position on: the state resumed from is garbage.
-        let _ = store.blobs.remove(crate::store::BlobKind::State, &mine_id.0);
-    }
+    // The node starts from its own position and catches up inside the
+    // round machine (`committee::sync`) on what the roster signed.
+    let replay = startup::meet_peers(&mut events, opts.discovery_wait, out).await;
+    let state = mine;
     let (done_tx, done_rx) = tokio::sync::mpsc::unbounded_channel();
     let shard = u64::from(u16::from_le_bytes([key.public().0[0], key.public().0[1]]));
     let feed =
@@ -227,32 +223,24 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
             "backend": trainer.backend,
         }),
     );
-    if spec.committee_size > 0 {
-        let start = committee::CommitteeStart {
-            spec,
-            key,
-            store,
-            net,
-            server,
-            trainer,
-            done_rx,
-            trainer_setup,
-            state,
-            out,
-            started,
-            own_ticket,
-            metrics,
-            eval_every: opts.eval_every,
-            resumed,
-        };
-        return committee::run_committee_node(start, events, replay).await;
-    }
-    let restored = restored.filter(|m| m.round == state.round && m.base == state.id());
-    let start = node::NodeStart { trainer, done_rx, trainer_setup, state, restored, own_ticket, tickets };
-    let mut node = node::Node::new(spec, key, store, net, server, start, out, started);
-    node.eval_every = opts.eval_every;
-    node.metrics = metrics;
-    node.run(events, replay).await
+    let start = committee::CommitteeStart {
+        spec,
+        key,
+        store,
+        net,
+        server,
+        trainer,
+        done_rx,
+        trainer_setup,
+        state,
+        out,
+        started,
+        own_ticket,
+        metrics,
+        eval_every: opts.eval_every,
+        resumed,
+    };
+    committee::run_committee_node(start, events, replay).await
 }
 
 /// Serve the node's metrics at `addr` (if given) and say where; the handle

@@ -1,9 +1,8 @@
 //! Joining a run: learn the RunSpec from a bootstrap server, reopen the
 //! node's last consistent position from its store (or make genesis, or
-//! fetch it when the run starts from a given model), and
-//! cold start — ask the peers for their status and the signed commits they
-//! hold, and fetch the newest state those commits back under the run's
-//! rule from several peers at once.
+//! fetch it when the run starts from a given model), prune what a restart
+//! left, and meet the first peers; and, for `murmur export --bootstrap`,
+//! gather the peers' statuses and the signed results they offer.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,17 +10,15 @@ use std::time::{Duration, Instant};
 
 use libp2p::{Multiaddr, PeerId};
 use murmur_protocol::{
-    AdmissionPolicy, Backed, DeltaManifest, NodeKey, PublicKey, RunId, RunSpec, StateId, Ticket,
+    AdmissionPolicy, Backed, NodeKey, RunId, RunSpec, StateId, Ticket,
     TrainingState,
 };
 use serde_json::json;
 use tokio::sync::mpsc;
 
 use super::backing::Evidence;
-use super::fetching::fetch_state;
 use super::report::Reporter;
 use super::spec::{check_genesis, genesis, state_len};
-use super::tickets::unix_now;
 use super::RuntimeError;
 use crate::net::{
     self, peer_id_of, peer_of, public_key_of, ContentServer, NetConfig, NetEvent, NetHandle, PeerStatus,
@@ -181,32 +178,16 @@ pub async fn fetch_genesis(
     )))
 }
 
-/// Our manifest signed before a restart, when it is for `mine`'s round and
-/// base and its payload is still stored.
-pub fn signed_manifest_for(store: &Store, spec: &RunSpec, mine: &TrainingState) -> Option<DeltaManifest> {
-    let bytes = store.meta.signed_manifest(&spec.run_id()).ok()??;
-    let m = DeltaManifest::decode(&bytes).ok()?;
-    let fits = m.run == spec.run_id()
-        && m.round == mine.round
-        && m.base == mine.id()
-        && m.verify().is_ok()
-        && store.blobs.contains(BlobKind::Delta, &m.payload_hash.0);
-    fits.then_some(m)
-}
-
 /// After a restart at `round` on `state`: the delta blobs kept are the
-/// payload of the version-1 manifest signed for that round (`restored`) and
-/// the shards of the committee delta signed for it (its `SignedRecord`'s
-/// leaves), which are sent again; every other delta and every state but
-/// `state` go.
+/// shards of the delta signed for that round (its `SignedRecord`'s leaves),
+/// which are sent again; every other delta and every state but `state` go.
 pub fn prune_after_restart(
     store: &Store,
     run: &RunId,
     round: u64,
     state: StateId,
-    restored: Option<&DeltaManifest>,
 ) -> Result<(), crate::store::StoreError> {
-    let mut keep: Vec<[u8; 32]> = restored.iter().map(|m| m.payload_hash.0).collect();
+    let mut keep: Vec<[u8; 32]> = Vec::new();
     let record = store.meta.signed_record(run)?.map(|b| murmur_protocol::committee::SignedRecord::decode(&b));
     if let Some(Ok(r)) = record.filter(|r| r.as_ref().is_ok_and(|r| r.round == round)) {
         keep.extend(r.leaves.iter().map(|l| l.payload_hash.0));
@@ -232,17 +213,6 @@ pub fn load_position(store: &Store, spec: &RunSpec) -> Result<(TrainingState, bo
     Ok((g, false))
 }
 
-/// What cold start settled on.
-pub struct ColdStart {
-    /// The state to start from: a state signed commits of admitted keys
-    /// back (fetched and checked against its StateId), or the node's own.
-    pub state: TrainingState,
-    /// Membership events seen meanwhile (for the event loop to replay).
-    pub seen: Vec<NetEvent>,
-    /// Tickets gathered that admit their holders, with who presented them.
-    pub tickets: Vec<(PublicKey, Ticket)>,
-}
-
 /// What a joiner learnt from the trainers it found.
 pub struct Gathered {
     pub trainers: Vec<PeerId>,
@@ -264,6 +234,24 @@ pub async fn gather(
     wait: Duration,
     out: Reporter,
 ) -> Gathered {
+    let (trainers, seen) = wait_for_trainers(events, wait, out).await;
+    let (claims, evidence) = ask_statuses(net, &trainers, spec).await;
+    Gathered { trainers, claims, evidence, seen }
+}
+
+/// Wait briefly for peers, as `gather` does; the membership events seen
+/// meanwhile, for the event loop to replay.
+pub async fn meet_peers(events: &mut mpsc::Receiver<NetEvent>, wait: Duration, out: Reporter) -> Vec<NetEvent> {
+    wait_for_trainers(events, wait, out).await.1
+}
+
+/// The trainers that joined within `wait` (and 1.5 s after the last), and
+/// the membership events seen meanwhile.
+async fn wait_for_trainers(
+    events: &mut mpsc::Receiver<NetEvent>,
+    wait: Duration,
+    out: Reporter,
+) -> (Vec<PeerId>, Vec<NetEvent>) {
     let t0 = Instant::now();
     let mut seen = Vec::new();
     let mut trainers: Vec<PeerId> = Vec::new();
@@ -289,8 +277,7 @@ pub async fn gather(
             Err(_) => {}
         }
     }
-    let (claims, evidence) = ask_statuses(net, &trainers, spec).await;
-    Gathered { trainers, claims, evidence, seen }
+    (trainers, seen)
 }
 
 /// Ask `trainers`, at once, for their status in `spec`'s run: the (round,
@@ -342,71 +329,6 @@ impl Gathered {
     }
 }
 
-/// Wait briefly for peers, ask the trainers among them for their status,
-/// and take the newest state that the signed commits they offer back under
-/// the run's rule (`backing`), fetching it from all its holders. A round a
-/// peer merely claims moves nothing; such claims are reported
-/// (`ignored_claim`).
-pub async fn cold_start(
-    net: &NetHandle,
-    events: &mut mpsc::Receiver<NetEvent>,
-    store: &Arc<Store>,
-    spec: &RunSpec,
-    mine: TrainingState,
-    wait: Duration,
-    out: Reporter,
-) -> ColdStart {
-    let gathered = gather(net, events, spec, wait, out).await;
-    let Gathered { claims, evidence, seen, .. } = &gathered;
-    let unix = unix_now();
-    let tickets = evidence.valid_tickets(spec, unix);
-    // A committee run's node catches up inside its round machine
-    // (`committee::sync`), on a StateId of parameters and ledger.
-    let backed = if spec.committee_size > 0 { None } else { evidence.backed(spec, unix) };
-    let mine_id = mine.id();
-    let (target_round, target) = backed.as_ref().map_or((mine.round, mine_id), |b| (b.round, b.state));
-    for ((round, state), peers) in claims {
-        let beyond = *round > target_round || (*round == target_round && StateId(*state) != target);
-        if beyond && !(*round == mine.round && StateId(*state) == mine_id) {
-            out.event(
-                "ignored_claim",
-                json!({
-                    "round": round,
-                    "state_id": StateId(*state).to_hex(),
-                    "peers": peers.iter().map(|p| p.to_string()).collect::<Vec<_>>(),
-                    "why": "fewer than half of the round's admitted committers or fewer than the quorum signed it, or it lost a tie",
-                }),
-            );
-        }
-    }
-    let done = |state| ColdStart { state, seen: seen.clone(), tickets: tickets.clone() };
-    let Some(b) = backed else { return done(mine) };
-    if b.round < mine.round || (b.round == mine.round && b.state == mine_id) {
-        return done(mine);
-    }
-    let peers = gathered.holders_of(&b);
-    let fetch_t0 = Instant::now();
-    match fetch_state(net, store, spec, b.state, b.round, &peers, || true).await {
-        Ok(s) => {
-            out.event(
-                "synced",
-                json!({
-                    "round": b.round,
-                    "state_id": b.state.to_hex(),
-                    "committers": b.committers.len(),
-                    "from_peers": peers.len(),
-                    "fetch_secs": fetch_t0.elapsed().as_secs_f64(),
-                }),
-            );
-            done(s)
-        }
-        Err(e) => {
-            tracing::warn!("cold start: fetching state {} of round {} failed: {e}", b.state, b.round);
-            done(mine)
-        }
-    }
-}
-
 #[cfg(test)]
 mod prune_tests {
     use super::*;
@@ -440,11 +362,11 @@ mod prune_tests {
         let record =
             SignedRecord { manifest: Some(manifest), leaves: vec![leaf], ..SignedRecord::of_round(7) };
         store.meta.set_signed_record(&run, &record.encode()).expect("record");
-        prune_after_restart(&store, &run, 7, StateId([9; 32]), None).expect("prune");
+        prune_after_restart(&store, &run, 7, StateId([9; 32])).expect("prune");
         assert!(store.blobs.contains(BlobKind::Delta, &signed), "the recorded shard stays");
         assert!(!store.blobs.contains(BlobKind::Delta, &other));
         // Resumed at a later round, the record binds nothing: its shards go.
-        prune_after_restart(&store, &run, 8, StateId([9; 32]), None).expect("prune");
+        prune_after_restart(&store, &run, 8, StateId([9; 32])).expect("prune");
         assert!(!store.blobs.contains(BlobKind::Delta, &signed));
     }
 }

@@ -1,18 +1,19 @@
 //! Admission tickets on the node's side: reading its own ticket file (and
 //! refusing to start with one that cannot admit it), the wall clock tickets
-//! are checked by, and the book of tickets the node has verified, which it
-//! hands on with the commits it offers as backing (`backing`).
+//! are checked by, and how often the node gossips its own.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use murmur_protocol::admission::MAX_ADMITTED;
 use murmur_protocol::hash::{hex, unhex};
 use murmur_protocol::ticket::TICKET_BYTES;
 use murmur_protocol::{PublicKey, RunSpec, Ticket};
 
 use super::RuntimeError;
+
+/// How often a node gossips its own ticket (gossipsub drops a message seen
+/// within about a minute as a duplicate, so more often would be wasted).
+pub const TICKET_GOSSIP_EVERY: std::time::Duration = std::time::Duration::from_secs(61);
 
 /// Largest ticket file read (a ticket is 340 hex characters).
 const MAX_TICKET_FILE: u64 = 4096;
@@ -136,39 +137,6 @@ pub fn own_ticket(
     Ok(Some(t))
 }
 
-/// Tickets this node verified, by holder (the one expiring last), at most
-/// `MAX_ADMITTED`; handed on with the commits a status offers.
-#[derive(Debug, Default)]
-pub struct TicketBook {
-    by_holder: BTreeMap<PublicKey, Ticket>,
-}
-
-impl TicketBook {
-    /// Keep `t` (already checked) for its holder, unless one expiring later is kept.
-    pub fn insert(&mut self, t: Ticket, now: u64) {
-        if self.by_holder.get(&t.holder).is_some_and(|old| old.expires >= t.expires) {
-            return;
-        }
-        if !self.by_holder.contains_key(&t.holder) && self.by_holder.len() >= MAX_ADMITTED {
-            self.by_holder.retain(|_, k| k.expires > now);
-            if self.by_holder.len() >= MAX_ADMITTED {
-                return;
-            }
-        }
-        self.by_holder.insert(t.holder, t);
-    }
-
-    /// The ticket kept for `holder`, while it has not expired.
-    pub fn get(&self, holder: &PublicKey, now: u64) -> Option<&Ticket> {
-        self.by_holder.get(holder).filter(|t| t.expires > now)
-    }
-
-    /// Whether exactly this ticket is kept.
-    pub fn holds(&self, t: &Ticket) -> bool {
-        self.by_holder.get(&t.holder) == Some(t)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,16 +214,5 @@ mod tests {
         assert!(parse_expiry("500", 1000).is_err_and(|e| e.contains("not in the future")));
         assert!(parse_expiry("soon", 1000).is_err_and(|e| e.contains("duration")));
         assert!(parse_expiry("99999999999999999999d", 0).is_err());
-    }
-
-    #[test]
-    fn the_book_keeps_the_latest_ticket_per_holder() {
-        let op = NodeKey::from_seed([1; 32]);
-        let mut book = TicketBook::default();
-        let h = PublicKey([3; 32]);
-        book.insert(Ticket::issue(&op, RunId([2; 32]), h, 50), 0);
-        book.insert(Ticket::issue(&op, RunId([2; 32]), h, 40), 0);
-        assert_eq!(book.get(&h, 0).map(|t| t.expires), Some(50));
-        assert_eq!(book.get(&h, 50), None, "expired tickets are not handed on");
     }
 }

@@ -65,7 +65,7 @@ pub struct TestnetOptions {
     /// The run's data: what the bootstrap server's `--data` takes
     /// (`shakespeare`, `synthetic…`) or a dataset directory it hosts.
     pub data: String,
-    /// Protocol v2's committee size (0: version 1's round).
+    /// Owners per shard (docs/protocol.md §10).
     pub committee_size: u32,
     /// Overlapped rounds (the run's pacing, docs/protocol.md §6.3).
     pub overlap: bool,

@@ -133,6 +133,7 @@ impl CommitteeNode {
             for (kind, id) in doomed {
                 let _ = store.blobs.remove(kind, &id);
             }
+            // The current state and `KEPT_STATES` (the previous one).
             let _ = store.blobs.retain(BlobKind::State, &[current.0, previous.0 .0]);
             let _ = store.blobs.retain(BlobKind::Ledger, &[ledger, previous.1]);
         });

@@ -38,7 +38,7 @@ use serde_json::json;
 use tokio::sync::mpsc;
 
 use super::held::HeldState;
-use super::node::admission::TICKET_GOSSIP_EVERY;
+use super::tickets::TICKET_GOSSIP_EVERY;
 use super::report::Reporter;
 use super::server::StoreServer;
 use super::trainer::ahead::TrainingAhead;
@@ -52,6 +52,9 @@ use served::CommitteeServed;
 
 /// Events of the next round buffered while this node finishes its own.
 const MAX_EARLY: usize = 4096;
+/// States a node keeps besides its current one: the state before it,
+/// still served to a node catching up on the round just closed.
+pub const KEPT_STATES: usize = 1;
 /// Offers being pulled at once.
 const MAX_PULLING: usize = 4096;
 /// How often a node gossips its progress report.
@@ -668,7 +671,8 @@ impl CommitteeNode {
     }
 
     fn publish(&self, kind: TopicKind, bytes: Vec<u8>) {
-        tokio::spawn(super::node::publish_with_retries(self.net.clone(), kind, bytes, 20));
+        let net = self.net.clone();
+        tokio::spawn(async move { net.publish_retrying(kind, bytes, 20).await });
     }
 
     fn drain(&mut self) {
@@ -856,7 +860,8 @@ impl CommitteeNode {
         }
         self.last_ticket_gossip = Some(Instant::now());
         let bytes = t.encode();
-        tokio::spawn(super::node::publish_with_retries(self.net.clone(), TopicKind::Ticket, bytes, 20));
+        let net = self.net.clone();
+        tokio::spawn(async move { net.publish_retrying(TopicKind::Ticket, bytes, 20).await });
     }
 
     fn publish_telemetry(&self) {

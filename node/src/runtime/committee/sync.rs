@@ -26,7 +26,19 @@ pub struct FetchedState {
     pub ledger_id: [u8; 32],
 }
 
-/// Fetch v2 state `target` from `holders`: its parts, then the ledger and
+/// Fetch the committed state `id` from `peers` (for an export, the archive
+/// or the dashboard): its parameters, checked with its ledger against `id`.
+pub async fn fetch_committed_state(
+    net: &NetHandle,
+    spec: &RunSpec,
+    id: StateId,
+    peers: &[PeerId],
+) -> Result<TrainingState, String> {
+    let keys: Vec<PublicKey> = peers.iter().filter_map(crate::net::public_key_of).collect();
+    fetch_parts(net, spec, id, &keys).await.map(|f| f.state)
+}
+
+/// Fetch state `target` from `holders`: its parts, then the ledger and
 /// the parameters, each checked against `target`.
 pub async fn fetch_parts(
     net: &NetHandle,
