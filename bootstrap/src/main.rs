@@ -336,9 +336,7 @@ fn run(a: Args) -> Result<()> {
                     Some(NetEvent::Gossip { from, message }) => {
                         if let Some(f) = follower.as_mut() {
                             match *message {
-                                GossipMessage::Commit(c) => f.on_commit(c, std::time::Instant::now()),
                                 GossipMessage::ShardResult(r) => f.on_result(&r, std::time::Instant::now()),
-                                GossipMessage::Manifest(m) => f.on_manifest(&m),
                                 GossipMessage::Ticket(t) => {
                                     if let Some(k) = net::public_key_of(&from) {
                                         f.on_ticket(k, t);

@@ -10,10 +10,6 @@ use ed25519_dalek::{Signer, SigningKey, VerifyingKey};
 use std::fmt;
 use thiserror::Error;
 
-/// Signing domain of a DeltaManifest.
-pub const SIGN_DELTA_MANIFEST: &[u8] = b"murmur/v1/sign/delta-manifest\0";
-/// Signing domain of a RoundCommit.
-pub const SIGN_ROUND_COMMIT: &[u8] = b"murmur/v1/sign/round-commit\0";
 /// Signing domain of a Telemetry report.
 pub const SIGN_TELEMETRY: &[u8] = b"murmur/v1/sign/telemetry\0";
 /// Signing domain of an admission Ticket.
@@ -142,7 +138,7 @@ mod tests {
         let key = NodeKey::from_seed([7; 32]);
         let other = NodeKey::from_seed([8; 32]);
         let sig = key.sign(SIGN_TELEMETRY, b"hello");
-        assert_eq!(verify(&key.public(), SIGN_ROUND_COMMIT, b"hello", &sig), Err(SignatureError::Invalid));
+        assert_eq!(verify(&key.public(), SIGN_TICKET, b"hello", &sig), Err(SignatureError::Invalid));
         assert_eq!(verify(&key.public(), SIGN_TELEMETRY, b"hellp", &sig), Err(SignatureError::Invalid));
         assert_eq!(verify(&other.public(), SIGN_TELEMETRY, b"hello", &sig), Err(SignatureError::Invalid));
     }

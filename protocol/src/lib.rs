@@ -2,22 +2,19 @@
 //!
 //! Pure and deterministic: no I/O, no clocks, no threads, no async (sans-IO,
 //! in the manner of quinn-proto and rustls). The node drives it: it feeds
-//! decoded messages and a caller-supplied `now` into the round state machine
-//! and carries out the actions that come back. The wire format is specified in
+//! decoded messages and a caller-supplied `now` into the round machine
+//! (`committee`) and carries out the actions that come back. The wire format is specified in
 //! docs/protocol.md.
 
 pub mod admission;
 pub mod aggregate;
 pub mod assignment;
 pub mod codec;
-pub mod commit;
 pub mod committee;
 pub mod dataset;
 pub mod hash;
 pub mod identity;
-pub mod manifest;
 pub mod outer;
-pub mod round;
 pub mod spec;
 pub mod state;
 pub mod telemetry;
@@ -32,15 +29,12 @@ pub use aggregate::{
 pub use codec::{
     decode_delta, decode_delta_into, encode_delta, Codec, CodecError, DeltaPayloadHeader, ErrorFeedback,
 };
-pub use commit::RoundCommit;
 pub use dataset::{DatasetManifest, DatasetTokenizer, ShardEntry, Split};
 pub use hash::{DatasetId, ParamsId, PayloadHash, RunId, ShardHash, StateId};
 pub use identity::{NodeKey, PublicKey, Signature, SignatureError};
-pub use manifest::DeltaManifest;
 pub use outer::{
     eager_state, initial_momentum, land, lookahead_params, outer_step, OuterError, LANDING_KEEP,
 };
-pub use round::{AcceptedDelta, Action, Event, PayloadFault, Phase, Rejection, RoundConfig, RoundMachine};
 pub use spec::{
     AdmissionPolicy, DataRef, InnerOptimizer, ModelShape, OuterOptimizer, Pacing, RobustMode, RunSpec,
 };

@@ -186,7 +186,7 @@ mod tests {
         long.push(0);
         assert_eq!(Ticket::decode(&long), Err(WireError::TrailingBytes(1)));
         let mut wrong = bytes.clone();
-        wrong[1] = MessageType::RoundCommit as u8;
+        wrong[1] = MessageType::Telemetry as u8;
         assert!(matches!(Ticket::decode(&wrong), Err(WireError::WrongType { .. })));
     }
 }

@@ -2,29 +2,25 @@
 //! where the run stands that a node has gathered back under the run's
 //! admission.
 //!
-//! A joining node never takes a state because a peer claims a higher round.
-//! It gathers commitments — version 1's RoundCommits and the committee
-//! round's ShardResults, each a signer's signed word that a state opens a
-//! round (`Commitment`) — from peers' status answers, keeps those that
+//! An export, the archive or the dashboard never takes a state because a
+//! peer claims a higher round. They gather commitments — ShardResults, each
+//! a signer's signed word that the state it trained from opens its round
+//! (`Commitment`) — from peers' status answers or gossip, keep those that
 //! verify, name the run, and whose signer's word counts (admitted by the
 //! policy or an unexpired ticket; in an open run with operators, only the
-//! operators), drops signers that named two states for one round, and
-//! takes the newest round q whose leading StateId was named by at least
-//! half of q's counted signers (a tie goes to the smaller StateId, as in
-//! re-sync) and by at least `quorum` of them — or, in an open run with
-//! operators, by at least half of the operators who signed (at least one)
-//! — and by at least half of every counted signer the node has seen in any
-//! round. That state opens round q. The last condition is the electorate
-//! rule the round machine applies while it runs (docs/protocol.md §7.6): a
-//! minority of the keys a joiner hears from, however far ahead the round
-//! they sign, never decides its start.
+//! operators), drop signers that named two states for one round, and
+//! take the newest round q whose leading StateId was named by at least
+//! half of q's counted signers (a tie goes to the smaller StateId) and by
+//! at least `quorum` of them — or, in an open run with operators, by at
+//! least half of the operators who signed (at least one) — and by at least
+//! half of every counted signer seen in any round. That state opens round
+//! q. A minority of the keys heard from, however far ahead the round they
+//! sign, never decides.
 
 use crate::admission::Admission;
-use crate::commit::RoundCommit;
 use crate::committee::ShardResult;
 use crate::hash::{RunId, StateId};
 use crate::identity::PublicKey;
-use crate::round::{Vote, Votes};
 use crate::spec::AdmissionPolicy;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -43,15 +39,8 @@ pub struct Commitment {
 }
 
 impl Commitment {
-    /// A RoundCommit of round q: its new state opens round q + 1.
-    pub fn of_commit(c: &RoundCommit) -> Option<Self> {
-        c.verify().ok()?;
-        let opens = c.round.checked_add(1)?;
-        Some(Self { run: c.run, opens, state: c.new_state, signer: c.signer })
-    }
-
-    /// A committee round's ShardResult of round q: its base, the state its
-    /// signer ended round q − 1 on, opens round q.
+    /// A ShardResult of round q: its base, the state its signer ended
+    /// round q − 1 on, opens round q.
     pub fn of_result(r: &ShardResult) -> Option<Self> {
         r.verify().ok()?;
         Some(Self { run: r.run, opens: r.round, state: r.base, signer: r.signer })
@@ -79,29 +68,64 @@ pub fn backed_state(
     now: u64,
     commitments: impl IntoIterator<Item = Commitment>,
 ) -> Option<Backed> {
-    // One tally per round, as the round machine keeps it: a signer that
-    // named two states for a round counts for none.
-    let mut rounds: BTreeMap<u64, Votes> = BTreeMap::new();
+    // One tally per round: a signer that named two states for a round
+    // counts for none.
+    let mut rounds: BTreeMap<u64, Tally> = BTreeMap::new();
     for c in commitments.into_iter().take(MAX_WEIGHED_COMMITS) {
         if c.run != *run || !admission.counts_commits_of(&c.signer, now) {
             continue;
         }
-        let vote = Vote { state: c.state, included: Vec::new() };
-        let _ = rounds.entry(c.opens).or_default().record(c.opens, c.signer, vote);
+        rounds.entry(c.opens).or_default().record(c.signer, c.state);
     }
     let need = match admission.policy() {
         AdmissionPolicy::OpenWithOperators { .. } => 1,
         _ => quorum.max(1) as usize,
     };
-    let electorate: BTreeSet<PublicKey> = rounds.iter().flat_map(|(r, v)| v.voters(*r)).collect();
-    for (round, votes) in rounds.iter().rev() {
-        let Some(leader) = votes.leader(*round) else { continue };
-        if leader.decides(need) && 2 * leader.voters.len() >= electorate.len() {
-            let (state, committers, total) = (leader.state, leader.voters, leader.total);
+    let electorate: BTreeSet<PublicKey> = rounds.values().flat_map(|t| t.named.keys().copied()).collect();
+    for (round, tally) in rounds.iter().rev() {
+        let Some((state, committers)) = tally.leader() else { continue };
+        let total = tally.named.len();
+        let decides = committers.len() >= need && 2 * committers.len() >= total;
+        if decides && 2 * committers.len() >= electorate.len() {
             return Some(Backed { round: *round, state, committers, total });
         }
     }
     None
+}
+
+/// One round's signed words: the state each signer named, a signer that
+/// named two left out for good.
+#[derive(Debug, Default)]
+struct Tally {
+    named: BTreeMap<PublicKey, StateId>,
+    equivocators: BTreeSet<PublicKey>,
+}
+
+impl Tally {
+    fn record(&mut self, signer: PublicKey, state: StateId) {
+        if self.equivocators.contains(&signer) {
+            return;
+        }
+        match self.named.get(&signer) {
+            Some(s) if *s == state => {}
+            Some(_) => {
+                self.named.remove(&signer);
+                self.equivocators.insert(signer);
+            }
+            None => {
+                self.named.insert(signer, state);
+            }
+        }
+    }
+
+    /// The state most signers named (a tie: the smaller StateId), with them.
+    fn leader(&self) -> Option<(StateId, Vec<PublicKey>)> {
+        let mut by_state: BTreeMap<StateId, Vec<PublicKey>> = BTreeMap::new();
+        for (k, s) in &self.named {
+            by_state.entry(*s).or_default().push(*k);
+        }
+        by_state.into_iter().max_by(|a, b| a.1.len().cmp(&b.1.len()).then(b.0.cmp(&a.0)))
+    }
 }
 
 #[cfg(test)]
@@ -113,21 +137,26 @@ mod tests {
     const RUN: RunId = RunId([1; 32]);
     const WALL: u64 = 1_700_000_000;
 
-    fn of(commits: &[RoundCommit]) -> Vec<Commitment> {
-        commits.iter().filter_map(Commitment::of_commit).collect()
+    fn of(words: &[ShardResult]) -> Vec<Commitment> {
+        words.iter().filter_map(Commitment::of_result).collect()
     }
 
     fn key(i: u8) -> NodeKey {
         NodeKey::from_seed([i; 32])
     }
 
-    fn commit(k: &NodeKey, round: u64, state: u8) -> RoundCommit {
-        RoundCommit {
+    /// `k`'s word that round `round` ended on `state`: a result of round
+    /// `round + 1` trained from it.
+    fn commit(k: &NodeKey, round: u64, state: u8) -> ShardResult {
+        ShardResult {
             run: RUN,
-            round,
-            base: StateId([0; 32]),
-            included: vec![],
-            new_state: StateId([state; 32]),
+            round: round + 1,
+            base: StateId([state; 32]),
+            shard: 0,
+            included_count: 1,
+            included_root: [0; 32],
+            total_tokens: 1,
+            result_hash: [0; 32],
             signer: k.public(),
             signature: Signature::default(),
         }
@@ -162,7 +191,7 @@ mod tests {
         commits.extend((10..20).map(|i| commit(&key(i), 50, 66)));
         // A bad signature from an admitted key, for a higher round.
         let mut bad = commit(&key(1), 60, 77);
-        bad.new_state = StateId([78; 32]);
+        bad.base = StateId([78; 32]);
         commits.push(bad);
         // A commit of another run.
         let mut other = commit(&key(2), 70, 88);
@@ -203,12 +232,12 @@ mod tests {
     #[test]
     fn one_keys_far_future_commit_does_not_outrank_a_majority() {
         let open = Admission::new(RUN, AdmissionPolicy::Open);
-        let mut commits: Vec<RoundCommit> = (1..=3).map(|i| commit(&key(i), 10, 9)).collect();
+        let mut commits: Vec<ShardResult> = (1..=3).map(|i| commit(&key(i), 10, 9)).collect();
         commits.push(commit(&key(4), 1_000_000, 66));
         let b = backed_state(&RUN, 1, &open, 0, of(&commits)).expect("backed");
         assert_eq!((b.round, b.state), (11, StateId([9; 32])));
         // Three of four keys a round ahead of the fourth still lead it there.
-        let ahead: Vec<RoundCommit> =
+        let ahead: Vec<ShardResult> =
             (1..=3).map(|i| commit(&key(i), 12, 5)).chain([commit(&key(4), 11, 6)]).collect();
         assert_eq!(
             backed_state(&RUN, 1, &open, 0, of(&ahead)).map(|b| (b.round, b.state)),
@@ -224,7 +253,7 @@ mod tests {
             v
         };
         let a = Admission::new(RUN, AdmissionPolicy::OpenWithOperators { operators: ops });
-        let mut commits: Vec<RoundCommit> = (10..30).map(|i| commit(&key(i), 9, 66)).collect();
+        let mut commits: Vec<ShardResult> = (10..30).map(|i| commit(&key(i), 9, 66)).collect();
         commits.push(commit(&key(100), 8, 5));
         let b = backed_state(&RUN, 3, &a, 0, of(&commits)).expect("backed");
         assert_eq!((b.round, b.state, b.committers), (9, StateId([5; 32]), vec![key(100).public()]));

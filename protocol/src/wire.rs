@@ -15,8 +15,6 @@ pub const WIRE_VERSION: u8 = 1;
 pub const MAX_STRING_BYTES: usize = 1024;
 /// Most elements (parameters) a state or delta payload may declare.
 pub const MAX_ELEMENTS: u64 = 1 << 31;
-/// Most delta hashes a RoundCommit may list.
-pub const MAX_COMMIT_DELTAS: usize = 4096;
 /// Most keys an allow-list admission policy may hold.
 pub const MAX_ALLOWLIST: usize = 4096;
 /// Most operator keys a RunSpec may name.
@@ -24,13 +22,12 @@ pub const MAX_OPERATORS: usize = 64;
 /// Most shards (train and validation together) a dataset manifest may list.
 pub const MAX_DATASET_SHARDS: usize = 65_536;
 
-/// The message-type tag, second byte of every message.
+/// The message-type tag, second byte of every message. Tags 2 and 3 were
+/// version 1's DeltaManifest and RoundCommit and are not reused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[repr(u8)]
 pub enum MessageType {
     RunSpec = 1,
-    DeltaManifest = 2,
-    RoundCommit = 3,
     StatePayload = 4,
     DeltaPayload = 5,
     Telemetry = 6,
@@ -48,8 +45,6 @@ impl MessageType {
     fn from_u8(b: u8) -> Option<Self> {
         Some(match b {
             1 => Self::RunSpec,
-            2 => Self::DeltaManifest,
-            3 => Self::RoundCommit,
             4 => Self::StatePayload,
             5 => Self::DeltaPayload,
             6 => Self::Telemetry,

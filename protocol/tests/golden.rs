@@ -13,14 +13,12 @@ use murmur_protocol::committee::{
 };
 use murmur_protocol::dataset::{DatasetManifest, DatasetTokenizer, ShardEntry};
 use murmur_protocol::hash::{dataset_id_of, shard_hash_of, tokenizer_hash_of};
-use murmur_protocol::hash::{hex, payload_hash_of, unhex, PayloadHash, RunId, StateId};
-use murmur_protocol::identity::{verify, NodeKey, PublicKey, Signature, SIGN_DELTA_MANIFEST};
+use murmur_protocol::hash::{hex, payload_hash_of, unhex, RunId, StateId};
+use murmur_protocol::identity::{verify, NodeKey, PublicKey, Signature, SIGN_SHARDED_MANIFEST};
 use murmur_protocol::spec::{
     AdmissionPolicy, InnerOptimizer, ModelShape, OuterOptimizer, Pacing, RobustMode, RunSpec,
 };
-use murmur_protocol::{
-    params_id, DeltaManifest, PeerLink, RejectionCount, RoundCommit, Telemetry, Ticket, TrainingState,
-};
+use murmur_protocol::{params_id, PeerLink, RejectionCount, Telemetry, Ticket, TrainingState};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -58,7 +56,7 @@ fn spec() -> RunSpec {
         round_deadline_secs: 60,
         admission: AdmissionPolicy::Open,
         seed: 42,
-        committee_size: 0,
+        committee_size: 1,
         pacing: Pacing::default(),
         genesis_params: None,
     }
@@ -122,30 +120,6 @@ fn vectors() -> Vec<(&'static str, Vec<u8>)> {
     let codec = Codec::Int8Block { block: 4 };
     let payload = encode_delta(codec, &delta_values()).unwrap_or_default();
     let payload_hash = payload_hash_of(&payload);
-    let manifest = DeltaManifest {
-        run,
-        round: 1,
-        base,
-        signer: PublicKey::default(),
-        tokens: 65_536,
-        train_loss: 3.25,
-        codec,
-        element_count: 8,
-        payload_len: payload.len() as u64,
-        payload_hash,
-        signature: Signature::default(),
-    }
-    .sign(&k);
-    let commit = RoundCommit {
-        run,
-        round: 1,
-        base,
-        included: vec![payload_hash],
-        new_state: StateId(blake3::hash(b"next state").into()),
-        signer: PublicKey::default(),
-        signature: Signature::default(),
-    }
-    .sign(&k);
     let telemetry = Telemetry {
         run,
         round: 1,
@@ -175,8 +149,6 @@ fn vectors() -> Vec<(&'static str, Vec<u8>)> {
         ("run_id", run.0.to_vec()),
         ("state_payload", st.encode()),
         ("state_id", base.0.to_vec()),
-        ("delta_manifest", manifest.encode()),
-        ("round_commit", commit.encode()),
         ("telemetry", telemetry.encode()),
     ];
     for c in [
@@ -391,15 +363,10 @@ fn golden_messages_decode_and_verify() {
     let spec = RunSpec::decode(&spec_bytes).expect("spec");
     assert_eq!(spec.encode(), spec_bytes);
     assert_eq!(spec.run_id().0.to_vec(), read("run_id"));
-    let m = DeltaManifest::decode(&read("delta_manifest")).expect("manifest");
-    assert_eq!(m.verify(), Ok(()));
-    assert_eq!(m.signer.0.to_vec(), read("signing_key_public"));
-    // The signature is a plain ed25519 signature over domain || unsigned bytes.
-    assert_eq!(verify(&m.signer, SIGN_DELTA_MANIFEST, &m.signed_bytes(), &m.signature), Ok(()));
-    assert_eq!(PayloadHash(m.payload_hash.0).0.to_vec(), read("delta_payload_int8_b4_hash"));
-    assert_eq!(payload_hash_of(&read("delta_payload_int8_b4")), m.payload_hash);
-    let c = RoundCommit::decode(&read("round_commit")).expect("commit");
-    assert_eq!(c.verify(), Ok(()));
+    assert_eq!(
+        payload_hash_of(&read("delta_payload_int8_b4")).0.to_vec(),
+        read("delta_payload_int8_b4_hash")
+    );
     let t = Telemetry::decode(&read("telemetry")).expect("telemetry");
     assert_eq!(t.verify(), Ok(()));
     let d = DatasetManifest::decode(&read("dataset_manifest")).expect("dataset manifest");
@@ -421,6 +388,8 @@ fn golden_messages_decode_and_verify() {
     let m = ShardedManifest::decode(&read("sharded_manifest")).expect("sharded manifest");
     assert_eq!(m.verify(), Ok(()));
     assert_eq!(m.signer.0.to_vec(), read("signing_key_public"));
+    // The signature is a plain ed25519 signature over domain || unsigned bytes.
+    assert_eq!(verify(&m.signer, SIGN_SHARDED_MANIFEST, &m.signed_bytes(), &m.signature), Ok(()));
     assert_eq!(m.root.to_vec(), read("v2_merkle_root"));
     assert_eq!(m.base.0.to_vec(), read("v2_state_id"));
     let d = ShardDelta::decode(&read("shard_delta")).expect("shard delta");

@@ -521,28 +521,36 @@ pub fn is_murmur_process(pid: u32) -> bool {
     !zombie && String::from_utf8_lossy(&cmdline).contains("murmur")
 }
 
-/// A delta manifest of `spec`'s codec and shape for `round` on `base`,
-/// announcing payload `hash` and `tokens` trained, signed by `key`.
+/// A manifest of run `run`, signed by `key`: round `round` trained from
+/// `base`, its delta one shard of 4,096 int8 values whose payload hash is
+/// `hash` (nothing need hash to it: gossip checks only form and signature).
 pub fn signed_manifest(
     key: &murmur_protocol::NodeKey,
-    spec: &murmur_protocol::RunSpec,
+    run: murmur_protocol::RunId,
     round: u64,
     base: murmur_protocol::StateId,
     hash: murmur_protocol::PayloadHash,
-    tokens: u64,
-) -> murmur_protocol::DeltaManifest {
-    let (codec, n) = (spec.codec, spec.model.param_count);
-    murmur_protocol::DeltaManifest {
-        run: spec.run_id(),
+) -> murmur_protocol::committee::ShardedManifest {
+    use murmur_protocol::committee::{merkle_root, ShardLeaf, ShardedManifest};
+    let codec = murmur_protocol::Codec::Int8Block { block: 256 };
+    let leaf = ShardLeaf {
+        shard: 0,
+        payload_hash: hash,
+        payload_len: codec.payload_len(4096).unwrap_or(0),
+        norm: 1.0,
+    };
+    ShardedManifest {
+        run,
         round,
         base,
         signer: murmur_protocol::PublicKey::default(),
-        tokens,
-        train_loss: 3.0,
+        tokens: 1,
+        train_loss: 1.0,
         codec,
-        element_count: n,
-        payload_len: codec.payload_len(n).unwrap_or(0),
-        payload_hash: hash,
+        element_count: 4096,
+        shards: 1,
+        norm: 1.0,
+        root: merkle_root(&[leaf]),
         signature: murmur_protocol::Signature::default(),
     }
     .sign(key)

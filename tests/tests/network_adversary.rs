@@ -12,8 +12,8 @@ use murmur_node::net::{
     self, ContentServer, NetConfig, PeerStatus, Role, TopicKind, XferRequest, XferResponse,
 };
 use murmur_node::runtime::startup::{discover_spec, Identity};
-use murmur_protocol::{DeltaManifest, NodeKey, PayloadHash, PublicKey, Signature, StateId};
-use murmur_tests::{start_bootstrap, start_node, states_by_round, wait_until, RunSettings};
+use murmur_protocol::{NodeKey, PayloadHash, StateId};
+use murmur_tests::{signed_manifest, start_bootstrap, start_node, states_by_round, wait_until, RunSettings};
 
 struct Nothing;
 impl ContentServer for Nothing {
@@ -61,23 +61,8 @@ fn bad_peers_are_refused_scored_and_banned_while_the_run_goes_on() {
             evil.dial(t.clone()).await.expect("dial");
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
-        let codec = spec.codec;
-        let n = spec.model.param_count;
         let manifest = |round: u64, tag: u8| {
-            DeltaManifest {
-                run,
-                round,
-                base: StateId([tag; 32]),
-                signer: PublicKey::default(),
-                tokens: 100,
-                train_loss: 2.0,
-                codec,
-                element_count: n,
-                payload_len: codec.payload_len(n).unwrap_or(0),
-                payload_hash: PayloadHash([tag; 32]),
-                signature: Signature::default(),
-            }
-            .sign(&evil_key)
+            signed_manifest(&evil_key, run, round, StateId([tag; 32]), PayloadHash([tag; 32]))
         };
         let mut forged = manifest(5, 1).encode();
         let last = forged.len() - 1;
@@ -90,7 +75,7 @@ fn bad_peers_are_refused_scored_and_banned_while_the_run_goes_on() {
         ];
         for m in messages {
             for _ in 0..20 {
-                if evil.publish(TopicKind::Manifest, m.clone()).await.is_ok() {
+                if evil.publish(TopicKind::ShardedManifest, m.clone()).await.is_ok() {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;

@@ -12,9 +12,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use murmur_node::checkpoint::run_export::{load_model, read_meta};
-use murmur_tests::{
-    params_by_round, start_bootstrap_with, start_node, wait_until, Proc, RunSettings,
-};
+use murmur_tests::{params_by_round, start_bootstrap_with, start_node, wait_until, Proc, RunSettings};
 
 fn exports(dir: &Path) -> BTreeSet<String> {
     std::fs::read_dir(dir)

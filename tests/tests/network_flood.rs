@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use murmur_node::net::rate::GOSSIP_BURST;
 use murmur_node::net::{self, NetConfig, Role, TopicKind};
 use murmur_node::runtime::startup::Nothing;
-use murmur_protocol::{Codec, DeltaManifest, NodeKey, PayloadHash, RunId, Signature, StateId};
-use murmur_tests::{start_bootstrap, start_node, wait_until, RunSettings};
+use murmur_protocol::{NodeKey, PayloadHash, RunId, StateId};
+use murmur_tests::{signed_manifest, start_bootstrap, start_node, wait_until, RunSettings};
 
 fn run_id_of(hex: &str) -> RunId {
     let mut id = [0u8; 32];
@@ -60,22 +60,9 @@ fn a_node_flooded_with_valid_looking_gossip_trains_on_and_bans_the_flooder() {
         while t0.elapsed() < Duration::from_secs(8) {
             tick.tick().await;
             for _ in 0..100 {
-                let codec = Codec::Int8Block { block: 256 };
-                let m = DeltaManifest {
-                    run,
-                    round: 1_000_000 + sent,
-                    base: StateId([7; 32]),
-                    signer: flooder_key.public(),
-                    tokens: 1,
-                    train_loss: 1.0,
-                    codec,
-                    element_count: 834_304,
-                    payload_len: codec.payload_len(834_304).unwrap_or(0),
-                    payload_hash: PayloadHash([(sent % 251) as u8; 32]),
-                    signature: Signature::default(),
-                }
-                .sign(&flooder_key);
-                match handle.publish(TopicKind::Manifest, m.encode()).await {
+                let hash = PayloadHash([(sent % 251) as u8; 32]);
+                let m = signed_manifest(&flooder_key, run, 1_000_000 + sent, StateId([7; 32]), hash);
+                match handle.publish(TopicKind::ShardedManifest, m.encode()).await {
                     Ok(()) => sent += 1,
                     Err(e) => last_error = e.to_string(),
                 }

@@ -22,8 +22,8 @@ use murmur_node::store::{BlobKind, Store};
 use murmur_protocol::committee::ShardResult;
 use murmur_protocol::{NodeKey, PublicKey, RunSpec, Signature, StateId, Ticket};
 use murmur_tests::{
-    hosted_spec, issue_ticket, params_by_round, start_node, start_ticket_run, states_by_round,
-    wait_until, workspace_binary, write_node_key, RunSettings, TicketRun,
+    hosted_spec, issue_ticket, params_by_round, start_node, start_ticket_run, states_by_round, wait_until,
+    workspace_binary, write_node_key, RunSettings, TicketRun,
 };
 
 /// A peer claiming `round` at `state` (which it serves from its store),
@@ -143,8 +143,7 @@ fn export_refuses_a_state_no_admitted_result_backs() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     let settings = RunSettings { inner_steps: 10, batch: 4, quorum: 1, deadline: 20, seed: 45 };
-    let TicketRun { boot: _boot, addr, operator, operator_key } =
-        start_ticket_run(d, &settings, [0x0d; 32]);
+    let TicketRun { boot: _boot, addr, operator, operator_key } = start_ticket_run(d, &settings, [0x0d; 32]);
     let (rt, spec, boot) = hosted_spec(&addr, &operator);
     let (store, forged) = forged_state(&spec, 60, &d.join("forger"));
     let forger_key = NodeKey::from_seed([0xf3; 32]);

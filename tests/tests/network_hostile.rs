@@ -48,8 +48,7 @@ fn a_hostile_peer_with_a_ticket_moves_no_honest_node_and_is_banned() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     let settings = RunSettings { inner_steps: 8, batch: 4, quorum: 3, deadline: 8, seed: 47 };
-    let TicketRun { boot: _boot, addr, operator_key, .. } =
-        start_ticket_run(d, &settings, [0x0c; 32]);
+    let TicketRun { boot: _boot, addr, operator_key, .. } = start_ticket_run(d, &settings, [0x0c; 32]);
     let run = ["--bootstrap", addr.as_str()];
     let mut honest = Vec::new();
     for (name, seed) in [("a", [0xa2; 32]), ("b", [0xb2; 32]), ("c", [0xc2; 32]), ("e", [0xe2; 32])] {

@@ -1,7 +1,7 @@
 //! A Sybil flood of valid messages bans no honest relay: in-process swarms
 //! on 127.0.0.1. A target T is connected to one honest relay R alone (T
 //! listens nowhere, so no other swarm can reach it); four Sybil swarms,
-//! also connected to R alone, publish correctly signed delta manifests of
+//! also connected to R alone, publish correctly signed manifests of
 //! the run under 100 fresh keys, 60 each, in about a second — every key far
 //! under the per-signer gossip budget (`GOSSIP_BURST`, 2,000), all of them
 //! together three times over it — so every message reaches T forwarded by
@@ -22,7 +22,8 @@ use libp2p::PeerId;
 use murmur_node::net::rate::GOSSIP_BURST;
 use murmur_node::net::{self, GossipMessage, NetConfig, NetEvent, NetHandle, Role, TopicKind};
 use murmur_node::runtime::startup::Nothing;
-use murmur_protocol::{Codec, DeltaManifest, NodeKey, PayloadHash, PublicKey, Signature, StateId};
+use murmur_protocol::{NodeKey, PayloadHash, PublicKey, StateId};
+use murmur_tests::signed_manifest;
 use murmur_tests::swarms::{start_swarm, TEST_RUN};
 use tokio::sync::mpsc;
 
@@ -46,7 +47,7 @@ fn watch(mut events: mpsc::Receiver<NetEvent>) -> Arc<Mutex<Seen>> {
             let Ok(mut s) = sink.lock() else { return };
             match ev {
                 NetEvent::Gossip { from, message } => {
-                    if let GossipMessage::Manifest(m) = *message {
+                    if let GossipMessage::ShardedManifest(m) = *message {
                         s.gossip.push((from, m.signer, m.round));
                     }
                 }
@@ -67,22 +68,7 @@ fn key(tag: u8, i: u32) -> NodeKey {
 
 /// A valid manifest of the run, distinct per (signer, round).
 fn manifest(signer: &NodeKey, round: u64) -> Vec<u8> {
-    let codec = Codec::Int8Block { block: 256 };
-    DeltaManifest {
-        run: TEST_RUN,
-        round,
-        base: StateId([7; 32]),
-        signer: signer.public(),
-        tokens: 1,
-        train_loss: 1.0,
-        codec,
-        element_count: 4096,
-        payload_len: codec.payload_len(4096).unwrap_or(0),
-        payload_hash: PayloadHash([3; 32]),
-        signature: Signature::default(),
-    }
-    .sign(signer)
-    .encode()
+    signed_manifest(signer, TEST_RUN, round, StateId([7; 32]), PayloadHash([3; 32])).encode()
 }
 
 /// A swarm that listens nowhere, dialled into `relay` only.
@@ -140,7 +126,7 @@ fn a_sybil_flood_of_valid_messages_bans_no_honest_relay() {
             assert!(t0.elapsed() < Duration::from_secs(15), "no Sybil gossip reached the target through the relay");
             for ((s, _), ks) in sybil_swarms.iter().zip(&keys) {
                 probe += 1;
-                let _ = s.publish(TopicKind::Manifest, manifest(&ks[0], probe)).await;
+                let _ = s.publish(TopicKind::ShardedManifest, manifest(&ks[0], probe)).await;
             }
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
@@ -157,7 +143,7 @@ fn a_sybil_flood_of_valid_messages_bans_no_honest_relay() {
                     for batch in part.chunks(15) {
                         tick.tick().await;
                         for m in batch {
-                            sent += usize::from(s.publish(TopicKind::Manifest, m.clone()).await.is_ok());
+                            sent += usize::from(s.publish(TopicKind::ShardedManifest, m.clone()).await.is_ok());
                         }
                     }
                     sent

@@ -30,8 +30,8 @@ use murmur_protocol::committee::{merkle_root, ShardLeaf, ShardResult, ShardedMan
 use murmur_protocol::hash::payload_hash_of;
 use murmur_protocol::{encode_delta, NodeKey, PayloadHash, PublicKey, RunSpec, Signature, StateId, Ticket};
 use murmur_tests::{
-    issue_ticket, start_node, start_ticket_run, states_by_round, wait_until, write_node_key,
-    RunSettings, TicketRun,
+    issue_ticket, start_node, start_ticket_run, states_by_round, wait_until, write_node_key, RunSettings,
+    TicketRun,
 };
 
 /// An outsider's server: its status (a trainer of the run, no ticket) and
@@ -184,8 +184,7 @@ fn identities_without_tickets_count_for_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     let settings = RunSettings { inner_steps: 60, batch: 4, quorum: 2, deadline: 20, seed: 43 };
-    let TicketRun { boot: _boot, addr, operator, operator_key } =
-        start_ticket_run(d, &settings, [0x0b; 32]);
+    let TicketRun { boot: _boot, addr, operator, operator_key } = start_ticket_run(d, &settings, [0x0b; 32]);
     let mut honest = Vec::new();
     for (name, seed) in [("a", [0xa1; 32]), ("b", [0xb1; 32])] {
         let holder = write_node_key(d, name, seed);

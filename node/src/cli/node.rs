@@ -31,7 +31,7 @@ pub struct NodeArgs {
     /// Do not discover peers on the local network with mDNS.
     #[arg(long)]
     pub no_mdns: bool,
-    /// Seconds to wait for peers before choosing the state to start from.
+    /// Seconds to wait for the first peers before the round loop starts.
     #[arg(long, default_value_t = 4.0)]
     pub discovery_wait: f64,
     /// Inner steps per round when starting a run without a bootstrap server.

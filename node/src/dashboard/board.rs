@@ -1,5 +1,5 @@
 //! The board: what the dashboard knows of the run, built only from what it
-//! observes (validated gossip — telemetry, manifests, commits — its own
+//! observes (validated gossip — telemetry and the round's results — its own
 //! refusals and the text samples it draws), and the JSON snapshot the web
 //! page renders. Pure and bounded: every list is capped, nothing here does
 //! I/O, and time comes in as milliseconds since the dashboard started.
@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use murmur_protocol::committee::ShardResult;
-use murmur_protocol::{DeltaManifest, PayloadHash, PublicKey, RoundCommit, RunSpec, StateId, Telemetry};
+use murmur_protocol::{PublicKey, RunSpec, StateId, Telemetry};
 use serde_json::{json, Value};
 
 /// Most nodes tracked (the longest unseen is forgotten first).
@@ -44,22 +44,11 @@ pub struct NodeView {
     sent_at_last_round: Option<(u64, u64)>,
 }
 
-/// One delta announcement as seen.
-#[derive(Debug, Clone, PartialEq)]
-struct Announced {
-    signer: PublicKey,
-    payload_hash: PayloadHash,
-    payload_len: u64,
-    at_ms: u64,
-}
-
 /// A round as the gossip showed it.
 #[derive(Debug, Clone, Default)]
 struct RoundView {
-    first_manifest_ms: Option<u64>,
     first_commit_ms: Option<u64>,
-    manifests: Vec<Announced>,
-    /// Commits by the new StateId they report.
+    /// Signers by the StateId they ended the round on.
     commits: BTreeMap<StateId, CommitGroup>,
     /// Nodes alive when the round closed (for stragglers).
     alive_at_close: Vec<PublicKey>,
@@ -67,12 +56,11 @@ struct RoundView {
     refused: BTreeMap<String, u64>,
 }
 
-/// The commits of one round that report the same new StateId.
+/// The signers of one round that ended it on the same StateId.
 #[derive(Debug, Clone)]
 struct CommitGroup {
-    /// The state it was committed on (from the group's first commit).
+    /// The state the round was trained from (as the first signer's word says).
     base: StateId,
-    included: Vec<PayloadHash>,
     committers: Vec<PublicKey>,
 }
 
@@ -235,39 +223,8 @@ impl Board {
         node.last = t;
     }
 
-    /// A validated DeltaManifest.
-    pub fn on_manifest(&mut self, m: &DeltaManifest, now_ms: u64) {
-        let late = self.rounds.get(&m.round).and_then(|r| r.first_commit_ms).is_some();
-        let r = self.round_mut(m.round);
-        if r.manifests.iter().any(|a| a.payload_hash == m.payload_hash) || r.manifests.len() >= MAX_NODES {
-            return;
-        }
-        r.first_manifest_ms.get_or_insert(now_ms);
-        r.manifests.push(Announced {
-            signer: m.signer,
-            payload_hash: m.payload_hash,
-            payload_len: m.payload_len,
-            at_ms: now_ms,
-        });
-        self.trim_rounds();
-        if late {
-            let peer = short(&(self.peer_id_of)(&m.signer));
-            self.event(
-                now_ms,
-                "late",
-                format!("late delta from {peer} for round {} (after it closed)", m.round),
-            );
-        }
-    }
-
-    /// A validated RoundCommit.
-    pub fn on_commit(&mut self, c: &RoundCommit, now_ms: u64) {
-        self.note_commit(c.round, c.new_state, c.base, &c.included, c.signer, now_ms);
-    }
-
-    /// A validated ShardResult of a committee run: its signer ended the
-    /// round before on the result's base (a committee run gossips no
-    /// RoundCommit; every node signs a result each round).
+    /// A validated ShardResult: its signer ended the round before on the
+    /// result's base (every node signs a result each round).
     pub fn on_result(&mut self, r: &ShardResult, now_ms: u64) {
         let Some(round) = r.round.checked_sub(1) else { return };
         let base = round
@@ -275,19 +232,11 @@ impl Board {
             .and_then(|before| self.rounds.get(&before))
             .and_then(|v| v.majority().map(|(state, _)| *state))
             .unwrap_or(r.base);
-        self.note_commit(round, r.base, base, &[], r.signer, now_ms);
+        self.note_commit(round, r.base, base, r.signer, now_ms);
     }
 
     /// `signer` ended `round`, trained from `base`, on `new_state`.
-    fn note_commit(
-        &mut self,
-        round: u64,
-        new_state: StateId,
-        base: StateId,
-        included: &[PayloadHash],
-        signer: PublicKey,
-        now_ms: u64,
-    ) {
+    fn note_commit(&mut self, round: u64, new_state: StateId, base: StateId, signer: PublicKey, now_ms: u64) {
         let alive: Vec<PublicKey> = self
             .nodes
             .values()
@@ -302,11 +251,7 @@ impl Board {
         if r.commits.len() >= MAX_NODES && !r.commits.contains_key(&new_state) {
             return;
         }
-        let g = r.commits.entry(new_state).or_insert_with(|| CommitGroup {
-            base,
-            included: included.to_vec(),
-            committers: Vec::new(),
-        });
+        let g = r.commits.entry(new_state).or_insert_with(|| CommitGroup { base, committers: Vec::new() });
         if !g.committers.contains(&signer) && g.committers.len() < MAX_NODES {
             g.committers.push(signer);
         }
@@ -494,12 +439,10 @@ impl Board {
 
     fn round_json(&self, round: u64, r: &RoundView) -> Value {
         let best = r.majority();
-        let included: HashSet<PayloadHash> =
-            best.map(|(_, g)| g.included.iter().copied().collect()).unwrap_or_default();
         let closed = r.first_commit_ms;
-        let late = r.manifests.iter().filter(|a| closed.is_some_and(|c| a.at_ms > c)).count();
+        // Nodes alive as the round closed that signed no result of the next.
         let contributors: HashSet<PublicKey> =
-            r.manifests.iter().filter(|a| included.contains(&a.payload_hash)).map(|a| a.signer).collect();
+            r.commits.values().flat_map(|g| g.committers.iter().copied()).collect();
         let stragglers: Vec<String> = if closed.is_some() {
             r.alive_at_close
                 .iter()
@@ -509,23 +452,16 @@ impl Board {
         } else {
             Vec::new()
         };
-        let bytes: u64 = r.manifests.iter().map(|a| a.payload_len).sum();
-        let opened =
-            self.rounds.get(&round.wrapping_sub(1)).and_then(|p| p.first_commit_ms).or(r.first_manifest_ms);
+        let opened = self.rounds.get(&round.wrapping_sub(1)).and_then(|p| p.first_commit_ms);
         json!({
             "round": round,
             "opened_ms": opened,
-            "first_delta_ms": r.first_manifest_ms,
             "closed_ms": closed,
-            "deltas": r.manifests.len(),
-            "included": best.map(|(_, g)| g.included.len()),
             "committers": best.map(|(_, g)| g.committers.len()),
             "state": best.map(|(s, _)| s.to_hex()),
             "disagreeing_commits": r.commits.len().saturating_sub(1),
-            "late": late,
             "stragglers": stragglers,
             "refused": r.refused.iter().map(|(k, v)| json!({"reason": k, "count": v})).collect::<Vec<_>>(),
-            "delta_bytes": bytes,
         })
     }
 }
@@ -562,36 +498,6 @@ mod tests {
         .sign(key)
     }
 
-    fn manifest(key: &NodeKey, spec: &RunSpec, round: u64, h: u8) -> DeltaManifest {
-        DeltaManifest {
-            run: spec.run_id(),
-            round,
-            base: StateId([0; 32]),
-            signer: PublicKey::default(),
-            tokens: 10,
-            train_loss: 1.0,
-            codec: spec.codec,
-            element_count: spec.model.param_count,
-            payload_len: 1000,
-            payload_hash: PayloadHash([h; 32]),
-            signature: Signature::default(),
-        }
-        .sign(key)
-    }
-
-    fn commit(key: &NodeKey, spec: &RunSpec, round: u64, included: Vec<PayloadHash>) -> RoundCommit {
-        RoundCommit {
-            run: spec.run_id(),
-            round,
-            base: StateId([0; 32]),
-            included,
-            new_state: StateId([round as u8 + 1; 32]),
-            signer: PublicKey::default(),
-            signature: Signature::default(),
-        }
-        .sign(key)
-    }
-
     #[test]
     fn rounds_nodes_links_and_stragglers_show_in_the_snapshot() {
         let spec = run_spec(&RunParams::default()).expect("spec");
@@ -600,11 +506,9 @@ mod tests {
         board.set_role("boot".into(), "bootstrap");
         board.on_telemetry(telemetry(&a, &spec, 0, Some(5.0), 100), 10);
         board.on_telemetry(telemetry(&b, &spec, 0, Some(5.2), 50), 20);
-        // Round 1: a's delta is included, b's arrives after the close.
-        board.on_manifest(&manifest(&a, &spec, 1, 7), 1000);
-        board.on_commit(&commit(&a, &spec, 1, vec![PayloadHash([7; 32])]), 2000);
-        board.on_commit(&commit(&b, &spec, 1, vec![PayloadHash([7; 32])]), 2100);
-        board.on_manifest(&manifest(&b, &spec, 1, 8), 2500);
+        // Round 1 ends on state 2: a signs it; b, alive, signs nothing.
+        board.note_commit(0, StateId([1; 32]), StateId([0; 32]), a.public(), 500);
+        board.note_commit(1, StateId([2; 32]), StateId([1; 32]), a.public(), 2000);
         board.on_telemetry(telemetry(&a, &spec, 1, Some(4.0), 1100), 3000);
         board.on_telemetry(telemetry(&b, &spec, 1, Some(4.2), 50), 3100);
         // A heartbeat without val loss adds no history point; its links are the current ones.
@@ -635,10 +539,8 @@ mod tests {
             .as_array()
             .and_then(|r| r.iter().find(|x| x["round"] == 1).cloned())
             .expect("round 1");
-        assert_eq!(r1["deltas"], 2);
-        assert_eq!(r1["included"], 1);
-        assert_eq!(r1["committers"], 2);
-        assert_eq!(r1["late"], 1);
+        assert_eq!(r1["committers"], 1);
+        assert_eq!((r1["opened_ms"].clone(), r1["closed_ms"].clone()), (json!(500), json!(2000)));
         assert_eq!(r1["stragglers"], json!([name(&b.public())]));
         // The link a reports relayed is drawn relayed; both ends are trainers.
         assert_eq!(s["graph"]["links"].as_array().map(Vec::len), Some(1));
@@ -668,16 +570,7 @@ mod tests {
         };
         let commit =
             |board: &mut Board, k: &NodeKey, round: u64, base: StateId, new_state: StateId, at: u64| {
-                let c = RoundCommit {
-                    run: spec.run_id(),
-                    round,
-                    base,
-                    included: Vec::new(),
-                    new_state,
-                    signer: PublicKey::default(),
-                    signature: Signature::default(),
-                };
-                board.on_commit(&c.sign(k), at);
+                board.note_commit(round, new_state, base, k.public(), at)
             };
         let flag = |board: &Board, k: &NodeKey| {
             let s = board.snapshot(100);
@@ -708,7 +601,7 @@ mod tests {
     }
 
     #[test]
-    fn a_committee_runs_results_say_which_state_each_signer_ended_the_last_round_on() {
+    fn results_say_which_state_each_signer_ended_the_last_round_on() {
         let spec = run_spec(&RunParams::default()).expect("spec");
         let mut board = Board::new(spec.clone(), None, name);
         let keys: Vec<NodeKey> = (1..=3).map(|i| NodeKey::from_seed([i; 32])).collect();
@@ -749,7 +642,7 @@ mod tests {
         board.on_telemetry(telemetry(&a, &spec, 0, Some(5.0), 0), 0);
         assert_eq!(board.snapshot(ALIVE_MS + 1)["nodes"][0]["alive"], false);
         for r in 0..(MAX_ROUNDS as u64 + 50) {
-            board.on_manifest(&manifest(&a, &spec, r, (r % 250) as u8), r);
+            board.note_commit(r, StateId([(r % 250) as u8; 32]), StateId([0; 32]), a.public(), r);
             board.on_telemetry(telemetry(&a, &spec, r + 1, Some(4.0), r), r);
         }
         assert!(board.rounds.len() <= MAX_ROUNDS);

@@ -150,8 +150,6 @@ pub async fn run_dashboard(opts: DashboardOptions) -> Result<(), RuntimeError> {
                 match ev {
                     NetEvent::Gossip { message, .. } => match *message {
                         GossipMessage::Telemetry(t) => board.on_telemetry(t, now_ms()),
-                        GossipMessage::Manifest(m) => board.on_manifest(&m, now_ms()),
-                        GossipMessage::Commit(c) => board.on_commit(&c, now_ms()),
                         GossipMessage::ShardResult(r) => board.on_result(&r, now_ms()),
                         GossipMessage::Ticket(_) | GossipMessage::ShardedManifest(_) | GossipMessage::FraudProof(_) => {}
                     },

@@ -8,7 +8,7 @@ use libp2p::gossipsub::IdentTopic;
 use murmur_protocol::committee::messages::SHARD_RESULT_BYTES;
 use murmur_protocol::committee::{FraudProof, ShardResult, ShardedManifest};
 use murmur_protocol::ticket::TICKET_BYTES;
-use murmur_protocol::{DeltaManifest, PublicKey, RoundCommit, RunId, Telemetry, Ticket};
+use murmur_protocol::{PublicKey, RunId, Telemetry, Ticket};
 
 use super::peers::NetRejection;
 
@@ -20,13 +20,11 @@ pub use murmur_protocol::telemetry::MAX_TELEMETRY_BYTES;
 /// What a topic carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TopicKind {
-    Manifest,
-    Commit,
     Telemetry,
     /// Admission tickets (runs that admit by ticket): each node publishes
     /// its own when it joins and every minute.
     Ticket,
-    /// Protocol v2: sharded manifests, shard results and fraud proofs.
+    /// The round's sharded manifests, shard results and fraud proofs.
     ShardedManifest,
     ShardResult,
     FraudProof,
@@ -36,9 +34,7 @@ pub enum TopicKind {
 const MAX_SHARDED_MANIFEST_BYTES: usize = 512;
 
 impl TopicKind {
-    pub const ALL: [TopicKind; 7] = [
-        TopicKind::Manifest,
-        TopicKind::Commit,
+    pub const ALL: [TopicKind; 5] = [
         TopicKind::Telemetry,
         TopicKind::Ticket,
         TopicKind::ShardedManifest,
@@ -48,8 +44,6 @@ impl TopicKind {
 
     fn suffix(self) -> &'static str {
         match self {
-            TopicKind::Manifest => "manifest",
-            TopicKind::Commit => "commit",
             TopicKind::Telemetry => "telemetry",
             TopicKind::Ticket => "ticket",
             TopicKind::ShardedManifest => "v2-manifest",
@@ -59,14 +53,11 @@ impl TopicKind {
     }
 
     /// `murmur/1/<run id hex>/<kind>`.
-    /// Largest message of this kind: a DeltaManifest or Telemetry has a
-    /// bounded encoding; a RoundCommit is bounded by the gossip cap.
+    /// Largest message of this kind.
     pub fn max_bytes(self) -> usize {
         match self {
-            TopicKind::Manifest => murmur_protocol::manifest::MAX_MANIFEST_BYTES,
             TopicKind::Telemetry => MAX_TELEMETRY_BYTES,
             TopicKind::Ticket => TICKET_BYTES,
-            TopicKind::Commit => MAX_GOSSIP_BYTES,
             TopicKind::ShardedManifest => MAX_SHARDED_MANIFEST_BYTES,
             TopicKind::ShardResult => SHARD_RESULT_BYTES,
             // A wrong-result proof carries the included list it names.
@@ -82,8 +73,6 @@ impl TopicKind {
 /// A validated gossip message.
 #[derive(Debug, Clone, PartialEq)]
 pub enum GossipMessage {
-    Manifest(DeltaManifest),
-    Commit(RoundCommit),
     Telemetry(Telemetry),
     Ticket(Ticket),
     ShardedManifest(ShardedManifest),
@@ -94,8 +83,6 @@ pub enum GossipMessage {
 impl GossipMessage {
     pub fn kind(&self) -> TopicKind {
         match self {
-            GossipMessage::Manifest(_) => TopicKind::Manifest,
-            GossipMessage::Commit(_) => TopicKind::Commit,
             GossipMessage::Telemetry(_) => TopicKind::Telemetry,
             GossipMessage::Ticket(_) => TopicKind::Ticket,
             GossipMessage::ShardedManifest(_) => TopicKind::ShardedManifest,
@@ -109,8 +96,6 @@ impl GossipMessage {
     /// proof, which carries other nodes' signatures.
     pub fn origin(&self) -> Option<PublicKey> {
         match self {
-            GossipMessage::Manifest(m) => Some(m.signer),
-            GossipMessage::Commit(c) => Some(c.signer),
             GossipMessage::Telemetry(t) => Some(t.signer),
             GossipMessage::Ticket(t) => Some(t.holder),
             GossipMessage::ShardedManifest(m) => Some(m.signer),
@@ -121,8 +106,6 @@ impl GossipMessage {
 
     pub fn encode(&self) -> Vec<u8> {
         match self {
-            GossipMessage::Manifest(m) => m.encode(),
-            GossipMessage::Commit(c) => c.encode(),
             GossipMessage::Telemetry(t) => t.encode(),
             GossipMessage::Ticket(t) => t.encode(),
             GossipMessage::ShardedManifest(m) => m.encode(),
@@ -139,14 +122,6 @@ pub fn validate(kind: TopicKind, run: &RunId, bytes: &[u8]) -> Result<GossipMess
         return Err(NetRejection::Oversized);
     }
     let (msg_run, sig_ok, msg) = match kind {
-        TopicKind::Manifest => {
-            let m = DeltaManifest::decode(bytes).map_err(|_| NetRejection::Malformed)?;
-            (m.run, m.verify().is_ok(), GossipMessage::Manifest(m))
-        }
-        TopicKind::Commit => {
-            let c = RoundCommit::decode(bytes).map_err(|_| NetRejection::Malformed)?;
-            (c.run, c.verify().is_ok(), GossipMessage::Commit(c))
-        }
         TopicKind::Telemetry => {
             let t = Telemetry::decode(bytes).map_err(|_| NetRejection::Malformed)?;
             (t.run, t.verify().is_ok(), GossipMessage::Telemetry(t))
@@ -184,21 +159,22 @@ pub fn validate(kind: TopicKind, run: &RunId, bytes: &[u8]) -> Result<GossipMess
 #[cfg(test)]
 mod tests {
     use super::*;
-    use murmur_protocol::{Codec, NodeKey, PayloadHash, PublicKey, Signature, StateId};
+    use murmur_protocol::committee::merkle_root;
+    use murmur_protocol::{Codec, NodeKey, PublicKey, Signature, StateId};
 
-    fn manifest(key: &NodeKey, run: RunId) -> DeltaManifest {
-        let codec = Codec::F32;
-        DeltaManifest {
+    fn manifest(key: &NodeKey, run: RunId) -> ShardedManifest {
+        ShardedManifest {
             run,
             round: 1,
             base: StateId([2; 32]),
             signer: PublicKey::default(),
             tokens: 10,
             train_loss: 1.0,
-            codec,
+            codec: Codec::F32,
             element_count: 4,
-            payload_len: codec.payload_len(4).unwrap_or(0),
-            payload_hash: PayloadHash([3; 32]),
+            shards: 1,
+            norm: 1.0,
+            root: merkle_root(&[]),
             signature: Signature::default(),
         }
         .sign(key)
@@ -210,18 +186,19 @@ mod tests {
         let run = RunId([9; 32]);
         let m = manifest(&key, run);
         let bytes = m.encode();
-        assert_eq!(validate(TopicKind::Manifest, &run, &bytes), Ok(GossipMessage::Manifest(m.clone())));
-        assert_eq!(validate(TopicKind::Commit, &run, &bytes), Err(NetRejection::Malformed));
-        assert_eq!(validate(TopicKind::Manifest, &RunId([8; 32]), &bytes), Err(NetRejection::WrongRun));
+        let kind = TopicKind::ShardedManifest;
+        assert_eq!(validate(kind, &run, &bytes), Ok(GossipMessage::ShardedManifest(m.clone())));
+        assert_eq!(validate(TopicKind::ShardResult, &run, &bytes), Err(NetRejection::Malformed));
+        assert_eq!(validate(kind, &RunId([8; 32]), &bytes), Err(NetRejection::WrongRun));
         let mut forged = bytes.clone();
         let n = forged.len();
         forged[n - 1] ^= 1;
-        assert_eq!(validate(TopicKind::Manifest, &run, &forged), Err(NetRejection::BadSignature));
+        assert_eq!(validate(kind, &run, &forged), Err(NetRejection::BadSignature));
         assert_eq!(
-            validate(TopicKind::Manifest, &run, &vec![0; MAX_GOSSIP_BYTES + 1]),
+            validate(TopicKind::FraudProof, &run, &vec![0; MAX_GOSSIP_BYTES + 1]),
             Err(NetRejection::Oversized)
         );
-        assert_eq!(validate(TopicKind::Manifest, &run, &vec![0; 4000]), Err(NetRejection::Oversized));
+        assert_eq!(validate(kind, &run, &vec![0; 4000]), Err(NetRejection::Oversized));
         assert_eq!(validate(TopicKind::Telemetry, &run, &[1, 6, 0]), Err(NetRejection::Malformed));
         let t = Ticket::issue(&key, run, PublicKey([5; 32]), 10);
         assert_eq!(validate(TopicKind::Ticket, &run, &t.encode()), Ok(GossipMessage::Ticket(t.clone())));

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use libp2p::identity;
 use libp2p::PeerId;
-use murmur_protocol::{PublicKey, Rejection};
+use murmur_protocol::PublicKey;
 
 /// Penalty at which a peer is disconnected and banned.
 pub const BAN_THRESHOLD: u64 = 300;
@@ -47,8 +47,6 @@ pub enum NetRejection {
     /// A transfer request from a peer that already holds its whole serving
     /// share (`serving`), which an honest asker waits for (`asking`).
     Overrun,
-    /// A refusal decided by the round state machine.
-    Round(Rejection),
 }
 
 impl NetRejection {
@@ -72,7 +70,6 @@ impl NetRejection {
             // dropped connection): at most a share's worth now and then,
             // which fades; a flood of requests adds up to a ban at once.
             NetRejection::Overrun => 1,
-            NetRejection::Round(r) => r.penalty(),
         }
     }
 
@@ -89,7 +86,6 @@ impl NetRejection {
             NetRejection::Unresponsive => "unresponsive".into(),
             NetRejection::NotAdmitted => "not_admitted".into(),
             NetRejection::Overrun => "overrun".into(),
-            NetRejection::Round(r) => format!("round_{r:?}").to_lowercase(),
         }
     }
 }
@@ -274,7 +270,9 @@ mod tests {
         assert_eq!(l.penalty(&p), 200);
         l.decay(t0 + Duration::from_secs(600));
         assert_eq!(l.penalty(&p), 0);
-        assert!(l.charge(p, NetRejection::Round(Rejection::Equivocation), t0));
+        assert!(!l.charge(p, NetRejection::Malformed, t0));
+        assert!(!l.charge(p, NetRejection::Malformed, t0));
+        assert!(l.charge(p, NetRejection::Malformed, t0));
         assert_eq!(l.banned(t0), vec![p]);
         l.decay(t0 + Duration::from_secs(2000));
         assert!(l.is_banned(&p, t0), "decay does not lift a ban");

@@ -1,23 +1,20 @@
 //! An operator's archive of a run: every R-th committed state written as an
 //! export (`checkpoint::run_export`) under `DIR/round-<N>`, the newest K
 //! kept. `murmur-bootstrap --checkpoint-dir` feeds it from the run's gossip
-//! (`Follower`): it records the commitments, tickets and manifests it sees
-//! (bounded, for recent rounds only) — version 1's RoundCommits, or a
-//! committee run's results, each naming the state its signer trained the
-//! round from — and once a round's commitments have had a few seconds to
-//! arrive (or the next round's came, or, in a committee run, every signer
-//! of the round before has spoken) it takes the state the run's trust rule
+//! (`Follower`): it records the results and tickets it sees (bounded, for
+//! recent rounds only), each result naming the state its signer trained the
+//! round from, and once a round's results have had a few seconds to arrive
+//! (or the next round's came, or every signer of the round before has
+//! spoken) it takes the state the run's trust rule
 //! backs for that round (`Evidence::backed_round`), never one a minority
 //! signed, and fetches it from its signers (`fetch_settled`).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use murmur_protocol::committee::ShardResult;
-use murmur_protocol::{
-    DeltaManifest, PayloadHash, PublicKey, RoundCommit, RunSpec, StateId, Ticket, TrainingState,
-};
+use murmur_protocol::{PublicKey, RunSpec, StateId, Ticket, TrainingState};
 
 use super::backing::Evidence;
 use super::committee::sync::fetch_committed_state;
@@ -38,9 +35,6 @@ const KEPT_ROUNDS: u64 = 8;
 
 /// Signers of one round's results a follower keeps.
 const MAX_SIGNERS: usize = 65_536;
-
-/// Manifests a follower keeps (their tokens count toward `tokens_seen`).
-const MAX_MANIFESTS: usize = 65_536;
 
 /// Where and how often to archive.
 #[derive(Debug, Clone)]
@@ -147,10 +141,8 @@ pub struct Follower {
     evidence: Evidence,
     /// When each unsettled round's first commit arrived.
     open: BTreeMap<u64, Instant>,
-    /// Claimed tokens of recent manifests.
-    manifests: HashMap<PayloadHash, (u64, u64)>,
-    /// A committee run's: who signed results of each recent round, and
-    /// the tokens shard 0's first result of the round signs.
+    /// Who signed results of each recent round, and the tokens shard 0's
+    /// first result of the round signs.
     signers: BTreeMap<u64, BTreeSet<PublicKey>>,
     round_tokens: BTreeMap<u64, u64>,
     newest: u64,
@@ -164,7 +156,6 @@ impl Follower {
             spec,
             evidence: Evidence::default(),
             open: BTreeMap::new(),
-            manifests: HashMap::new(),
             signers: BTreeMap::new(),
             round_tokens: BTreeMap::new(),
             newest: 0,
@@ -173,18 +164,7 @@ impl Follower {
         }
     }
 
-    pub fn on_commit(&mut self, c: RoundCommit, now: Instant) {
-        if c.run != self.spec.run_id() || c.round + KEPT_ROUNDS < self.newest {
-            return;
-        }
-        if self.first_round.is_none_or(|f| c.round >= f) {
-            self.open.entry(c.round).or_insert(now);
-            self.newest = self.newest.max(c.round);
-            self.evidence.add_commit(c);
-        }
-    }
-
-    /// A committee run's result of round q: its signer's word that its base
+    /// A result of round q: its signer's word that its base
     /// opened round q, which round q − 1 committed.
     pub fn on_result(&mut self, r: &ShardResult, now: Instant) {
         if r.run != self.spec.run_id() || r.round + KEPT_ROUNDS < self.newest {
@@ -218,12 +198,6 @@ impl Follower {
         self.evidence.add_ticket(presenter, t);
     }
 
-    pub fn on_manifest(&mut self, m: &DeltaManifest) {
-        if m.run == self.spec.run_id() && self.manifests.len() < MAX_MANIFESTS {
-            self.manifests.insert(m.payload_hash, (m.round, m.tokens));
-        }
-    }
-
     /// The rounds whose commits have settled by `now`, oldest first, each
     /// with the state the run's rule backs (rounds nothing backs are
     /// dropped). Old gossip is forgotten.
@@ -241,12 +215,10 @@ impl Follower {
         let mut out = Vec::new();
         for round in ready {
             self.open.remove(&round);
-            let Some((b, included)) = self.evidence.backed_round(&self.spec, unix_now(), round) else {
+            let Some(b) = self.evidence.backed_round(&self.spec, unix_now(), round) else {
                 continue;
             };
-            let tokens: u64 =
-                included.iter().filter_map(|h| self.manifests.get(h)).map(|(_, t)| t).sum::<u64>()
-                    + self.round_tokens.get(&round).copied().unwrap_or(0);
+            let tokens = self.round_tokens.get(&round).copied().unwrap_or(0);
             let first = *self.first_round.get_or_insert(round);
             self.tokens_seen += tokens;
             out.push(Settled {
@@ -259,7 +231,6 @@ impl Follower {
         }
         let keep_from = self.newest.saturating_sub(KEPT_ROUNDS);
         self.evidence.forget_before(keep_from);
-        self.manifests.retain(|_, (r, _)| *r >= keep_from);
         self.signers.retain(|r, _| *r >= keep_from);
         self.round_tokens.retain(|r, _| *r >= keep_from);
         out

@@ -9,12 +9,9 @@
 //! picks the state they back under the run's rule
 //! (`murmur_protocol::trust`), never a round a peer merely claims.
 
-
 use murmur_protocol::committee::ShardResult;
 use murmur_protocol::trust::MAX_WEIGHED_COMMITS;
-use murmur_protocol::{
-    backed_state, Admission, Backed, Commitment, PayloadHash, PublicKey, RoundCommit, RunSpec, Ticket,
-};
+use murmur_protocol::{backed_state, Admission, Backed, Commitment, PublicKey, RunSpec, Ticket};
 
 use crate::net::{PeerStatus, StatusBacking};
 
@@ -37,10 +34,7 @@ pub fn own_results<'a>(
 /// Commitments and tickets gathered from peers' status answers.
 #[derive(Debug, Default)]
 pub struct Evidence {
-    /// Version 1's commits (the deltas they include are the archive's).
-    commits: Vec<RoundCommit>,
-    /// Every commitment gathered (commits and committee results), its
-    /// signature checked.
+    /// Every commitment gathered (signed results), its signature checked.
     words: Vec<Commitment>,
     /// (who presented it, the ticket); holders already matched.
     tickets: Vec<(PublicKey, Ticket)>,
@@ -48,8 +42,8 @@ pub struct Evidence {
 
 impl Evidence {
     /// Take what `peer`'s status offers: its own ticket (only if it is
-    /// `peer`'s), and its backing — RoundCommits or committee results —
-    /// each with a ticket only if it is the signer's. Undecodable entries
+    /// `peer`'s), and its backing — signed results — each with a ticket
+    /// only if it is the signer's. Undecodable entries
     /// and bad signatures are skipped; at most `MAX_WEIGHED_COMMITS` of
     /// each are kept in all.
     pub fn add_status(&mut self, peer: PublicKey, s: &PeerStatus) {
@@ -62,10 +56,7 @@ impl Evidence {
             if self.words.len() >= MAX_WEIGHED_COMMITS {
                 break;
             }
-            let word = match RoundCommit::decode(&b.commit) {
-                Ok(c) => Commitment::of_commit(&c).inspect(|_| self.commits.push(c)),
-                Err(_) => ShardResult::decode(&b.commit).ok().as_ref().and_then(Commitment::of_result),
-            };
+            let word = ShardResult::decode(&b.commit).ok().as_ref().and_then(Commitment::of_result);
             let Some(word) = word else { continue };
             if let Some(t) = b.ticket.as_deref().and_then(|b| Ticket::decode(b).ok()) {
                 if t.holder == word.signer && self.tickets.len() < MAX_WEIGHED_COMMITS {
@@ -76,17 +67,7 @@ impl Evidence {
         }
     }
 
-    /// Take a commit seen as gossip (at most `MAX_WEIGHED_COMMITS` kept).
-    pub fn add_commit(&mut self, c: RoundCommit) {
-        if self.words.len() < MAX_WEIGHED_COMMITS {
-            if let Some(word) = Commitment::of_commit(&c) {
-                self.words.push(word);
-                self.commits.push(c);
-            }
-        }
-    }
-
-    /// Take a committee result seen as gossip (at most
+    /// Take a result seen as gossip (at most
     /// `MAX_WEIGHED_COMMITS` kept; a bad signature is no evidence).
     pub fn add_result(&mut self, r: &ShardResult) {
         if self.words.len() < MAX_WEIGHED_COMMITS {
@@ -104,9 +85,8 @@ impl Evidence {
         }
     }
 
-    /// Forget the commits of rounds before `round`.
+    /// Forget the words of rounds before `round`.
     pub fn forget_before(&mut self, round: u64) {
-        self.commits.retain(|c| c.round >= round);
         self.words.retain(|w| w.opens > round);
     }
 
@@ -118,22 +98,10 @@ impl Evidence {
         backed_state(&spec.run_id(), spec.quorum, &a, unix_now.saturating_mul(1000), words)
     }
 
-    /// The state round `round`'s gathered commits back under the run's
-    /// rule, with the deltas the backing commits included.
-    pub fn backed_round(
-        &self,
-        spec: &RunSpec,
-        unix_now: u64,
-        round: u64,
-    ) -> Option<(Backed, Vec<PayloadHash>)> {
-        let b = self.backed_at(spec, unix_now, round.checked_add(1)?)?;
-        let included = self
-            .commits
-            .iter()
-            .find(|c| c.round == round && c.new_state == b.state && b.committers.contains(&c.signer))
-            .map(|c| c.included.clone())
-            .unwrap_or_default();
-        Some((b, included))
+    /// The state round `round` ended on, as the gathered words of the
+    /// round after it back it under the run's rule.
+    pub fn backed_round(&self, spec: &RunSpec, unix_now: u64, round: u64) -> Option<Backed> {
+        self.backed_at(spec, unix_now, round.checked_add(1)?)
     }
 
     /// Whether the gathered commitments of some round back `state` under
@@ -185,13 +153,18 @@ mod tests {
     use super::*;
     use murmur_protocol::{AdmissionPolicy, NodeKey, Signature, StateId};
 
-    fn commit(k: &NodeKey, run: murmur_protocol::RunId, round: u64, state: u8) -> RoundCommit {
-        RoundCommit {
+    /// `k`'s word that round `round` ended on `state`: its result of the
+    /// next round, trained from it.
+    fn commit(k: &NodeKey, run: murmur_protocol::RunId, round: u64, state: u8) -> ShardResult {
+        ShardResult {
             run,
-            round,
-            base: StateId([0; 32]),
-            included: vec![],
-            new_state: StateId([state; 32]),
+            round: round + 1,
+            base: StateId([state; 32]),
+            shard: 0,
+            included_count: 1,
+            included_root: [0; 32],
+            total_tokens: 1,
+            result_hash: [0; 32],
             signer: k.public(),
             signature: Signature::default(),
         }
@@ -211,7 +184,10 @@ mod tests {
         // An honest peer offers both tickets and both commits of round 3.
         let backing = [&a, &b]
             .iter()
-            .map(|k| StatusBacking { commit: commit(k, run, 3, 9).encode(), ticket: Some(ticket(k).encode()) })
+            .map(|k| StatusBacking {
+                commit: commit(k, run, 3, 9).encode(),
+                ticket: Some(ticket(k).encode()),
+            })
             .collect();
         let honest = PeerStatus { ticket: Some(ticket(&a).encode()), backing, ..Default::default() };
         // A forger offers ten higher commits by keys without valid tickets

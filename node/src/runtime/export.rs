@@ -1,7 +1,7 @@
 //! Getting a run's model out: which committed states a node's data
 //! directory holds and which one an export takes, and following a live run
-//! as an observer to take the newest state the run's trust rules back
-//! (the same rule a joining node's cold start applies), checked against
+//! as an observer to take the newest state the run's trust rule backs
+//! (`murmur_protocol::trust`, over the trainers' signed results), checked against
 //! its StateId before it is written.
 
 use std::path::Path;

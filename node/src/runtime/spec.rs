@@ -60,8 +60,8 @@ pub struct RunParams {
     pub robust: RobustMode,
     pub admission: AdmissionPolicy,
     pub seed: u64,
-    /// Protocol v2's committee size k (1, the default: one owner per
-    /// shard; 0: version 1's round).
+    /// Owners per shard k (1, the default: one owner per shard, with
+    /// backups; k ≥ 2: committees of k).
     pub committee_size: u32,
     /// Overlapped or blocking rounds, fixed H or a time budget.
     pub pacing: murmur_protocol::Pacing,

@@ -9,10 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use libp2p::{Multiaddr, PeerId};
-use murmur_protocol::{
-    AdmissionPolicy, Backed, NodeKey, RunId, RunSpec, StateId, Ticket,
-    TrainingState,
-};
+use murmur_protocol::{AdmissionPolicy, Backed, NodeKey, RunId, RunSpec, StateId, Ticket, TrainingState};
 use serde_json::json;
 use tokio::sync::mpsc;
 
@@ -241,7 +238,11 @@ pub async fn gather(
 
 /// Wait briefly for peers, as `gather` does; the membership events seen
 /// meanwhile, for the event loop to replay.
-pub async fn meet_peers(events: &mut mpsc::Receiver<NetEvent>, wait: Duration, out: Reporter) -> Vec<NetEvent> {
+pub async fn meet_peers(
+    events: &mut mpsc::Receiver<NetEvent>,
+    wait: Duration,
+    out: Reporter,
+) -> Vec<NetEvent> {
     wait_for_trainers(events, wait, out).await.1
 }
 

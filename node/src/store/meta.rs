@@ -1,6 +1,5 @@
-//! Small metadata in sled: the node's current state per run, the last
-//! manifest it signed (protocol v2: what it signed in its newest round),
-//! and a bounded round history. Large payloads never go
+//! Small metadata in sled: the node's current state per run, what it
+//! signed in its newest round, and a bounded round history. Large payloads never go
 //! here (see `blob`); peer scores live in memory (`net::peers`), so a flood
 //! of refusals writes nothing to disk.
 //!
@@ -42,9 +41,7 @@ pub struct MetaStore {
     db: sled::Db,
     positions: sled::Tree,
     history: sled::Tree,
-    signed: sled::Tree,
-    /// Protocol v2: per run, what the node signed in its newest round (a
-    /// `SignedRecord`).
+    /// Per run, what the node signed in its newest round (a `SignedRecord`).
     committee_signed: sled::Tree,
     /// Protocol v2: per run, the current state's parameters' StateId and
     /// its ledger's hash (the ledger itself is a Ledger blob).
@@ -60,7 +57,6 @@ impl MetaStore {
         Ok(Self {
             positions: db.open_tree("positions")?,
             history: db.open_tree("history")?,
-            signed: db.open_tree("signed")?,
             committee_signed: db.open_tree("committee_signed")?,
             ledgers: db.open_tree("ledgers")?,
             db,
@@ -132,19 +128,6 @@ impl MetaStore {
         Ok(out)
     }
 
-    /// The last manifest this node signed in `run` (its canonical bytes).
-    pub fn signed_manifest(&self, run: &RunId) -> Result<Option<Vec<u8>>, StoreError> {
-        Ok(self.signed.get(run.0)?.map(|v| v.to_vec()))
-    }
-
-    /// Record a manifest before it is published (flushed): after a crash the
-    /// node announces it again instead of signing a second delta.
-    pub fn set_signed_manifest(&self, run: &RunId, bytes: &[u8]) -> Result<(), StoreError> {
-        self.signed.insert(run.0, bytes)?;
-        self.db.flush()?;
-        Ok(())
-    }
-
     /// What this node signed in its newest round of committee run `run`
     /// (a `SignedRecord`'s bytes).
     pub fn signed_record(&self, run: &RunId) -> Result<Option<Vec<u8>>, StoreError> {
@@ -210,7 +193,7 @@ mod tests {
                 },
             )
             .expect("record");
-            m.set_signed_manifest(&run, b"manifest").expect("sign");
+            m.set_signed_record(&run, b"record").expect("sign");
             m.flush().expect("flush");
         }
         // sled's flusher thread may hold the lock a moment after the drop.
@@ -224,8 +207,8 @@ mod tests {
         };
         assert_eq!(m.position(&run).expect("read"), Some(Position { round: 4, state: StateId([9; 32]) }));
         assert_eq!(m.history(&run).expect("history").len(), 1);
-        assert_eq!(m.signed_manifest(&run).expect("read").as_deref(), Some(&b"manifest"[..]));
-        assert_eq!(m.signed_manifest(&RunId([4; 32])).expect("read"), None);
+        assert_eq!(m.signed_record(&run).expect("read").as_deref(), Some(&b"record"[..]));
+        assert_eq!(m.signed_record(&RunId([4; 32])).expect("read"), None);
     }
 
     #[test]

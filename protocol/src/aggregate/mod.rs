@@ -94,7 +94,7 @@ pub struct Rejected {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Aggregate {
     pub delta: Vec<f32>,
-    /// Hashes of the included deltas, ascending (the RoundCommit's list).
+    /// Hashes of the included deltas, ascending.
     pub included: Vec<PayloadHash>,
     /// Rejected inputs, ordered by (hash, signer).
     pub rejected: Vec<Rejected>,

@@ -157,8 +157,8 @@ pub fn aggregate_shard(
     })
 }
 
-/// The linear modes: validate each input (as the version-1 aggregation
-/// does), keep what `rule::left_out` keeps, and sum Σ cᵢ·xᵢ in f64 in signer
+/// The linear modes: validate each input (finite, in range, of the run's
+/// codec and shard length), keep what `rule::left_out` keeps, and sum Σ cᵢ·xᵢ in f64 in signer
 /// order with `rule::coefficients`.
 fn aggregate_linear(
     candidates: Vec<&ShardInput<'_>>,

@@ -1,4 +1,4 @@
-//! Protocol v2: committees (docs/protocol.md §10, DESIGN §7.3). The parameter
+//! The round: shards and their owners (docs/protocol.md §10, DESIGN §7.3). The parameter
 //! vector is cut into shards; each round a committee of roster members per
 //! shard aggregates that shard from every trainer's delta and signs the
 //! result; every node fetches the aggregated shards and applies the outer

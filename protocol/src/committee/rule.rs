@@ -16,7 +16,7 @@
 //! exceeds the multiple of the median down to it. Under a time budget each
 //! input first counts as rescaled to the median claim's length (factor
 //! t̃ / tᵢ, its norm with it) and its norm bound widens by
-//! `rescale_allowance`, as in version 1's aggregation. Medians are over the
+//! `rescale_allowance` (`crate::aggregate::robust`). Medians are over the
 //! inputs in the set. All arithmetic is f64.
 
 use super::messages::ShardedManifest;

@@ -186,7 +186,7 @@ impl AdmissionPolicy {
         }
     }
 
-    /// Whether an (admitted) signer's RoundCommits count when deciding a
+    /// Whether an (admitted) signer's signed results count when deciding a
     /// state: only the operators' in an open run that names operators.
     pub fn counts_commits_of(&self, key: &PublicKey) -> bool {
         match self {
@@ -246,10 +246,8 @@ pub struct RunSpec {
     pub round_deadline_secs: u32,
     pub admission: AdmissionPolicy,
     pub seed: u64,
-    /// Committee size k of protocol v2 (docs/protocol.md §10; 1: one owner
-    /// per shard, with backups); 0 runs version 1's round (every node
-    /// aggregates every delta). Written only
-    /// when non-zero, so version-1 specs keep their bytes and RunIds.
+    /// Owners per shard k (docs/protocol.md §10; 1: one owner per shard,
+    /// with backups), in 1..=4096.
     pub committee_size: u32,
     /// Blocking or overlapped rounds, fixed steps or a time budget
     /// (docs/protocol.md §4.1, §6.3, §6.4). Written only when not the default.
@@ -371,12 +369,11 @@ impl RunSpec {
             }
         }
         w.u64(self.seed);
-        // The optional tail, written only as far as it differs from version 1.
+        // The committee size, then the optional tail, written only as far
+        // as it differs from the defaults.
         let init = self.genesis_params.is_some();
         let paced = init || self.pacing != Pacing::default();
-        if self.committee_size != 0 || paced {
-            w.u32(self.committee_size);
-        }
+        w.u32(self.committee_size);
         if paced {
             w.u8(u8::from(self.pacing.overlapped));
             w.u32(self.pacing.inner_budget_ms);
@@ -439,8 +436,13 @@ impl RunSpec {
             tag => return Err(WireError::BadTag { field: "admission", tag }),
         };
         let seed = r.u64()?;
-        let has_tail = r.remaining() >= 4;
-        let committee_size = if has_tail { r.u32()? } else { 0 };
+        if r.remaining() < 4 {
+            return Err(invalid(
+                "committee_size",
+                "missing: a spec without one is of version 1's round, which nodes no longer run",
+            ));
+        }
+        let committee_size = r.u32()?;
         let has_pacing = r.remaining() >= 5;
         let pacing = if has_pacing {
             let overlapped = match r.u8()? {
@@ -454,13 +456,8 @@ impl RunSpec {
         };
         let genesis_params = if r.remaining() >= 32 { Some(ParamsId(r.array()?)) } else { None };
         // Canonical bytes stop after the last field that is not a default.
-        if genesis_params.is_none() {
-            if has_pacing && pacing == Pacing::default() {
-                return Err(invalid("pacing", "default pacing is written by leaving it out"));
-            }
-            if has_tail && committee_size == 0 && pacing == Pacing::default() {
-                return Err(invalid("committee_size", "a zero committee size is written by leaving it out"));
-            }
+        if genesis_params.is_none() && has_pacing && pacing == Pacing::default() {
+            return Err(invalid("pacing", "default pacing is written by leaving it out"));
         }
         r.finish()?;
         let spec = RunSpec {
@@ -560,8 +557,11 @@ impl RunSpec {
                 "must be in 1..=604800 (seven days); host the run with a shorter --deadline",
             ));
         }
-        if self.committee_size > MAX_COMMITTEE_SIZE {
-            return Err(invalid("committee_size", "must be 0 (version 1) or in 1..=4096"));
+        if self.committee_size == 0 || self.committee_size > MAX_COMMITTEE_SIZE {
+            return Err(invalid(
+                "committee_size",
+                "must be in 1..=4096 (0 was version 1's round, which nodes no longer run)",
+            ));
         }
         let budget = self.pacing.inner_budget_ms;
         if budget > MAX_INNER_BUDGET_MS || u64::from(budget) >= u64::from(self.round_deadline_secs) * 1000 {

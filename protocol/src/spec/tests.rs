@@ -33,7 +33,7 @@ pub(crate) fn sample_spec() -> RunSpec {
         round_deadline_secs: 60,
         admission: AdmissionPolicy::Open,
         seed: 42,
-        committee_size: 0,
+        committee_size: 1,
         pacing: Pacing::default(),
         genesis_params: None,
     }
@@ -51,46 +51,48 @@ fn round_trips_and_hashes_stably() {
 }
 
 #[test]
-fn the_committee_size_is_written_only_when_set_and_checked() {
-    let v1 = sample_spec();
-    let mut v2 = sample_spec();
-    v2.committee_size = 8;
-    let bytes = v2.encode();
-    assert_eq!(bytes.len(), v1.encode().len() + 4);
-    assert_eq!(RunSpec::decode(&bytes), Ok(v2.clone()));
-    assert_ne!(v2.run_id(), v1.run_id());
-    // An explicit zero is not canonical; oversized sizes are refused.
-    let mut zero = v1.encode();
-    zero.extend_from_slice(&0u32.to_le_bytes());
-    assert!(RunSpec::decode(&zero).is_err());
-    v2.committee_size = MAX_COMMITTEE_SIZE + 1;
-    assert!(RunSpec::decode(&v2.encode()).is_err());
-    // k = 1: one owner per shard.
-    v2.committee_size = 1;
-    assert_eq!(RunSpec::decode(&v2.encode()), Ok(v2.clone()));
+fn the_committee_size_is_written_and_checked() {
+    let one = sample_spec();
+    let mut eight = sample_spec();
+    eight.committee_size = 8;
+    let bytes = eight.encode();
+    assert_eq!(bytes[bytes.len() - 4..], 8u32.to_le_bytes());
+    assert_eq!(RunSpec::decode(&bytes), Ok(eight.clone()));
+    assert_ne!(eight.run_id(), one.run_id());
+    // A spec that ends before it (version 1's) is refused and says why;
+    // zero and oversized sizes are refused.
+    let cut = &bytes[..bytes.len() - 4];
+    assert!(matches!(RunSpec::decode(cut), Err(WireError::Invalid { field: "committee_size", .. })));
+    for k in [0, MAX_COMMITTEE_SIZE + 1] {
+        eight.committee_size = k;
+        assert!(matches!(
+            RunSpec::decode(&eight.encode()),
+            Err(WireError::Invalid { field: "committee_size", .. })
+        ));
+    }
 }
 
 #[test]
 fn pacing_is_written_only_when_set_and_checked() {
-    let v1 = sample_spec();
+    let plain = sample_spec();
     let mut paced = sample_spec();
     paced.pacing = Pacing { overlapped: true, inner_budget_ms: 0 };
     let bytes = paced.encode();
-    // A zero committee size, then the overlapped flag and the budget.
-    assert_eq!(bytes.len(), v1.encode().len() + 4 + 1 + 4);
+    // The overlapped flag and the budget after the committee size.
+    assert_eq!(bytes.len(), plain.encode().len() + 1 + 4);
     assert_eq!(RunSpec::decode(&bytes), Ok(paced.clone()));
-    assert_ne!(paced.run_id(), v1.run_id());
+    assert_ne!(paced.run_id(), plain.run_id());
     paced.committee_size = 8;
     paced.pacing = Pacing { overlapped: false, inner_budget_ms: 30_000 };
     assert!(paced.pacing.is_budgeted());
     assert_eq!(RunSpec::decode(&paced.encode()), Ok(paced.clone()));
     // The default written out is not canonical; an unknown flag, a budget
     // of a day and more or one the round deadline cannot hold are refused.
-    let mut explicit = v1.encode();
-    explicit.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    let mut explicit = plain.encode();
+    explicit.extend_from_slice(&[0, 0, 0, 0, 0]);
     assert!(matches!(RunSpec::decode(&explicit), Err(WireError::Invalid { field: "pacing", .. })));
-    let mut flag = v1.encode();
-    flag.extend_from_slice(&[0, 0, 0, 0, 2, 0, 0, 0, 0]);
+    let mut flag = plain.encode();
+    flag.extend_from_slice(&[2, 0, 0, 0, 0]);
     assert_eq!(RunSpec::decode(&flag), Err(WireError::BadTag { field: "pacing.overlapped", tag: 2 }));
     for budget in [60_000, MAX_INNER_BUDGET_MS + 1] {
         let mut bad = sample_spec();
@@ -108,21 +110,20 @@ fn pacing_is_written_only_when_set_and_checked() {
 
 #[test]
 fn genesis_params_are_written_only_when_set() {
-    let v1 = sample_spec();
+    let plain = sample_spec();
     let mut init = sample_spec();
     init.genesis_params = Some(ParamsId([7; 32]));
     let bytes = init.encode();
-    // The committee size and pacing are written out (defaults included),
-    // then the 32-byte ParamsId.
-    assert_eq!(bytes.len(), v1.encode().len() + 4 + 1 + 4 + 32);
+    // Pacing is written out (the default included), then the 32-byte ParamsId.
+    assert_eq!(bytes.len(), plain.encode().len() + 1 + 4 + 32);
     assert_eq!(RunSpec::decode(&bytes), Ok(init.clone()));
-    assert_ne!(init.run_id(), v1.run_id());
+    assert_ne!(init.run_id(), plain.run_id());
     init.committee_size = 8;
     init.pacing = Pacing { overlapped: true, inner_budget_ms: 0 };
     assert_eq!(RunSpec::decode(&init.encode()), Ok(init.clone()));
     // A ParamsId cut short is not a spec.
-    let mut cut = v1.encode();
-    cut.extend_from_slice(&[0; 4 + 5 + 31]);
+    let mut cut = plain.encode();
+    cut.extend_from_slice(&[0; 5 + 31]);
     assert!(RunSpec::decode(&cut).is_err());
 }
 
@@ -170,9 +171,10 @@ fn ticket_and_operator_policies_round_trip_and_are_checked() {
             AdmissionPolicy::Tickets { .. } => AdmissionPolicy::Tickets { operators: vec![] },
             _ => AdmissionPolicy::OpenWithOperators { operators: vec![] },
         };
-        // 65 operators: refused by the count cap before anything is read.
+        // 65 operators: refused by the count cap before anything is read
+        // (the count, then the seed and the committee size).
         let mut bytes = spec.encode();
-        let at = bytes.len() - 8 - 4;
+        let at = bytes.len() - 4 - 8 - 4;
         bytes[at..at + 4].copy_from_slice(&65u32.to_le_bytes());
         assert!(matches!(RunSpec::decode(&bytes), Err(WireError::TooLong { .. })));
     }
@@ -183,9 +185,9 @@ fn ticket_and_operator_policies_round_trip_and_are_checked() {
     assert!(open.admits(&PublicKey([9; 32])) && !open.uses_tickets());
     assert!(open.counts_commits_of(&ops[1]) && !open.counts_commits_of(&PublicKey([9; 32])));
     assert!(AdmissionPolicy::Open.operators().is_empty());
-    // An unknown admission tag is refused.
+    // An unknown admission tag is refused (before the seed and committee size).
     let mut bytes = sample_spec().encode();
-    let at = bytes.len() - 8 - 1;
+    let at = bytes.len() - 4 - 8 - 1;
     bytes[at] = 4;
     assert_eq!(RunSpec::decode(&bytes), Err(WireError::BadTag { field: "admission", tag: 4 }));
 }

@@ -175,12 +175,12 @@ function renderTimeline(snap) {
     const tr = html('tr', { 'data-round': String(r.round) });
     const span = r.closed_ms !== null && r.opened_ms !== null ? secs(r.closed_ms - r.opened_ms) : (r.closed_ms === null ? 'open' : '–');
     const cells = [
-      String(r.round), span, String(r.deltas), r.included === null ? '–' : String(r.included),
+      String(r.round), span,
       r.committers === null ? '–' : String(r.committers) + (r.disagreeing_commits ? ' (+' + r.disagreeing_commits + ' other)' : ''),
-      String(r.late), r.stragglers.map(s => s.slice(-6)).join(' ') || '–',
+      r.stragglers.map(s => s.slice(-6)).join(' ') || '–',
       r.refused.map(x => x.count + ' ' + x.reason).join(', ') || '–', r.state ? r.state.slice(0, 12) : '–',
     ];
-    cells.forEach((c, i) => tr.appendChild(html('td', i === 8 ? { class: 'mono' } : (i === 7 && c !== '–' ? { class: 'warn' } : {}), c)));
+    cells.forEach((c, i) => tr.appendChild(html('td', i === 5 ? { class: 'mono' } : (i === 4 && c !== '–' ? { class: 'warn' } : {}), c)));
     body.appendChild(tr);
   }
 }

@@ -1,4 +1,4 @@
-//! Protocol v2's node loop (docs/protocol.md §10): the committee round
+//! The node's round loop (docs/protocol.md §10): the round
 //! machine (`murmur_protocol::committee::CommitteeMachine`) driven by the
 //! trainer thread and the network. The machine decides everything and owns
 //! every timer (deadlines, fetch retries and back-off, fallbacks); this
@@ -11,8 +11,6 @@
 //! - `training`: starting rounds on the trainer thread and cutting deltas.
 //! - `transfer`: the tasks that move shards, aggregates and lists.
 //! - `work`: cutting, aggregating and applying on the blocking pool.
-//!
-//! A run with `committee_size` 0 runs version 1's loop (`runtime::node`).
 
 pub mod audit;
 mod closing;
@@ -38,20 +36,22 @@ use serde_json::json;
 use tokio::sync::mpsc;
 
 use super::held::HeldState;
-use super::tickets::TICKET_GOSSIP_EVERY;
 use super::report::Reporter;
 use super::server::StoreServer;
+use super::tickets::TICKET_GOSSIP_EVERY;
 use super::trainer::ahead::TrainingAhead;
 use super::trainer::{self, JobDone, TrainerHandle, TrainerSetup};
 use super::RuntimeError;
 use crate::metrics::NodeMetrics;
 use crate::net::offer::ShardOffer;
-use crate::net::{GossipMessage, NetEvent, NetHandle, TopicKind};
+use crate::net::{GossipMessage, NetEvent, NetHandle, TopicKind, XferRequest};
 use crate::store::{BlobKind, Store};
 use served::CommitteeServed;
 
 /// Events of the next round buffered while this node finishes its own.
 const MAX_EARLY: usize = 4096;
+/// How long a trainer's Status (asked when it joins) may take.
+const STATUS_WAIT: Duration = Duration::from_secs(5);
 /// States a node keeps besides its current one: the state before it,
 /// still served to a node catching up on the round just closed.
 pub const KEPT_STATES: usize = 1;
@@ -431,6 +431,16 @@ impl CommitteeNode {
             NetEvent::Gossip { message, .. } => self.on_gossip(message),
             NetEvent::PeerJoined { peer, role } if role.trains() => {
                 self.trainers.insert(peer);
+                if self.spec.admission.uses_tickets() {
+                    // Its Status carries its ticket, which the network's
+                    // gate learns from the answer: until then its gossip
+                    // and requests are refused as not admitted.
+                    let net = self.net.clone();
+                    tokio::spawn(async move {
+                        let _ =
+                            tokio::time::timeout(STATUS_WAIT, net.request(peer, XferRequest::Status)).await;
+                    });
+                }
                 if let Some(key) = crate::net::public_key_of(&peer) {
                     self.feed(CommitteeEvent::PeerConnected(key));
                 }
@@ -481,10 +491,7 @@ impl CommitteeNode {
                 self.out.event("proof", json!({ "accused": hex(&p.accused().0), "round": p.round() }));
                 self.feed(CommitteeEvent::ProofReceived(p))
             }
-            GossipMessage::Commit(_)
-            | GossipMessage::Manifest(_)
-            | GossipMessage::Telemetry(_)
-            | GossipMessage::Ticket(_) => {}
+            GossipMessage::Telemetry(_) | GossipMessage::Ticket(_) => {}
         }
     }
 
