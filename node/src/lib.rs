@@ -6,7 +6,7 @@
 //! - `model`: the GPT model, explicit forward and backward over a Backend.
 //! - `train`: optimizer schedule, the single-machine training loop, checkpoints.
 //! - `sim`: the in-process DiLoCo / data-parallel simulator and codec benchmark.
-//! - `netsim`: protocol-v2 committee rounds of up to thousands of nodes over a
+//! - `netsim`: the round of up to thousands of nodes over a
 //!   simulated network in virtual time (`murmur netsim`).
 //! - `store`: content-addressed blobs, sled metadata, key files.
 //! - `net`: the libp2p network (knows messages and blob ids, never tensors).

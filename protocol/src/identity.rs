@@ -14,9 +14,9 @@ use thiserror::Error;
 pub const SIGN_TELEMETRY: &[u8] = b"murmur/v1/sign/telemetry\0";
 /// Signing domain of an admission Ticket.
 pub const SIGN_TICKET: &[u8] = b"murmur/v1/sign/ticket\0";
-/// Signing domain of a ShardedManifest (protocol v2).
+/// Signing domain of a ShardedManifest.
 pub const SIGN_SHARDED_MANIFEST: &[u8] = b"murmur/v2/sign/sharded-manifest\0";
-/// Signing domain of a ShardResult (protocol v2).
+/// Signing domain of a ShardResult.
 pub const SIGN_SHARD_RESULT: &[u8] = b"murmur/v2/sign/shard-result\0";
 /// Domain of the signature a node draws its audits from (never sent: only
 /// its holder can compute it, so no owner knows the draw before it signs).

@@ -1,4 +1,4 @@
-//! Protocol v2 over real processes (issue 14, done-when 3): a bootstrap
+//! Committees of k = 4 over real processes: a bootstrap
 //! server and `MURMUR_COMMITTEE_NODES` (default 16) node processes on
 //! 127.0.0.1 train the tiny preset with committees of k = 4 for 5 rounds.
 //! Every node reports the same StateId for every round; round 0 (no roster
@@ -22,7 +22,7 @@
 //! printed. One
 //! node is killed after round 1 and started again once the others are two
 //! rounds on: it catches up from the state a majority of committers signed
-//! (parameters and ledger fetched, checked against the v2 StateId) and then
+//! (parameters and ledger fetched, checked against the state's StateId) and then
 //! closes rounds on the same StateId as everyone. Another node's trainer
 //! panics in round 2 (`MURMUR_TEST_TRAINER_PANICS`); it is started again and
 //! the node stays in step. Nodes audit shards by sketches, and every honest

@@ -49,7 +49,7 @@ pub enum Command {
     Devices(devices::DevicesArgs),
     /// Simulate N workers training together (DiLoCo or data parallel) in one process.
     Sim(sim::SimArgs),
-    /// Simulate a protocol-v2 network of N nodes (committees) in virtual time.
+    /// Simulate a network of N nodes running the round, in virtual time.
     Netsim(netsim::NetsimArgs),
     /// Watch a run and serve a live web page of it (trains nothing).
     Dashboard(dashboard::DashboardArgs),

@@ -1,4 +1,4 @@
-//! `murmur netsim`: run protocol-v2 committee rounds of N nodes over a
+//! `murmur netsim`: run the round of N nodes over a
 //! simulated network and print per-round traffic, agreement, exclusions and
 //! validation loss (a table, or `--json`).
 

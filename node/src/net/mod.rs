@@ -9,7 +9,7 @@
 //! - `behaviour`: the composed libp2p behaviour and swarm construction.
 //! - `gossip`: topics and message validation.
 //! - `xfer`: the transfer protocol's frames and codec.
-//! - `offer`: protocol v2's shard offers and leaves on the transfer protocol.
+//! - `offer`: the round's shard offers and leaves on the transfer protocol.
 //! - `fetch`: chunked, multi-peer, verified blob download.
 //! - `gate`: who is admitted: served, forwarded for, asked first, kept slots for.
 //! - `peers`: identities, typed rejections, scoring and bans.
@@ -156,7 +156,7 @@ impl NetConfig {
 pub trait ContentServer: Send + Sync + 'static {
     /// Where this node stands, as told to `from`.
     fn status(&self, from: PeerId) -> PeerStatus;
-    /// Answer any other request (`Table`, `Chunk`, protocol v2's) from `from`.
+    /// Answer any other request (`Table`, `Chunk`, the round's) from `from`.
     fn serve(&self, from: PeerId, request: &XferRequest) -> XferResponse;
 }
 

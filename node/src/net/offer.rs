@@ -1,4 +1,4 @@
-//! Protocol v2's frames on the transfer protocol (docs/protocol.md §10.7):
+//! The round's frames on the transfer protocol (docs/protocol.md §10.7):
 //! a trainer *offers* one shard of its delta to a committee member (the
 //! shard's leaf and Merkle proof, with the signed manifest they prove
 //! against; a payload of at most `MAX_INLINE_PAYLOAD` bytes travels in the

@@ -64,30 +64,30 @@ pub enum XferRequest {
     Table { kind: BlobKind, id: [u8; 32], len: u64 },
     /// Chunk `index` of blob `id` of `len` bytes.
     Chunk { kind: BlobKind, id: [u8; 32], len: u64, index: u64 },
-    /// Protocol v2: one shard of the sender's (or another signer's) delta
+    /// One shard of the sender's (or another signer's) delta
     /// for the receiver's committee; the receiver pulls the payload.
     Offer(ShardOffer),
-    /// Protocol v2: the included list behind the responder's result
+    /// The included list behind the responder's result
     /// `result_hash` for `shard` of `round`.
     Included { round: u64, shard: u32, result_hash: [u8; 32] },
-    /// Protocol v2: the leaf and proof the responder holds of `signer`'s
+    /// The leaf and proof the responder holds of `signer`'s
     /// shard `shard` in `round` (re-checks pull inputs this way).
     Leaf { round: u64, shard: u32, signer: PublicKey },
-    /// Protocol v2: the included signers (IncludedSigners, against the
+    /// The included signers (IncludedSigners, against the
     /// round's roster) of the responder's result `result_hash`.
     Signers { round: u64, shard: u32, result_hash: [u8; 32] },
-    /// Protocol v2: the parts of v2 state `state` the responder holds (its
+    /// The parts of state `state` the responder holds (its
     /// parameters' StateId and its ledger's hash and length).
     StateParts { state: [u8; 32] },
     /// The requester's own admission ticket, presented to a peer of a
     /// ticket run that answered `NotAdmitted`.
     Present(Ticket),
-    /// Protocol v2: the sketch projections (`committee::sketch`) of the
+    /// The sketch projections (`committee::sketch`) of the
     /// responder's own shards of `round`, each (shard, seed) under the
     /// auditor's seed for it (1 to `MAX_PROJECTION_ASKS`, one per audited
     /// shard).
     Projections { round: u64, asks: Vec<(u32, [u8; 32])> },
-    /// Protocol v2: the responder's own signed result for `shard` of
+    /// The responder's own signed result for `shard` of
     /// `round` (a node that missed its gossip asks the owner).
     Result { round: u64, shard: u32 },
 }

@@ -74,7 +74,7 @@ struct Sim {
     machines: Vec<CommitteeMachine>,
     net: Network<Msg>,
     task: Option<LinearTask>,
-    /// Parameters and momentum by v1 StateId of the parameters; v2 ids map to them.
+    /// Parameters and momentum by the parameters' StateId; states' ids map to them.
     states: HashMap<StateId, (Arc<TrainingState>, Ledger)>,
     /// Payloads of the rounds in progress: (round, node, shard) → bytes and leaf.
     payloads: HashMap<(u64, usize, u32), Payload>,

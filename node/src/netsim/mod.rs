@@ -1,4 +1,4 @@
-//! `murmur netsim`: N protocol-v2 round machines (`murmur_protocol::committee`)
+//! `murmur netsim`: N round machines (`murmur_protocol::committee`)
 //! with the real codecs, per-shard aggregation and outer step, over a
 //! simulated network with per-node bandwidth and latency in virtual time
 //! (`transport`), training a model that really trains or, for traffic-only

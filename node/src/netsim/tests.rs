@@ -45,7 +45,7 @@ fn per_node_traffic_stays_flat_from_16_to_64_nodes_while_version_1_grows() {
     let (a, b) = (max_bytes(&small), max_bytes(&large));
     assert!(b as f64 <= 1.5 * a as f64, "64 nodes: {b} bytes, 16 nodes: {a}");
     let v1 = large.rounds[0].v1_bytes;
-    assert!(v1 > 2 * b, "version 1 at 64 nodes ({v1}) costs more than twice version 2 ({b})");
+    assert!(v1 > 2 * b, "version 1 at 64 nodes ({v1}) costs more than twice the round ({b})");
     for r in small.rounds.iter().chain(&large.rounds) {
         assert_eq!(r.honest_states, 1);
     }

@@ -16,7 +16,7 @@
 //! - `backing`: the results a status offers, and the state gathered ones back.
 //! - `dataset`: the run's dataset: manifest, assigned windows, shard fetching.
 //! - `trainer`: the compute thread.
-//! - `held`: the state a loop holds, with its StateId computed once.
+//! - `hashed_state`: the state the loop holds, with its StateId computed once.
 //! - `server`: what the node serves on the transfer protocol.
 //! - `committee`: the event loop of the round (docs/protocol.md §10).
 //! - `report`: JSON / human output.
@@ -27,7 +27,7 @@ pub mod backing;
 pub mod committee;
 pub mod dataset;
 pub mod export;
-pub mod held;
+pub mod hashed_state;
 pub mod memory;
 pub mod report;
 pub mod server;

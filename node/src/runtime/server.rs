@@ -2,7 +2,7 @@
 //! status (with its ticket and the signed commits backing its state), and
 //! chunk tables and chunks of the blobs in its store (a table kept with its
 //! blob, a chunk read at its offset and checked against the verified table
-//! before it is sent; never a whole blob in memory), and in protocol-v2
+//! before it is sent; never a whole blob in memory), and the round's
 //! runs what `committee::served` holds. The swarm calls it within its
 //! serving slots, and says which peer asks (the answers are the same for
 //! every peer today).
@@ -31,7 +31,7 @@ pub struct StoreServer {
     ticket: Option<Vec<u8>>,
     /// Signed commits backing where the node stands (bounded by the caller).
     backing: Mutex<Vec<StatusBacking>>,
-    /// Protocol v2's offers, leaves and included lists (v2 runs only).
+    /// The round's offers, leaves and included lists.
     committee: OnceLock<Arc<super::committee::served::CommitteeServed>>,
 }
 
@@ -48,7 +48,7 @@ impl StoreServer {
         }
     }
 
-    /// Answer protocol v2's requests from `served` (set once).
+    /// Answer the round's requests from `served` (set once).
     pub fn serve_committee(&self, served: Arc<super::committee::served::CommitteeServed>) {
         let _ = self.committee.set(served);
     }

@@ -25,7 +25,7 @@ use crate::train::trainer::evaluate;
 
 use super::dataset::DatasetFeed;
 
-pub mod ahead;
+pub mod overlap;
 
 /// Validation batches per evaluation (4,096 tokens with batch 8 and
 /// 64-token windows).
@@ -44,7 +44,7 @@ pub enum Job {
         base: StateId,
         state: Arc<TrainingState>,
         reset_moments: bool,
-        ahead: Option<Arc<Landing>>,
+        overlapped: Option<Arc<Landing>>,
     },
     Evaluate {
         round: u64,
@@ -64,8 +64,8 @@ pub enum JobDone {
         train_loss: f32,
         /// Seconds spent in inner steps.
         secs: f64,
-        /// The job was an overlapped run's training ahead (`Job::Train::ahead`).
-        ahead: bool,
+        /// The job was an overlapped run's training ahead (`Job::Train::overlapped`).
+        overlapped: bool,
         /// Seconds it waited half-way for its round's state (not in `secs`).
         waited_secs: f64,
         /// Seconds between the previous training job's last inner step and
@@ -363,12 +363,12 @@ impl Worker {
         let mut model: Option<Gpt<B>> = None;
         while let Ok(job) = jobs.recv() {
             let ran = catch_unwind(AssertUnwindSafe(|| match job {
-                Job::Train { epoch, round, base, state, reset_moments, ahead } => {
+                Job::Train { epoch, round, base, state, reset_moments, overlapped } => {
                     if epoch != self.epoch.load(Ordering::SeqCst) {
                         JobDone::Cancelled { round }
                     } else {
-                        let job = TrainJob { epoch, round, base, reset_moments, ahead };
-                        if job.ahead.is_some() {
+                        let job = TrainJob { epoch, round, base, reset_moments, overlapped };
+                        if job.overlapped.is_some() {
                             // Training ahead starts from the state's lookahead.
                             match murmur_protocol::lookahead_params(self.spec.outer, &state) {
                                 Ok(start) => self.train(&backend, &mut model, job, &start),
@@ -461,7 +461,7 @@ impl Worker {
         job: TrainJob,
         params: &[f32],
     ) -> JobDone {
-        let TrainJob { epoch, round, base, reset_moments, ahead } = job;
+        let TrainJob { epoch, round, base, reset_moments, overlapped } = job;
         // What the delta is taken against: the start, or the landed state.
         let mut origin: Option<Arc<TrainingState>> = None;
         let mut landed_after = None;
@@ -503,7 +503,7 @@ impl Worker {
             if budget.is_some_and(|b| steps > 0 && budget_spent(spent, steps, b)) {
                 break;
             }
-            if let Some(landing) = ahead.as_deref().filter(|_| origin.is_none()) {
+            if let Some(landing) = overlapped.as_deref().filter(|_| origin.is_none()) {
                 let mut landed = landing.take(Duration::ZERO);
                 if landed.is_none() && (steps >= (h / 2).max(1) || budget.is_some_and(|b| spent >= b / 2)) {
                     // Half-way with nothing landed: idle (not in inner
@@ -589,7 +589,7 @@ impl Worker {
             tokens,
             train_loss: (loss_sum / f64::from(steps.max(1))) as f32,
             secs,
-            ahead: ahead.is_some(),
+            overlapped: overlapped.is_some(),
             waited_secs: waited.as_secs_f64(),
             idle_before_secs,
             landed_after,
@@ -604,7 +604,7 @@ struct TrainJob {
     round: u64,
     base: StateId,
     reset_moments: bool,
-    ahead: Option<Arc<Landing>>,
+    overlapped: Option<Arc<Landing>>,
 }
 
 /// The compute speed a node emulates: `MURMUR_COMPUTE_SPEED=V` (0 < V < 1)

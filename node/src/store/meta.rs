@@ -29,7 +29,7 @@ pub struct RoundRecord {
     #[serde(default)]
     pub round_tokens: u64,
     /// Hex StateId of the state blob, where it differs from `state_id`
-    /// (protocol v2 names a state by its parameters and its ledger).
+    /// (the round names a state by its parameters and its ledger).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state_blob: Option<String>,
     pub val_loss: Option<f32>,
@@ -43,7 +43,7 @@ pub struct MetaStore {
     history: sled::Tree,
     /// Per run, what the node signed in its newest round (a `SignedRecord`).
     committee_signed: sled::Tree,
-    /// Protocol v2: per run, the current state's parameters' StateId and
+    /// Per run, the current state's parameters' StateId and
     /// its ledger's hash (the ledger itself is a Ledger blob).
     ledgers: sled::Tree,
 }
@@ -143,7 +143,7 @@ impl MetaStore {
         Ok(())
     }
 
-    /// The ledger hash recorded for `params` in `run` (protocol v2).
+    /// The ledger hash recorded for `params` in `run`.
     pub fn ledger_of(&self, run: &RunId, params: &StateId) -> Result<Option<[u8; 32]>, StoreError> {
         let Some(v) = self.ledgers.get(run.0)? else { return Ok(None) };
         if v.len() != 64 || v[..32] != params.0 {

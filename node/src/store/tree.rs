@@ -32,10 +32,10 @@ pub enum BlobKind {
     DatasetShard,
     /// A dataset manifest; its id is the DatasetId.
     DatasetManifest,
-    /// Protocol v2: a committee's aggregated shard (f32 little-endian); its
+    /// An owner's aggregated shard (f32 little-endian); its
     /// id is the ShardResult's `result_hash`.
     Aggregate,
-    /// Protocol v2: a state's ledger (roster and excluded keys); its id is
+    /// A state's ledger (roster and excluded keys); its id is
     /// `Ledger::hash`.
     Ledger,
     /// A dataset's own `tokenizer.json`; its id is the TokenizerHash.

@@ -52,7 +52,7 @@ impl ErrorFeedback {
     }
 
     /// Encode `delta + residual` cut into `ranges` (each encoded on its own,
-    /// as protocol v2's shards are) and keep the new residual. On error the
+    /// as the round's shards are) and keep the new residual. On error the
     /// residual is unchanged.
     pub fn encode_ranges(
         &mut self,

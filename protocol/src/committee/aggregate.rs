@@ -1,4 +1,4 @@
-//! Aggregating one shard (protocol v2): the one function committee members,
+//! Aggregating one shard: the one function committee members,
 //! re-checkers, fraud-proof verifiers, `murmur netsim` and the node call. It
 //! checks each input's shard norm against the signed leaf, then under the
 //! linear modes sums Σ cᵢ·xᵢ with the coefficients of `super::rule`, and

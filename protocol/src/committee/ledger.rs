@@ -1,4 +1,4 @@
-//! The ledger a protocol-v2 state carries beside its parameters: the roster
+//! The ledger a state carries beside its parameters: the roster
 //! (who sits on the next round's committees) and the excluded keys (proven
 //! liars, never again counted). It is part of the StateId, so honest nodes
 //! agree on it exactly as they agree on the parameters.
@@ -14,7 +14,7 @@ use crate::identity::PublicKey;
 use crate::wire::{Reader, WireError, Writer};
 use std::collections::BTreeMap;
 
-/// Domain of a v2 StateId (parameters' StateId plus the ledger).
+/// Domain of a state's StateId (parameters' StateId plus the ledger).
 pub const DOMAIN_STATE_V2: &str = "murmur 2026-11 v2 state-id";
 /// Most roster or excluded entries.
 pub const MAX_LEDGER_KEYS: usize = 65_536;
@@ -100,13 +100,13 @@ impl Ledger {
         domain_hash(DOMAIN_STATE_V2, &self.encode())
     }
 
-    /// The v2 StateId of parameters with StateId `params` and this ledger.
+    /// The StateId of parameters with StateId `params` and this ledger.
     pub fn state_id(&self, params: StateId) -> StateId {
         state_id_of_parts(params, self.hash())
     }
 }
 
-/// The v2 StateId of parameters `params` and a ledger hashing to `ledger`.
+/// The StateId of parameters `params` and a ledger hashing to `ledger`.
 pub fn state_id_of_parts(params: StateId, ledger: [u8; 32]) -> StateId {
     let mut b = params.0.to_vec();
     b.extend_from_slice(&ledger);

@@ -1,4 +1,4 @@
-//! The protocol-v2 round machine (sans-IO, docs/protocol.md §10.3): one node's
+//! The round machine (sans-IO, docs/protocol.md §10.3): one node's
 //! view of one committee round at a time. Events in with the caller's `now`
 //! (ms), actions out; it owns every deadline of the round (inputs, results,
 //! fallback, fraud-proof window), reads no clock and does no I/O. `murmur

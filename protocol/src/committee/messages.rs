@@ -1,4 +1,4 @@
-//! The protocol-v2 messages (docs/protocol.md §10): the sharded manifest a
+//! The round's messages (docs/protocol.md §10): the sharded manifest a
 //! trainer signs, the shard of a delta sent to a committee member, the shard
 //! result a member signs, the included list a result commits to, and the
 //! fraud proof anyone can check. Every decoder bounds what it allocates.

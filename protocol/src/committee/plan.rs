@@ -1,4 +1,4 @@
-//! Who aggregates what (protocol v2, docs/protocol.md §10.1): the parameter
+//! Who aggregates what (docs/protocol.md §10.1): the parameter
 //! vector cut into S contiguous shards, and for each round one committee of
 //! roster members per shard. The plan is a pure function of (base state,
 //! round, roster, k), so every honest node derives the same one.

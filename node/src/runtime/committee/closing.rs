@@ -9,7 +9,7 @@ use murmur_protocol::{PublicKey, StateId, TrainingState};
 use serde_json::json;
 
 use super::{sync, CommitteeNode, Early, WorkDone};
-use crate::runtime::held::HeldState;
+use crate::runtime::hashed_state::HashedState;
 use crate::runtime::server::ServedStatus;
 use crate::runtime::trainer::Job;
 use crate::store::BlobKind;
@@ -42,8 +42,8 @@ impl CommitteeNode {
     pub(super) fn synced(&mut self, target: StateId, state: TrainingState, ledger: Ledger) {
         let round = state.round;
         self.trainer.cancel();
-        self.ahead.clear();
-        self.state = HeldState::new(state);
+        self.overlap.clear();
+        self.state = HashedState::new(state);
         self.ledger = ledger;
         self.own = None;
         let feedback = self.feedback.clone();
@@ -66,7 +66,7 @@ impl CommitteeNode {
         let shard0_tokens = self.machine.round_tokens();
         let round_tokens = shard0_tokens.unwrap_or(0);
         let previous = (self.state.id(), self.ledger.hash());
-        self.state = HeldState::new(next);
+        self.state = HashedState::new(next);
         self.ledger = ledger;
         let new_state = self.state_id();
         let secs = self.round_opened.elapsed().as_secs_f64();

@@ -35,11 +35,11 @@ use murmur_protocol::{AdmissionPolicy, ErrorFeedback, PublicKey, RunSpec, StateI
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use super::held::HeldState;
+use super::hashed_state::HashedState;
 use super::report::Reporter;
 use super::server::StoreServer;
 use super::tickets::TICKET_GOSSIP_EVERY;
-use super::trainer::ahead::TrainingAhead;
+use super::trainer::overlap::OverlappedRound;
 use super::trainer::{self, JobDone, TrainerHandle, TrainerSetup};
 use super::RuntimeError;
 use crate::metrics::NodeMetrics;
@@ -157,7 +157,7 @@ enum Early {
     Offer(ShardOffer),
 }
 
-/// What the v2 loop starts from.
+/// What the round loop starts from.
 pub struct CommitteeStart {
     pub spec: RunSpec,
     pub key: murmur_protocol::NodeKey,
@@ -202,7 +202,7 @@ struct CommitteeNode {
     trainer_alive: bool,
     restarts: trainer::RestartBudget,
     /// Overlapped runs: the next round, training ahead.
-    ahead: TrainingAhead,
+    overlap: OverlappedRound,
     /// Training so far, for telemetry and round reports: tokens, seconds
     /// in finished inner-step jobs, since when, the last losses.
     train_tokens: u64,
@@ -213,7 +213,7 @@ struct CommitteeNode {
     metrics: NodeMetrics,
     eval_every: u64,
     machine: CommitteeMachine,
-    state: HeldState,
+    state: HashedState,
     ledger: Ledger,
     feedback: Arc<Mutex<ErrorFeedback>>,
     out: Reporter,
@@ -240,7 +240,7 @@ struct CommitteeNode {
     rx: mpsc::UnboundedReceiver<WorkDone>,
 }
 
-/// Run a protocol-v2 node from `start` until the network stops.
+/// Run the node's round loop from `start` until the network stops.
 pub async fn run_committee_node(
     start: CommitteeStart,
     net_events: mpsc::Receiver<NetEvent>,
@@ -326,7 +326,7 @@ pub async fn run_committee_node(
         trainer_setup,
         trainer_alive: true,
         restarts: trainer::RestartBudget::default(),
-        ahead: TrainingAhead::default(),
+        overlap: OverlappedRound::default(),
         train_tokens: 0,
         train_secs: 0.0,
         first_train: None,
@@ -335,7 +335,7 @@ pub async fn run_committee_node(
         metrics,
         eval_every,
         machine,
-        state: HeldState::new(state),
+        state: HashedState::new(state),
         ledger,
         feedback: Arc::new(Mutex::new(ErrorFeedback::new(n))),
         out,
@@ -654,7 +654,7 @@ impl CommitteeNode {
                 self.trainer = handle;
                 self.done_rx = done_rx;
                 self.trainer_alive = true;
-                self.ahead.clear();
+                self.overlap.clear();
                 // Evaluations queued on the dead thread are lost: their
                 // rounds are reported without a validation loss.
                 let lost: Vec<u64> = self.pending_reports.keys().copied().collect();

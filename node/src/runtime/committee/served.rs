@@ -1,4 +1,4 @@
-//! What a protocol-v2 node answers on the transfer protocol beyond blobs:
+//! What a node answers on the transfer protocol beyond blobs:
 //! shard offers (handed to the loop through a bounded queue), the leaves it
 //! holds of this and the last round's shards (for re-checkers), signed
 //! shard results (its own, and those its rounds applied: for nodes that
@@ -40,11 +40,12 @@ const MAX_COUNTED_PEERS: usize = 1 << 16;
 type LeafKey = (u64, u32, PublicKey);
 type ListKey = (u64, u32, [u8; 32]);
 
-/// A v2 state's parts: the parameters' StateId, the ledger's hash and length.
+/// A state's parts: the parameters' StateId, the ledger's hash and length.
 pub type StateParts = ([u8; 32], [u8; 32], u64);
 
+/// What the node serves of this and the last round, and of its states.
 #[derive(Default)]
-struct Held {
+struct Catalogue {
     leaves: HashMap<LeafKey, ShardOffer>,
     /// Our results' included lists and included signers (canonical bytes).
     lists: HashMap<ListKey, (Vec<u8>, Vec<u8>)>,
@@ -52,7 +53,7 @@ struct Held {
     results: HashMap<(u64, u32), Vec<u8>>,
     /// The results our rounds applied: (round, shard) → canonical bytes.
     applied: HashMap<(u64, u32), Vec<u8>>,
-    /// The current and the previous state, by v2 StateId.
+    /// The current and the previous state, by StateId.
     states: Vec<([u8; 32], StateParts)>,
     /// Our own shards: (round, shard) → payload hash and element count.
     own: HashMap<(u64, u32), ([u8; 32], usize)>,
@@ -66,23 +67,23 @@ pub struct CommitteeServed {
     offers: mpsc::Sender<ShardOffer>,
     /// The run's delta codec (our shards' payloads are in it).
     codec: Codec,
-    held: Mutex<Held>,
+    catalogue: Mutex<Catalogue>,
 }
 
 impl CommitteeServed {
     pub fn new(codec: Codec) -> (Self, mpsc::Receiver<ShardOffer>) {
         let (tx, rx) = mpsc::channel(OFFER_QUEUE);
-        (Self { offers: tx, codec, held: Mutex::new(Held::default()) }, rx)
+        (Self { offers: tx, codec, catalogue: Mutex::new(Catalogue::default()) }, rx)
     }
 
-    fn held(&self) -> std::sync::MutexGuard<'_, Held> {
-        self.held.lock().unwrap_or_else(|p| p.into_inner())
+    fn catalogue(&self) -> std::sync::MutexGuard<'_, Catalogue> {
+        self.catalogue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Round `round` opened: what is older than the last round is dropped.
     pub fn open_round(&self, round: u64) {
         let keep = round.saturating_sub(1);
-        let mut h = self.held();
+        let mut h = self.catalogue();
         h.leaves.retain(|k, _| k.0 >= keep);
         h.lists.retain(|k, _| k.0 >= keep);
         h.results.retain(|k, _| k.0 >= keep);
@@ -94,7 +95,7 @@ impl CommitteeServed {
     /// Serve projections of our own shard `shard` of `round` (its payload
     /// is in the store) of `elements` values.
     pub fn hold_own(&self, round: u64, shard: u32, payload_hash: [u8; 32], elements: usize) {
-        self.held().own.insert((round, shard), (payload_hash, elements));
+        self.catalogue().own.insert((round, shard), (payload_hash, elements));
     }
 
     /// The projections of our own shards of `round`, each (shard, seed) of
@@ -109,7 +110,7 @@ impl CommitteeServed {
         blobs: &BlobStore,
     ) -> Option<Vec<[f64; PROJECTIONS]>> {
         let own: Vec<([u8; 32], usize)> = {
-            let mut h = self.held();
+            let mut h = self.catalogue();
             let own =
                 asks.iter().map(|(shard, _)| h.own.get(&(round, *shard)).copied()).collect::<Option<_>>()?;
             if h.projected.len() >= MAX_COUNTED_PEERS && !h.projected.contains_key(&(round, from)) {
@@ -133,10 +134,10 @@ impl CommitteeServed {
             .collect()
     }
 
-    /// Serve the parts of v2 state `state` (its blobs are in the store);
+    /// Serve the parts of state `state` (its blobs are in the store);
     /// the one before stays served too.
     pub fn hold_state(&self, state: [u8; 32], parts: StateParts) {
-        let mut h = self.held();
+        let mut h = self.catalogue();
         h.states.retain(|(s, _)| *s != state);
         h.states.push((state, parts));
         while h.states.len() > 2 {
@@ -146,7 +147,7 @@ impl CommitteeServed {
 
     /// Serve this verified leaf (with its proof) to re-checkers.
     pub fn hold_leaf(&self, offer: ShardOffer) {
-        let mut h = self.held();
+        let mut h = self.catalogue();
         if h.leaves.len() < MAX_HELD_LEAVES {
             h.leaves.insert((offer.round, offer.leaf.shard, offer.signer), offer);
         }
@@ -154,13 +155,13 @@ impl CommitteeServed {
 
     /// The leaf held of `signer`'s shard, if any.
     pub fn leaf(&self, round: u64, shard: u32, signer: PublicKey) -> Option<ShardOffer> {
-        self.held().leaves.get(&(round, shard, signer)).cloned()
+        self.catalogue().leaves.get(&(round, shard, signer)).cloned()
     }
 
     /// Serve the included list and the included signers (canonical bytes
     /// each) of our result.
     pub fn hold_list(&self, round: u64, shard: u32, result_hash: [u8; 32], list: Vec<u8>, signers: Vec<u8>) {
-        let mut h = self.held();
+        let mut h = self.catalogue();
         if h.lists.len() < MAX_HELD_LISTS && list.len().max(signers.len()) <= MAX_SERVED_LIST_BYTES {
             h.lists.insert((round, shard, result_hash), (list, signers));
         }
@@ -168,7 +169,7 @@ impl CommitteeServed {
 
     /// Serve our signed result for `shard` of `round` (canonical bytes).
     pub fn hold_result(&self, round: u64, shard: u32, result: Vec<u8>) {
-        let mut h = self.held();
+        let mut h = self.catalogue();
         if h.results.len() < MAX_HELD_RESULTS && result.len() <= MAX_SERVED_RESULT_BYTES {
             h.results.insert((round, shard), result);
         }
@@ -177,21 +178,21 @@ impl CommitteeServed {
     /// Serve the result round `round` applied for `shard` (canonical
     /// bytes); it is answered before our own.
     pub fn hold_applied_result(&self, round: u64, shard: u32, result: Vec<u8>) {
-        let mut h = self.held();
+        let mut h = self.catalogue();
         if h.applied.len() < MAX_HELD_APPLIED && result.len() <= MAX_SERVED_RESULT_BYTES {
             h.applied.insert((round, shard), result);
         }
     }
 
     pub fn list(&self, round: u64, shard: u32, result_hash: [u8; 32]) -> Option<Vec<u8>> {
-        self.held().lists.get(&(round, shard, result_hash)).map(|(list, _)| list.clone())
+        self.catalogue().lists.get(&(round, shard, result_hash)).map(|(list, _)| list.clone())
     }
 
     pub fn signers(&self, round: u64, shard: u32, result_hash: [u8; 32]) -> Option<Vec<u8>> {
-        self.held().lists.get(&(round, shard, result_hash)).map(|(_, signers)| signers.clone())
+        self.catalogue().lists.get(&(round, shard, result_hash)).map(|(_, signers)| signers.clone())
     }
 
-    /// The answer to a v2 request (`None`: not a v2 request).
+    /// The answer to a round request (`None`: not one).
     pub fn answer(&self, request: &XferRequest) -> Option<XferResponse> {
         Some(match request {
             XferRequest::Offer(o) => match self.offers.try_send(o.clone()) {
@@ -205,7 +206,7 @@ impl CommitteeServed {
                 .signers(*round, *shard, *result_hash)
                 .map_or(XferResponse::NotFound, XferResponse::Included),
             XferRequest::Result { round, shard } => {
-                let h = self.held();
+                let h = self.catalogue();
                 let result = h.applied.get(&(*round, *shard)).or_else(|| h.results.get(&(*round, *shard)));
                 result.cloned().map_or(XferResponse::NotFound, XferResponse::Result)
             }
@@ -213,8 +214,8 @@ impl CommitteeServed {
                 self.leaf(*round, *shard, *signer).map_or(XferResponse::NotFound, XferResponse::Leaf)
             }
             XferRequest::StateParts { state } => {
-                let held = self.held();
-                match held.states.iter().find(|(s, _)| s == state) {
+                let catalogue = self.catalogue();
+                match catalogue.states.iter().find(|(s, _)| s == state) {
                     Some((_, (params, ledger, ledger_len))) => {
                         XferResponse::StateParts { params: *params, ledger: *ledger, ledger_len: *ledger_len }
                     }

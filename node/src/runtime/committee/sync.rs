@@ -1,7 +1,7 @@
 //! Fetching the state a majority of a committee run's electorate signed
 //! (the machine decides when, `murmur_protocol::committee::catch_up`): its
 //! parts — the parameters (a State blob) and the ledger (a Ledger blob) —
-//! from those committers, each checked against the v2 StateId.
+//! from those committers, each checked against the state's StateId.
 
 use libp2p::PeerId;
 use murmur_protocol::committee::ledger::state_id_of_parts;
@@ -15,7 +15,7 @@ use crate::store::{BlobKind, Position, Store};
 /// Largest ledger fetched (65,536 roster and 65,536 excluded keys).
 pub const MAX_LEDGER_BYTES: u64 = 8 + 65_536 * 32 + 65_536 * 40;
 
-/// A v2 state fetched from its holders, both parts checked against it.
+/// A state fetched from its holders, both parts checked against it.
 pub struct FetchedState {
     pub state: TrainingState,
     pub ledger: Ledger,
@@ -88,7 +88,7 @@ pub async fn fetch_parts(
     Err(format!("no holder of {} served its parts", target.to_hex()))
 }
 
-/// Fetch v2 state `target` from `holders` (`fetch_parts`); both parts are
+/// Fetch state `target` from `holders` (`fetch_parts`); both parts are
 /// stored and the position recorded.
 pub async fn fetch_state(
     net: &NetHandle,

@@ -9,21 +9,21 @@ use murmur_protocol::StateId;
 use super::{work, CommitteeNode, WorkDone};
 use crate::net::offer::ShardOffer;
 use crate::runtime::server::ServedStatus;
-use crate::runtime::trainer::ahead::{report_trained_ahead, AtOpen, Trained};
+use crate::runtime::trainer::overlap::{report_overlapped, AtOpen, Trained};
 use crate::runtime::trainer::{self, Job, JobDone};
 
 impl CommitteeNode {
     pub(super) fn on_job(&mut self, done: JobDone) {
-        report_trained_ahead(self.out, &done);
+        report_overlapped(self.out, &done);
         match done {
-            JobDone::Trained { round, delta, tokens, train_loss, secs, ahead, .. } => {
+            JobDone::Trained { round, delta, tokens, train_loss, secs, overlapped, .. } => {
                 self.train_tokens += tokens;
                 self.train_secs += secs;
                 self.last_train_loss = train_loss;
                 self.metrics.trained(tokens, secs);
                 let trained = Trained { delta, tokens, train_loss };
-                if ahead {
-                    if let Some(t) = self.ahead.finished(round, self.machine.round(), trained) {
+                if overlapped {
+                    if let Some(t) = self.overlap.finished(round, self.machine.round(), trained) {
                         self.cut(round, t);
                     }
                     return;
@@ -37,7 +37,7 @@ impl CommitteeNode {
             }
             JobDone::Cancelled { round } => {
                 // Training ahead was cancelled: train the round if it is open.
-                if self.ahead.cancelled(round) && round == self.machine.round() {
+                if self.overlap.cancelled(round) && round == self.machine.round() {
                     self.train(round, self.machine.base());
                 }
             }
@@ -65,7 +65,7 @@ impl CommitteeNode {
         if self.spec.pacing.overlapped && self.trainer_alive {
             let epoch = self.trainer.epoch();
             let (base, state) = (self.machine.base(), self.state.state().clone());
-            if let Some(job) = self.ahead.start(epoch, round + 1, base, state) {
+            if let Some(job) = self.overlap.start(epoch, round + 1, base, state) {
                 if !self.trainer.submit(job) {
                     self.trainer_died("the trainer thread is gone".into());
                 }
@@ -109,7 +109,7 @@ impl CommitteeNode {
         if !self.trainer_alive {
             return;
         }
-        match self.ahead.open(round, self.state.state()) {
+        match self.overlap.open(round, self.state.state()) {
             AtOpen::Finished(t) => return self.cut(round, t),
             AtOpen::Landed => return,
             AtOpen::Train => {}
@@ -122,7 +122,7 @@ impl CommitteeNode {
             base,
             state: self.state.state().clone(),
             reset_moments: false,
-            ahead: None,
+            overlapped: None,
         };
         if !self.trainer.submit(job) {
             self.trainer_died("the trainer thread is gone".into());

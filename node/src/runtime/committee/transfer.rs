@@ -1,4 +1,4 @@
-//! Protocol v2's transfers, each one task: offering a shard (with its
+//! The round's transfers, each one task: offering a shard (with its
 //! manifest) to a committee member, pulling an offered shard's payload,
 //! fetching an aggregated shard (with shard 0's included signers), asking
 //! for a result's included list, and gathering a re-check's inputs with

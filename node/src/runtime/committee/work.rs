@@ -1,4 +1,4 @@
-//! Protocol v2's compute, run on the blocking pool: cut a trained delta
+//! The round's compute, run on the blocking pool: cut a trained delta
 //! into encoded shards (with error feedback) and store them; aggregate a
 //! shard from stored inputs with the one per-shard function
 //! (`murmur_protocol::committee::aggregate_shard`, as `murmur netsim` and

@@ -27,14 +27,14 @@ fn trainer() -> (super::TrainerHandle, mpsc::UnboundedReceiver<JobDone>) {
 /// took before a state landed.
 fn delta_of(state: &Arc<TrainingState>, landing: Option<Arc<Landing>>) -> (Vec<f32>, Option<u32>) {
     let (trainer, mut rx) = trainer();
-    let (base, ahead) = (state.id(), landing);
+    let (base, overlapped) = (state.id(), landing);
     assert!(trainer.submit(Job::Train {
         epoch: 0,
         round: 1,
         base,
         state: state.clone(),
         reset_moments: true,
-        ahead
+        overlapped
     }));
     match rx.blocking_recv().expect("a result") {
         JobDone::Trained { delta, landed_after, .. } => (delta, landed_after),
@@ -97,7 +97,7 @@ fn a_job_ahead_starts_from_the_lookahead_and_waits_at_half_its_steps() {
         base: start.id(),
         state: start.clone(),
         reset_moments: true,
-        ahead: Some(landing.clone()),
+        overlapped: Some(landing.clone()),
     };
     let submitted = std::time::Instant::now();
     assert!(trainer.submit(job));

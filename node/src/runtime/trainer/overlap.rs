@@ -24,7 +24,7 @@ pub struct Trained {
 
 /// The job training round `round` ahead.
 #[derive(Debug)]
-struct Ahead {
+struct NextRoundJob {
     round: u64,
     /// Where the round's state is handed to the job when the round opens.
     landing: Arc<Landing>,
@@ -45,30 +45,30 @@ pub enum AtOpen {
 
 /// A loop's training ahead: at most one job at a time.
 #[derive(Debug, Default)]
-pub struct TrainingAhead {
-    ahead: Option<Ahead>,
+pub struct OverlappedRound {
+    next: Option<NextRoundJob>,
 }
 
-impl TrainingAhead {
+impl OverlappedRound {
     /// The job that trains `round` ahead from `state` (the state of the
     /// round before, whose base is `base`), or None while one is already
     /// training ahead.
     pub fn start(&mut self, epoch: u64, round: u64, base: StateId, state: Arc<TrainingState>) -> Option<Job> {
-        if self.ahead.is_some() {
+        if self.next.is_some() {
             return None;
         }
         let landing = Arc::new(Landing::default());
-        self.ahead = Some(Ahead { round, landing: landing.clone(), done: None });
-        Some(Job::Train { epoch, round, base, state, reset_moments: false, ahead: Some(landing) })
+        self.next = Some(NextRoundJob { round, landing: landing.clone(), done: None });
+        Some(Job::Train { epoch, round, base, state, reset_moments: false, overlapped: Some(landing) })
     }
 
     /// Round `round` opened on `state`.
     pub fn open(&mut self, round: u64, state: &Arc<TrainingState>) -> AtOpen {
-        match self.ahead.take() {
-            Some(Ahead { round: r, done: Some(t), .. }) if r == round => AtOpen::Finished(t),
+        match self.next.take() {
+            Some(NextRoundJob { round: r, done: Some(t), .. }) if r == round => AtOpen::Finished(t),
             Some(a) if a.round == round => {
                 a.landing.land(state.clone());
-                self.ahead = Some(a);
+                self.next = Some(a);
                 AtOpen::Landed
             }
             _ => AtOpen::Train,
@@ -79,13 +79,13 @@ impl TrainingAhead {
     /// in `open_round`: its delta to use now when its round is open, else
     /// None (kept for when it opens, or dropped when it is not ours).
     pub fn finished(&mut self, round: u64, open_round: u64, trained: Trained) -> Option<Trained> {
-        match &mut self.ahead {
+        match &mut self.next {
             Some(a) if a.round == round && open_round < round => {
                 a.done = Some(trained);
                 None
             }
             Some(a) if a.round == round => {
-                self.ahead = None;
+                self.next = None;
                 Some(trained)
             }
             _ => None,
@@ -95,8 +95,8 @@ impl TrainingAhead {
     /// A job for `round` was cancelled: whether it was the one training
     /// ahead, unfinished (the round is then trained when it opens).
     pub fn cancelled(&mut self, round: u64) -> bool {
-        if self.ahead.as_ref().is_some_and(|a| a.round == round && a.done.is_none()) {
-            self.ahead = None;
+        if self.next.as_ref().is_some_and(|a| a.round == round && a.done.is_none()) {
+            self.next = None;
             return true;
         }
         false
@@ -104,16 +104,22 @@ impl TrainingAhead {
 
     /// Drop what was trained ahead (a re-sync, a new trainer thread).
     pub fn clear(&mut self) {
-        self.ahead = None;
+        self.next = None;
     }
 }
 
 /// For a job that trained ahead: how much of its round trained before the
 /// round's state landed (the rest trained on it), the exchange's share; and
 /// how long the trainer stood between two rounds. Nothing for other jobs.
-pub fn report_trained_ahead(out: Reporter, done: &JobDone) {
+pub fn report_overlapped(out: Reporter, done: &JobDone) {
     if let JobDone::Trained {
-        round, secs, ahead: true, waited_secs, idle_before_secs, landed_after, ..
+        round,
+        secs,
+        overlapped: true,
+        waited_secs,
+        idle_before_secs,
+        landed_after,
+        ..
     } = done
     {
         out.event(

@@ -11,12 +11,12 @@ use murmur_protocol::{StateId, TrainingState};
 
 /// A state and its id.
 #[derive(Clone)]
-pub struct HeldState {
+pub struct HashedState {
     state: Arc<TrainingState>,
     id: StateId,
 }
 
-impl HeldState {
+impl HashedState {
     /// Hold `state` (hashes it once).
     pub fn new(state: TrainingState) -> Self {
         Self::shared(Arc::new(state))
@@ -25,7 +25,7 @@ impl HeldState {
     /// Hold a state already shared elsewhere (hashes it once).
     pub fn shared(state: Arc<TrainingState>) -> Self {
         let id = state.id();
-        HeldState { state, id }
+        HashedState { state, id }
     }
 
     /// Hold a state whose canonical bytes were just stored in, or read and
@@ -33,7 +33,7 @@ impl HeldState {
     /// StateId is that hash, so it is not computed again.
     pub fn stored(state: TrainingState, id: StateId) -> Self {
         debug_assert_eq!(state.id(), id, "a state blob's id is its StateId");
-        HeldState { state: Arc::new(state), id }
+        HashedState { state: Arc::new(state), id }
     }
 
     pub fn id(&self) -> StateId {
@@ -59,10 +59,10 @@ mod tests {
             params: vec![1.0, -2.0],
             momentum: Some(vec![0.5, 0.0]),
         };
-        let held = HeldState::new(s.clone());
+        let held = HashedState::new(s.clone());
         assert_eq!(held.id(), s.id());
         assert_eq!(**held.state(), s);
         let other = TrainingState { round: 8, ..s };
-        assert_ne!(HeldState::new(other).id(), held.id());
+        assert_ne!(HashedState::new(other).id(), held.id());
     }
 }
