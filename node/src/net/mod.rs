@@ -252,7 +252,6 @@ pub(crate) enum Command {
     ListenAddrs { reply: oneshot::Sender<Vec<Multiaddr>> },
     Rejections { reply: oneshot::Sender<Vec<(String, u64)>> },
     Banned { reply: oneshot::Sender<Vec<PeerId>> },
-    Unban { peer: PeerId },
 }
 
 /// The cloneable handle to the swarm task.
@@ -338,11 +337,6 @@ impl NetHandle {
     /// queued on a task, so the caller's loop cannot stall on the swarm.
     pub fn penalize(&self, peer: PeerId, reason: NetRejection) {
         self.send_later(Command::Penalize { peer, reason });
-    }
-
-    /// Lift `peer`'s ban (and clear its penalty) now. Never waits.
-    pub fn unban(&self, peer: PeerId) {
-        self.send_later(Command::Unban { peer });
     }
 
     /// Peers banned now.

@@ -191,12 +191,6 @@ impl PeerLedger {
         self.banned.iter().filter(|(_, u)| **u > now).map(|(p, _)| *p).collect()
     }
 
-    /// Lift `peer`'s ban and clear its penalty; true when it was banned.
-    pub fn unban(&mut self, peer: &PeerId) -> bool {
-        self.penalty.remove(peer);
-        self.banned.remove(peer).is_some()
-    }
-
     /// Let penalties fade by `DECAY_PER_SEC` since the last call (a banned
     /// peer stays banned until its ban runs out).
     pub fn decay(&mut self, now: Instant) {
@@ -276,9 +270,6 @@ mod tests {
         assert_eq!(l.banned(t0), vec![p]);
         l.decay(t0 + Duration::from_secs(2000));
         assert!(l.is_banned(&p, t0), "decay does not lift a ban");
-        assert!(l.unban(&p));
-        assert!(!l.is_banned(&p, t0));
-        assert!(l.banned(t0).is_empty());
     }
 
     #[test]

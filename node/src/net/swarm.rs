@@ -416,13 +416,6 @@ impl SwarmTask {
             Command::Banned { reply } => {
                 let _ = reply.send(self.ledger.banned(Instant::now()));
             }
-            Command::Unban { peer } => {
-                if self.ledger.unban(&peer) {
-                    tracing::warn!(%peer, "ban lifted");
-                    self.swarm.behaviour_mut().blocked.unblock_peer(peer);
-                    self.swarm.behaviour_mut().gossip.remove_blacklisted_peer(&peer);
-                }
-            }
         }
     }
 
