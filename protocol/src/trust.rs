@@ -265,21 +265,9 @@ mod tests {
     #[test]
     fn committee_results_back_the_base_their_signers_trained_from() {
         let open = Admission::new(RUN, AdmissionPolicy::Open);
-        let result = |k: &NodeKey, round: u64, base: u8| {
-            ShardResult {
-                run: RUN,
-                round,
-                base: StateId([base; 32]),
-                shard: 0,
-                included_count: 0,
-                included_root: [0; 32],
-                total_tokens: 0,
-                result_hash: [0; 32],
-                signer: k.public(),
-                signature: Signature::default(),
-            }
-            .sign(k)
-        };
+        // A result of round r trained from `base` is the word that round
+        // r − 1 ended on it.
+        let result = |k: &NodeKey, round: u64, base: u8| commit(k, round - 1, base);
         let results = [result(&key(1), 6, 9), result(&key(2), 6, 9), result(&key(3), 6, 8)];
         let words: Vec<Commitment> = results.iter().filter_map(Commitment::of_result).collect();
         let b = backed_state(&RUN, 1, &open, 0, words).expect("backed");

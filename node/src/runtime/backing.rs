@@ -221,21 +221,7 @@ mod tests {
     fn committee_results_in_statuses_back_the_state_their_signers_trained_from() {
         let spec = crate::runtime::spec::run_spec(&Default::default()).expect("spec");
         let run = spec.run_id();
-        let result = |k: &NodeKey, round: u64, base: u8| {
-            ShardResult {
-                run,
-                round,
-                base: StateId([base; 32]),
-                shard: 0,
-                included_count: 1,
-                included_root: [0; 32],
-                total_tokens: 1,
-                result_hash: [0; 32],
-                signer: k.public(),
-                signature: Signature::default(),
-            }
-            .sign(k)
-        };
+        let result = |k: &NodeKey, round: u64, base: u8| commit(k, run, round - 1, base);
         let keys: Vec<NodeKey> = (1..=3u8).map(|i| NodeKey::from_seed([i; 32])).collect();
         let mut ev = Evidence::default();
         for (i, k) in keys.iter().enumerate() {
