@@ -71,17 +71,17 @@ struct Args {
     /// Inner learning rate.
     #[arg(long, default_value_t = 3e-3)]
     lr: f32,
-    /// Fewest deltas a round may close with.
+    /// Fewest signers a reader of the run (export, the archive) needs
+    /// behind a state before it takes it.
     #[arg(long, default_value_t = 1)]
     quorum: u32,
-    /// Seconds after which a round closes if the quorum is met.
+    /// Seconds after a round opens at which owners aggregate the shards
+    /// they have, if some roster member's is still missing.
     #[arg(long, default_value_t = 120)]
     deadline: u32,
     /// Owners per shard (docs/protocol.md §10): 1, the default, gives each
     /// shard one owner with backups; k > 1 has committees of k nodes
     /// aggregate one shard each.
-    /// The deadline is when owners aggregate if some roster member's shard
-    /// is still missing.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
     committee_size: u32,
     /// Overlapped rounds: each node trains round r + 1 while round r is
@@ -113,8 +113,8 @@ struct Args {
     admission: String,
     /// An operator's public key (64 hex characters) or peer id (repeatable,
     /// at most 64). In a ticket run operators sign tickets; in an open run
-    /// with operators only their signed commits decide which state joining
-    /// and re-syncing nodes take.
+    /// with operators only their signed results decide which state readers
+    /// of the run (export, the archive) take.
     #[arg(long)]
     operator: Vec<String>,
     /// Start the run from this model instead of random parameters: a
@@ -123,8 +123,7 @@ struct Args {
     #[arg(long)]
     init_from: Option<PathBuf>,
     /// Keep an archive of the run here: every --checkpoint-every-th
-    /// committed state, once the run's signed commits (a committee run's:
-    /// results) back it, written as an export (`round-<N>/`, as `murmur
+    /// committed state, once the run's signed results back it, written as an export (`round-<N>/`, as `murmur
     /// export` writes), the newest --keep of them kept.
     #[arg(long)]
     checkpoint_dir: Option<PathBuf>,

@@ -81,7 +81,7 @@ fn forged_backing(
             .sign(&k)
             .encode();
             let ticket = Ticket::issue(forger, spec.run_id(), k.public(), u64::MAX);
-            StatusBacking { commit: word, ticket: Some(ticket.encode()) }
+            StatusBacking { result: word, ticket: Some(ticket.encode()) }
         })
         .collect()
 }
@@ -213,7 +213,7 @@ fn a_joiner_ignores_forged_higher_states_and_catches_up_to_the_committed_one() {
         // are of another round).
         for n in 0..600u64 {
             for w in forged_backing(&spec, &forger_key, 0x50, 59 + n, x2) {
-                let _ = gossiper.publish(TopicKind::ShardResult, w.commit).await;
+                let _ = gossiper.publish(TopicKind::ShardResult, w.result).await;
             }
             tokio::time::sleep(Duration::from_secs(1)).await;
         }

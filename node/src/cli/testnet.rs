@@ -25,7 +25,8 @@ pub struct TestnetArgs {
     /// Sequences per inner step.
     #[arg(long, default_value_t = 8)]
     pub batch: u32,
-    /// Seconds after which a round closes with a quorum.
+    /// Seconds after a round opens at which owners aggregate the shards
+    /// they have, if some roster member's is still missing.
     #[arg(long, default_value_t = 60)]
     pub deadline: u32,
     /// SIGKILL a random node every few rounds and restart it.

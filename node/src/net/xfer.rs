@@ -38,11 +38,11 @@ pub const MAX_SERVED_RESULT_BYTES: usize = 1024;
 pub const MAX_SPEC_BYTES: usize = 256 * 1024;
 /// Largest ticket carried in a status response.
 pub const MAX_STATUS_TICKET_BYTES: usize = 1024;
-/// Most backing commits carried in a status response.
+/// Most backing results carried in a status response.
 pub const MAX_STATUS_BACKING: usize = 128;
-/// Largest RoundCommit carried in a status response (the gossip cap).
-pub const MAX_STATUS_COMMIT_BYTES: usize = 64 * 1024;
-/// Most bytes of backing commits and tickets a node puts in one status
+/// Largest backing result carried in a status response.
+pub const MAX_STATUS_RESULT_BYTES: usize = 64 * 1024;
+/// Most bytes of backing results and tickets a node puts in one status
 /// (so that the spec, the backing and the framing fit a response frame).
 pub const STATUS_BACKING_BUDGET: usize = 512 * 1024;
 /// Largest response frame body: one chunk plus its framing.
@@ -92,19 +92,19 @@ pub enum XferRequest {
     Result { round: u64, shard: u32 },
 }
 
-/// A signed commit a peer offers as backing for its state, with the
-/// committer's ticket when the run admits by ticket (canonical bytes each;
+/// A signed result a peer offers as backing for its state, with the
+/// signer's ticket when the run admits by ticket (canonical bytes each;
 /// the receiver decodes and checks them).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct StatusBacking {
-    pub commit: Vec<u8>,
+    pub result: Vec<u8>,
     pub ticket: Option<Vec<u8>>,
 }
 
 impl StatusBacking {
     /// Bytes this entry takes in a status frame.
     pub fn wire_len(&self) -> usize {
-        4 + self.commit.len() + 2 + self.ticket.as_ref().map_or(0, Vec::len)
+        4 + self.result.len() + 2 + self.ticket.as_ref().map_or(0, Vec::len)
     }
 }
 
@@ -121,7 +121,7 @@ pub struct PeerStatus {
     pub trainer: bool,
     /// The peer's own admission ticket (canonical bytes), if it has one.
     pub ticket: Option<Vec<u8>>,
-    /// Recent signed commits (newest rounds first) backing where it stands.
+    /// Recent signed results (newest rounds first) backing where it stands.
     pub backing: Vec<StatusBacking>,
 }
 
@@ -362,8 +362,8 @@ impl XferResponse {
                 put_opt_bytes(&mut out, s.ticket.as_deref());
                 out.extend_from_slice(&(s.backing.len() as u16).to_le_bytes());
                 for b in &s.backing {
-                    out.extend_from_slice(&(b.commit.len() as u32).to_le_bytes());
-                    out.extend_from_slice(&b.commit);
+                    out.extend_from_slice(&(b.result.len() as u32).to_le_bytes());
+                    out.extend_from_slice(&b.result);
                     put_opt_bytes(&mut out, b.ticket.as_deref());
                 }
             }
@@ -438,16 +438,16 @@ impl XferResponse {
                 let ticket = c.opt_bytes(MAX_STATUS_TICKET_BYTES)?;
                 let n = usize::from(c.u16()?);
                 if n > MAX_STATUS_BACKING {
-                    return Err(bad("too many backing commits"));
+                    return Err(bad("too many backing results"));
                 }
                 let mut backing = Vec::with_capacity(n);
                 for _ in 0..n {
                     let len = c.u32()? as usize;
-                    if len == 0 || len > MAX_STATUS_COMMIT_BYTES {
-                        return Err(bad("backing commit length out of range"));
+                    if len == 0 || len > MAX_STATUS_RESULT_BYTES {
+                        return Err(bad("backing result length out of range"));
                     }
-                    let commit = c.take(len)?.to_vec();
-                    backing.push(StatusBacking { commit, ticket: c.opt_bytes(MAX_STATUS_TICKET_BYTES)? });
+                    let result = c.take(len)?.to_vec();
+                    backing.push(StatusBacking { result, ticket: c.opt_bytes(MAX_STATUS_TICKET_BYTES)? });
                 }
                 XferResponse::Status(PeerStatus { spec, round, state, trainer, ticket, backing })
             }
@@ -700,8 +700,8 @@ mod tests {
                 trainer: true,
                 ticket: Some(vec![8; 170]),
                 backing: vec![
-                    StatusBacking { commit: vec![3; 238], ticket: None },
-                    StatusBacking { commit: vec![4; 270], ticket: Some(vec![5; 170]) },
+                    StatusBacking { result: vec![3; 238], ticket: None },
+                    StatusBacking { result: vec![4; 270], ticket: Some(vec![5; 170]) },
                 ],
             }),
             XferResponse::Status(PeerStatus::default()),
@@ -758,7 +758,7 @@ mod tests {
             resp.extend(std::iter::repeat_n(0u8, 8 * PROJECTIONS * n));
             assert!(XferResponse::decode(&resp).is_err(), "{n} sets");
         }
-        // A status whose ticket, backing count or commit length is past its cap.
+        // A status whose ticket, backing count or result length is past its cap.
         let status = |ticket: u16, n: u16, len: u32| {
             let mut b = XferResponse::Status(PeerStatus::default()).encode();
             b.truncate(b.len() - 4);
@@ -772,7 +772,7 @@ mod tests {
         assert!(XferResponse::decode(&status(0, 129, 1)).is_err());
         assert!(XferResponse::decode(&status(0, 1, 65_537)).is_err());
         assert!(XferResponse::decode(&status(0, 1, 0)).is_err());
-        assert!(XferResponse::decode(&status(0, 1, 5)).is_err(), "commit shorter than claimed");
+        assert!(XferResponse::decode(&status(0, 1, 5)).is_err(), "result shorter than claimed");
         for n in 0..40u8 {
             let junk: Vec<u8> = (0..n).map(|i| i.wrapping_mul(37)).collect();
             let _ = XferResponse::decode(&junk);
@@ -802,7 +802,7 @@ mod tests {
                 spec: vec![1; 10],
                 round: 2,
                 trainer: true,
-                backing: vec![StatusBacking { commit: vec![1; 9], ticket: None }],
+                backing: vec![StatusBacking { result: vec![1; 9], ticket: None }],
                 ..PeerStatus::default()
             }),
             XferResponse::NotFound,

@@ -15,7 +15,7 @@ use murmur_protocol::{backed_state, Admission, Backed, Commitment, PublicKey, Ru
 
 use crate::net::{PeerStatus, StatusBacking};
 
-/// Rounds whose commits a node keeps to offer.
+/// Rounds whose results a node keeps to offer.
 pub const BACKING_ROUNDS: usize = 3;
 /// What a committee node's status offers: its own signed results, one per
 /// round (the newest `BACKING_ROUNDS`, newest first), with its ticket.
@@ -27,7 +27,7 @@ pub fn own_results<'a>(
     results
         .rev()
         .take(BACKING_ROUNDS)
-        .map(|r| StatusBacking { commit: r.encode(), ticket: ticket.clone() })
+        .map(|r| StatusBacking { result: r.encode(), ticket: ticket.clone() })
         .collect()
 }
 
@@ -56,7 +56,7 @@ impl Evidence {
             if self.words.len() >= MAX_WEIGHED_COMMITS {
                 break;
             }
-            let word = ShardResult::decode(&b.commit).ok().as_ref().and_then(Commitment::of_result);
+            let word = ShardResult::decode(&b.result).ok().as_ref().and_then(Commitment::of_result);
             let Some(word) = word else { continue };
             if let Some(t) = b.ticket.as_deref().and_then(|b| Ticket::decode(b).ok()) {
                 if t.holder == word.signer && self.tickets.len() < MAX_WEIGHED_COMMITS {
@@ -185,7 +185,7 @@ mod tests {
         let backing = [&a, &b]
             .iter()
             .map(|k| StatusBacking {
-                commit: commit(k, run, 3, 9).encode(),
+                result: commit(k, run, 3, 9).encode(),
                 ticket: Some(ticket(k).encode()),
             })
             .collect();
@@ -197,12 +197,12 @@ mod tests {
             .map(|i| {
                 let k = NodeKey::from_seed([i; 32]);
                 StatusBacking {
-                    commit: commit(&k, run, 40, 66).encode(),
+                    result: commit(&k, run, 40, 66).encode(),
                     ticket: Some(Ticket::issue(&forger, run, k.public(), now + 60).encode()),
                 }
             })
             .chain(std::iter::once(StatusBacking {
-                commit: commit(&forger, run, 41, 66).encode(),
+                result: commit(&forger, run, 41, 66).encode(),
                 ticket: Some(ticket(&a).encode()),
             }))
             .collect();
@@ -240,7 +240,7 @@ mod tests {
         // A result with a broken signature is no evidence.
         let mut forged = result(&keys[0], 9, 9);
         forged.total_tokens = 2;
-        let backing = vec![StatusBacking { commit: forged.encode(), ticket: None }];
+        let backing = vec![StatusBacking { result: forged.encode(), ticket: None }];
         ev.add_status(keys[0].public(), &PeerStatus { backing, ..Default::default() });
         assert_eq!(ev.backed(&spec, 0).map(|b| b.round), Some(8));
     }

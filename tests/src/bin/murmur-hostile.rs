@@ -50,8 +50,8 @@ use murmur_protocol::hash::payload_hash_of;
 use murmur_protocol::{NodeKey, PayloadHash, PublicKey, RunSpec, Signature, StateId, Telemetry, Ticket};
 use serde_json::json;
 
-/// How far ahead its far-future results are.
-const AHEAD: [u64; 2] = [5, 1_000_000];
+/// How many rounds past the run its far-future results are.
+const FAR_ROUNDS_PAST: [u64; 2] = [5, 1_000_000];
 
 struct Args {
     bootstrap: Multiaddr,
@@ -262,8 +262,8 @@ impl Round<'_> {
         if publish(self.net, TopicKind::ShardResult, result(key, spec, round).encode()).await {
             add(&acted.results);
         }
-        for ahead in AHEAD {
-            if publish(self.net, TopicKind::ShardResult, result(key, spec, round + ahead).encode()).await {
+        for past in FAR_ROUNDS_PAST {
+            if publish(self.net, TopicKind::ShardResult, result(key, spec, round + past).encode()).await {
                 add(&acted.far_results);
             }
         }
@@ -287,8 +287,8 @@ impl Round<'_> {
             "{}",
             json!({ "event": "mischief", "round": round, "fakes": [
                 fake_state(round).to_hex(),
-                fake_state(round + AHEAD[0]).to_hex(),
-                fake_state(round + AHEAD[1]).to_hex(),
+                fake_state(round + FAR_ROUNDS_PAST[0]).to_hex(),
+                fake_state(round + FAR_ROUNDS_PAST[1]).to_hex(),
             ]})
         );
         add(&acted.rounds);
@@ -503,14 +503,14 @@ async fn main() -> anyhow::Result<()> {
                 last_round = Some(round);
                 let shards = trainers.len().max(1) as u32;
                 if let Ok(mut s) = server.status.lock() {
-                    let far = round + AHEAD[1];
+                    let far = round + FAR_ROUNDS_PAST[1];
                     s.round = far;
                     s.state = Some(fake_state(far).0);
                     s.ticket = Some(ticket.encode());
-                    s.backing = AHEAD
+                    s.backing = FAR_ROUNDS_PAST
                         .iter()
                         .map(|a| StatusBacking {
-                            commit: result(&key, &spec, round + a).encode(),
+                            result: result(&key, &spec, round + a).encode(),
                             ticket: Some(ticket.encode()),
                         })
                         .collect();
