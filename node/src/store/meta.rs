@@ -9,7 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::StoreError;
-use murmur_protocol::{RunId, StateId};
+use murmur_protocol::{PublicKey, RunId, StateId};
 
 /// Where a node stands in a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,10 +43,16 @@ pub struct MetaStore {
     history: sled::Tree,
     /// Per run, what the node signed in its newest round (a `SignedRecord`).
     committee_signed: sled::Tree,
-    /// Per run, the current state's parameters' StateId and
-    /// its ledger's hash (the ledger itself is a Ledger blob).
+    /// Per run and state (run ‖ parameters' StateId), the state's ledger's
+    /// hash (the ledger itself is a Ledger blob): the current state's and,
+    /// until the position names the next, the one being moved to.
     ledgers: sled::Tree,
+    /// Per run, the keys that lately dropped off the roster (32 bytes each).
+    former: sled::Tree,
 }
+
+/// Former roster members kept per run.
+pub const MAX_FORMER: usize = 4096;
 
 /// Round records kept per run (older ones are dropped as new ones come).
 pub const MAX_HISTORY: usize = 4096;
@@ -59,6 +65,7 @@ impl MetaStore {
             history: db.open_tree("history")?,
             committee_signed: db.open_tree("committee_signed")?,
             ledgers: db.open_tree("ledgers")?,
+            former: db.open_tree("former")?,
             db,
         })
     }
@@ -143,23 +150,66 @@ impl MetaStore {
         Ok(())
     }
 
-    /// The ledger hash recorded for `params` in `run`.
+    fn ledger_key(run: &RunId, params: &StateId) -> [u8; 64] {
+        let mut k = [0u8; 64];
+        k[..32].copy_from_slice(&run.0);
+        k[32..].copy_from_slice(&params.0);
+        k
+    }
+
+    /// The ledger hash recorded for `params` in `run` (or in the one
+    /// record per run that stores written before kept one per state).
     pub fn ledger_of(&self, run: &RunId, params: &StateId) -> Result<Option<[u8; 32]>, StoreError> {
+        if let Some(v) = self.ledgers.get(Self::ledger_key(run, params))? {
+            return Ok(<[u8; 32]>::try_from(&v[..]).ok());
+        }
         let Some(v) = self.ledgers.get(run.0)? else { return Ok(None) };
         if v.len() != 64 || v[..32] != params.0 {
             return Ok(None);
         }
-        let mut h = [0u8; 32];
-        h.copy_from_slice(&v[32..]);
-        Ok(Some(h))
+        Ok(<[u8; 32]>::try_from(&v[32..]).ok())
     }
 
-    /// Record that the current state `params` of `run` has ledger `ledger`.
+    /// Record (flushed) that state `params` of `run` has ledger `ledger`,
+    /// before the position moves to it: a crash between the two leaves the
+    /// record of the position's state in place. Records of other states
+    /// than `params` and the position's are dropped.
     pub fn set_ledger_of(&self, run: &RunId, params: &StateId, ledger: &[u8; 32]) -> Result<(), StoreError> {
-        let mut v = params.0.to_vec();
-        v.extend_from_slice(ledger);
-        self.ledgers.insert(run.0, v)?;
+        let current = self.position(run)?.map(|p| p.state);
+        for entry in self.ledgers.scan_prefix(run.0) {
+            let (k, _) = entry?;
+            let keep = k[32..] == params.0 || current.is_some_and(|c| k[32..] == c.0);
+            if !keep {
+                self.ledgers.remove(k)?;
+            }
+        }
+        self.ledgers.insert(Self::ledger_key(run, params), &ledger[..])?;
         self.db.flush()?;
+        Ok(())
+    }
+
+    /// The former roster members recorded for `run` (none when the record
+    /// is missing or not a whole number of keys).
+    pub fn former_members(&self, run: &RunId) -> Result<Vec<PublicKey>, StoreError> {
+        let Some(v) = self.former.get(run.0)? else { return Ok(Vec::new()) };
+        if v.len() % 32 != 0 || v.len() / 32 > MAX_FORMER {
+            return Ok(Vec::new());
+        }
+        Ok(v.chunks_exact(32)
+            .map(|c| {
+                let mut k = [0u8; 32];
+                k.copy_from_slice(c);
+                PublicKey(k)
+            })
+            .collect())
+    }
+
+    /// Record `run`'s former roster members (at most `MAX_FORMER`). Not
+    /// flushed: losing the newest list in a crash loses nothing the next
+    /// round does not write again.
+    pub fn set_former_members(&self, run: &RunId, keys: &[PublicKey]) -> Result<(), StoreError> {
+        let bytes: Vec<u8> = keys.iter().take(MAX_FORMER).flat_map(|k| k.0).collect();
+        self.former.insert(run.0, bytes)?;
         Ok(())
     }
 
@@ -194,6 +244,7 @@ mod tests {
             )
             .expect("record");
             m.set_signed_record(&run, b"record").expect("sign");
+            m.set_former_members(&run, &[PublicKey([6; 32]), PublicKey([7; 32])]).expect("former");
             m.flush().expect("flush");
         }
         // sled's flusher thread may hold the lock a moment after the drop.
@@ -209,6 +260,39 @@ mod tests {
         assert_eq!(m.history(&run).expect("history").len(), 1);
         assert_eq!(m.signed_record(&run).expect("read").as_deref(), Some(&b"record"[..]));
         assert_eq!(m.signed_record(&RunId([4; 32])).expect("read"), None);
+        assert_eq!(m.former_members(&run).expect("read"), vec![PublicKey([6; 32]), PublicKey([7; 32])]);
+        assert_eq!(m.former_members(&RunId([4; 32])).expect("read"), vec![]);
+        // A record that is not whole keys reads as none.
+        m.former.insert(run.0, &[1u8; 33][..]).expect("write");
+        assert_eq!(m.former_members(&run).expect("read"), vec![]);
+    }
+
+    #[test]
+    fn the_ledger_of_the_state_moved_to_is_kept_beside_the_positions() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let m = MetaStore::open(dir.path()).expect("open");
+        let run = RunId([3; 32]);
+        let (a, b, c) = (StateId([1; 32]), StateId([2; 32]), StateId([3; 32]));
+        m.set_ledger_of(&run, &a, &[10; 32]).expect("write");
+        m.set_position(&run, Position { round: 1, state: a }).expect("position");
+        // The next state's ledger is recorded before the position moves:
+        // a crash in between finds the position's ledger still there.
+        m.set_ledger_of(&run, &b, &[11; 32]).expect("write");
+        assert_eq!(m.ledger_of(&run, &a).expect("read"), Some([10; 32]));
+        assert_eq!(m.ledger_of(&run, &b).expect("read"), Some([11; 32]));
+        m.set_position(&run, Position { round: 2, state: b }).expect("position");
+        m.set_ledger_of(&run, &c, &[12; 32]).expect("write");
+        assert_eq!(m.ledger_of(&run, &a).expect("read"), None, "neither the position's nor the next");
+        assert_eq!(m.ledger_of(&run, &b).expect("read"), Some([11; 32]));
+        assert_eq!(m.ledger_of(&RunId([4; 32]), &b).expect("read"), None);
+        // A store's one record per run from before is still read, and
+        // dropped with the next write.
+        let old = RunId([5; 32]);
+        m.ledgers.insert(old.0, [a.0, [13; 32]].concat()).expect("write");
+        assert_eq!(m.ledger_of(&old, &a).expect("read"), Some([13; 32]));
+        assert_eq!(m.ledger_of(&old, &b).expect("read"), None);
+        m.set_ledger_of(&old, &b, &[14; 32]).expect("write");
+        assert_eq!(m.ledger_of(&old, &a).expect("read"), None);
     }
 
     #[test]

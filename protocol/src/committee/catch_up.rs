@@ -23,7 +23,9 @@
 //! deadlines) each hold a roster without the other, so neither side's
 //! results count for the other's electorate. The results of former roster
 //! members — keys that dropped off the node's roster within the last
-//! `FORMER_ROUNDS` rounds, not excluded — are tallied apart (`outside`, only
+//! `FORMER_ROUNDS` rounds or `FORMER_DEADLINES` input deadlines, whichever
+//! is longer, not excluded, and kept across restarts by the driver — are
+//! tallied apart (`outside`, only
 //! keys heard lately): a rival chain is the largest group of them that
 //! named one state for one of the newest two rounds they signed, on a chain
 //! other than ours. Keys that were never on the node's roster count for
@@ -52,8 +54,13 @@ use crate::identity::PublicKey;
 const KEPT_ROUNDS: usize = 4;
 /// Signers remembered.
 const MAX_COMMITTERS: usize = 65_536;
-/// Rounds a key that dropped off the roster stays a former member.
+/// Rounds a key that dropped off the roster stays a former member (and
+/// at least `FORMER_DEADLINES` input deadlines).
 pub const FORMER_ROUNDS: u64 = 64;
+/// Input deadlines a key that dropped off the roster stays a former member
+/// at the least: a side that closes rounds alone closes them fast, and
+/// would otherwise forget the other side before it heard from it.
+pub const FORMER_DEADLINES: u64 = 10;
 
 /// Whose signed words decide which state a node follows.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -182,8 +189,8 @@ pub struct CatchUp {
     /// names them); empty otherwise.
     operators: BTreeSet<PublicKey>,
     tally: CommitTally,
-    /// Keys that dropped off the roster, with the round they did.
-    former: BTreeMap<PublicKey, u64>,
+    /// Keys that dropped off the roster, with the round they did and when.
+    former: BTreeMap<PublicKey, (u64, u64)>,
     /// The words of former members, and when each was last heard.
     outside: CommitTally,
     heard: BTreeMap<PublicKey, u64>,
@@ -207,21 +214,43 @@ impl CatchUp {
         self.tally.note_state(signer, round, state);
     }
 
-    /// Round `round` opened on a roster changed from `old` to `new`: keys
-    /// that dropped off (and were not excluded) are former members for
-    /// `FORMER_ROUNDS` rounds; keys back on it are members again.
-    pub fn roster_changed(&mut self, old: &Ledger, new: &Ledger, round: u64) {
+    /// Round `round` opened at `now` on a roster changed from `old` to
+    /// `new`: keys that dropped off (and were not excluded) are former
+    /// members for `FORMER_ROUNDS` rounds and at least `keep_ms`; keys back
+    /// on it are members again.
+    pub fn roster_changed(&mut self, old: &Ledger, new: &Ledger, round: u64, now: u64, keep_ms: u64) {
         for k in &old.roster {
             if new.roster.binary_search(k).is_err()
                 && !new.is_excluded(k)
                 && self.former.len() < MAX_COMMITTERS
             {
-                self.former.insert(*k, round);
+                self.former.insert(*k, (round, now));
             }
         }
-        self.former.retain(|k, at| {
-            at.saturating_add(FORMER_ROUNDS) >= round && new.roster.binary_search(k).is_err()
+        self.former.retain(|k, (at, since)| {
+            (at.saturating_add(FORMER_ROUNDS) >= round || now.saturating_sub(*since) <= keep_ms)
+                && new.roster.binary_search(k).is_err()
+                && !new.is_excluded(k)
         });
+    }
+
+    /// Former members a node remembered before it restarted (its store
+    /// keeps them): former members again from `round`, at `now`, unless
+    /// `ledger` seats or excludes them.
+    pub fn restore_former(&mut self, keys: &[PublicKey], ledger: &Ledger, round: u64, now: u64) {
+        for k in keys {
+            if ledger.roster.binary_search(k).is_err()
+                && !ledger.is_excluded(k)
+                && self.former.len() < MAX_COMMITTERS
+            {
+                self.former.entry(*k).or_insert((round, now));
+            }
+        }
+    }
+
+    /// The former members, ascending.
+    pub fn former_members(&self) -> Vec<PublicKey> {
+        self.former.keys().copied().collect()
     }
 
     /// Whether `key` dropped off the roster lately.
@@ -497,5 +526,37 @@ mod tests {
         c.note_state(commit(2, 4, 6).0, 4, StateId([6; 32]));
         let t = c.target(&ledger, (5, StateId([1; 32])), &me, 0).expect("an even split decides");
         assert_eq!(t.state, StateId([6; 32]));
+    }
+
+    #[test]
+    fn a_former_member_is_kept_for_rounds_or_time_whichever_is_longer_and_survives_a_restart() {
+        let both = Ledger::genesis(keys(&[1, 2]).into_iter().collect());
+        let alone = Ledger::genesis(keys(&[1]).into_iter().collect());
+        let other = NodeKey::from_seed([2; 32]).public();
+        let keep_ms = 300_000;
+        let mut c = CatchUp::default();
+        c.roster_changed(&both, &alone, 10, 1_000, keep_ms);
+        assert_eq!(c.former_members(), vec![other]);
+        // A side alone closes rounds fast: 500 rounds in a minute.
+        c.roster_changed(&alone, &alone, 510, 61_000, keep_ms);
+        assert!(c.is_former(&other), "still within the time it is kept");
+        c.roster_changed(&alone, &alone, 520, 301_001, keep_ms);
+        assert!(!c.is_former(&other), "past both the rounds and the time");
+        // Slow rounds: kept for FORMER_ROUNDS however long they take.
+        let mut c = CatchUp::default();
+        c.roster_changed(&both, &alone, 10, 0, keep_ms);
+        c.roster_changed(&alone, &alone, 10 + FORMER_ROUNDS, 10_000_000, keep_ms);
+        assert!(c.is_former(&other));
+        // Back on the roster: a member again.
+        c.roster_changed(&alone, &both, 80, 10_000_001, keep_ms);
+        assert!(!c.is_former(&other));
+        // After a restart the stored keys are former members again, unless
+        // the roster seats them.
+        let mut c = CatchUp::default();
+        c.restore_former(&[other], &alone, 900, 0);
+        assert!(c.is_former(&other));
+        let mut c = CatchUp::default();
+        c.restore_former(&[other], &both, 900, 0);
+        assert!(!c.is_former(&other));
     }
 }

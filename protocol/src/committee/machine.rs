@@ -28,7 +28,7 @@
 //! touched (or all, when a deadline passed) are looked at again, so
 //! `murmur netsim` runs a thousand single-owner shards.
 
-use super::catch_up::CatchUp;
+use super::catch_up::{CatchUp, FORMER_DEADLINES};
 use super::gate::{NormGate, Suspect};
 use super::ledger::{Ledger, MAX_LEDGER_KEYS};
 use super::merkle::{verify_proof, MerkleTree, ShardLeaf};
@@ -562,6 +562,18 @@ impl CommitteeMachine {
         m
     }
 
+    /// Former roster members remembered before a restart (the driver
+    /// stores `former_members` with each state): their results are tallied
+    /// apart again, so a side that ran apart from them can still rejoin.
+    pub fn restore_former(&mut self, keys: &[PublicKey]) {
+        self.catch_up.restore_former(keys, &self.ledger, self.round, self.now);
+    }
+
+    /// The keys that dropped off the roster lately (for the driver to store).
+    pub fn former_members(&self) -> Vec<PublicKey> {
+        self.catch_up.former_members()
+    }
+
     /// This node enters the round mid-way (it restarted, or caught up):
     /// what was gossiped and sent to it before is not here. A pull wait on
     /// it asks owners for their results and trainers for the inputs of the
@@ -855,7 +867,8 @@ impl CommitteeMachine {
     fn open(&mut self, round: u64, base: StateId, ledger: Ledger) {
         self.round = round;
         self.base = base;
-        self.catch_up.roster_changed(&self.ledger, &ledger, round);
+        let keep_ms = FORMER_DEADLINES.saturating_mul(self.cfg.input_ms);
+        self.catch_up.roster_changed(&self.ledger, &ledger, round, self.now, keep_ms);
         self.ledger = ledger;
         self.plan =
             CommitteePlan::derive(base, round, &self.ledger.roster, self.cfg.k, self.cfg.element_count);

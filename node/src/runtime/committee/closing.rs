@@ -15,14 +15,15 @@ use crate::runtime::trainer::Job;
 use crate::store::BlobKind;
 
 impl CommitteeNode {
-    /// Store the current state's ledger, record it as the state's, and
-    /// serve the state's parts.
+    /// Store the current state's ledger, record it as the state's, keep
+    /// the former roster members for a restart, and serve the state's parts.
     pub(super) fn record_state(&self) {
         let (bytes, hash, params) = (self.ledger.encode(), self.ledger.hash(), self.state.id());
         let run = self.spec.run_id();
         if self.store.blobs.put(BlobKind::Ledger, &bytes).is_ok() {
             let _ = self.store.meta.set_ledger_of(&run, &params, &hash);
         }
+        let _ = self.store.meta.set_former_members(&run, &self.machine.former_members());
         self.served.hold_state(self.state_id().0, (params.0, hash, bytes.len() as u64));
     }
 

@@ -284,6 +284,9 @@ pub async fn run_committee_node(
     if resumed {
         machine.entered_mid_round();
     }
+    // Keys that had dropped off the roster before a restart: a side that
+    // ran apart from them can still rejoin them.
+    machine.restore_former(&store.meta.former_members(&spec.run_id())?);
     // What we signed before a restart: never a second word for that round.
     match store.meta.signed_record(&spec.run_id())?.map(|b| SignedRecord::decode(&b)) {
         Some(Ok(mut record)) => {
@@ -836,7 +839,7 @@ impl CommitteeNode {
                     (self.store.clone(), self.spec.clone(), self.state.state().clone(), self.tx.clone());
                 let layout = self.machine.plan().layout();
                 tokio::task::spawn_blocking(move || {
-                    let result = work::apply_round(&store, &spec, &state, layout, &shards);
+                    let result = work::apply_round(&store, &spec, &state, layout, &shards, &ledger);
                     let _ = tx.send(WorkDone::Applied { round, ledger, result });
                 });
             }

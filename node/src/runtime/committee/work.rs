@@ -6,7 +6,7 @@
 //! aggregated shards (decoded) with the outer step.
 
 use murmur_protocol::committee::{
-    aggregate_codec, aggregate_shard, shard_norm, ShardAggregate, ShardInput, ShardLayout, ShardLeaf,
+    aggregate_codec, aggregate_shard, shard_norm, Ledger, ShardAggregate, ShardInput, ShardLayout, ShardLeaf,
     ShardRule, ShardedManifest,
 };
 use murmur_protocol::hash::payload_hash_of;
@@ -77,13 +77,15 @@ pub fn aggregate_stored(
 
 /// Apply round `base.round`: every shard's chosen aggregate (None: zero)
 /// read from the store, then the outer step; the new state is stored
-/// (blob, then position).
+/// (its blob, its `ledger`, then the position), so a restart finds the
+/// position's ledger whenever it was killed.
 pub fn apply_round(
     store: &Store,
     spec: &RunSpec,
     base: &TrainingState,
     layout: ShardLayout,
     shards: &[Option<[u8; 32]>],
+    ledger: &Ledger,
 ) -> Result<TrainingState, String> {
     let mut delta = vec![0f32; spec.model.param_count as usize];
     for (s, chosen) in shards.iter().enumerate() {
@@ -96,6 +98,8 @@ pub fn apply_round(
     let mut next = base.clone();
     outer_step(spec.outer, &mut next, &delta).map_err(|e| e.to_string())?;
     let id = store.blobs.put(BlobKind::State, &next.encode()).map_err(|e| e.to_string())?;
+    store.blobs.put(BlobKind::Ledger, &ledger.encode()).map_err(|e| e.to_string())?;
+    store.meta.set_ledger_of(&spec.run_id(), &StateId(id), &ledger.hash()).map_err(|e| e.to_string())?;
     store
         .meta
         .set_position(&spec.run_id(), Position { round: next.round, state: StateId(id) })
