@@ -44,12 +44,15 @@ impl CommitteeNode {
         let round = state.round;
         self.trainer.cancel();
         self.overlap.clear();
+        let previous = (self.state.id(), self.ledger.hash());
         self.state = HashedState::new(state);
         self.ledger = ledger;
         self.own = None;
         let feedback = self.feedback.clone();
         tokio::task::spawn_blocking(move || feedback.lock().unwrap_or_else(|p| p.into_inner()).reset());
         self.record_state();
+        // What the chain left behind is collected as an applied round's is.
+        self.collect_garbage(round, previous);
         self.served.open_round(round);
         self.round_opened = Instant::now();
         self.server.set_status(ServedStatus { round, state: Some(self.state.id().0) });
