@@ -20,7 +20,10 @@ impl CommitteeNode {
     pub(super) fn record_state(&self) {
         let (bytes, hash, params) = (self.ledger.encode(), self.ledger.hash(), self.state.id());
         let run = self.spec.run_id();
-        if self.store.blobs.put(BlobKind::Ledger, &bytes).is_ok() {
+        // An applied or fetched state's ledger was recorded before its
+        // position moved; only the start-up state's may be missing.
+        let recorded = self.store.meta.ledger_of(&run, &params).ok().flatten() == Some(hash);
+        if !recorded && self.store.blobs.put(BlobKind::Ledger, &bytes).is_ok() {
             let _ = self.store.meta.set_ledger_of(&run, &params, &hash);
         }
         let _ = self.store.meta.set_former_members(&run, &self.machine.former_members());
