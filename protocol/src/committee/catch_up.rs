@@ -52,6 +52,10 @@ use crate::identity::PublicKey;
 
 /// Rounds remembered per signer.
 const KEPT_ROUNDS: usize = 4;
+/// Rounds of this node's own chain remembered (the state it opened each
+/// on), so a rival's word about a state it passed through long ago is
+/// not taken for another chain.
+const CHAIN_ROUNDS: usize = 4096;
 /// Signers remembered.
 const MAX_COMMITTERS: usize = 65_536;
 /// Rounds a key that dropped off the roster stays a former member (and
@@ -194,6 +198,9 @@ pub struct CatchUp {
     /// The words of former members, and when each was last heard.
     outside: CommitTally,
     heard: BTreeMap<PublicKey, u64>,
+    /// Our chain: by round, the state this node ended it on (the state it
+    /// opened the next round on), for its newest `CHAIN_ROUNDS` rounds.
+    chain: BTreeMap<u64, StateId>,
     /// A rival chain's state being fetched, with the round it opens: the
     /// node moves to it whatever its own round.
     rejoining: Option<(u64, StateId)>,
@@ -212,6 +219,17 @@ impl CatchUp {
     /// the next round, trained from `state`, says).
     pub fn note_state(&mut self, signer: PublicKey, round: u64, state: StateId) {
         self.tally.note_state(signer, round, state);
+    }
+
+    /// This node opened `round` on `base`: it ended the round before on
+    /// `base`. Rounds it had passed on a chain it left are forgotten.
+    pub fn opened(&mut self, round: u64, base: StateId) {
+        let Some(ended) = round.checked_sub(1) else { return };
+        self.chain.split_off(&ended);
+        self.chain.insert(ended, base);
+        while self.chain.len() > CHAIN_ROUNDS {
+            self.chain.pop_first();
+        }
     }
 
     /// Round `round` opened at `now` on a roster changed from `old` to
@@ -370,9 +388,15 @@ impl CatchUp {
                 && !ledger.is_excluded(k)
                 && self.heard.get(k).is_some_and(|t| *t >= fresh_since)
         };
-        // Our chain: what we said we ended a round on, and the state we
-        // train from now.
-        let ours = |r: u64, s: StateId| self.tally.said(me, r) == Some(s) || (r + 1 == round && s == base);
+        // Our chain: the states we ended our newest rounds on (a former
+        // member whose newest word names one of them is behind on our
+        // chain, not on another), what we said we ended a round on, and the
+        // state we train from now.
+        let ours = |r: u64, s: StateId| {
+            self.chain.get(&r) == Some(&s)
+                || self.tally.said(me, r) == Some(s)
+                || (r + 1 == round && s == base)
+        };
         let (r, state, backers) = self.outside.largest_group(counted, ours)?;
         let smallest = |keys: &mut dyn Iterator<Item = &PublicKey>| keys.min().copied();
         let outranks = backers.len() > electorate.len()
@@ -558,5 +582,34 @@ mod tests {
         let mut c = CatchUp::default();
         c.restore_former(&[other], &both, 900, 0);
         assert!(!c.is_former(&other));
+    }
+
+    #[test]
+    fn a_former_members_word_about_a_state_our_chain_passed_through_long_ago_moves_nobody() {
+        // Two keys, ordered so the other side outranks ours on a tie.
+        let (mut a, mut b) = (NodeKey::from_seed([1; 32]).public(), NodeKey::from_seed([2; 32]).public());
+        if b > a {
+            std::mem::swap(&mut a, &mut b);
+        }
+        let (me, other) = (a, b);
+        let both = Ledger::genesis(vec![me, other]);
+        let alone = Ledger::genesis(vec![me]);
+        let state = |r: u64| StateId([r as u8; 32]);
+        let mut c = CatchUp::default();
+        c.opened(42, state(41));
+        c.roster_changed(&both, &alone, 43, 0, 300_000);
+        // We went on alone from round 42 to round 64.
+        for r in 43..=64 {
+            c.opened(r, state(r - 1));
+            c.note_state(me, r - 1, state(r - 1));
+        }
+        // The former member's newest word: it ended round 41 on the state
+        // we opened round 42 on. It is behind on our chain.
+        c.note_outside(other, 41, state(41), 1_000);
+        assert_eq!(c.target(&alone, (64, state(63)), &me, 0), None);
+        // A word about a state we never held is another chain's.
+        c.note_outside(other, 50, StateId([200; 32]), 1_000);
+        let t = c.target(&alone, (64, state(63)), &me, 0).expect("the other chain outranks ours");
+        assert_eq!((t.round, t.state, t.holders), (50, StateId([200; 32]), vec![other]));
     }
 }

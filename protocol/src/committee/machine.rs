@@ -867,6 +867,7 @@ impl CommitteeMachine {
     fn open(&mut self, round: u64, base: StateId, ledger: Ledger) {
         self.round = round;
         self.base = base;
+        self.catch_up.opened(round, base);
         let keep_ms = FORMER_DEADLINES.saturating_mul(self.cfg.input_ms);
         self.catch_up.roster_changed(&self.ledger, &ledger, round, self.now, keep_ms);
         self.ledger = ledger;
