@@ -17,6 +17,7 @@
 //! - `serving`: the slots of the requests being answered, per peer and in all.
 //! - `asking`: the requests in flight to each peer, within the share it serves.
 //! - `slots`: the connections strangers may hold, in all and per IP address.
+//! - `subscriptions`: reconnecting peers whose gossip topics were lost.
 //! - `swarm`: the event loop.
 
 mod asking;
@@ -30,6 +31,7 @@ pub mod peers;
 pub mod rate;
 mod serving;
 pub mod slots;
+mod subscriptions;
 mod swarm;
 pub mod xfer;
 

@@ -28,6 +28,7 @@ use super::gossip::{self, TopicKind};
 use super::peers::{peer_id_of, GossipAdmission, NetRejection, PeerLedger};
 use super::serving::{Refused, ServeSlots};
 use super::slots::ConnectionSlots;
+use super::subscriptions::{ConnectedPeer, SubscriptionHealer};
 use super::xfer::{FrameError, XferRequest, XferResponse};
 use super::{Command, ContentServer, NetConfig, NetError, NetEvent, NetStats, PeerInfo, Role};
 use crate::store::tree::BlobKind;
@@ -126,6 +127,10 @@ pub(crate) struct SwarmTask {
     circuit: Option<libp2p::core::transport::ListenerId>,
     /// Open connections per peer.
     links: HashMap<PeerId, HashMap<ConnectionId, Link>>,
+    /// Run peers reconnected because gossip lost their topics.
+    healer: SubscriptionHealer,
+    /// Peers being disconnected to be dialled again once closed.
+    redialling: HashSet<PeerId>,
     /// Which connections strangers hold, and the limits on them (`slots`).
     connections: ConnectionSlots,
     /// Events that must not be lost, waiting for room in the node's queue.
@@ -137,6 +142,8 @@ pub(crate) struct SwarmTask {
 struct Link {
     /// Through a relay circuit, or direct.
     relayed: bool,
+    /// When it opened.
+    opened: Instant,
     /// When it last answered a ping (or opened); one silent for
     /// `PING_TIMEOUT_SECS` is closed (`close_silent`). None where the peer
     /// does not speak ping and cannot show it is alive this way.
@@ -204,6 +211,8 @@ impl SwarmTask {
             bootstrap_peers,
             circuit: None,
             links: HashMap::new(),
+            healer: SubscriptionHealer::default(),
+            redialling: HashSet::new(),
             connections,
             backlog: Default::default(),
         })
@@ -321,6 +330,38 @@ impl SwarmTask {
         }
     }
 
+    /// Close the connections of run peers whose topics gossipsub never
+    /// learnt, to dial them afresh (`subscriptions`).
+    fn heal_subscriptions(&mut self, now: Instant) {
+        let links = &self.links;
+        self.redialling.retain(|p| links.contains_key(p));
+        let with_topics: HashSet<PeerId> = self
+            .swarm
+            .behaviour()
+            .gossip
+            .all_peers()
+            .filter(|(_, t)| !t.is_empty())
+            .map(|(p, _)| *p)
+            .collect();
+        let peers: Vec<ConnectedPeer> = self
+            .links
+            .iter()
+            .filter_map(|(peer, links)| {
+                Some(ConnectedPeer {
+                    peer: *peer,
+                    of_run: self.roles.contains_key(peer),
+                    connected_since: links.values().map(|l| l.opened).min()?,
+                    has_topics: with_topics.contains(peer),
+                })
+            })
+            .collect();
+        for peer in self.healer.due(&peers, now) {
+            tracing::info!(%peer, "gossip knows none of the peer's topics; connecting to it afresh");
+            self.redialling.insert(peer);
+            let _ = self.swarm.disconnect_peer_id(peer);
+        }
+    }
+
     fn link(&mut self, peer: PeerId, connection: ConnectionId) -> Option<&mut Link> {
         self.links.get_mut(&peer)?.get_mut(&connection)
     }
@@ -328,6 +369,7 @@ impl SwarmTask {
     fn maintain(&mut self) {
         let now = Instant::now();
         self.close_silent(now);
+        self.heal_subscriptions(now);
         self.ledger.decay(now);
         for peer in self.ledger.expired(now) {
             self.swarm.behaviour_mut().blocked.unblock_peer(peer);
@@ -440,7 +482,7 @@ impl SwarmTask {
                 peer_id, connection_id, num_established, endpoint, ..
             } => {
                 let relayed = endpoint.get_remote_address().iter().any(|p| p == Protocol::P2pCircuit);
-                let link = Link { relayed, last_pong: Some(Instant::now()) };
+                let link = Link { relayed, opened: Instant::now(), last_pong: Some(Instant::now()) };
                 self.links.entry(peer_id).or_default().insert(connection_id, link);
                 if num_established.get() == 1 {
                     NetStats::add(&self.stats.connected, 1);
@@ -472,6 +514,12 @@ impl SwarmTask {
                 }
                 self.links.remove(&peer_id);
                 self.stats.connected.fetch_sub(1, Ordering::Relaxed);
+                if self.redialling.remove(&peer_id) {
+                    let opts = DialOpts::peer_id(peer_id)
+                        .condition(PeerCondition::DisconnectedAndNotDialing)
+                        .build();
+                    let _ = self.swarm.dial(opts);
+                }
                 if self.roles.remove(&peer_id).is_some() {
                     self.emit(NetEvent::PeerLeft { peer: peer_id }).await;
                 }
