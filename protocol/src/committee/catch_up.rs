@@ -30,12 +30,15 @@
 //! named one state for one of the newest two rounds they signed, on a chain
 //! other than ours. Keys that were never on the node's roster count for
 //! nothing, however many. It outranks
-//! our roster when it has more keys, or as many and the smallest key of the
-//! two sides is its: then the node fetches that state and moves to it,
-//! whatever its round (the record of what it signed keeps it from signing a
-//! second word for a round it signed before). Both sides see the same two
-//! groups, so one side moves and the other stays; a minority of keys never
-//! outranks a roster.
+//! our roster when it has more keys, or as many and it is behind us by
+//! `TIE_LEAD` rounds or more (the faster side moves: it can fetch the
+//! slower side's state and join its next round in time, where the slower
+//! side would chase states the faster one has passed), or, closer than
+//! that, the smallest key of the two sides is its: then the node fetches
+//! that state and moves to it, whatever its round (the record of what it
+//! signed keeps it from signing a second word for a round it signed
+//! before). Both sides see the same two groups, so one side moves and the
+//! other stays; a minority of keys never outranks a roster.
 //!
 //! In an open run that names operators, the operators are the electorate
 //! instead (`Electorate::Operators`): a node follows a strict majority of
@@ -52,6 +55,8 @@ use crate::identity::PublicKey;
 
 /// Rounds remembered per signer.
 const KEPT_ROUNDS: usize = 4;
+/// Rounds by which the side ahead of an equal rival chain moves to it.
+pub const TIE_LEAD: u64 = 4;
 /// Rounds of this node's own chain remembered (the state it opened each
 /// on), so a rival's word about a state it passed through long ago is
 /// not taken for another chain.
@@ -373,7 +378,8 @@ impl CatchUp {
     }
 
     /// A rival chain of former members that outranks `electorate`: more
-    /// keys, or as many and the smallest key of both sides.
+    /// keys, or as many and behind ours by `TIE_LEAD` rounds (or within
+    /// that, the smallest key of both sides).
     fn rival(
         &mut self,
         ledger: &Ledger,
@@ -399,9 +405,21 @@ impl CatchUp {
         };
         let (r, state, backers) = self.outside.largest_group(counted, ours)?;
         let smallest = |keys: &mut dyn Iterator<Item = &PublicKey>| keys.min().copied();
-        let outranks = backers.len() > electorate.len()
-            || (backers.len() == electorate.len()
-                && smallest(&mut backers.iter()) < smallest(&mut electorate.iter()));
+        // Of two equal sides, the one ahead by `TIE_LEAD` rounds moves: it
+        // closes rounds faster, so it can fetch the other's state and join
+        // its next round, where the slower side would chase states the
+        // faster one has already passed (and never train in time for its
+        // rounds). Closer than that, the side without the smallest key.
+        let theirs = r.saturating_add(1);
+        let tie_is_theirs = if round >= theirs.saturating_add(TIE_LEAD) {
+            true
+        } else if theirs >= round.saturating_add(TIE_LEAD) {
+            false
+        } else {
+            smallest(&mut backers.iter()) < smallest(&mut electorate.iter())
+        };
+        let outranks =
+            backers.len() > electorate.len() || (backers.len() == electorate.len() && tie_is_theirs);
         if !outranks {
             return None;
         }
@@ -611,5 +629,31 @@ mod tests {
         c.note_outside(other, 50, StateId([200; 32]), 1_000);
         let t = c.target(&alone, (64, state(63)), &me, 0).expect("the other chain outranks ours");
         assert_eq!((t.round, t.state, t.holders), (50, StateId([200; 32]), vec![other]));
+    }
+
+    #[test]
+    fn of_two_equal_sides_the_one_ahead_in_rounds_moves() {
+        let (mut small, mut large) =
+            (NodeKey::from_seed([1; 32]).public(), NodeKey::from_seed([2; 32]).public());
+        if small > large {
+            std::mem::swap(&mut small, &mut large);
+        }
+        let rival = StateId([200; 32]);
+        let side = |me: PublicKey, other: PublicKey, (ours, theirs): (u64, u64)| {
+            let alone = Ledger::genesis(vec![me]);
+            let mut c = CatchUp::default();
+            c.roster_changed(&Ledger::genesis(vec![me, other]), &alone, ours, 0, 300_000);
+            c.opened(ours, StateId([1; 32]));
+            c.note_outside(other, theirs - 1, rival, 1_000);
+            c.target(&alone, (ours, StateId([1; 32])), &me, 0).map(|t| t.state)
+        };
+        // Far apart in rounds: the side ahead moves, whatever the keys.
+        assert_eq!(side(small, large, (900, 170)), Some(rival), "the smallest key ahead moves");
+        assert_eq!(side(large, small, (170, 900)), None, "and the other stays");
+        assert_eq!(side(large, small, (900, 170)), Some(rival));
+        assert_eq!(side(small, large, (170, 900)), None);
+        // Close in rounds: the side without the smallest key moves.
+        assert_eq!(side(large, small, (100, 102)), Some(rival));
+        assert_eq!(side(small, large, (102, 100)), None);
     }
 }
