@@ -343,7 +343,7 @@ impl CatchUp {
             Electorate::Roster(roster)
         };
         let found = self.majority(&electorate, round, base).or_else(|| match &electorate {
-            Electorate::Roster(keys) => self.rival(ledger, keys, (round, base), me, fresh_since),
+            Electorate::Roster(keys) => self.rival(ledger, keys, round, me, fresh_since),
             Electorate::Operators(_) | Electorate::Committers => None,
         });
         let (decided, state, backers) = found?;
@@ -384,7 +384,7 @@ impl CatchUp {
         &mut self,
         ledger: &Ledger,
         electorate: &BTreeSet<PublicKey>,
-        (round, base): (u64, StateId),
+        round: u64,
         me: &PublicKey,
         fresh_since: u64,
     ) -> Option<(u64, StateId, Vec<PublicKey>)> {
@@ -394,15 +394,11 @@ impl CatchUp {
                 && !ledger.is_excluded(k)
                 && self.heard.get(k).is_some_and(|t| *t >= fresh_since)
         };
-        // Our chain: the states we ended our newest rounds on (a former
-        // member whose newest word names one of them is behind on our
-        // chain, not on another), what we said we ended a round on, and the
-        // state we train from now.
-        let ours = |r: u64, s: StateId| {
-            self.chain.get(&r) == Some(&s)
-                || self.tally.said(me, r) == Some(s)
-                || (r + 1 == round && s == base)
-        };
+        // Our chain: the states we ended our newest rounds on, the base we
+        // train from now among them (a former member whose newest word
+        // names one of them is behind on our chain, not on another), and
+        // what we said we ended a round on.
+        let ours = |r: u64, s: StateId| self.chain.get(&r) == Some(&s) || self.tally.said(me, r) == Some(s);
         let (r, state, backers) = self.outside.largest_group(counted, ours)?;
         let smallest = |keys: &mut dyn Iterator<Item = &PublicKey>| keys.min().copied();
         // Of two equal sides, the one ahead by `TIE_LEAD` rounds moves: it
