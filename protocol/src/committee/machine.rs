@@ -306,6 +306,10 @@ struct ShardView {
     retry_at: Option<u64>,
     /// Results pulled while none came (`PullResult`).
     pulls: u32,
+    /// Results signed by members of a backup this node has not handed the
+    /// shard to yet (the others' deadlines passed before ours): each
+    /// counts once this node hands the shard to that backup.
+    from_later_backups: BTreeMap<PublicKey, ShardResult>,
 }
 
 /// Longest a ready sketch waits for the other drawn shards' included lists
@@ -1333,6 +1337,15 @@ impl CommitteeMachine {
             || self.backups(shard).any(|f| self.plan.is_member(f, key))
     }
 
+    /// Whether `key` sits on a backup of `shard` that this node has not
+    /// handed the shard to yet.
+    fn backs_up_later(&self, shard: u32, key: &PublicKey) -> bool {
+        let level = self.shards.get(shard as usize).map_or(u32::MAX, |v| v.level);
+        (level.saturating_add(1)..=MAX_FALLBACKS)
+            .filter_map(|j| self.plan.fallback(shard, j))
+            .any(|f| self.plan.is_member(f, key))
+    }
+
     fn on_result(&mut self, r: ShardResult) {
         let s = r.shard as usize;
         if r.run != self.cfg.run {
@@ -1340,10 +1353,13 @@ impl CommitteeMachine {
         }
         let ours = r.round == self.round && r.base == self.base && s < self.shards.len();
         let claims = ours && self.counts(&r.signer) && self.may_aggregate(r.shard, &r.signer);
+        // A later backup's result: the others handed the shard on before
+        // this node did; it is kept until this node does too.
+        let later = ours && !claims && self.counts(&r.signer) && self.backs_up_later(r.shard, &r.signer);
         let commits = self.commits(&r);
         // A result of a former roster member: its word counts toward a
         // rival chain (a side that ran apart from ours).
-        let outside = !(claims || commits) && r.round > 0 && self.catch_up.is_former(&r.signer);
+        let outside = !(claims || commits || later) && r.round > 0 && self.catch_up.is_former(&r.signer);
         if outside {
             if self.counts(&r.signer) && self.result_signed(&r) {
                 self.catch_up.note_outside(r.signer, r.round - 1, r.base, self.now);
@@ -1351,7 +1367,7 @@ impl CommitteeMachine {
             }
             return;
         }
-        if !(claims || commits) || !self.result_signed(&r) {
+        if !(claims || commits || later) || !self.result_signed(&r) {
             return;
         }
         if commits {
@@ -1363,6 +1379,10 @@ impl CommitteeMachine {
             if !ours {
                 self.consider_catch_up();
             }
+        }
+        if later {
+            self.shards[s].from_later_backups.entry(r.signer).or_insert(r);
+            return;
         }
         if !claims {
             return;
@@ -1749,8 +1769,9 @@ impl CommitteeMachine {
             self.result_pulls_due.pop_first();
             self.pull_result(s);
         }
-        // Pick claims of the shards that changed.
-        for s in std::mem::take(&mut self.dirty) {
+        // Pick claims of the shards that changed (a shard handed to a
+        // backup that already signed changes again at once).
+        while let Some(s) = self.dirty.pop_first() {
             self.look_at(s as usize, now);
         }
         if self.settled < self.shards.len() {
@@ -1758,7 +1779,7 @@ impl CommitteeMachine {
         }
         let passes = self.gate_passes();
         // Shards whose claim the gate gave up pick again now.
-        for s in std::mem::take(&mut self.dirty) {
+        while let Some(s) = self.dirty.pop_first() {
             self.look_at(s as usize, now);
         }
         if passes && self.settled == self.shards.len() {
@@ -1890,6 +1911,11 @@ impl CommitteeMachine {
         };
         self.shards[s as usize].level = level;
         self.shards[s as usize].level_since = self.now;
+        // What this backup signed before we handed the shard to it counts now.
+        let kept = std::mem::take(&mut self.shards[s as usize].from_later_backups);
+        for r in kept.into_values() {
+            self.on_result(r);
+        }
         // With no result by then the next backup takes it.
         self.escalations.insert((self.now + 2 * self.cfg.grace_ms, s));
         if self.plan.is_member(f, &self.me) && !self.stand_by_recorded(s) {

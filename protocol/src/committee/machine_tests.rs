@@ -799,6 +799,30 @@ fn with_one_owner_per_shard_withholding_owners_pass_the_shard_down_their_backups
 }
 
 #[test]
+fn a_node_that_hands_a_shard_to_its_backup_after_the_backup_signed_takes_that_result() {
+    let mut net = Net::new(3, 1);
+    let plan = net.machines[0].plan().clone();
+    assert_eq!(plan.shards(), 3);
+    let owner = |s: u32| net.index(&plan.committee(s)[0]);
+    // Shard 0's owner withholds; its first backup is shard 1's owner, its
+    // second shard 2's. That one, `slow`, opened the round two grace
+    // periods after the others: they hand shard 0 to the first backup,
+    // which signs its result, before `slow`'s own result deadline passes.
+    let (withholder, slow) = (owner(0), owner(2));
+    net.withholders.insert(withholder);
+    let c = cfg(1);
+    let ledger = net.machines[0].ledger().clone();
+    net.machines[slow] =
+        CommitteeMachine::new(c.clone(), net.keys[slow].clone(), 0, StateId([1; 32]), ledger, 2 * c.grace_ms);
+    net.run_to(1, 20_000);
+    let first = &net.applied[withholder][0];
+    assert!(first.1[0].is_some(), "the first backup aggregated shard 0");
+    for (i, a) in net.applied.iter().enumerate() {
+        assert_eq!(a[0].1, first.1, "node {i} applied other shards");
+    }
+}
+
+#[test]
 fn the_audit_draw_comes_from_the_nodes_own_signature() {
     let (run, base) = (RunId([7; 32]), StateId([1; 32]));
     let key = NodeKey::from_seed([9; 32]);
