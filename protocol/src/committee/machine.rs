@@ -1381,7 +1381,16 @@ impl CommitteeMachine {
             }
         }
         if later {
-            self.shards[s].from_later_backups.entry(r.signer).or_insert(r);
+            match self.shards[s].from_later_backups.get(&r.signer) {
+                Some(kept) if kept != &r => {
+                    let proof = FraudProof::TwoResults { a: kept.clone(), b: r };
+                    self.prove(proof);
+                }
+                Some(_) => {}
+                None => {
+                    self.shards[s].from_later_backups.insert(r.signer, r);
+                }
+            }
             return;
         }
         if !claims {

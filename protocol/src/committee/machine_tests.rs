@@ -808,15 +808,19 @@ fn a_node_that_hands_a_shard_to_its_backup_after_the_backup_signed_takes_that_re
     // second shard 2's. That one, `slow`, opened the round two grace
     // periods after the others: they hand shard 0 to the first backup,
     // which signs its result, before `slow`'s own result deadline passes.
-    let (withholder, slow) = (owner(0), owner(2));
+    let (withholder, backup, slow) = (owner(0), owner(1), owner(2));
     net.withholders.insert(withholder);
     let c = cfg(1);
     let ledger = net.machines[0].ledger().clone();
     net.machines[slow] =
         CommitteeMachine::new(c.clone(), net.keys[slow].clone(), 0, StateId([1; 32]), ledger, 2 * c.grace_ms);
     net.run_to(1, 20_000);
+    let slow_deadline = 2 * c.grace_ms + c.input_ms + c.result_ms;
+    let signed = net.published.iter().find(|(_, i, r)| *i == backup && r.shard == 0);
+    let (at, backup_result) = signed.map(|(t, _, r)| (*t, r.result_hash)).expect("the first backup signed");
+    assert!(at < slow_deadline, "the first backup signed at {at}, before the slow node's deadline");
     let first = &net.applied[withholder][0];
-    assert!(first.1[0].is_some(), "the first backup aggregated shard 0");
+    assert_eq!(first.1[0], Some(backup_result), "the first backup's result is applied");
     for (i, a) in net.applied.iter().enumerate() {
         assert_eq!(a[0].1, first.1, "node {i} applied other shards");
     }
