@@ -1380,30 +1380,20 @@ impl CommitteeMachine {
                 self.consider_catch_up();
             }
         }
-        if later {
-            match self.shards[s].from_later_backups.get(&r.signer) {
-                Some(kept) if kept != &r => {
-                    let proof = FraudProof::TwoResults { a: kept.clone(), b: r };
-                    self.prove(proof);
-                }
-                Some(_) => {}
-                None => {
-                    self.shards[s].from_later_backups.insert(r.signer, r);
-                }
+        if !(claims || later) {
+            return;
+        }
+        let view = &mut self.shards[s];
+        let held = if later { &mut view.from_later_backups } else { &mut view.results };
+        match keep_first(held, &r) {
+            Err(proof) => {
+                self.prove(*proof);
+                return;
             }
-            return;
+            Ok(false) => return,
+            Ok(true) if later => return,
+            Ok(true) => {}
         }
-        if !claims {
-            return;
-        }
-        if let Some(old) = self.shards[s].results.get(&r.signer) {
-            if old != &r {
-                let proof = FraudProof::TwoResults { a: old.clone(), b: r };
-                self.prove(proof);
-            }
-            return;
-        }
-        self.shards[s].results.insert(r.signer, r.clone());
         self.dirty.insert(r.shard);
         if self.first_result_at.is_none() {
             // Results are coming: the shards still without one pull again
@@ -1942,5 +1932,19 @@ impl CommitteeMachine {
         let proven: BTreeMap<PublicKey, u64> =
             self.proven.iter().filter(|(_, r)| **r < self.round).map(|(k, r)| (*k, *r)).collect();
         self.ledger.next(shard0, &proven)
+    }
+}
+
+/// Keep `r` as its signer's result in `held` unless that signer has one
+/// there already: a different one is a `TwoResults` proof. Whether `r`
+/// was new.
+fn keep_first(held: &mut BTreeMap<PublicKey, ShardResult>, r: &ShardResult) -> Result<bool, Box<FraudProof>> {
+    match held.get(&r.signer) {
+        Some(old) if old != r => Err(Box::new(FraudProof::TwoResults { a: old.clone(), b: r.clone() })),
+        Some(_) => Ok(false),
+        None => {
+            held.insert(r.signer, r.clone());
+            Ok(true)
+        }
     }
 }

@@ -776,15 +776,20 @@ fn a_shard_that_could_not_be_delivered_is_sent_again_after_a_back_off_a_bounded_
     assert_eq!(sends(&mut m), 0);
 }
 
+/// The owners of shards 0, 1 and 2 of a three-node net with one owner per
+/// shard (each shard's backups are the next shards' owners).
+fn owners_of_three(net: &Net) -> [usize; 3] {
+    let plan = net.machines[0].plan();
+    assert_eq!(plan.shards(), 3);
+    [0, 1, 2].map(|s| net.index(&plan.committee(s)[0]))
+}
+
 #[test]
 fn with_one_owner_per_shard_withholding_owners_pass_the_shard_down_their_backups() {
     let mut net = Net::new(3, 1);
-    let plan = net.machines[0].plan().clone();
-    assert_eq!(plan.shards(), 3);
-    let owner = |s: u32| net.index(&plan.committee(s)[0]);
     // Shard 0's owner and its first backup (shard 1's owner) withhold: the
     // second backup (shard 2's owner) ends up aggregating every shard.
-    let (o0, o1) = (owner(0), owner(1));
+    let [o0, o1, _] = owners_of_three(&net);
     net.withholders.extend([o0, o1]);
     net.run_to(1, 20_000);
     let c = cfg(1);
@@ -801,14 +806,11 @@ fn with_one_owner_per_shard_withholding_owners_pass_the_shard_down_their_backups
 #[test]
 fn a_node_that_hands_a_shard_to_its_backup_after_the_backup_signed_takes_that_result() {
     let mut net = Net::new(3, 1);
-    let plan = net.machines[0].plan().clone();
-    assert_eq!(plan.shards(), 3);
-    let owner = |s: u32| net.index(&plan.committee(s)[0]);
     // Shard 0's owner withholds; its first backup is shard 1's owner, its
     // second shard 2's. That one, `slow`, opened the round two grace
     // periods after the others: they hand shard 0 to the first backup,
     // which signs its result, before `slow`'s own result deadline passes.
-    let (withholder, backup, slow) = (owner(0), owner(1), owner(2));
+    let [withholder, backup, slow] = owners_of_three(&net);
     net.withholders.insert(withholder);
     let c = cfg(1);
     let ledger = net.machines[0].ledger().clone();
