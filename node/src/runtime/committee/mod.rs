@@ -543,13 +543,11 @@ impl CommitteeNode {
     }
 
     fn on_internal(&mut self, msg: WorkDone) {
+        self.keep_stored(&msg);
         let round = self.machine.round();
         match msg {
             WorkDone::Cut { round: r, tokens, train_loss, result } => match result {
                 Ok((leaves, norm)) if r == round => {
-                    for l in &leaves {
-                        self.keep(r, BlobKind::Delta, l.payload_hash.0);
-                    }
                     // A delta restored from the record stands: this one is not signed.
                     if self.machine.own_leaves().is_some() {
                         return;
@@ -566,14 +564,12 @@ impl CommitteeNode {
                 if ok && offer.round == round {
                     let ShardOffer { signer, shards, leaf, ref proof, .. } = offer;
                     let proof = proof.clone();
-                    self.keep(offer.round, BlobKind::Delta, leaf.payload_hash.0);
                     self.served.hold_leaf(offer.without_payload());
                     self.feed(CommitteeEvent::ShardReceived { signer, shards, leaf, proof });
                 }
             }
             WorkDone::Aggregated { round: r, shard, result } if r == round => match result {
                 Ok((included, total_tokens, result_hash)) => {
-                    self.keep(r, BlobKind::Aggregate, result_hash);
                     let e = CommitteeEvent::ShardAggregated {
                         round: r,
                         shard,
@@ -588,18 +584,8 @@ impl CommitteeNode {
                     self.feed(CommitteeEvent::ShardAggregationFailed { round: r, shard });
                 }
             },
-            WorkDone::Fetched { round: r, shard, hash, outcome, norm, included } if r == round => {
-                if outcome == FetchOutcome::Served {
-                    self.keep(r, BlobKind::Aggregate, hash);
-                }
-                self.feed(CommitteeEvent::AggregateFetched {
-                    shard,
-                    result_hash: hash,
-                    outcome,
-                    norm,
-                    included,
-                })
-            }
+            WorkDone::Fetched { round: r, shard, hash, outcome, norm, included } if r == round => self
+                .feed(CommitteeEvent::AggregateFetched { shard, result_hash: hash, outcome, norm, included }),
             WorkDone::Included { round: r, result, list } if r == round => {
                 self.feed(CommitteeEvent::IncludedReceived { result, included: list })
             }
@@ -676,6 +662,30 @@ impl CommitteeNode {
                 self.fatal = Some(RuntimeError::Trainer(format!("starting the trainer again failed: {e}")));
             }
             // Results of a round this node has left.
+            _ => {}
+        }
+    }
+
+    /// The blobs a finished job stored are kept under the job's round,
+    /// whether or not this node is still in that round: a job that
+    /// outlives its round (the node re-synced or moved on meanwhile) would
+    /// otherwise leave its blobs in the store for good.
+    fn keep_stored(&mut self, msg: &WorkDone) {
+        match msg {
+            WorkDone::Cut { round, result: Ok((leaves, _)), .. } => {
+                for l in leaves {
+                    self.keep(*round, BlobKind::Delta, l.payload_hash.0);
+                }
+            }
+            WorkDone::Pulled { offer, ok: true } => {
+                self.keep(offer.round, BlobKind::Delta, offer.leaf.payload_hash.0)
+            }
+            WorkDone::Aggregated { round, result: Ok((_, _, hash)), .. } => {
+                self.keep(*round, BlobKind::Aggregate, *hash)
+            }
+            // Shard 0's aggregate is stored before its signers are asked
+            // for, so a fetch that ends Unavailable may have stored it too.
+            WorkDone::Fetched { round, hash, .. } => self.keep(*round, BlobKind::Aggregate, *hash),
             _ => {}
         }
     }
