@@ -2,6 +2,7 @@
 //! state, its ledger, its round report, what the store keeps) or a state
 //! fetched to catch up. The machine decides both; this carries them out.
 
+use std::collections::BTreeSet;
 use std::time::Instant;
 
 use murmur_protocol::committee::{CommitteeEvent, Ledger};
@@ -124,7 +125,7 @@ impl CommitteeNode {
     pub(super) fn keep(&mut self, round: u64, kind: BlobKind, id: [u8; 32]) {
         let v = self.kept.entry(round).or_default();
         if v.len() < 1 << 16 {
-            v.push((kind, id));
+            v.insert((kind, id));
         }
     }
 
@@ -133,8 +134,13 @@ impl CommitteeNode {
     /// and every state but the current one and the one before.
     pub(super) fn collect_garbage(&mut self, round: u64, previous: (StateId, [u8; 32])) {
         let old: Vec<u64> = self.kept.range(..round).map(|(r, _)| *r).collect();
-        let doomed: Vec<(BlobKind, [u8; 32])> =
+        let mut doomed: BTreeSet<(BlobKind, [u8; 32])> =
             old.iter().flat_map(|r| self.kept.remove(r).unwrap_or_default()).collect();
+        // Blobs are named by their hash: one a later round holds as well
+        // (an identical payload) stays.
+        for later in self.kept.values() {
+            doomed.retain(|b| !later.contains(b));
+        }
         let (store, current, ledger) = (self.store.clone(), self.state.id(), self.ledger.hash());
         tokio::task::spawn_blocking(move || {
             for (kind, id) in doomed {

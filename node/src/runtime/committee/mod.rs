@@ -20,7 +20,7 @@ mod training;
 pub mod transfer;
 pub mod work;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -128,6 +128,12 @@ enum WorkDone {
         /// compare with those it holds.
         manifests: Vec<ShardedManifest>,
     },
+    /// Blobs a re-check stored (the inputs it gathered, the aggregate it
+    /// recomputed), whatever it found.
+    Stored {
+        round: u64,
+        blobs: Vec<(BlobKind, [u8; 32])>,
+    },
     Applied {
         round: u64,
         ledger: Ledger,
@@ -222,7 +228,7 @@ struct CommitteeNode {
     own: Option<(u64, Vec<ShardLeaf>)>,
     pulling: HashSet<(u64, u32, PublicKey)>,
     /// Blobs this node stored, by round (deleted two rounds on).
-    kept: BTreeMap<u64, Vec<(BlobKind, [u8; 32])>>,
+    kept: BTreeMap<u64, BTreeSet<(BlobKind, [u8; 32])>>,
     early: Vec<(u64, Early)>,
     trainers: HashSet<PeerId>,
     pending_reports: HashMap<u64, serde_json::Value>,
@@ -288,6 +294,7 @@ pub async fn run_committee_node(
     // ran apart from them can still rejoin them.
     machine.restore_former(&store.meta.former_members(&spec.run_id())?);
     // What we signed before a restart: never a second word for that round.
+    let mut recorded_aggregates = Vec::new();
     match store.meta.signed_record(&spec.run_id())?.map(|b| SignedRecord::decode(&b)) {
         Some(Ok(mut record)) => {
             // A delta whose payloads are not all held cannot be sent again:
@@ -305,6 +312,9 @@ pub async fn run_committee_node(
                 // The delta signed before the restart, sent again rather
                 // than trained (and signed) a second time.
                 out.event("reannounce", json!({ "round": m.round, "shards": m.shards }));
+            }
+            if record.round == state.round {
+                recorded_aggregates.extend(record.results.iter().map(|r| r.result_hash));
             }
             machine.restore_signed(record)
         }
@@ -366,6 +376,10 @@ pub async fn run_committee_node(
         for l in &leaves {
             node.keep(node.machine.round(), BlobKind::Delta, l.payload_hash.0);
         }
+    }
+    // So are the aggregates of the results restored from the record.
+    for hash in recorded_aggregates {
+        node.keep(node.machine.round(), BlobKind::Aggregate, hash);
     }
     node.serve_own_leaves();
     node.run(net_events, offers_rx, replay).await
@@ -686,6 +700,16 @@ impl CommitteeNode {
             // Shard 0's aggregate is stored before its signers are asked
             // for, so a fetch that ends Unavailable may have stored it too.
             WorkDone::Fetched { round, hash, .. } => self.keep(*round, BlobKind::Aggregate, *hash),
+            // An audit fetches the aggregate it checks, which may be a
+            // claim the round does not choose.
+            WorkDone::Sketched { round, result, .. } => {
+                self.keep(*round, BlobKind::Aggregate, result.result_hash)
+            }
+            WorkDone::Stored { round, blobs } => {
+                for (kind, id) in blobs {
+                    self.keep(*round, *kind, *id);
+                }
+            }
             _ => {}
         }
     }
@@ -943,12 +967,18 @@ impl CommitteeNode {
             let Some(offers) = transfer::gather_inputs(&net, &store, &want).await else { return };
             let (manifests, leaves): (Vec<ShardedManifest>, Vec<ShardLeaf>) =
                 offers.into_iter().map(|o| (*o.manifest, o.leaf)).unzip();
+            let mut stored: Vec<(BlobKind, [u8; 32])> =
+                leaves.iter().map(|l| (BlobKind::Delta, l.payload_hash.0)).collect();
             let recomputed = tokio::task::spawn_blocking(move || {
                 let hash = work::aggregate_stored(&store, &spec, layout, shard, &manifests, &leaves)
                     .map(|a| a.result_hash);
                 (hash, manifests)
             })
             .await;
+            if let Ok((Ok(hash), _)) = &recomputed {
+                stored.push((BlobKind::Aggregate, *hash));
+            }
+            let _ = tx.send(WorkDone::Stored { round, blobs: stored });
             if let Ok((Ok(hash), manifests)) = recomputed {
                 let matches = hash == result.result_hash;
                 let _ = tx.send(WorkDone::Rechecked { round, result, included, matches, manifests });
