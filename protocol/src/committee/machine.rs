@@ -875,6 +875,11 @@ impl CommitteeMachine {
         let keep_ms = FORMER_DEADLINES.saturating_mul(self.cfg.input_ms);
         self.catch_up.roster_changed(&self.ledger, &ledger, round, self.now, keep_ms);
         self.ledger = ledger;
+        // A proof the ledger records is done with; a re-check that never
+        // answered ends with its round (proofs travel within the round).
+        let ledger = &self.ledger;
+        self.proven.retain(|k, _| !ledger.is_excluded(k));
+        self.verifying.clear();
         self.plan =
             CommitteePlan::derive(base, round, &self.ledger.roster, self.cfg.k, self.cfg.element_count);
         self.opened_at = self.now;
@@ -940,7 +945,7 @@ impl CommitteeMachine {
         for (signer, r) in early {
             if r.round == round && r.base == base {
                 self.on_result(r);
-            } else if r.round > round {
+            } else if r.round > round && self.commits(&r) {
                 self.early_results.insert(signer, r);
             }
         }
@@ -1373,7 +1378,11 @@ impl CommitteeMachine {
         if commits {
             self.catch_up.note_state(r.signer, r.round - 1, r.base);
             let newer = self.early_results.get(&r.signer).is_none_or(|kept| kept.round < r.round);
-            if !ours && r.round >= self.round && newer {
+            // One per signer; any signer commits while there is no roster,
+            // so as many as the newcomers a round takes.
+            let room = self.early_results.contains_key(&r.signer)
+                || self.early_results.len() < self.ledger.roster.len() + MAX_NEWCOMERS;
+            if !ours && r.round >= self.round && newer && room {
                 self.early_results.insert(r.signer, r.clone());
             }
             if !ours {
@@ -1524,10 +1533,24 @@ impl CommitteeMachine {
         }
     }
 
+    /// Whether a proof against `key` is taken: only against a key on this
+    /// round's roster, which every honest node on this base holds alike,
+    /// so all of them take or drop the same proofs, and a proof against a
+    /// key made up for it (two messages signed by a fresh key cost its
+    /// sender nothing) never reaches the ledger. In a round without a
+    /// roster, where every signer is a newcomer, at most `MAX_NEWCOMERS`.
+    fn may_be_proven(&self, key: &PublicKey) -> bool {
+        if self.ledger.roster.is_empty() {
+            self.proven.len() < MAX_NEWCOMERS
+        } else {
+            self.ledger.roster.binary_search(key).is_ok()
+        }
+    }
+
     fn prove(&mut self, proof: FraudProof) {
         let proof = proof.canonical();
         let (who, round) = (proof.accused(), proof.round());
-        if self.proven.len() >= MAX_LEDGER_KEYS {
+        if self.proven.len() >= MAX_LEDGER_KEYS || self.ledger.is_excluded(&who) {
             return;
         }
         if self.proven.insert(who, round).is_none() {
@@ -1542,6 +1565,7 @@ impl CommitteeMachine {
         if self.proven.contains_key(&accused)
             || self.ledger.is_excluded(&accused)
             || self.verifying.contains(&accused)
+            || !self.may_be_proven(&accused)
         {
             return;
         }

@@ -543,6 +543,39 @@ fn manifest(key: &NodeKey, root: u8) -> ShardedManifest {
 }
 
 #[test]
+fn a_proof_against_a_key_off_the_roster_is_dropped_and_one_recorded_is_let_go() {
+    let (me, other, stranger) =
+        (NodeKey::from_seed([1; 32]), NodeKey::from_seed([2; 32]), NodeKey::from_seed([3; 32]));
+    let ledger = Ledger::genesis(vec![me.public(), other.public()]);
+    let mut m = CommitteeMachine::new(cfg(8), me, 0, StateId([1; 32]), ledger.clone(), 0);
+    while m.poll_action().is_some() {}
+    let proof_against = |key: &NodeKey| {
+        Box::new(FraudProof::TwoManifests { a: manifest(key, 1), b: manifest(key, 2) }.canonical())
+    };
+    // Two manifests signed by a key nobody admitted: a valid proof, but
+    // of nothing a round of this roster counts.
+    let fake = proof_against(&stranger);
+    assert_eq!(fake.check(), Ok(()));
+    m.handle(1, CommitteeEvent::ProofReceived(fake));
+    assert!(m.proven().is_empty(), "a key off the roster is never proven");
+    assert_eq!(m.poll_action(), None);
+    m.handle(2, CommitteeEvent::ProofReceived(proof_against(&other)));
+    assert_eq!(m.proven().get(&other.public()), Some(&0));
+    assert!(matches!(m.poll_action(), Some(CommitteeAction::PublishProof(_))), "passed on");
+    // Once a ledger records the key, the proof is let go, and the same
+    // proof again is nothing.
+    let mut recorded = ledger.next(None, m.proven());
+    assert!(recorded.is_excluded(&other.public()));
+    recorded.roster.retain(|k| *k != other.public());
+    m.handle(3, CommitteeEvent::CaughtUp { round: 1, state: StateId([2; 32]), ledger: recorded });
+    assert!(m.proven().is_empty());
+    while m.poll_action().is_some() {}
+    m.handle(4, CommitteeEvent::ProofReceived(proof_against(&other)));
+    assert!(m.proven().is_empty());
+    assert!(!std::iter::from_fn(|| m.poll_action()).any(|a| matches!(a, CommitteeAction::PublishProof(_))));
+}
+
+#[test]
 fn two_manifests_from_one_key_are_a_proof_and_a_proof_is_believed_once() {
     let (me, other) = (NodeKey::from_seed([1; 32]), NodeKey::from_seed([2; 32]));
     let ledger = Ledger::genesis(vec![me.public(), other.public()]);
