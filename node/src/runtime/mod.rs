@@ -201,7 +201,7 @@ pub async fn run_node(opts: NodeOptions) -> Result<(), RuntimeError> {
     let val_loss = if opts.eval_every > 0 && state.round == 0 {
         trainer.submit(trainer::Job::Evaluate { round: 0, state: Arc::new(state.clone()) });
         match done_rx.recv().await {
-            Some(trainer::JobDone::Evaluated { val_loss, .. }) => Some(val_loss),
+            Some(trainer::JobDone::Evaluated { val_loss: Ok(val_loss), .. }) => Some(val_loss),
             Some(trainer::JobDone::Panicked(what)) => {
                 return Err(RuntimeError::Trainer(format!("evaluating the genesis state panicked: {what}")));
             }

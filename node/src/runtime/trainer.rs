@@ -79,9 +79,11 @@ pub enum JobDone {
     Cancelled {
         round: u64,
     },
+    /// An evaluation of `round`'s state: its validation loss, or why
+    /// there is none.
     Evaluated {
         round: u64,
-        val_loss: f32,
+        val_loss: Result<f32, String>,
     },
     Failed(String),
     /// A job panicked (the message); the thread has ended.
@@ -433,7 +435,7 @@ impl Worker {
         let val_batches = match &self.data {
             TrainData::Dataset(feed) => match feed.val_batches(batch, seq, VAL_BATCHES) {
                 Ok(b) => Some(b),
-                Err(e) => return JobDone::Failed(e),
+                Err(e) => return JobDone::Evaluated { round, val_loss: Err(e) },
             },
             TrainData::Stream { .. } => None,
         };
@@ -445,10 +447,7 @@ impl Worker {
             }
             (TrainData::Dataset(_), None) => Err("no validation batches".to_string()),
         };
-        match result {
-            Ok(val_loss) => JobDone::Evaluated { round, val_loss },
-            Err(e) => JobDone::Failed(e),
-        }
+        JobDone::Evaluated { round, val_loss: result }
     }
 
     /// Up to H inner steps from `params`; with a time budget (RunSpec

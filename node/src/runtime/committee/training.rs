@@ -30,10 +30,16 @@ impl CommitteeNode {
                 }
                 self.cut(round, trained);
             }
-            JobDone::Evaluated { round, val_loss } => {
+            // A round's report waits for its evaluation, which ends it
+            // either way.
+            JobDone::Evaluated { round, val_loss: Ok(val_loss) } => {
                 self.last_val_loss = Some(val_loss);
                 self.report_round(round, Some(val_loss));
                 self.publish_telemetry();
+            }
+            JobDone::Evaluated { round, val_loss: Err(e) } => {
+                tracing::error!("evaluating round {round}: {e}");
+                self.report_round(round, None);
             }
             JobDone::Cancelled { round } => {
                 // Training ahead was cancelled: train the round if it is open.
