@@ -294,7 +294,6 @@ pub async fn run_committee_node(
     // ran apart from them can still rejoin them.
     machine.restore_former(&store.meta.former_members(&spec.run_id())?);
     // What we signed before a restart: never a second word for that round.
-    let mut recorded_aggregates = Vec::new();
     match store.meta.signed_record(&spec.run_id())?.map(|b| SignedRecord::decode(&b)) {
         Some(Ok(mut record)) => {
             // A delta whose payloads are not all held cannot be sent again:
@@ -312,9 +311,6 @@ pub async fn run_committee_node(
                 // The delta signed before the restart, sent again rather
                 // than trained (and signed) a second time.
                 out.event("reannounce", json!({ "round": m.round, "shards": m.shards }));
-            }
-            if record.round == state.round {
-                recorded_aggregates.extend(record.results.iter().map(|r| r.result_hash));
             }
             machine.restore_signed(record)
         }
@@ -376,10 +372,6 @@ pub async fn run_committee_node(
         for l in &leaves {
             node.keep(node.machine.round(), BlobKind::Delta, l.payload_hash.0);
         }
-    }
-    // So are the aggregates of the results restored from the record.
-    for hash in recorded_aggregates {
-        node.keep(node.machine.round(), BlobKind::Aggregate, hash);
     }
     node.serve_own_leaves();
     node.run(net_events, offers_rx, replay).await
@@ -513,8 +505,9 @@ impl CommitteeNode {
     }
 
     /// A shard offered to us: its manifest goes to the machine (which
-    /// checks it); the payload is pulled if it is for this round and of
-    /// the right length (the machine checks the proof against the manifest).
+    /// checks it); the payload is pulled if it is for this round, for a
+    /// shard the machine takes inputs for, and of the right length (the
+    /// machine checks the proof against the manifest).
     fn on_offer(&mut self, offer: ShardOffer) {
         if offer.round > self.machine.round() {
             self.keep_early(offer.round, Early::Offer(offer));
@@ -533,6 +526,7 @@ impl CommitteeNode {
             *m == *offer.manifest && verify_proof(&m.root, offer.shards, &offer.leaf, &offer.proof)
         });
         if offer.round != self.machine.round()
+            || !self.machine.takes_inputs(offer.leaf.shard)
             || !proven
             || offer.shards != plan.shards()
             || expected != Some(offer.leaf.payload_len)
