@@ -523,6 +523,12 @@ impl SwarmTask {
                 if self.roles.remove(&peer_id).is_some() {
                     self.emit(NetEvent::PeerLeft { peer: peer_id }).await;
                 }
+                // A bootstrap server learned from its own word is
+                // forgotten with its connection; configured ones stay.
+                let configured = self.cfg.bootstrap.iter().any(|a| peer_of(a) == Some(peer_id));
+                if !configured {
+                    self.bootstrap_peers.remove(&peer_id);
+                }
             }
             SwarmEvent::ListenerClosed { listener_id, reason, .. } if self.circuit == Some(listener_id) => {
                 tracing::info!("relay circuit closed ({reason:?}); retrying");

@@ -80,16 +80,18 @@ impl CommitteeServed {
         self.catalogue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Round `round` opened: what is older than the last round is dropped.
+    /// Round `round` opened: what is older than the last round is dropped,
+    /// and so is anything of a later round (a chain this node left for a
+    /// rival one that had closed fewer rounds).
     pub fn open_round(&self, round: u64) {
-        let keep = round.saturating_sub(1);
+        let keep = round.saturating_sub(1)..=round;
         let mut h = self.catalogue();
-        h.leaves.retain(|k, _| k.0 >= keep);
-        h.lists.retain(|k, _| k.0 >= keep);
-        h.results.retain(|k, _| k.0 >= keep);
-        h.applied.retain(|k, _| k.0 >= keep);
-        h.own.retain(|k, _| k.0 >= keep);
-        h.projected.retain(|k, _| k.0 >= keep);
+        h.leaves.retain(|k, _| keep.contains(&k.0));
+        h.lists.retain(|k, _| keep.contains(&k.0));
+        h.results.retain(|k, _| keep.contains(&k.0));
+        h.applied.retain(|k, _| keep.contains(&k.0));
+        h.own.retain(|k, _| keep.contains(&k.0));
+        h.projected.retain(|k, _| keep.contains(&k.0));
     }
 
     /// Serve projections of our own shard `shard` of `round` (its payload
@@ -279,6 +281,10 @@ mod tests {
         served.open_round(5);
         assert_eq!(served.answer(&ask), Some(XferResponse::NotFound));
         assert_eq!(served.answer(&result), Some(XferResponse::NotFound), "round 3's result went with it");
+        // Moved back to round 5 from a chain at round 7: round 7's go.
+        served.hold_leaf(offer(7, 1));
+        served.open_round(5);
+        assert!(served.leaf(7, 1, key(1).public()).is_none());
         assert_eq!(served.answer(&XferRequest::Status), None);
         // A full queue answers Busy rather than growing.
         for i in 0..OFFER_QUEUE {
