@@ -177,23 +177,19 @@ pub async fn fetch_genesis(
 
 /// After a restart at `round` on `state`: the delta blobs kept are the
 /// shards of the delta signed for that round (its `SignedRecord`'s leaves),
-/// which are sent again, and the aggregate blobs kept are those of the
-/// results signed for it, which are served again; every other delta and
-/// aggregate, and every state but `state`, go.
+/// which are sent again; every other delta and every state but `state` go.
 pub fn prune_after_restart(
     store: &Store,
     run: &RunId,
     round: u64,
     state: StateId,
 ) -> Result<(), crate::store::StoreError> {
-    let (mut deltas, mut aggregates): (Vec<[u8; 32]>, Vec<[u8; 32]>) = (Vec::new(), Vec::new());
+    let mut keep: Vec<[u8; 32]> = Vec::new();
     let record = store.meta.signed_record(run)?.map(|b| murmur_protocol::committee::SignedRecord::decode(&b));
     if let Some(Ok(r)) = record.filter(|r| r.as_ref().is_ok_and(|r| r.round == round)) {
-        deltas.extend(r.leaves.iter().map(|l| l.payload_hash.0));
-        aggregates.extend(r.results.iter().map(|r| r.result_hash));
+        keep.extend(r.leaves.iter().map(|l| l.payload_hash.0));
     }
-    store.blobs.retain(BlobKind::Delta, &deltas)?;
-    store.blobs.retain(BlobKind::Aggregate, &aggregates)?;
+    store.blobs.retain(BlobKind::Delta, &keep)?;
     store.blobs.retain(BlobKind::State, &[state.0])?;
     Ok(())
 }
@@ -337,11 +333,11 @@ impl Gathered {
 #[cfg(test)]
 mod prune_tests {
     use super::*;
-    use murmur_protocol::committee::{ShardLeaf, ShardResult, SignedRecord};
+    use murmur_protocol::committee::{ShardLeaf, SignedRecord};
     use murmur_protocol::PayloadHash;
 
     #[test]
-    fn a_restart_keeps_the_shards_and_aggregates_it_signed_for_its_round() {
+    fn a_restart_keeps_the_shards_of_the_committee_delta_it_signed_for_its_round() {
         let dir = tempfile::tempdir().expect("tempdir");
         let store = Store::open(dir.path()).expect("store");
         let run = RunId([3; 32]);
@@ -364,36 +360,14 @@ mod prune_tests {
             signature: murmur_protocol::Signature([0; 64]),
         }
         .sign(&key);
-        let ours = store.blobs.put(BlobKind::Aggregate, b"our aggregate").expect("put");
-        let fetched = store.blobs.put(BlobKind::Aggregate, b"a fetched aggregate").expect("put");
-        let result = ShardResult {
-            run,
-            round: 7,
-            base: StateId([5; 32]),
-            shard: 0,
-            included_count: 1,
-            included_root: [0; 32],
-            total_tokens: 1,
-            result_hash: ours,
-            signer: key.public(),
-            signature: murmur_protocol::Signature([0; 64]),
-        }
-        .sign(&key);
-        let record = SignedRecord {
-            manifest: Some(manifest),
-            leaves: vec![leaf],
-            results: vec![result],
-            ..SignedRecord::of_round(7)
-        };
+        let record =
+            SignedRecord { manifest: Some(manifest), leaves: vec![leaf], ..SignedRecord::of_round(7) };
         store.meta.set_signed_record(&run, &record.encode()).expect("record");
         prune_after_restart(&store, &run, 7, StateId([9; 32])).expect("prune");
         assert!(store.blobs.contains(BlobKind::Delta, &signed), "the recorded shard stays");
         assert!(!store.blobs.contains(BlobKind::Delta, &other));
-        assert!(store.blobs.contains(BlobKind::Aggregate, &ours), "the recorded result's aggregate stays");
-        assert!(!store.blobs.contains(BlobKind::Aggregate, &fetched));
-        // Resumed at a later round, the record binds nothing: its blobs go.
+        // Resumed at a later round, the record binds nothing: its shards go.
         prune_after_restart(&store, &run, 8, StateId([9; 32])).expect("prune");
         assert!(!store.blobs.contains(BlobKind::Delta, &signed));
-        assert!(!store.blobs.contains(BlobKind::Aggregate, &ours));
     }
 }

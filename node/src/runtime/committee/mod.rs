@@ -373,6 +373,17 @@ pub async fn run_committee_node(
             node.keep(node.machine.round(), BlobKind::Delta, l.payload_hash.0);
         }
     }
+    // Aggregates stored before a restart are served for one more round (a
+    // slower node may still fetch the round just closed), then collected
+    // with the round resumed at, as if this run of the node had fetched them.
+    match node.store.blobs.list(BlobKind::Aggregate) {
+        Ok(ids) => {
+            for id in ids {
+                node.keep(node.machine.round(), BlobKind::Aggregate, id);
+            }
+        }
+        Err(e) => tracing::warn!("listing the stored aggregates: {e}"),
+    }
     node.serve_own_leaves();
     node.run(net_events, offers_rx, replay).await
 }
