@@ -373,9 +373,10 @@ pub async fn run_committee_node(
             node.keep(node.machine.round(), BlobKind::Delta, l.payload_hash.0);
         }
     }
-    // Aggregates stored before a restart are served for one more round (a
-    // slower node may still fetch the round just closed), then collected
-    // with the round resumed at, as if this run of the node had fetched them.
+    // Aggregates stored before a restart (the recorded results' among
+    // them) are served for one more round (a slower node may still fetch
+    // the round just closed), then collected with the round resumed at, as
+    // if this run of the node had fetched them.
     match node.store.blobs.list(BlobKind::Aggregate) {
         Ok(ids) => {
             for id in ids {
@@ -782,9 +783,6 @@ impl CommitteeNode {
                 }
                 self.served.hold_result(r.round, r.shard, r.encode());
                 self.offer_as_backing(&r);
-                // A result restored after a restart: its aggregate (written
-                // before) is collected with its round's.
-                self.keep(r.round, BlobKind::Aggregate, r.result_hash);
                 self.publish(TopicKind::ShardResult, r.encode())
             }
             CommitteeAction::PullInputs { shard, from } => {
