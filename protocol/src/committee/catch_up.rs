@@ -50,6 +50,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::ledger::Ledger;
+use super::machine::fetch_backoff;
 use crate::hash::StateId;
 use crate::identity::PublicKey;
 
@@ -209,8 +210,20 @@ pub struct CatchUp {
     /// A rival chain's state being fetched, with the round it opens: the
     /// node moves to it whatever its own round.
     rejoining: Option<(u64, StateId)>,
-    fetching: bool,
+    /// The state being fetched, with the round it ended.
+    fetching: Option<(u64, StateId)>,
+    /// The last state whose fetch failed: asked for again only after a
+    /// back-off that doubles with each failure in a row.
+    failed: Option<FailedFetch>,
     waiting: bool,
+}
+
+/// A state no holder served: how often in a row, and when to ask again.
+#[derive(Debug, Clone, Copy)]
+struct FailedFetch {
+    target: (u64, StateId),
+    tries: usize,
+    retry_at: u64,
 }
 
 impl CatchUp {
@@ -307,13 +320,28 @@ impl CatchUp {
         self.waiting
     }
 
-    /// A fetch ended: with a state (`caught_up`) or without one.
-    pub fn fetch_ended(&mut self, caught_up: bool) {
-        self.fetching = false;
+    /// A fetch ended at `now`: with a state (`caught_up`) or without one
+    /// (the same state is then asked for again only after a back-off).
+    pub fn fetch_ended(&mut self, caught_up: bool, now: u64) {
+        let target = self.fetching.take();
         self.rejoining = None;
         if caught_up {
             self.waiting = false;
+            self.failed = None;
+            return;
         }
+        let Some(target) = target else { return };
+        let tries = match self.failed {
+            Some(f) if f.target == target => f.tries + 1,
+            _ => 1,
+        };
+        self.failed = Some(FailedFetch { target, tries, retry_at: now.saturating_add(fetch_backoff(tries)) });
+    }
+
+    /// When a state whose fetch failed may be asked for again (none: no
+    /// fetch is waiting on a back-off).
+    pub fn retry_at(&self) -> Option<u64> {
+        self.failed.filter(|_| self.fetching.is_none()).map(|f| f.retry_at)
     }
 
     /// The state to fetch, when none is being fetched and a strict
@@ -322,15 +350,16 @@ impl CatchUp {
     /// different state for the round it closed last (or, while waiting,
     /// any state it does not hold); else a rival chain that outranks the
     /// electorate, of keys heard since `fresh_since`. The target is then
-    /// being fetched.
+    /// being fetched, unless its last fetch failed less than its back-off
+    /// before `now`.
     pub fn target(
         &mut self,
         ledger: &Ledger,
         (round, base): (u64, StateId),
         me: &PublicKey,
-        fresh_since: u64,
+        (now, fresh_since): (u64, u64),
     ) -> Option<CatchUpTarget> {
-        if self.fetching {
+        if self.fetching.is_some() {
             return None;
         }
         let roster: BTreeSet<PublicKey> =
@@ -347,6 +376,10 @@ impl CatchUp {
             Electorate::Operators(_) | Electorate::Committers => None,
         });
         let (decided, state, backers) = found?;
+        if self.failed.is_some_and(|f| f.target == (decided, state) && now < f.retry_at) {
+            self.rejoining = None;
+            return None;
+        }
         let mut holders: Vec<PublicKey> = backers.into_iter().filter(|k| k != me).collect();
         if holders.is_empty() {
             self.rejoining = None;
@@ -358,7 +391,7 @@ impl CatchUp {
         first.copy_from_slice(&me.0[..8]);
         let start = u64::from_le_bytes(first) % holders.len() as u64;
         holders.rotate_left(start as usize);
-        self.fetching = true;
+        self.fetching = Some((decided, state));
         Some(CatchUpTarget { round: decided, state, holders })
     }
 
@@ -518,7 +551,7 @@ mod tests {
                 c.note_state(commit(s, 4, 7).0, 4, StateId([7; 32]));
             }
             let me = NodeKey::from_seed([asker; 32]).public();
-            let t = c.target(&ledger, (3, StateId([1; 32])), &me, 0).expect("behind the majority");
+            let t = c.target(&ledger, (3, StateId([1; 32])), &me, (0, 0)).expect("behind the majority");
             assert_eq!(
                 t.holders.iter().collect::<BTreeSet<_>>(),
                 keys(&[1, 2, 3, 4, 5, 6, 7, 8, 9]).iter().collect()
@@ -526,6 +559,36 @@ mod tests {
             firsts.insert(t.holders[0]);
         }
         assert!(firsts.len() >= 6, "40 askers start at {} of 9 holders", firsts.len());
+    }
+
+    #[test]
+    fn a_state_no_holder_served_is_asked_for_again_only_after_a_doubling_back_off() {
+        let ledger = Ledger::genesis(keys(&[1, 2, 3]).into_iter().collect());
+        let me = NodeKey::from_seed([20; 32]).public();
+        let mut c = CatchUp::default();
+        for s in 1..=3 {
+            c.note_state(commit(s, 4, 7).0, 4, StateId([7; 32]));
+        }
+        let at = (3, StateId([1; 32]));
+        assert!(c.target(&ledger, at, &me, (0, 0)).is_some());
+        assert!(c.target(&ledger, at, &me, (0, 0)).is_none(), "one fetch at a time");
+        c.fetch_ended(false, 1_000);
+        let first = c.retry_at().expect("a back-off after a failed fetch");
+        assert!(first > 1_000);
+        assert!(c.target(&ledger, at, &me, (first - 1, 0)).is_none(), "asked again before its back-off");
+        assert!(c.target(&ledger, at, &me, (first, 0)).is_some());
+        assert_eq!(c.retry_at(), None, "no back-off while a fetch runs");
+        c.fetch_ended(false, first);
+        let second = c.retry_at().expect("a second back-off");
+        assert!(second - first > first - 1_000, "the back-off doubles: {first} then {second}");
+        // Another state (the majority moved on) is asked for at once.
+        for s in 1..=3 {
+            c.note_state(commit(s, 5, 8).0, 5, StateId([8; 32]));
+        }
+        let t = c.target(&ledger, at, &me, (first, 0)).expect("a new state is not held back");
+        assert_eq!(t.state, StateId([8; 32]));
+        c.fetch_ended(true, first);
+        assert_eq!(c.retry_at(), None, "a fetch that caught up ends the back-off");
     }
 
     #[test]
@@ -553,16 +616,20 @@ mod tests {
         for s in 3..=9 {
             c.note_state(commit(s, 4, 8).0, 4, StateId([8; 32]));
         }
-        assert_eq!(c.target(&ledger, (5, StateId([1; 32])), &me, 0), None, "the whole roster moves nobody");
+        assert_eq!(
+            c.target(&ledger, (5, StateId([1; 32])), &me, (0, 0)),
+            None,
+            "the whole roster moves nobody"
+        );
         // One operator of two signed round 4: the operators who signed decide.
         c.note_state(commit(1, 4, 7).0, 4, StateId([7; 32]));
-        let t = c.target(&ledger, (5, StateId([1; 32])), &me, 0).expect("behind the operators");
+        let t = c.target(&ledger, (5, StateId([1; 32])), &me, (0, 0)).expect("behind the operators");
         assert_eq!((t.round, t.state, t.holders), (4, StateId([7; 32]), vec![commit(1, 4, 7).0]));
         // The two operators split evenly: the smaller StateId, as in re-sync.
         let mut c = CatchUp::with_operators(&ops);
         c.note_state(commit(1, 4, 7).0, 4, StateId([7; 32]));
         c.note_state(commit(2, 4, 6).0, 4, StateId([6; 32]));
-        let t = c.target(&ledger, (5, StateId([1; 32])), &me, 0).expect("an even split decides");
+        let t = c.target(&ledger, (5, StateId([1; 32])), &me, (0, 0)).expect("an even split decides");
         assert_eq!(t.state, StateId([6; 32]));
     }
 
@@ -620,10 +687,10 @@ mod tests {
         // The former member's newest word: it ended round 41 on the state
         // we opened round 42 on. It is behind on our chain.
         c.note_outside(other, 41, state(41), 1_000);
-        assert_eq!(c.target(&alone, (64, state(63)), &me, 0), None);
+        assert_eq!(c.target(&alone, (64, state(63)), &me, (0, 0)), None);
         // A word about a state we never held is another chain's.
         c.note_outside(other, 50, StateId([200; 32]), 1_000);
-        let t = c.target(&alone, (64, state(63)), &me, 0).expect("the other chain outranks ours");
+        let t = c.target(&alone, (64, state(63)), &me, (0, 0)).expect("the other chain outranks ours");
         assert_eq!((t.round, t.state, t.holders), (50, StateId([200; 32]), vec![other]));
     }
 
@@ -641,7 +708,7 @@ mod tests {
             c.roster_changed(&Ledger::genesis(vec![me, other]), &alone, ours, 0, 300_000);
             c.opened(ours, StateId([1; 32]));
             c.note_outside(other, theirs - 1, rival, 1_000);
-            c.target(&alone, (ours, StateId([1; 32])), &me, 0).map(|t| t.state)
+            c.target(&alone, (ours, StateId([1; 32])), &me, (0, 0)).map(|t| t.state)
         };
         // Far apart in rounds: the side ahead moves, whatever the keys.
         assert_eq!(side(small, large, (900, 170)), Some(rival), "the smallest key ahead moves");

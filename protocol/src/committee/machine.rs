@@ -666,7 +666,8 @@ impl CommitteeMachine {
         // Keys off the roster count toward a rival chain while they are
         // heard from every few rounds.
         let fresh_since = self.now.saturating_sub(RIVAL_HEARD_ROUNDS * self.cfg.input_ms);
-        if let Some(t) = self.catch_up.target(&self.ledger, (self.round, self.base), &self.me, fresh_since) {
+        let (round, base, now) = (self.round, self.base, self.now);
+        if let Some(t) = self.catch_up.target(&self.ledger, (round, base), &self.me, (now, fresh_since)) {
             self.actions.push_back(CommitteeAction::FetchState {
                 round: t.round,
                 state: t.state,
@@ -851,6 +852,7 @@ impl CommitteeMachine {
         let pull = self.result_pulls_due.first().map(|(t, _)| *t);
         let mid_round = self.mid_round_due.filter(|t| *t > self.now);
         let quiet = self.open_inputs_quiet_at().filter(|t| *t > self.now);
+        let catch_up = self.catch_up.retry_at().filter(|t| *t > self.now);
         [
             deadline,
             retry,
@@ -862,6 +864,7 @@ impl CommitteeMachine {
             self.input_pull_at,
             mid_round,
             quiet,
+            catch_up,
         ]
         .into_iter()
         .flatten()
@@ -1006,13 +1009,15 @@ impl CommitteeMachine {
             }
             CommitteeEvent::CaughtUp { round, state, ledger } => {
                 let ahead = self.moves_to(round, state);
-                self.catch_up.fetch_ended(ahead);
+                self.catch_up.fetch_ended(ahead, self.now);
                 if ahead {
                     self.jump(self.now, round, state, ledger);
                 }
             }
+            // Asked for again after a back-off (`TimerFired`), or at once
+            // for another state.
             CommitteeEvent::CatchUpFailed => {
-                self.catch_up.fetch_ended(false);
+                self.catch_up.fetch_ended(false, self.now);
                 self.consider_catch_up();
             }
             CommitteeEvent::PeerDisconnected(key) => {
@@ -1026,7 +1031,11 @@ impl CommitteeMachine {
             // A reply to a round that closed: its result would name the
             // wrong round.
             CommitteeEvent::ShardAggregated { .. } | CommitteeEvent::ShardAggregationFailed { .. } => {}
-            CommitteeEvent::TimerFired => {}
+            CommitteeEvent::TimerFired => {
+                if self.catch_up.retry_at().is_some_and(|t| t <= self.now) {
+                    self.consider_catch_up();
+                }
+            }
         }
         self.advance();
     }

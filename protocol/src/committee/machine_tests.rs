@@ -1037,11 +1037,22 @@ fn a_node_fetches_the_state_a_majority_of_its_roster_trained_from_and_no_minorit
     let me = keys[0].public().0;
     holders.rotate_left((u64::from_le_bytes(me[..8].try_into().unwrap()) % 3) as usize);
     assert_eq!(fetches(&mut m), vec![(0, theirs, holders)]);
-    // One fetch at a time; after a failed one, it asks again.
+    // One fetch at a time; after a failed one, it asks again when its
+    // back-off is up (not at once: no spin on holders that do not serve).
     m.handle(5, CommitteeEvent::ResultReceived(result_of(&keys[4], 1, theirs)));
     assert!(fetches(&mut m).is_empty(), "one fetch at a time");
     m.handle(6, CommitteeEvent::CatchUpFailed);
-    assert_eq!(fetches(&mut m).len(), 1, "asks again after a failed fetch");
+    assert!(fetches(&mut m).is_empty(), "asks again at once after a failed fetch");
+    let retry = 6 + fetch_backoff(1);
+    let mut asked = Vec::new();
+    while asked.is_empty() {
+        let t = m.next_timeout().expect("a timer for the retry");
+        assert!(t <= retry, "no timer fired by the end of the back-off (next at {t})");
+        m.handle(t, CommitteeEvent::TimerFired);
+        asked = fetches(&mut m);
+        assert!(asked.is_empty() || t == retry, "asked again at {t}, before the back-off ended at {retry}");
+    }
+    assert_eq!(asked.len(), 1, "asks again after a failed fetch");
     // A stale state does not move it; the fetched one does.
     let ledger = m.ledger().clone();
     m.handle(7, CommitteeEvent::CaughtUp { round: 0, state: StateId([4; 32]), ledger: ledger.clone() });
@@ -1434,10 +1445,14 @@ fn of_two_equal_sides_exactly_one_moves_even_to_a_round_behind() {
     let before = (mover.round(), mover.base());
     mover.handle(2, CommitteeEvent::CaughtUp { round: round - 1, state: target, ledger: ledger.clone() });
     assert_eq!((mover.round(), mover.base()), before, "the state opens round {} instead", round - 1);
-    // The rival's next word asks again, and its real state moves the node.
+    // The rival's next word asks again once the failed fetch's back-off is
+    // up, and its real state moves the node.
     let (signer, ended) = if b_wins { (&keys[1], 7) } else { (&keys[0], 12) };
     mover.handle(3, CommitteeEvent::ResultReceived(result_of(signer, ended, target)));
+    assert!(fetches(mover).is_empty(), "asks again within the back-off");
+    let after = 2 + fetch_backoff(1);
+    mover.handle(after, CommitteeEvent::ResultReceived(result_of(signer, ended, target)));
     assert_eq!(fetches(mover).len(), 1, "asks again");
-    mover.handle(4, CommitteeEvent::CaughtUp { round, state: target, ledger });
+    mover.handle(after + 1, CommitteeEvent::CaughtUp { round, state: target, ledger });
     assert_eq!((mover.round(), mover.base()), (round, target));
 }
