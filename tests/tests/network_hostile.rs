@@ -1,6 +1,6 @@
-//! A hostile peer inside a ticket run: four honest nodes and one hostile
-//! node (`murmur-hostile`, built from the project's crates), each holding an
-//! operator's ticket. Every round the hostile node signs results with its
+//! A hostile peer inside a ticket run: four honest nodes (one of them
+//! training slower than the rest) and one hostile node (`murmur-hostile`,
+//! built from the project's crates), each holding an operator's ticket. Every round the hostile node signs results with its
 //! admitted key for rounds far ahead and for the current round, each of a
 //! made-up delta trained from a made-up StateId; announces a delta and
 //! offers its every shard to every honest node, but serves no payload and
@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use murmur_tests::{
-    issue_ticket, start_node, start_ticket_run, states_by_round, wait_until, write_node_key, Proc,
+    issue_ticket, start_node_with_env, start_ticket_run, states_by_round, wait_until, write_node_key, Proc,
     RunSettings, TicketRun,
 };
 use serde_json::Value;
@@ -54,7 +54,12 @@ fn a_hostile_peer_with_a_ticket_moves_no_honest_node_and_is_banned() {
     for (name, seed) in [("a", [0xa2; 32]), ("b", [0xb2; 32]), ("c", [0xc2; 32]), ("e", [0xe2; 32])] {
         let holder = write_node_key(d, name, seed);
         let ticket = issue_ticket(d, &operator_key, &run, &holder, name);
-        honest.push(start_node(d, name, &addr, &["--ticket", &ticket.display().to_string()]));
+        let args = ["--ticket", &ticket.display().to_string()];
+        // `e` trains 2 s longer a round, so the owners still take inputs
+        // when the hostile node offers its shards (it learns of a round
+        // from the first trainer that has cut its delta).
+        let slower: &[(&str, &str)] = if name == "e" { &[("MURMUR_TEST_STEP_DELAY_MS", "250")] } else { &[] };
+        honest.push(start_node_with_env(d, name, &addr, &args, slower));
     }
     let all: Vec<&Proc> = honest.iter().collect();
     let ctx = || context(&all);

@@ -710,6 +710,14 @@ impl CommitteeMachine {
     pub fn manifest_roots(&self) -> BTreeMap<PublicKey, [u8; 32]> {
         self.manifests.iter().map(|(k, m)| (*k, m.root)).collect()
     }
+    /// Whether this node takes inputs for `shard` now: it aggregates the
+    /// shard (its own, or one it took over as a backup) and has not yet.
+    /// Any other shard offered to it is dropped, so its payload is not
+    /// worth a pull.
+    pub fn takes_inputs(&self, shard: u32) -> bool {
+        self.duties.get(&shard) == Some(&false)
+    }
+
     /// The manifest `signer` signed this round, as this node holds it.
     pub fn manifest_of(&self, signer: &PublicKey) -> Option<&ShardedManifest> {
         self.manifests.get(signer)

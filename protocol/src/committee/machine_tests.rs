@@ -543,6 +543,24 @@ fn manifest(key: &NodeKey, root: u8) -> ShardedManifest {
 }
 
 #[test]
+fn a_node_takes_inputs_only_for_the_shard_it_aggregates_until_it_has() {
+    let keys: Vec<NodeKey> = (1..=3).map(|i| NodeKey::from_seed([i; 32])).collect();
+    let ledger = Ledger::genesis(keys.iter().map(NodeKey::public).collect());
+    let me = keys[0].clone();
+    let mut m = CommitteeMachine::new(cfg(1), me.clone(), 0, StateId([1; 32]), ledger, 0);
+    while m.poll_action().is_some() {}
+    let seat = m.plan().seat_of(&me.public()).expect("a seat");
+    assert!(m.takes_inputs(seat));
+    let others: Vec<u32> = (0..m.plan().shards()).filter(|s| *s != seat).collect();
+    assert!(!others.is_empty());
+    assert!(others.iter().all(|s| !m.takes_inputs(*s)), "no duty, no inputs");
+    // Past the input deadline the shard is aggregated: later inputs are
+    // not taken.
+    m.handle(1_000, CommitteeEvent::TimerFired);
+    assert!(!m.takes_inputs(seat));
+}
+
+#[test]
 fn a_proof_against_a_key_off_the_roster_is_dropped_and_one_recorded_is_let_go() {
     let (me, other, stranger) =
         (NodeKey::from_seed([1; 32]), NodeKey::from_seed([2; 32]), NodeKey::from_seed([3; 32]));

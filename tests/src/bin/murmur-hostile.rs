@@ -10,9 +10,10 @@
 //!   per round, so it never equivocates);
 //! - announces a delta of the round's shard count, trained from the state
 //!   the round's results name, and never serves a payload;
-//! - learns each round as it opens (an honest trainer's Status, then its
-//!   own shard 0 as any node may pull it, whose manifest names the round's
-//!   base and shard count) and offers every shard of a delta trained from
+//! - learns each round as it opens (an honest trainer's Status, then the
+//!   first honest trainer's own shard 0 it can pull, as any node may, whose
+//!   manifest names the round's base and shard count) and offers every
+//!   shard of a delta trained from
 //!   that base to every honest trainer, never serving a payload;
 //! - relays Sybil gossip: telemetry and manifests, validly signed by fresh
 //!   keys that hold no ticket;
@@ -299,32 +300,38 @@ impl Round<'_> {
 type Known = Arc<Mutex<HashMap<PeerId, PublicKey>>>;
 
 /// Watch the honest trainers' Status; for each round that opens, send the
-/// manifest of one honest trainer's shard 0 of it (its base and shard
-/// count) on `opened`.
+/// manifest of the first honest trainer's shard 0 of it (its base and
+/// shard count) on `opened`, as soon as any of them has cut one.
 async fn follow(net: NetHandle, known: Known, opened: tokio::sync::mpsc::Sender<ShardedManifest>) {
     let mut last = 0u64;
     loop {
         tokio::time::sleep(Duration::from_millis(200)).await;
         let peers: Vec<(PeerId, PublicKey)> =
             known.lock().map(|k| k.iter().map(|(p, k)| (*p, *k)).collect()).unwrap_or_default();
-        for (peer, signer) in peers {
-            let ask = tokio::time::timeout(Duration::from_secs(2), net.request(peer, XferRequest::Status));
-            let Ok(Ok(XferResponse::Status(status))) = ask.await else { continue };
-            if status.round <= last {
-                continue;
-            }
-            // Its shard 0 is cut once it has trained: ask until it is.
-            for _ in 0..50 {
-                let leaf = XferRequest::Leaf { round: status.round, shard: 0, signer };
-                let ask = tokio::time::timeout(Duration::from_secs(2), net.request(peer, leaf));
-                if let Ok(Ok(XferResponse::Leaf(offer))) = ask.await {
-                    last = status.round;
-                    let _ = opened.send(*offer.manifest).await;
+        let mut round = None;
+        for (peer, _) in &peers {
+            let ask = tokio::time::timeout(Duration::from_secs(2), net.request(*peer, XferRequest::Status));
+            if let Ok(Ok(XferResponse::Status(status))) = ask.await {
+                if status.round > last {
+                    round = Some(status.round);
                     break;
                 }
-                tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            break;
+        }
+        let Some(round) = round else { continue };
+        // A trainer's shard 0 is cut once it has trained: ask each in turn
+        // until one has.
+        'ask: for _ in 0..50 {
+            for (peer, signer) in &peers {
+                let leaf = XferRequest::Leaf { round, shard: 0, signer: *signer };
+                let ask = tokio::time::timeout(Duration::from_secs(2), net.request(*peer, leaf));
+                if let Ok(Ok(XferResponse::Leaf(offer))) = ask.await {
+                    last = round;
+                    let _ = opened.send(*offer.manifest).await;
+                    break 'ask;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
 }

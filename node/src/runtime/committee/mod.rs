@@ -517,8 +517,9 @@ impl CommitteeNode {
     }
 
     /// A shard offered to us: its manifest goes to the machine (which
-    /// checks it); the payload is pulled if it is for this round and of
-    /// the right length (the machine checks the proof against the manifest).
+    /// checks it); the payload is pulled if it is for this round, for a
+    /// shard the machine takes inputs for, and of the right length (the
+    /// machine checks the proof against the manifest).
     fn on_offer(&mut self, offer: ShardOffer) {
         if offer.round > self.machine.round() {
             self.keep_early(offer.round, Early::Offer(offer));
@@ -537,6 +538,7 @@ impl CommitteeNode {
             *m == *offer.manifest && verify_proof(&m.root, offer.shards, &offer.leaf, &offer.proof)
         });
         if offer.round != self.machine.round()
+            || !self.machine.takes_inputs(offer.leaf.shard)
             || !proven
             || offer.shards != plan.shards()
             || expected != Some(offer.leaf.payload_len)
