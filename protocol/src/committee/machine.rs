@@ -1961,6 +1961,11 @@ impl CommitteeMachine {
         if self.plan.is_member(f, &self.me) && !self.stand_by_recorded(s) {
             self.duties.insert(s, false);
             self.duty_since.insert(s, self.now);
+            // Trainers that handed the shard over before this node did sent
+            // it here while it took no inputs for it: asked a pull wait on.
+            self.input_pulls_left = self.input_pulls_left.max(1);
+            let at = self.now + self.pull_wait();
+            self.input_pull_at = Some(self.input_pull_at.map_or(at, |t| t.min(at)));
         }
         self.send_shard(s, f);
     }

@@ -1255,6 +1255,32 @@ fn owners_do_not_wait_for_the_shard_of_a_member_whose_connection_closed() {
 }
 
 #[test]
+fn a_backup_that_takes_a_shard_over_after_its_trainers_did_pulls_the_inputs_they_sent() {
+    let mut net = Net::new(3, 1);
+    // Shard 0's owner withholds; its first backup opened the round a grace
+    // period after the others, so they hand the shard to it (and send it
+    // their inputs) before it takes the shard over itself.
+    let [withholder, backup, _] = owners_of_three(&net);
+    net.withholders.insert(withholder);
+    let c = cfg(1);
+    let ledger = net.machines[0].ledger().clone();
+    net.machines[backup] =
+        CommitteeMachine::new(c.clone(), net.keys[backup].clone(), 0, StateId([1; 32]), ledger, c.grace_ms);
+    net.run_to(1, 20_000);
+    let (_, _, r) = net
+        .published
+        .iter()
+        .find(|(_, i, r)| *i == backup && r.shard == 0)
+        .expect("the backup signed shard 0");
+    assert_eq!(
+        net.included[&r.result_hash].len(),
+        3,
+        "every trainer's input, those sent before the takeover too"
+    );
+    assert!(net.applied.iter().all(|a| a[0].1 == net.applied[0][0].1));
+}
+
+#[test]
 fn an_owner_that_restarted_mid_round_pulls_the_inputs_sent_to_it_before() {
     let c = cfg(1);
     let mut net = Net::new(4, 1);
