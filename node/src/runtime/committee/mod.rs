@@ -298,11 +298,15 @@ pub async fn run_committee_node(
         Some(Ok(mut record)) => {
             // A delta whose payloads are not all held cannot be sent again:
             // the machine then sits the round out as a trainer.
+            // (A delta of a round already closed is collected as rounds
+            // close: nothing to say about it.)
             if !record.leaves.iter().all(|l| store.blobs.contains(BlobKind::Delta, &l.payload_hash.0)) {
-                tracing::warn!(
-                    "the shards of the delta signed for round {} are gone; not sending them again",
-                    record.round
-                );
+                if record.round == state.round {
+                    tracing::warn!(
+                        "the shards of the delta signed for round {} are gone; not sending them again",
+                        record.round
+                    );
+                }
                 record.leaves.clear();
             }
             let sent_again =
