@@ -111,10 +111,7 @@ impl CommitteeNode {
         self.served.open_round(next);
         self.round_opened = Instant::now();
         self.server.set_status(ServedStatus { round: next, state: Some(self.state.id().0) });
-        for (r, e) in std::mem::take(&mut self.early) {
-            if r != next {
-                continue;
-            }
+        for e in self.early.take(next) {
             match e {
                 Early::Gossip(m) => self.on_gossip(m),
                 Early::Offer(o) => self.on_offer(o),

@@ -6,6 +6,7 @@
 //! machine events.
 //!
 //! - `closing`: a round applied or a state fetched: the node's new state.
+//! - `early`: the next round's messages, held (bounded per signer) until it opens.
 //! - `served`: what the node answers beyond blobs (offers, leaves, lists).
 //! - `sync`: fetching the state a majority signed.
 //! - `training`: starting rounds on the trainer thread and cutting deltas.
@@ -14,6 +15,7 @@
 
 pub mod audit;
 mod closing;
+pub mod early;
 pub mod served;
 pub mod sync;
 mod training;
@@ -46,10 +48,9 @@ use crate::metrics::NodeMetrics;
 use crate::net::offer::ShardOffer;
 use crate::net::{GossipMessage, NetEvent, NetHandle, TopicKind, XferRequest};
 use crate::store::{BlobKind, Store};
+use early::{Early, EarlyBuffer};
 use served::CommitteeServed;
 
-/// Events of the next round buffered while this node finishes its own.
-const MAX_EARLY: usize = 4096;
 /// How long a trainer's Status (asked when it joins) may take.
 const STATUS_WAIT: Duration = Duration::from_secs(5);
 /// States a node keeps besides its current one: the state before it,
@@ -157,12 +158,6 @@ enum WorkDone {
     },
 }
 
-/// A message for a round this node has not opened yet.
-enum Early {
-    Gossip(Box<GossipMessage>),
-    Offer(ShardOffer),
-}
-
 /// What the round loop starts from.
 pub struct CommitteeStart {
     pub spec: RunSpec,
@@ -229,7 +224,7 @@ struct CommitteeNode {
     pulling: HashSet<(u64, u32, PublicKey)>,
     /// Blobs this node stored, by round (deleted two rounds on).
     kept: BTreeMap<u64, BTreeSet<(BlobKind, [u8; 32])>>,
-    early: Vec<(u64, Early)>,
+    early: EarlyBuffer,
     trainers: HashSet<PeerId>,
     pending_reports: HashMap<u64, serde_json::Value>,
     bytes: super::report::RoundBytes,
@@ -356,7 +351,7 @@ pub async fn run_committee_node(
         own: None,
         pulling: HashSet::new(),
         kept: BTreeMap::new(),
-        early: Vec::new(),
+        early: EarlyBuffer::default(),
         trainers: HashSet::new(),
         pending_reports: HashMap::new(),
         bytes: super::report::RoundBytes::default(),
@@ -486,11 +481,8 @@ impl CommitteeNode {
 
     /// Keep `e` for round `round` if that is the next one (bounded).
     fn keep_early(&mut self, round: u64, e: Early) -> bool {
-        if round == self.machine.round() + 1 && self.early.len() < MAX_EARLY {
-            self.early.push((round, e));
-            return true;
-        }
-        false
+        let roster = &self.machine.ledger().roster;
+        self.early.keep(self.machine.round() + 1, round, e, |k| roster.binary_search(k).is_ok())
     }
 
     fn on_gossip(&mut self, message: Box<GossipMessage>) {

@@ -1,0 +1,155 @@
+//! What comes for the next round while this node finishes its own: shard
+//! offers and gossiped manifests and results, held until that round opens.
+//! Nothing here is verified yet (the machine checks it when it is fed), so
+//! the buffer is bounded per signer and apart for keys off the roster: no
+//! one key, and no number of made-up keys, takes the room the roster
+//! members' messages need.
+
+use std::collections::HashMap;
+
+use murmur_protocol::PublicKey;
+
+use crate::net::offer::ShardOffer;
+use crate::net::GossipMessage;
+
+/// Messages held per signer: its manifest, its results of the shards it
+/// aggregates and its offers of the shards this node aggregates, with room
+/// to spare.
+pub const PER_SIGNER: usize = 16;
+/// Messages held from keys off the roster, together (newcomers).
+pub const OFF_ROSTER: usize = 1024;
+/// Messages held from roster members, together.
+pub const ON_ROSTER: usize = 1 << 16;
+
+/// A message for a round this node has not opened yet.
+pub enum Early {
+    Gossip(Box<GossipMessage>),
+    Offer(ShardOffer),
+}
+
+impl Early {
+    /// The key the message says signed it (checked when it is fed).
+    fn signer(&self) -> Option<PublicKey> {
+        match self {
+            Early::Offer(o) => Some(o.signer),
+            Early::Gossip(g) => match &**g {
+                GossipMessage::ShardedManifest(m) => Some(m.signer),
+                GossipMessage::ShardResult(r) => Some(r.signer),
+                _ => None,
+            },
+        }
+    }
+}
+
+/// The next round's messages, held.
+#[derive(Default)]
+pub struct EarlyBuffer {
+    round: u64,
+    held: Vec<Early>,
+    by_signer: HashMap<PublicKey, usize>,
+    on_roster: usize,
+    off_roster: usize,
+}
+
+impl EarlyBuffer {
+    /// Hold `e`, a message of round `round`, if that is `next` (the round
+    /// after this node's) and its signer has room (`on_roster`: whether
+    /// the signer is on this node's roster). Whether it was held.
+    pub fn keep(&mut self, next: u64, round: u64, e: Early, on_roster: impl Fn(&PublicKey) -> bool) -> bool {
+        if round != next {
+            return false;
+        }
+        if self.round != next {
+            self.clear(next);
+        }
+        let Some(signer) = e.signer() else { return false };
+        let member = on_roster(&signer);
+        let (pool, cap) = if member { (self.on_roster, ON_ROSTER) } else { (self.off_roster, OFF_ROSTER) };
+        let count = self.by_signer.get(&signer).copied().unwrap_or(0);
+        if count >= PER_SIGNER || pool >= cap {
+            return false;
+        }
+        self.by_signer.insert(signer, count + 1);
+        if member {
+            self.on_roster += 1;
+        } else {
+            self.off_roster += 1;
+        }
+        self.held.push(e);
+        true
+    }
+
+    /// What was held for `round` (now open), in the order it came; the
+    /// buffer is emptied either way.
+    pub fn take(&mut self, round: u64) -> Vec<Early> {
+        let held = std::mem::take(&mut self.held);
+        let of_round = self.round == round;
+        self.clear(round + 1);
+        if of_round {
+            held
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn clear(&mut self, round: u64) {
+        self.round = round;
+        self.held.clear();
+        self.by_signer.clear();
+        self.on_roster = 0;
+        self.off_roster = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use murmur_protocol::NodeKey;
+
+    fn result_of(key: &NodeKey, round: u64) -> Early {
+        let r = murmur_protocol::committee::ShardResult {
+            run: murmur_protocol::RunId([1; 32]),
+            round,
+            shard: 0,
+            base: murmur_protocol::StateId([2; 32]),
+            signer: key.public(),
+            included_root: [3; 32],
+            included_count: 1,
+            total_tokens: 1,
+            result_hash: [4; 32],
+            signature: murmur_protocol::Signature([0; 64]),
+        };
+        Early::Gossip(Box::new(GossipMessage::ShardResult(r)))
+    }
+
+    #[test]
+    fn no_key_and_no_crowd_of_made_up_keys_pushes_out_a_roster_members_messages() {
+        let member = NodeKey::from_seed([1; 32]);
+        let on_roster = |k: &PublicKey| *k == member.public();
+        let mut b = EarlyBuffer::default();
+        // Only the next round's are held.
+        assert!(!b.keep(6, 7, result_of(&member, 7), on_roster));
+        // One key floods: it gets its share, no more.
+        let flooder = NodeKey::from_seed([9; 32]);
+        let kept = (0..100).filter(|_| b.keep(6, 6, result_of(&flooder, 6), on_roster)).count();
+        assert_eq!(kept, PER_SIGNER);
+        // Made-up keys fill only the room off the roster.
+        let mut made_up = 0;
+        for i in 0..2 * OFF_ROSTER as u32 {
+            let mut seed = [0u8; 32];
+            seed[..4].copy_from_slice(&i.to_le_bytes());
+            seed[31] = 0xee;
+            made_up += usize::from(b.keep(6, 6, result_of(&NodeKey::from_seed(seed), 6), on_roster));
+        }
+        assert_eq!(made_up + kept, OFF_ROSTER);
+        // The roster member's messages are still held.
+        assert!(b.keep(6, 6, result_of(&member, 6), on_roster));
+        let held = b.take(6);
+        assert_eq!(held.len(), OFF_ROSTER + 1);
+        assert!(held.last().and_then(Early::signer) == Some(member.public()));
+        // Taken: the buffer holds the round after now, emptied.
+        assert!(b.take(7).is_empty());
+        assert!(b.keep(7, 7, result_of(&flooder, 7), on_roster), "a new round, a new share");
+        assert!(b.take(9).is_empty(), "what was held for another round is dropped");
+    }
+}
