@@ -224,6 +224,8 @@ struct FailedFetch {
     target: (u64, StateId),
     tries: usize,
     retry_at: u64,
+    /// Whether the retry at `retry_at` is still to be made.
+    due: bool,
 }
 
 impl CatchUp {
@@ -335,13 +337,26 @@ impl CatchUp {
             Some(f) if f.target == target => f.tries + 1,
             _ => 1,
         };
-        self.failed = Some(FailedFetch { target, tries, retry_at: now.saturating_add(fetch_backoff(tries)) });
+        let retry_at = now.saturating_add(fetch_backoff(tries));
+        self.failed = Some(FailedFetch { target, tries, retry_at, due: true });
     }
 
-    /// When a state whose fetch failed may be asked for again (none: no
-    /// fetch is waiting on a back-off).
+    /// When a state whose fetch failed is to be asked for again (none: no
+    /// retry is waiting on a back-off).
     pub fn retry_at(&self) -> Option<u64> {
-        self.failed.filter(|_| self.fetching.is_none()).map(|f| f.retry_at)
+        self.failed.filter(|f| f.due && self.fetching.is_none()).map(|f| f.retry_at)
+    }
+
+    /// Whether the retry waiting on a back-off is due at `now`; it is then
+    /// taken (the caller looks for a target once).
+    pub fn take_due_retry(&mut self, now: u64) -> bool {
+        match &mut self.failed {
+            Some(f) if f.due && f.retry_at <= now && self.fetching.is_none() => {
+                f.due = false;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// The state to fetch, when none is being fetched and a strict
@@ -575,7 +590,11 @@ mod tests {
         c.fetch_ended(false, 1_000);
         let first = c.retry_at().expect("a back-off after a failed fetch");
         assert!(first > 1_000);
+        assert!(!c.take_due_retry(first - 1));
         assert!(c.target(&ledger, at, &me, (first - 1, 0)).is_none(), "asked again before its back-off");
+        assert!(c.take_due_retry(first));
+        assert!(!c.take_due_retry(first), "a retry is taken once");
+        assert_eq!(c.retry_at(), None);
         assert!(c.target(&ledger, at, &me, (first, 0)).is_some());
         assert_eq!(c.retry_at(), None, "no back-off while a fetch runs");
         c.fetch_ended(false, first);

@@ -860,7 +860,7 @@ impl CommitteeMachine {
         let pull = self.result_pulls_due.first().map(|(t, _)| *t);
         let mid_round = self.mid_round_due.filter(|t| *t > self.now);
         let quiet = self.open_inputs_quiet_at().filter(|t| *t > self.now);
-        let catch_up = self.catch_up.retry_at().filter(|t| *t > self.now);
+        let catch_up = self.catch_up.retry_at();
         [
             deadline,
             retry,
@@ -1022,8 +1022,8 @@ impl CommitteeMachine {
                     self.jump(self.now, round, state, ledger);
                 }
             }
-            // Asked for again after a back-off (`TimerFired`), or at once
-            // for another state.
+            // Asked for again after a back-off (at the first event after
+            // it), or at once for another state.
             CommitteeEvent::CatchUpFailed => {
                 self.catch_up.fetch_ended(false, self.now);
                 self.consider_catch_up();
@@ -1039,11 +1039,11 @@ impl CommitteeMachine {
             // A reply to a round that closed: its result would name the
             // wrong round.
             CommitteeEvent::ShardAggregated { .. } | CommitteeEvent::ShardAggregationFailed { .. } => {}
-            CommitteeEvent::TimerFired => {
-                if self.catch_up.retry_at().is_some_and(|t| t <= self.now) {
-                    self.consider_catch_up();
-                }
-            }
+            CommitteeEvent::TimerFired => {}
+        }
+        // A catch-up retry whose back-off is up, whatever event came first.
+        if self.catch_up.take_due_retry(self.now) {
+            self.consider_catch_up();
         }
         self.advance();
     }

@@ -1060,7 +1060,7 @@ fn a_node_fetches_the_state_a_majority_of_its_roster_trained_from_and_no_minorit
     m.handle(5, CommitteeEvent::ResultReceived(result_of(&keys[4], 1, theirs)));
     assert!(fetches(&mut m).is_empty(), "one fetch at a time");
     m.handle(6, CommitteeEvent::CatchUpFailed);
-    assert!(fetches(&mut m).is_empty(), "asks again at once after a failed fetch");
+    assert!(fetches(&mut m).is_empty(), "not asked again within the back-off");
     let retry = 6 + fetch_backoff(1);
     let mut asked = Vec::new();
     while asked.is_empty() {

@@ -65,6 +65,17 @@ impl CommitteeNode {
         self.own_results.retain(|r, _| *r < round);
         let ledger = self.ledger.clone();
         self.feed(CommitteeEvent::CaughtUp { round, state: target, ledger });
+        self.feed_early();
+    }
+
+    /// Feed what came early for the round now open.
+    fn feed_early(&mut self) {
+        for e in self.early.take(self.machine.round()) {
+            match e {
+                Early::Gossip(m) => self.on_gossip(m),
+                Early::Offer(o) => self.on_offer(o),
+            }
+        }
     }
 
     pub(super) fn applied(&mut self, round: u64, ledger: Ledger, next: TrainingState) {
@@ -111,12 +122,7 @@ impl CommitteeNode {
         self.served.open_round(next);
         self.round_opened = Instant::now();
         self.server.set_status(ServedStatus { round: next, state: Some(self.state.id().0) });
-        for e in self.early.take(next) {
-            match e {
-                Early::Gossip(m) => self.on_gossip(m),
-                Early::Offer(o) => self.on_offer(o),
-            }
-        }
+        self.feed_early();
     }
 
     pub(super) fn keep(&mut self, round: u64, kind: BlobKind, id: [u8; 32]) {

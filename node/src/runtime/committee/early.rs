@@ -1,9 +1,11 @@
 //! What comes for the next round while this node finishes its own: shard
 //! offers and gossiped manifests and results, held until that round opens.
-//! Nothing here is verified yet (the machine checks it when it is fed), so
-//! the buffer is bounded per signer and apart for keys off the roster: no
-//! one key, and no number of made-up keys, takes the room the roster
-//! members' messages need.
+//! Gossip comes with its signature checked, an offer once its manifest's
+//! signature and its leaf's proof are (the loop checks before it keeps
+//! one), but the machine judges none of it until it is fed, so the buffer
+//! is bounded per signer and apart for keys off the roster: no one key,
+//! and no number of made-up keys, takes the room the roster members'
+//! messages need.
 
 use std::collections::HashMap;
 
@@ -18,8 +20,9 @@ use crate::net::GossipMessage;
 pub const PER_SIGNER: usize = 16;
 /// Messages held from keys off the roster, together (newcomers).
 pub const OFF_ROSTER: usize = 1024;
-/// Messages held from roster members, together.
-pub const ON_ROSTER: usize = 1 << 16;
+/// Messages held from roster members, together (an offer may carry a
+/// shard of up to 4 KiB inline: at most about 80 MB).
+pub const ON_ROSTER: usize = 1 << 14;
 
 /// A message for a round this node has not opened yet.
 pub enum Early {
@@ -79,17 +82,16 @@ impl EarlyBuffer {
         true
     }
 
-    /// What was held for `round` (now open), in the order it came; the
-    /// buffer is emptied either way.
+    /// What was held for `round` (now open), in the order it came. What
+    /// is held for another round stays until a message of a third round
+    /// is kept.
     pub fn take(&mut self, round: u64) -> Vec<Early> {
-        let held = std::mem::take(&mut self.held);
-        let of_round = self.round == round;
-        self.clear(round + 1);
-        if of_round {
-            held
-        } else {
-            Vec::new()
+        if self.round != round {
+            return Vec::new();
         }
+        let held = std::mem::take(&mut self.held);
+        self.clear(round + 1);
+        held
     }
 
     fn clear(&mut self, round: u64) {
@@ -150,6 +152,14 @@ mod tests {
         // Taken: the buffer holds the round after now, emptied.
         assert!(b.take(7).is_empty());
         assert!(b.keep(7, 7, result_of(&flooder, 7), on_roster), "a new round, a new share");
-        assert!(b.take(9).is_empty(), "what was held for another round is dropped");
+        // A node that moved to another round takes nothing of round 7 …
+        assert!(b.take(9).is_empty());
+        // … which is fed if round 7 opens after all, and dropped when a
+        // message of another round is kept.
+        assert_eq!(b.take(7).len(), 1);
+        assert!(b.keep(7, 7, result_of(&flooder, 7), on_roster));
+        assert!(b.keep(10, 10, result_of(&member, 10), on_roster));
+        assert_eq!(b.take(7).len(), 0);
+        assert_eq!(b.take(10).len(), 1);
     }
 }

@@ -518,7 +518,13 @@ impl CommitteeNode {
     /// machine checks the proof against the manifest).
     fn on_offer(&mut self, offer: ShardOffer) {
         if offer.round > self.machine.round() {
-            self.keep_early(offer.round, Early::Offer(offer));
+            // Held in its signer's name only once that signer's manifest
+            // is seen to be signed and to cover the leaf: no one else's
+            // offers take the room a roster member's need.
+            let m = &offer.manifest;
+            if m.verify().is_ok() && verify_proof(&m.root, offer.shards, &offer.leaf, &offer.proof) {
+                self.keep_early(offer.round, Early::Offer(offer));
+            }
             return;
         }
         if offer.round == self.machine.round() {
