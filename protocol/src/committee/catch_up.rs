@@ -218,14 +218,13 @@ pub struct CatchUp {
     waiting: bool,
 }
 
-/// A state no holder served: how often in a row, and when to ask again.
+/// A state no holder served: how often in a row, and when to ask again
+/// (none once that retry was taken).
 #[derive(Debug, Clone, Copy)]
 struct FailedFetch {
     target: (u64, StateId),
     tries: usize,
-    retry_at: u64,
-    /// Whether the retry at `retry_at` is still to be made.
-    due: bool,
+    retry_at: Option<u64>,
 }
 
 impl CatchUp {
@@ -337,22 +336,22 @@ impl CatchUp {
             Some(f) if f.target == target => f.tries + 1,
             _ => 1,
         };
-        let retry_at = now.saturating_add(fetch_backoff(tries));
-        self.failed = Some(FailedFetch { target, tries, retry_at, due: true });
+        let retry_at = Some(now.saturating_add(fetch_backoff(tries)));
+        self.failed = Some(FailedFetch { target, tries, retry_at });
     }
 
     /// When a state whose fetch failed is to be asked for again (none: no
     /// retry is waiting on a back-off).
     pub fn retry_at(&self) -> Option<u64> {
-        self.failed.filter(|f| f.due && self.fetching.is_none()).map(|f| f.retry_at)
+        self.failed.filter(|_| self.fetching.is_none()).and_then(|f| f.retry_at)
     }
 
     /// Whether the retry waiting on a back-off is due at `now`; it is then
     /// taken (the caller looks for a target once).
     pub fn take_due_retry(&mut self, now: u64) -> bool {
         match &mut self.failed {
-            Some(f) if f.due && f.retry_at <= now && self.fetching.is_none() => {
-                f.due = false;
+            Some(f) if f.retry_at.is_some_and(|t| t <= now) && self.fetching.is_none() => {
+                f.retry_at = None;
                 true
             }
             _ => false,
@@ -391,7 +390,7 @@ impl CatchUp {
             Electorate::Operators(_) | Electorate::Committers => None,
         });
         let (decided, state, backers) = found?;
-        if self.failed.is_some_and(|f| f.target == (decided, state) && now < f.retry_at) {
+        if self.failed.is_some_and(|f| f.target == (decided, state) && f.retry_at.is_some_and(|t| now < t)) {
             self.rejoining = None;
             return None;
         }

@@ -347,6 +347,13 @@ impl Net {
         busy
     }
 
+    /// Node `i` opens round 0 at `at`, after the others (a fresh machine).
+    fn open_late(&mut self, i: usize, at: u64) {
+        let ledger = self.machines[0].ledger().clone();
+        self.machines[i] =
+            CommitteeMachine::new(cfg(1), self.keys[i].clone(), 0, StateId([1; 32]), ledger, at);
+    }
+
     /// Let the live nodes send what they send at time 0, then start node 0
     /// again at `at` (a fresh machine that entered round 0 mid-way), and
     /// run everyone to round 1.
@@ -864,9 +871,7 @@ fn a_node_that_hands_a_shard_to_its_backup_after_the_backup_signed_takes_that_re
     let [withholder, backup, slow] = owners_of_three(&net);
     net.withholders.insert(withholder);
     let c = cfg(1);
-    let ledger = net.machines[0].ledger().clone();
-    net.machines[slow] =
-        CommitteeMachine::new(c.clone(), net.keys[slow].clone(), 0, StateId([1; 32]), ledger, 2 * c.grace_ms);
+    net.open_late(slow, 2 * c.grace_ms);
     net.run_to(1, 20_000);
     let slow_deadline = 2 * c.grace_ms + c.input_ms + c.result_ms;
     let signed = net.published.iter().find(|(_, i, r)| *i == backup && r.shard == 0);
@@ -1262,10 +1267,7 @@ fn a_backup_that_takes_a_shard_over_after_its_trainers_did_pulls_the_inputs_they
     // their inputs) before it takes the shard over itself.
     let [withholder, backup, _] = owners_of_three(&net);
     net.withholders.insert(withholder);
-    let c = cfg(1);
-    let ledger = net.machines[0].ledger().clone();
-    net.machines[backup] =
-        CommitteeMachine::new(c.clone(), net.keys[backup].clone(), 0, StateId([1; 32]), ledger, c.grace_ms);
+    net.open_late(backup, cfg(1).grace_ms);
     net.run_to(1, 20_000);
     let (_, _, r) = net
         .published

@@ -480,9 +480,9 @@ impl CommitteeNode {
     }
 
     /// Keep `e` for round `round` if that is the next one (bounded).
-    fn keep_early(&mut self, round: u64, e: Early) -> bool {
+    fn keep_early(&mut self, round: u64, e: Early) {
         let roster = &self.machine.ledger().roster;
-        self.early.keep(self.machine.round() + 1, round, e, |k| roster.binary_search(k).is_ok())
+        self.early.keep(self.machine.round() + 1, round, e, |k| roster.binary_search(k).is_ok());
     }
 
     fn on_gossip(&mut self, message: Box<GossipMessage>) {
@@ -518,11 +518,12 @@ impl CommitteeNode {
     /// machine checks the proof against the manifest).
     fn on_offer(&mut self, offer: ShardOffer) {
         if offer.round > self.machine.round() {
-            // Held in its signer's name only once that signer's manifest
-            // is seen to be signed and to cover the leaf: no one else's
-            // offers take the room a roster member's need.
+            // Held (for the next round only) in its signer's name once that
+            // signer's manifest is seen to be signed and to cover the leaf:
+            // no one else's offers take the room a roster member's need.
             let m = &offer.manifest;
-            if m.verify().is_ok() && verify_proof(&m.root, offer.shards, &offer.leaf, &offer.proof) {
+            let next = offer.round == self.machine.round() + 1;
+            if next && m.verify().is_ok() && verify_proof(&m.root, offer.shards, &offer.leaf, &offer.proof) {
                 self.keep_early(offer.round, Early::Offer(offer));
             }
             return;
