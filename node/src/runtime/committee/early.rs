@@ -5,9 +5,10 @@
 //! one), but the machine judges none of it until it is fed, so the buffer
 //! is bounded per signer and apart for keys off the roster: no one key,
 //! and no number of made-up keys, takes the room the roster members'
-//! messages need.
+//! messages need; and a message is held once, so a peer that replays
+//! another's message fills none of that signer's share.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use murmur_protocol::PublicKey;
 
@@ -31,6 +32,28 @@ pub enum Early {
 }
 
 impl Early {
+    /// What the message's signer signed (the signature left out, so a
+    /// second encoding of one signature is the same message), hashed.
+    fn identity(&self) -> [u8; 32] {
+        let mut h = blake3::Hasher::new();
+        match self {
+            Early::Offer(o) => {
+                h.update(b"offer");
+                h.update(&o.manifest.signed_bytes());
+                h.update(&o.leaf.shard.to_le_bytes());
+                h.update(&o.leaf.payload_hash.0);
+                h.update(&o.leaf.payload_len.to_le_bytes());
+                h.update(&o.leaf.norm.to_le_bytes());
+            }
+            Early::Gossip(g) => {
+                let bytes = g.encode();
+                h.update(b"gossip");
+                h.update(&bytes[..bytes.len().saturating_sub(64)]);
+            }
+        }
+        *h.finalize().as_bytes()
+    }
+
     /// The key the message says signed it (checked when it is fed).
     fn signer(&self) -> Option<PublicKey> {
         match self {
@@ -49,6 +72,7 @@ impl Early {
 pub struct EarlyBuffer {
     round: u64,
     held: Vec<Early>,
+    seen: HashSet<[u8; 32]>,
     by_signer: HashMap<PublicKey, usize>,
     on_roster: usize,
     off_roster: usize,
@@ -56,8 +80,9 @@ pub struct EarlyBuffer {
 
 impl EarlyBuffer {
     /// Hold `e`, a message of round `round`, if that is `next` (the round
-    /// after this node's) and its signer has room (`on_roster`: whether
-    /// the signer is on this node's roster). Whether it was held.
+    /// after this node's), it is not held already and its signer has room
+    /// (`on_roster`: whether the signer is on this node's roster). Whether
+    /// it was held.
     pub fn keep(&mut self, next: u64, round: u64, e: Early, on_roster: impl Fn(&PublicKey) -> bool) -> bool {
         if round != next {
             return false;
@@ -69,7 +94,7 @@ impl EarlyBuffer {
         let member = on_roster(&signer);
         let (pool, cap) = if member { (self.on_roster, ON_ROSTER) } else { (self.off_roster, OFF_ROSTER) };
         let count = self.by_signer.get(&signer).copied().unwrap_or(0);
-        if count >= PER_SIGNER || pool >= cap {
+        if count >= PER_SIGNER || pool >= cap || !self.seen.insert(e.identity()) {
             return false;
         }
         self.by_signer.insert(signer, count + 1);
@@ -97,6 +122,7 @@ impl EarlyBuffer {
     fn clear(&mut self, round: u64) {
         self.round = round;
         self.held.clear();
+        self.seen.clear();
         self.by_signer.clear();
         self.on_roster = 0;
         self.off_roster = 0;
@@ -109,10 +135,15 @@ mod tests {
     use murmur_protocol::NodeKey;
 
     fn result_of(key: &NodeKey, round: u64) -> Early {
+        result_n(key, round, 0)
+    }
+
+    /// The signer's result of shard `n`.
+    fn result_n(key: &NodeKey, round: u64, n: u32) -> Early {
         let r = murmur_protocol::committee::ShardResult {
             run: murmur_protocol::RunId([1; 32]),
             round,
-            shard: 0,
+            shard: n,
             base: murmur_protocol::StateId([2; 32]),
             signer: key.public(),
             included_root: [3; 32],
@@ -133,7 +164,7 @@ mod tests {
         assert!(!b.keep(6, 7, result_of(&member, 7), on_roster));
         // One key floods: it gets its share, no more.
         let flooder = NodeKey::from_seed([9; 32]);
-        let kept = (0..100).filter(|_| b.keep(6, 6, result_of(&flooder, 6), on_roster)).count();
+        let kept = (0..100).filter(|&n| b.keep(6, 6, result_n(&flooder, 6, n), on_roster)).count();
         assert_eq!(kept, PER_SIGNER);
         // Made-up keys fill only the room off the roster.
         let mut made_up = 0;
@@ -144,10 +175,19 @@ mod tests {
             made_up += usize::from(b.keep(6, 6, result_of(&NodeKey::from_seed(seed), 6), on_roster));
         }
         assert_eq!(made_up + kept, OFF_ROSTER);
-        // The roster member's messages are still held.
+        // The roster member's messages are still held, each once: a
+        // replay (the same signed bytes, another signature) takes none of
+        // its share.
         assert!(b.keep(6, 6, result_of(&member, 6), on_roster));
+        let Early::Gossip(g) = result_of(&member, 6) else { unreachable!() };
+        let GossipMessage::ShardResult(mut replayed) = *g else { unreachable!() };
+        replayed.signature = murmur_protocol::Signature([7; 64]);
+        let replay = Early::Gossip(Box::new(GossipMessage::ShardResult(replayed)));
+        assert!(!b.keep(6, 6, replay, on_roster));
+        let shares = (1..100).filter(|&n| b.keep(6, 6, result_n(&member, 6, n), on_roster)).count();
+        assert_eq!(shares, PER_SIGNER - 1, "the rest of its share is its own to fill");
         let held = b.take(6);
-        assert_eq!(held.len(), OFF_ROSTER + 1);
+        assert_eq!(held.len(), OFF_ROSTER + PER_SIGNER);
         assert!(held.last().and_then(Early::signer) == Some(member.public()));
         // Taken: the buffer holds the round after now, emptied.
         assert!(b.take(7).is_empty());
