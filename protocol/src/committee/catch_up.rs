@@ -147,6 +147,11 @@ impl CommitTally {
         })
     }
 
+    /// Forget the words of every signer `keep` says no.
+    fn retain(&mut self, keep: impl Fn(&PublicKey) -> bool) {
+        self.by_signer.retain(|k, _| keep(k));
+    }
+
     /// The committers of `round` (for tests and reports).
     pub fn committers(&self, round: u64) -> BTreeSet<PublicKey> {
         self.by_signer.iter().filter(|(_, r)| r.contains_key(&round)).map(|(k, _)| *k).collect()
@@ -254,7 +259,8 @@ impl CatchUp {
     /// Round `round` opened at `now` on a roster changed from `old` to
     /// `new`: keys that dropped off (and were not excluded) are former
     /// members for `FORMER_ROUNDS` rounds and at least `keep_ms`; keys back
-    /// on it are members again.
+    /// on it are members again. Words of keys that are neither in the
+    /// electorate nor former members are forgotten.
     pub fn roster_changed(&mut self, old: &Ledger, new: &Ledger, round: u64, now: u64, keep_ms: u64) {
         for k in &old.roster {
             if new.roster.binary_search(k).is_err()
@@ -269,6 +275,18 @@ impl CatchUp {
                 && new.roster.binary_search(k).is_err()
                 && !new.is_excluded(k)
         });
+        // Only the electorate's words can decide: the rest (keys that left,
+        // or a flood of made-up keys while there was no roster) would
+        // otherwise hold the room of the keys that count.
+        let operators = &self.operators;
+        if !operators.is_empty() {
+            self.tally.retain(|k| operators.contains(k));
+        } else if !new.roster.is_empty() {
+            self.tally.retain(|k| new.roster.binary_search(k).is_ok());
+        }
+        let former = &self.former;
+        self.outside.retain(|k| former.contains_key(k));
+        self.heard.retain(|k, _| former.contains_key(k));
     }
 
     /// Former members a node remembered before it restarted (its store
@@ -649,6 +667,28 @@ mod tests {
         c.note_state(commit(2, 4, 6).0, 4, StateId([6; 32]));
         let t = c.target(&ledger, (5, StateId([1; 32])), &me, (0, 0)).expect("an even split decides");
         assert_eq!(t.state, StateId([6; 32]));
+    }
+
+    #[test]
+    fn a_flood_of_made_up_keys_before_the_first_roster_is_forgotten_once_it_comes() {
+        // No roster yet: any key's word counts, and a flood of made-up keys
+        // fills the tally.
+        let mut c = CatchUp::default();
+        for i in 0..MAX_COMMITTERS as u32 {
+            let mut seed = [0xee; 32];
+            seed[..4].copy_from_slice(&i.to_le_bytes());
+            c.note_state(PublicKey(seed), 3, StateId([9; 32]));
+        }
+        let members = keys(&[1, 2, 3]);
+        let roster = Ledger::genesis(members.iter().copied().collect());
+        let me = NodeKey::from_seed([1; 32]).public();
+        c.roster_changed(&Ledger::genesis(Vec::new()), &roster, 4, 0, 300_000);
+        // The roster's words count again: two of three ended round 6 on 7.
+        for k in members.iter().take(2) {
+            c.note_state(*k, 6, StateId([7; 32]));
+        }
+        let t = c.target(&roster, (5, StateId([1; 32])), &me, (0, 0)).expect("behind the roster's majority");
+        assert_eq!((t.round, t.state), (6, StateId([7; 32])));
     }
 
     #[test]
