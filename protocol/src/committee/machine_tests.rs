@@ -69,6 +69,8 @@ struct Net {
     down: BTreeSet<usize>,
     /// Nodes that go down as soon as they published a result.
     down_after_publishing: BTreeSet<usize>,
+    /// Nodes that answer no pull for their inputs (gone after sending).
+    unpulled: BTreeSet<usize>,
     /// Per node: the results it applied (what it serves to pulls).
     served: Vec<Vec<ShardResult>>,
 
@@ -111,6 +113,7 @@ impl Net {
             pulled: Vec::new(),
             down: BTreeSet::new(),
             down_after_publishing: BTreeSet::new(),
+            unpulled: BTreeSet::new(),
             served: vec![Vec::new(); n as usize],
             inbox: VecDeque::new(),
         }
@@ -215,6 +218,9 @@ impl Net {
             CommitteeAction::PullInputs { shard, from } => {
                 for k in from {
                     let j = self.index(&k);
+                    if self.unpulled.contains(&j) {
+                        continue;
+                    }
                     let (Some(manifest), Some((_, leaf))) =
                         (self.machines[j].manifest_of(&k).cloned(), self.payloads.get(&(j, shard)).cloned())
                     else {
@@ -1280,6 +1286,25 @@ fn a_backup_that_takes_a_shard_over_after_its_trainers_did_pulls_the_inputs_they
         "every trainer's input, those sent before the takeover too"
     );
     assert!(net.applied.iter().all(|a| a[0].1 == net.applied[0][0].1));
+}
+
+#[test]
+fn a_suspect_given_up_at_the_last_backup_still_lets_the_round_apply() {
+    let mut net = Net::new(3, 1);
+    // As above, but the trainers answer no pull for their inputs: the
+    // backup aggregates its own input alone, an aggregate of unusual size.
+    let [withholder, backup, third] = owners_of_three(&net);
+    net.withholders.insert(withholder);
+    net.open_late(backup, cfg(1).grace_ms);
+    net.unpulled.extend([withholder, third]);
+    // The withholder's gate holds it as a suspect, and its audit gets no
+    // included list (the backup applied and moved on before it asked):
+    // given up at the last backup, shard 0 settles at once as zero, with
+    // no deadline left, and the round applies then, not never.
+    net.run_to(1, 20_000);
+    assert_eq!(net.applied[withholder][0].1[0], None, "shard 0 given up, applied as zero");
+    assert!(net.applied[withholder][0].1[1..].iter().all(Option::is_some));
+    assert_eq!(net.applied[backup][0].1, net.applied[third][0].1);
 }
 
 #[test]

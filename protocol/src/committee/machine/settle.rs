@@ -177,27 +177,32 @@ impl CommitteeMachine {
         while let Some(s) = self.dirty.pop_first() {
             self.look_at(s as usize, now);
         }
-        if self.settled < self.shards.len() {
-            return;
+        // Each pass that gives up a claim marks its shard wrong for good,
+        // so this ends; a shard that settles again at once (zero, past its
+        // last backup) is checked again now, as no deadline is left to.
+        loop {
+            if self.settled < self.shards.len() {
+                return;
+            }
+            let passes = self.gate_passes();
+            let gave_up = !self.dirty.is_empty();
+            // Shards whose claim the gate gave up pick again now.
+            while let Some(s) = self.dirty.pop_first() {
+                self.look_at(s as usize, now);
+            }
+            if passes && self.settled == self.shards.len() {
+                break;
+            }
+            if !gave_up {
+                return;
+            }
         }
-        let passes = self.gate_passes();
-        // Shards whose claim the gate gave up pick again now.
-        while let Some(s) = self.dirty.pop_first() {
-            self.look_at(s as usize, now);
-        }
-        if passes && self.settled == self.shards.len() {
-            self.applied = true;
-            let shards = self.shards.iter().map(|v| if v.zero { None } else { v.chosen }).collect();
-            let ledger = self.next_ledger();
-            self.applying = Some(ledger.clone());
-            self.actions.push_back(CommitteeAction::Apply {
-                round: self.round,
-                base: self.base,
-                shards,
-                ledger,
-            });
-            self.send_sketches();
-        }
+        self.applied = true;
+        let shards = self.shards.iter().map(|v| if v.zero { None } else { v.chosen }).collect();
+        let ledger = self.next_ledger();
+        self.applying = Some(ledger.clone());
+        self.actions.push_back(CommitteeAction::Apply { round: self.round, base: self.base, shards, ledger });
+        self.send_sketches();
     }
 
     /// Pick shard `s`'s claim when it is ready, or hand the shard to its
