@@ -71,6 +71,8 @@ struct Net {
     down_after_publishing: BTreeSet<usize>,
     /// Nodes that answer no pull for their inputs (gone after sending).
     unpulled: BTreeSet<usize>,
+    /// Input pulls asked: (asker, shard, from).
+    input_pulls: Vec<(usize, u32, Vec<PublicKey>)>,
     /// Per node: the results it applied (what it serves to pulls).
     served: Vec<Vec<ShardResult>>,
 
@@ -84,8 +86,14 @@ impl Net {
 
     /// `on_roster`: the genesis roster holds every node (else it is empty).
     fn starting(n: u8, k: u32, on_roster: bool) -> Self {
+        Self::seating(n, k, if on_roster { n } else { 0 })
+    }
+
+    /// The genesis roster holds the first `seated` nodes; the others are
+    /// newcomers.
+    fn seating(n: u8, k: u32, seated: u8) -> Self {
         let keys: Vec<NodeKey> = (0..n).map(|i| NodeKey::from_seed([i + 1; 32])).collect();
-        let roster = if on_roster { keys.iter().map(NodeKey::public).collect() } else { Vec::new() };
+        let roster = keys.iter().take(seated.into()).map(NodeKey::public).collect();
         let ledger = Ledger::genesis(roster);
         let machines = keys
             .iter()
@@ -114,6 +122,7 @@ impl Net {
             down: BTreeSet::new(),
             down_after_publishing: BTreeSet::new(),
             unpulled: BTreeSet::new(),
+            input_pulls: Vec::new(),
             served: vec![Vec::new(); n as usize],
             inbox: VecDeque::new(),
         }
@@ -216,6 +225,7 @@ impl Net {
                 }
             }
             CommitteeAction::PullInputs { shard, from } => {
+                self.input_pulls.push((i, shard, from.clone()));
                 for k in from {
                     let j = self.index(&k);
                     if self.unpulled.contains(&j) {
@@ -1286,6 +1296,28 @@ fn a_backup_that_takes_a_shard_over_after_its_trainers_did_pulls_the_inputs_they
         "every trainer's input, those sent before the takeover too"
     );
     assert!(net.applied.iter().all(|a| a[0].1 == net.applied[0][0].1));
+}
+
+#[test]
+fn a_backup_that_takes_a_shard_over_late_asks_a_newcomer_for_its_input_too() {
+    // Three seated nodes and a newcomer that trains with them: as above,
+    // the backup took no inputs for shard 0 when the trainers handed it
+    // over, the newcomer's among them, and it asks each of them.
+    let mut net = Net::seating(4, 1, 3);
+    let newcomer = net.keys[3].public();
+    let [withholder, backup, third] = owners_of_three(&net);
+    net.withholders.insert(withholder);
+    net.open_late(backup, cfg(1).grace_ms);
+    net.run_to(1, 20_000);
+    let asked: BTreeSet<PublicKey> = net
+        .input_pulls
+        .iter()
+        .filter(|(i, s, _)| *i == backup && *s == 0)
+        .flat_map(|p| p.2.clone())
+        .collect();
+    let expected: BTreeSet<PublicKey> =
+        [withholder, third].map(|i| net.keys[i].public()).into_iter().collect();
+    assert_eq!(asked, expected.into_iter().chain([newcomer]).collect());
 }
 
 #[test]

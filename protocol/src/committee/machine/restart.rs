@@ -33,8 +33,9 @@ impl CommitteeMachine {
         self.mid_round_due = Some(at + u64::from(MAX_RESULT_PULLS) * wait);
     }
 
-    /// Ask the awaited trainers whose inputs are missing for their shards
-    /// of the shards we aggregate, again a pull wait later.
+    /// Ask the trainers whose inputs are missing for their shards of the
+    /// shards we aggregate (the awaited roster members, and the newcomers
+    /// whose manifests came), again a pull wait later.
     pub(super) fn pull_inputs(&mut self) {
         self.input_pull_at = None;
         if self.input_pulls_left == 0 {
@@ -42,15 +43,13 @@ impl CommitteeMachine {
         }
         self.input_pulls_left -= 1;
         let open: Vec<u32> = self.duties.iter().filter(|(_, done)| !**done).map(|(s, _)| *s).collect();
+        let roster = &self.ledger.roster;
         for s in open {
             let held = self.inputs.get(&s);
-            let from: Vec<PublicKey> = self
-                .ledger
-                .roster
-                .iter()
-                .filter(|k| **k != self.me && self.awaited(k) && !held.is_some_and(|h| h.contains_key(*k)))
-                .copied()
-                .collect();
+            let missing = |k: &PublicKey| *k != self.me && !held.is_some_and(|h| h.contains_key(k));
+            let members = roster.iter().filter(|k| self.awaited(k) && missing(k));
+            let newcomers = self.manifests.keys().filter(|k| roster.binary_search(k).is_err() && missing(k));
+            let from: Vec<PublicKey> = members.chain(newcomers).copied().collect();
             if !from.is_empty() {
                 self.actions.push_back(CommitteeAction::PullInputs { shard: s, from });
                 self.input_pull_at = Some(self.now + self.pull_wait());
