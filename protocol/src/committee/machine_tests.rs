@@ -1321,6 +1321,24 @@ fn a_backup_that_takes_a_shard_over_late_asks_a_newcomer_for_its_input_too() {
 }
 
 #[test]
+fn a_backup_that_takes_a_shard_over_between_deadlines_aggregates_a_grace_period_later() {
+    let g = cfg(1).grace_ms;
+    let mut net = Net::new(3, 1);
+    // Shard 0's owner signs but serves nothing: its claim is given up
+    // once the fetch passes run out, between two of the round's
+    // deadlines, and shard 0 goes to its first backup then.
+    let [o0, o1, o2] = owners_of_three(&net);
+    net.silent.insert(o0);
+    net.down.insert(o2);
+    net.run_to(1, 20_000);
+    let (at, _, _) =
+        *net.published.iter().find(|(_, i, r)| *i == o1 && r.shard == 0).expect("the backup signed shard 0");
+    let handed = net.asks.iter().filter(|(t, i, h)| *i == o1 && *h == o0 && *t <= at).map(|a| a.0).max();
+    let handed = handed.expect("the backup asked the owner before it took over");
+    assert!(at <= handed + g, "aggregated at {at}, took the shard over at {handed}");
+}
+
+#[test]
 fn a_suspect_given_up_at_the_last_backup_still_lets_the_round_apply() {
     let mut net = Net::new(3, 1);
     // As above, but the trainers answer no pull for their inputs: the

@@ -649,8 +649,17 @@ impl CommitteeMachine {
         let mid_round = self.mid_round_due.filter(|t| *t > self.now);
         let quiet = self.open_inputs_quiet_at().filter(|t| *t > self.now);
         let catch_up = self.catch_up.retry_at();
+        // A backup's duty taken between deadlines is due a grace period on.
+        let duty = self
+            .duty_since
+            .iter()
+            .filter(|(s, _)| self.duties.get(s) == Some(&false))
+            .map(|(_, since)| since + self.cfg.grace_ms)
+            .filter(|t| *t > self.now)
+            .min();
         [
             deadline,
+            duty,
             retry,
             resend,
             self.sketches_due,
