@@ -102,8 +102,12 @@ impl NormGate {
     /// no audit). Empty: the
     /// round may apply.
     pub fn check(&mut self, now: u64, grace_ms: u64, ours: impl Fn(u32, &[u8; 32]) -> bool) -> Vec<Suspect> {
+        let above = self.above();
+        // A suspect no longer above the gate (the median moved) waits for
+        // nothing: its timeout goes with it.
+        self.suspects.retain(|shard, (c, _)| above.contains(&(*shard, *c)));
         let mut out = Vec::new();
-        for (shard, claim) in self.above() {
+        for (shard, claim) in above {
             if self.agreed.contains(&claim) || ours(shard, &claim) {
                 continue;
             }
@@ -177,5 +181,17 @@ mod tests {
         let mut g = gate(&[1.0, 1.0, 1.0]);
         g.note_fetched(3, [3; 32], 10.0, 10_000);
         assert!(g.check(0, 100, |_, _| false).is_empty());
+    }
+
+    #[test]
+    fn a_suspect_the_median_moved_below_the_gate_leaves_no_timeout_behind() {
+        let mut g = gate(&[1.0, 1.0, 1.0, 6.0, 6.0, 20.0]);
+        assert_eq!(g.check(0, 100, |_, _| false), vec![Suspect::New { shard: 5, claim: [5; 32] }]);
+        // Shard 0's claim is given up and its next one is larger: the
+        // median rises past shard 5, and shard 0 is the suspect now.
+        g.forget(0, &[0; 32]);
+        g.note_fetched(0, [9; 32], 30.0, 100);
+        assert_eq!(g.check(50, 100, |_, _| false), vec![Suspect::New { shard: 0, claim: [9; 32] }]);
+        assert_eq!(g.next_deadline(), Some(50 + GATE_WAIT * 100), "shard 5's timeout is gone");
     }
 }
