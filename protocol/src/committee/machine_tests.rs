@@ -73,6 +73,9 @@ struct Net {
     unpulled: BTreeSet<usize>,
     /// Input pulls asked: (asker, shard, from).
     input_pulls: Vec<(usize, u32, Vec<PublicKey>)>,
+    /// Every served fetch is reported again, refuted (a driver that reports
+    /// a fetch twice).
+    stale_reports: bool,
     /// Per node: the results it applied (what it serves to pulls).
     served: Vec<Vec<ShardResult>>,
 
@@ -123,6 +126,7 @@ impl Net {
             down_after_publishing: BTreeSet::new(),
             unpulled: BTreeSet::new(),
             input_pulls: Vec::new(),
+            stale_reports: false,
             served: vec![Vec::new(); n as usize],
             inbox: VecDeque::new(),
         }
@@ -278,6 +282,17 @@ impl Net {
                     i,
                     CommitteeEvent::AggregateFetched { shard, result_hash, outcome, norm, included },
                 ));
+                if self.stale_reports && outcome == FetchOutcome::Served {
+                    let late = FetchOutcome::Refuted;
+                    let e = CommitteeEvent::AggregateFetched {
+                        shard,
+                        result_hash,
+                        outcome: late,
+                        norm,
+                        included: None,
+                    };
+                    self.inbox.push_back((i, e));
+                }
             }
             CommitteeAction::RequestIncluded { result } => {
                 let j = self.index(&result.signer);
@@ -1336,6 +1351,18 @@ fn a_backup_that_takes_a_shard_over_between_deadlines_aggregates_a_grace_period_
     let handed = net.asks.iter().filter(|(t, i, h)| *i == o1 && *h == o0 && *t <= at).map(|a| a.0).max();
     let handed = handed.expect("the backup asked the owner before it took over");
     assert!(at <= handed + g, "aggregated at {at}, took the shard over at {handed}");
+}
+
+#[test]
+fn a_second_report_of_a_fetch_already_served_changes_nothing() {
+    let mut clean = Net::new(4, 1);
+    clean.run_to(1, 20_000);
+    let mut net = Net::new(4, 1);
+    net.stale_reports = true;
+    net.run_to(1, 20_000);
+    for i in 0..4 {
+        assert_eq!(net.applied[i][0].1, clean.applied[i][0].1, "node {i} applies what it fetched");
+    }
 }
 
 #[test]

@@ -38,9 +38,15 @@ impl CommitteeMachine {
         }
         let now = self.now;
         let v = &mut self.shards[shard as usize];
+        // The claim was served: a later report of another ask for it (the
+        // same bytes) changes nothing.
+        if v.fetched {
+            return;
+        }
         match outcome {
             FetchOutcome::Served => {
-                if !v.fetched && !v.zero {
+                v.retry_at = None;
+                if !v.zero {
                     v.fetched = true;
                     self.settled += 1;
                     self.gate.note_fetched(shard, result_hash, norm, self.plan.layout().len(shard));
