@@ -632,6 +632,41 @@ fn a_proof_against_a_key_off_the_roster_is_dropped_and_one_recorded_is_let_go() 
 }
 
 #[test]
+fn a_made_up_wrong_result_proof_does_not_shield_its_signer_from_a_real_one() {
+    let keys: Vec<NodeKey> = (0..3u8).map(|i| NodeKey::from_seed([i + 1; 32])).collect();
+    let ledger = Ledger::genesis(keys.iter().map(NodeKey::public).collect());
+    let base = StateId([1; 32]);
+    let mut m = CommitteeMachine::new(cfg(1), keys[0].clone(), 0, base, ledger, 0);
+    while m.poll_action().is_some() {}
+    let liar = &keys[1];
+    let seat = m.plan().seat_of(&liar.public()).expect("a seat");
+    let included = IncludedList { entries: vec![(keys[2].public(), [4; 32])] };
+    let signed = |shard: u32, hash: u8| {
+        let mut r = result_of(liar, 0, base);
+        (r.shard, r.result_hash, r.included_root, r.included_count) = (shard, [hash; 32], included.root(), 1);
+        r.sign(liar)
+    };
+    let proof = |r: ShardResult| Box::new(FraudProof::WrongResult { result: r, included: included.clone() });
+    let rechecks = |m: &mut CommitteeMachine| {
+        std::iter::from_fn(|| m.poll_action())
+            .filter_map(|a| match a {
+                CommitteeAction::Recheck { result, .. } => Some(result.shard),
+                _ => None,
+            })
+            .collect::<Vec<u32>>()
+    };
+    // The liar accuses itself of a result for a shard the round has not.
+    m.handle(1, CommitteeEvent::ProofReceived(proof(signed(99, 5))));
+    assert_eq!(rechecks(&mut m), Vec::<u32>::new(), "no such shard, nothing to re-check");
+    // A proof against the result it signed for its seat is re-checked.
+    m.handle(3, CommitteeEvent::ProofReceived(proof(signed(seat, 6))));
+    assert_eq!(rechecks(&mut m), vec![seat]);
+    // Another result for its seat is a second word: proven at once.
+    m.handle(4, CommitteeEvent::ProofReceived(proof(signed(seat, 7))));
+    assert!(m.proven().contains_key(&liar.public()));
+}
+
+#[test]
 fn two_manifests_from_one_key_are_a_proof_and_a_proof_is_believed_once() {
     let (me, other) = (NodeKey::from_seed([1; 32]), NodeKey::from_seed([2; 32]));
     let ledger = Ledger::genesis(vec![me.public(), other.public()]);
@@ -704,20 +739,12 @@ fn a_proof_against_an_honest_result_does_not_hold_and_excludes_nobody() {
     }
     let s = net.machines[0].plan().seat_of(&net.keys[0].public()).unwrap();
     let included = net.machines[0].our_list(s).cloned().unwrap();
-    let honest = ShardResult {
-        run: RunId([7; 32]),
-        round: 0,
-        base: StateId([1; 32]),
-        shard: s,
-        included_count: included.len() as u32,
-        included_root: included.root(),
-        total_tokens: 120,
-        result_hash: [3; 32],
-        signer: net.keys[0].public(),
-        signature: Signature([0; 64]),
+    while let Some(a) = net.machines[0].poll_action() {
+        net.act(0, a);
     }
-    .sign(&net.keys[0]);
-    let proof = FraudProof::WrongResult { result: honest, included };
+    let honest = net.published.iter().find(|(_, i, r)| *i == 0 && r.shard == s).map(|p| p.2.clone());
+    let proof =
+        FraudProof::WrongResult { result: honest.expect("node 0 signed its seat's result"), included };
     for i in 1..12 {
         net.inbox.push_back((i, CommitteeEvent::ProofReceived(Box::new(proof.clone()))));
     }

@@ -122,7 +122,7 @@ impl CommitteeMachine {
     }
 
     pub(super) fn on_rechecked(&mut self, result: ShardResult, included: IncludedList, matches: bool) {
-        self.verifying.remove(&result.signer);
+        self.verifying.remove(&(result.signer, result.result_hash));
         if matches {
             if result.round == self.round {
                 self.gate.agree(result.result_hash);
@@ -188,7 +188,6 @@ impl CommitteeMachine {
         let accused = p.accused();
         if self.proven.contains_key(&accused)
             || self.ledger.is_excluded(&accused)
-            || self.verifying.contains(&accused)
             || !self.may_be_proven(&accused)
         {
             return;
@@ -198,17 +197,34 @@ impl CommitteeMachine {
         }
         match p {
             FraudProof::WrongResult { result, included } => {
-                let holders = self.holders_of(result.shard);
+                // Inputs of past rounds may be gone: only this round's
+                // wrong results are re-verified (proofs travel within the
+                // round), and only a result its signer holds a seat for.
+                let s = result.shard as usize;
+                if result.round != self.round || result.base != self.base || s >= self.shards.len() {
+                    return;
+                }
+                // Taken as if gossiped: a different result its signer gave
+                // for the shard before is a TwoResults proof at once, so a
+                // signer has one result a shard to be re-checked.
+                self.on_result(result.clone());
+                let v = &self.shards[s];
+                let held = v.results.get(&accused).or_else(|| v.from_later_backups.get(&accused));
+                if self.proven.contains_key(&accused)
+                    || held.map(|r| r.result_hash) != Some(result.result_hash)
+                {
+                    return;
+                }
                 if self.auditing.contains(&result.result_hash) {
                     // Our own audit of that claim is under way or done: it
                     // proves the claim itself, or the proof does not hold.
-                } else if result.round == self.round {
-                    self.verifying.insert(accused);
+                    return;
+                }
+                if self.verifying.len() < MAX_NEWCOMERS
+                    && self.verifying.insert((accused, result.result_hash))
+                {
+                    let holders = self.holders_of(result.shard);
                     self.actions.push_back(CommitteeAction::Recheck { result, included, holders });
-                } else {
-                    // Inputs of past rounds may be gone: only this round's
-                    // wrong results are re-verified (proofs travel within
-                    // the round).
                 }
             }
             p => self.prove(p),

@@ -390,8 +390,9 @@ pub struct CommitteeMachine {
     auditing: BTreeSet<[u8; 32]>,
     /// Proven keys → round of the offence.
     proven: BTreeMap<PublicKey, u64>,
-    /// Accused keys whose wrong-result proof is being recomputed.
-    verifying: BTreeSet<PublicKey>,
+    /// Accused claims (signer, result hash) whose wrong-result proof is
+    /// being recomputed.
+    verifying: BTreeSet<(PublicKey, [u8; 32])>,
     /// The signers of shard 0's chosen result (its hash, the signers).
     included0: Option<([u8; 32], Vec<PublicKey>)>,
     /// Shards that arrived before their manifest: signer → (leaf, proof).

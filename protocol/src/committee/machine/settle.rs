@@ -288,7 +288,7 @@ impl CommitteeMachine {
     pub(super) fn audit_suspect(&mut self, shard: u32, claim: [u8; 32]) {
         self.audits.insert(shard);
         let result = self.shards[shard as usize].results.values().find(|r| r.result_hash == claim).cloned();
-        let result = result.filter(|r| !self.verifying.contains(&r.signer));
+        let result = result.filter(|r| !self.verifying.contains(&(r.signer, r.result_hash)));
         if let Some(result) = result.filter(|_| self.asked.insert((shard, claim))) {
             self.actions.push_back(CommitteeAction::RequestIncluded { result });
         }
