@@ -122,7 +122,7 @@ impl ContentServer for StoreServer {
             | XferRequest::Leaf { .. }
             | XferRequest::Result { .. }
             | XferRequest::StateParts { .. } => {
-                self.committee.get().and_then(|c| c.answer(request)).unwrap_or(XferResponse::NotFound)
+                self.committee.get().and_then(|c| c.answer(from, request)).unwrap_or(XferResponse::NotFound)
             }
         }
     }

@@ -400,7 +400,7 @@ impl CommitteeNode {
     async fn run(
         mut self,
         mut net_events: mpsc::Receiver<NetEvent>,
-        mut offers: mpsc::Receiver<ShardOffer>,
+        mut offers: mpsc::Receiver<(PeerId, ShardOffer)>,
         replay: Vec<NetEvent>,
     ) -> Result<(), RuntimeError> {
         for ev in replay {
@@ -428,7 +428,10 @@ impl CommitteeNode {
                     self.publish_telemetry();
                     self.gossip_ticket();
                 }
-                Some(offer) = offers.recv() => self.on_offer(offer),
+                Some((from, offer)) = offers.recv() => {
+                    self.served.offer_taken(&from);
+                    self.on_offer(offer);
+                }
                 Some(internal) = self.rx.recv() => self.on_internal(internal),
                 _ = tokio::time::sleep_until(wake.into()) => self.feed(CommitteeEvent::TimerFired),
             }

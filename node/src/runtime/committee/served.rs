@@ -22,6 +22,9 @@ use crate::store::{BlobKind, BlobStore};
 
 /// Offers queued for the loop before new ones are answered `Busy`.
 pub const OFFER_QUEUE: usize = 4096;
+/// Offers one peer may have queued at once: a trainer sends a node its
+/// shard, and its backups' when they take shards over, a round.
+pub const OFFERS_PER_PEER: usize = 64;
 /// Most leaves held (this and the last round).
 pub const MAX_HELD_LEAVES: usize = 1 << 17;
 /// Most included lists held.
@@ -64,16 +67,48 @@ struct Catalogue {
 /// Shared between the loop (which fills it) and the network's blocking
 /// serving tasks (which read it).
 pub struct CommitteeServed {
-    offers: mpsc::Sender<ShardOffer>,
+    offers: mpsc::Sender<(PeerId, ShardOffer)>,
+    /// Offers queued, by the peer that sent them: no one peer fills the
+    /// queue the roster's trainers need.
+    queued: Mutex<HashMap<PeerId, usize>>,
     /// The run's delta codec (our shards' payloads are in it).
     codec: Codec,
     catalogue: Mutex<Catalogue>,
 }
 
 impl CommitteeServed {
-    pub fn new(codec: Codec) -> (Self, mpsc::Receiver<ShardOffer>) {
+    pub fn new(codec: Codec) -> (Self, mpsc::Receiver<(PeerId, ShardOffer)>) {
         let (tx, rx) = mpsc::channel(OFFER_QUEUE);
-        (Self { offers: tx, codec, catalogue: Mutex::new(Catalogue::default()) }, rx)
+        let queued = Mutex::new(HashMap::new());
+        (Self { offers: tx, queued, codec, catalogue: Mutex::new(Catalogue::default()) }, rx)
+    }
+
+    /// The loop took an offer `from` sent off the queue.
+    pub fn offer_taken(&self, from: &PeerId) {
+        let mut q = self.queued.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = q.get_mut(from) {
+            *n -= 1;
+            if *n == 0 {
+                q.remove(from);
+            }
+        }
+    }
+
+    /// Queue `offer` from `from` for the loop: `Busy` when the queue, or
+    /// that peer's share of it, is full.
+    fn queue_offer(&self, from: PeerId, offer: &ShardOffer) -> XferResponse {
+        let mut q = self.queued.lock().unwrap_or_else(|p| p.into_inner());
+        let n = q.get(&from).copied().unwrap_or(0);
+        if n >= OFFERS_PER_PEER {
+            return XferResponse::Busy;
+        }
+        match self.offers.try_send((from, offer.clone())) {
+            Ok(()) => {
+                q.insert(from, n + 1);
+                XferResponse::Accepted
+            }
+            Err(_) => XferResponse::Busy,
+        }
     }
 
     fn catalogue(&self) -> std::sync::MutexGuard<'_, Catalogue> {
@@ -194,13 +229,10 @@ impl CommitteeServed {
         self.catalogue().lists.get(&(round, shard, result_hash)).map(|(_, signers)| signers.clone())
     }
 
-    /// The answer to a round request (`None`: not one).
-    pub fn answer(&self, request: &XferRequest) -> Option<XferResponse> {
+    /// The answer to a round request from `from` (`None`: not one).
+    pub fn answer(&self, from: PeerId, request: &XferRequest) -> Option<XferResponse> {
         Some(match request {
-            XferRequest::Offer(o) => match self.offers.try_send(o.clone()) {
-                Ok(()) => XferResponse::Accepted,
-                Err(_) => XferResponse::Busy,
-            },
+            XferRequest::Offer(o) => self.queue_offer(from, o),
             XferRequest::Included { round, shard, result_hash } => {
                 self.list(*round, *shard, *result_hash).map_or(XferResponse::NotFound, XferResponse::Included)
             }
@@ -254,42 +286,73 @@ mod tests {
     #[test]
     fn offers_are_queued_leaves_and_lists_served_and_old_rounds_dropped() {
         let (served, mut rx) = CommitteeServed::new(Codec::F32);
-        assert_eq!(served.answer(&XferRequest::Offer(offer(3, 1))), Some(XferResponse::Accepted));
-        assert_eq!(rx.try_recv().ok(), Some(offer(3, 1)));
+        let asker = PeerId::random();
+        assert_eq!(served.answer(asker, &XferRequest::Offer(offer(3, 1))), Some(XferResponse::Accepted));
+        assert_eq!(rx.try_recv().ok(), Some((asker, offer(3, 1))));
+        served.offer_taken(&asker);
         served.hold_leaf(offer(3, 1));
         served.hold_list(3, 1, [5; 32], vec![9; 8], vec![7; 4]);
         served.hold_result(3, 1, vec![6; 250]);
         let result = XferRequest::Result { round: 3, shard: 1 };
-        assert_eq!(served.answer(&result), Some(XferResponse::Result(vec![6; 250])));
+        assert_eq!(served.answer(asker, &result), Some(XferResponse::Result(vec![6; 250])));
         let other = XferRequest::Result { round: 3, shard: 0 };
-        assert_eq!(served.answer(&other), Some(XferResponse::NotFound));
+        assert_eq!(served.answer(asker, &other), Some(XferResponse::NotFound));
         // Once the round applied a result for the shard, that one is answered.
         served.hold_applied_result(3, 1, vec![8; 250]);
-        assert_eq!(served.answer(&result), Some(XferResponse::Result(vec![8; 250])));
+        assert_eq!(served.answer(asker, &result), Some(XferResponse::Result(vec![8; 250])));
         let ask = XferRequest::Leaf { round: 3, shard: 1, signer: key(1).public() };
-        assert_eq!(served.answer(&ask), Some(XferResponse::Leaf(offer(3, 1))));
+        assert_eq!(served.answer(asker, &ask), Some(XferResponse::Leaf(offer(3, 1))));
         let list = XferRequest::Included { round: 3, shard: 1, result_hash: [5; 32] };
-        assert_eq!(served.answer(&list), Some(XferResponse::Included(vec![9; 8])));
+        assert_eq!(served.answer(asker, &list), Some(XferResponse::Included(vec![9; 8])));
         let signers = XferRequest::Signers { round: 3, shard: 1, result_hash: [5; 32] };
-        assert_eq!(served.answer(&signers), Some(XferResponse::Included(vec![7; 4])));
+        assert_eq!(served.answer(asker, &signers), Some(XferResponse::Included(vec![7; 4])));
         assert_eq!(
-            served.answer(&XferRequest::Included { round: 3, shard: 0, result_hash: [5; 32] }),
+            served.answer(asker, &XferRequest::Included { round: 3, shard: 0, result_hash: [5; 32] }),
             Some(XferResponse::NotFound)
         );
         served.open_round(4);
         assert!(served.leaf(3, 1, key(1).public()).is_some(), "the last round is kept");
         served.open_round(5);
-        assert_eq!(served.answer(&ask), Some(XferResponse::NotFound));
-        assert_eq!(served.answer(&result), Some(XferResponse::NotFound), "round 3's result went with it");
+        assert_eq!(served.answer(asker, &ask), Some(XferResponse::NotFound));
+        assert_eq!(
+            served.answer(asker, &result),
+            Some(XferResponse::NotFound),
+            "round 3's result went with it"
+        );
         // Moved back to round 5 from a chain at round 7: round 7's go.
         served.hold_leaf(offer(7, 1));
         served.open_round(5);
         assert!(served.leaf(7, 1, key(1).public()).is_none());
-        assert_eq!(served.answer(&XferRequest::Status), None);
-        // A full queue answers Busy rather than growing.
-        for i in 0..OFFER_QUEUE {
-            let _ = served.answer(&XferRequest::Offer(offer(i as u64, 2)));
-        }
-        assert_eq!(served.answer(&XferRequest::Offer(offer(9, 9))), Some(XferResponse::Busy));
+        assert_eq!(served.answer(asker, &XferRequest::Status), None);
+    }
+
+    #[test]
+    fn one_peer_fills_only_its_share_of_the_offer_queue_and_a_full_queue_answers_busy() {
+        let (served, mut rx) = CommitteeServed::new(Codec::F32);
+        let flooder = PeerId::random();
+        let accepted = (0..OFFER_QUEUE)
+            .filter(|i| {
+                served.answer(flooder, &XferRequest::Offer(offer(*i as u64, 2)))
+                    == Some(XferResponse::Accepted)
+            })
+            .count();
+        assert_eq!(accepted, OFFERS_PER_PEER);
+        let trainer = PeerId::random();
+        assert_eq!(served.answer(trainer, &XferRequest::Offer(offer(3, 1))), Some(XferResponse::Accepted));
+        // The loop takes one of the flooder's: it may queue one more.
+        let (from, _) = rx.try_recv().expect("queued");
+        served.offer_taken(&from);
+        assert_eq!(served.answer(flooder, &XferRequest::Offer(offer(9, 2))), Some(XferResponse::Accepted));
+        assert_eq!(served.answer(flooder, &XferRequest::Offer(offer(10, 2))), Some(XferResponse::Busy));
+        // Many peers together fill the queue, which then answers Busy
+        // rather than growing.
+        while (0..OFFERS_PER_PEER).any(|i| {
+            served.answer(PeerId::random(), &XferRequest::Offer(offer(i as u64, 3)))
+                == Some(XferResponse::Accepted)
+        }) {}
+        assert_eq!(
+            served.answer(PeerId::random(), &XferRequest::Offer(offer(9, 9))),
+            Some(XferResponse::Busy)
+        );
     }
 }
