@@ -57,7 +57,7 @@ impl CommitteeNode {
         self.record_state();
         // What the chain left behind is collected as an applied round's is.
         self.collect_garbage(round, previous);
-        self.served.open_round(round);
+        self.served.open_round(round, &self.ledger.roster);
         self.round_opened = Instant::now();
         self.server.set_status(ServedStatus { round, state: Some(self.state.id().0) });
         self.out.event("resynced", json!({ "round": round, "state_id": target.to_hex() }));
@@ -119,7 +119,7 @@ impl CommitteeNode {
         self.feed(CommitteeEvent::Applied { round, new_state });
         // The next round is open: what came early is fed now.
         let next = self.machine.round();
-        self.served.open_round(next);
+        self.served.open_round(next, &self.machine.ledger().roster);
         self.round_opened = Instant::now();
         self.server.set_status(ServedStatus { round: next, state: Some(self.state.id().0) });
         self.feed_early();

@@ -282,6 +282,7 @@ pub async fn run_committee_node(
     if waiting {
         machine.wait_for_state();
     }
+    served.open_round(state.round, &ledger.roster);
     if resumed {
         machine.entered_mid_round();
     }

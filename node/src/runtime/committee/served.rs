@@ -7,7 +7,7 @@
 //! of its own shards (for auditors; a bounded number per requester and
 //! round, each costing one pass over one shard).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
 use libp2p::PeerId;
@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 
 use crate::net::offer::ShardOffer;
 use crate::net::xfer::{MAX_SERVED_LIST_BYTES, MAX_SERVED_RESULT_BYTES};
-use crate::net::{XferRequest, XferResponse};
+use crate::net::{public_key_of, XferRequest, XferResponse};
 use crate::store::{BlobKind, BlobStore};
 
 /// Offers queued for the loop before new ones are answered `Busy`.
@@ -62,6 +62,9 @@ struct Catalogue {
     own: HashMap<(u64, u32), ([u8; 32], usize)>,
     /// Projection requests answered: (round, requester) → count.
     projected: HashMap<(u64, PeerId), u32>,
+    /// Each round's roster (ascending): its members audit it, so only they
+    /// are answered projections (anyone, in a round without a roster).
+    rosters: BTreeMap<u64, Vec<PublicKey>>,
 }
 
 /// Shared between the loop (which fills it) and the network's blocking
@@ -115,12 +118,14 @@ impl CommitteeServed {
         self.catalogue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Round `round` opened: what is older than the last round is dropped,
-    /// and so is anything of a later round (a chain this node left for a
-    /// rival one that had closed fewer rounds).
-    pub fn open_round(&self, round: u64) {
+    /// Round `round` opened on `roster`: what is older than the last round
+    /// is dropped, and so is anything of a later round (a chain this node
+    /// left for a rival one that had closed fewer rounds).
+    pub fn open_round(&self, round: u64, roster: &[PublicKey]) {
         let keep = round.saturating_sub(1)..=round;
         let mut h = self.catalogue();
+        h.rosters.insert(round, roster.to_vec());
+        h.rosters.retain(|r, _| keep.contains(r));
         h.leaves.retain(|k, _| keep.contains(&k.0));
         h.lists.retain(|k, _| keep.contains(&k.0));
         h.results.retain(|k, _| keep.contains(&k.0));
@@ -137,8 +142,9 @@ impl CommitteeServed {
 
     /// The projections of our own shards of `round`, each (shard, seed) of
     /// `asks` (payloads read from `blobs`), charged to `from` a shard each:
-    /// None when we hold any of them not, or once `from` had
-    /// `MAX_PROJECTIONS_PER_PEER` this round.
+    /// None when we hold any of them not, when `from` is not on the
+    /// round's roster, or once `from` had `MAX_PROJECTIONS_PER_PEER` this
+    /// round.
     pub fn projections(
         &self,
         from: PeerId,
@@ -150,6 +156,12 @@ impl CommitteeServed {
             let mut h = self.catalogue();
             let own =
                 asks.iter().map(|(shard, _)| h.own.get(&(round, *shard)).copied()).collect::<Option<_>>()?;
+            // Free identities never take the room of the roster's auditors.
+            let roster = h.rosters.get(&round).map_or(&[][..], Vec::as_slice);
+            let member = || public_key_of(&from).is_some_and(|k| roster.binary_search(&k).is_ok());
+            if !roster.is_empty() && !member() {
+                return None;
+            }
             if h.projected.len() >= MAX_COUNTED_PEERS && !h.projected.contains_key(&(round, from)) {
                 return None;
             }
@@ -310,9 +322,9 @@ mod tests {
             served.answer(asker, &XferRequest::Included { round: 3, shard: 0, result_hash: [5; 32] }),
             Some(XferResponse::NotFound)
         );
-        served.open_round(4);
+        served.open_round(4, &[]);
         assert!(served.leaf(3, 1, key(1).public()).is_some(), "the last round is kept");
-        served.open_round(5);
+        served.open_round(5, &[]);
         assert_eq!(served.answer(asker, &ask), Some(XferResponse::NotFound));
         assert_eq!(
             served.answer(asker, &result),
@@ -321,9 +333,30 @@ mod tests {
         );
         // Moved back to round 5 from a chain at round 7: round 7's go.
         served.hold_leaf(offer(7, 1));
-        served.open_round(5);
+        served.open_round(5, &[]);
         assert!(served.leaf(7, 1, key(1).public()).is_none());
         assert_eq!(served.answer(asker, &XferRequest::Status), None);
+    }
+
+    #[test]
+    fn only_the_rounds_roster_is_answered_projections() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let blobs = BlobStore::open(dir.path()).expect("a blob store");
+        let payload = murmur_protocol::codec::encode_delta(Codec::F32, &[1.0, -2.0, 3.0]).expect("encoded");
+        let hash = blobs.put(BlobKind::Delta, &payload).expect("stored");
+        let (served, _rx) = CommitteeServed::new(Codec::F32);
+        let (member, stranger) = (key(1).public(), key(2).public());
+        served.open_round(3, &[member]);
+        served.hold_own(3, 0, hash, 3);
+        let asks = [(0, [9; 32])];
+        let peer = |k| crate::net::peer_id_of(&k).expect("an ed25519 key");
+        assert!(served.projections(peer(stranger), 3, &asks, &blobs).is_none(), "not an auditor of round 3");
+        assert!(served.projections(PeerId::random(), 3, &asks, &blobs).is_none());
+        assert_eq!(served.projections(peer(member), 3, &asks, &blobs).map(|p| p.len()), Some(1));
+        // A round without a roster answers anyone (within its share).
+        served.open_round(4, &[]);
+        served.hold_own(4, 0, hash, 3);
+        assert!(served.projections(peer(stranger), 4, &asks, &blobs).is_some());
     }
 
     #[test]
