@@ -775,6 +775,35 @@ fn a_lying_majority_of_a_committee_loses_to_its_one_honest_member() {
 }
 
 #[test]
+fn a_backup_committee_decides_by_its_members_not_by_the_first_result_that_came() {
+    let mut net = Net::new(12, 4);
+    let plan = net.machines[0].plan().clone();
+    let members = |s: u32| -> Vec<usize> { plan.committee(s).iter().map(|k| net.index(k)).collect() };
+    let (owners, backup) = (members(1), members(plan.fallback(1, 1).expect("a backup")));
+    // Shard 1's committee withholds, and so does one member of its backup,
+    // which instead signs a made-up result for shard 1 before the round
+    // handed the shard to its committee.
+    let liar = backup[0];
+    net.withholders.extend(owners.iter().copied());
+    net.withholders.insert(liar);
+    let mut bogus = result_of(&net.keys[liar], 0, StateId([1; 32]));
+    (bogus.shard, bogus.result_hash) = (1, [5; 32]);
+    let bogus = bogus.sign(&net.keys[liar]);
+    for i in 0..12 {
+        net.inbox.push_back((i, CommitteeEvent::ResultReceived(bogus.clone())));
+    }
+    net.run_to(1, 10_000);
+    for (i, a) in net.applied.iter().enumerate() {
+        let chosen = a[0].1[1].expect("shard 1 applied");
+        assert_ne!(chosen, [5; 32], "node {i} took the backup's claim, not the first result");
+        assert!(net
+            .published
+            .iter()
+            .any(|(_, j, r)| backup.contains(j) && r.shard == 1 && r.result_hash == chosen));
+    }
+}
+
+#[test]
 fn an_aggregate_fetch_that_fails_is_retried_at_the_next_holder_after_a_back_off() {
     let mut net = Net::new(12, 4);
     let committee: Vec<usize> = net.machines[0].plan().committee(1).iter().map(|k| net.index(k)).collect();
@@ -1406,6 +1435,13 @@ fn a_suspect_given_up_at_the_last_backup_still_lets_the_round_apply() {
     // given up at the last backup, shard 0 settles at once as zero, with
     // no deadline left, and the round applies then, not never.
     net.run_to(1, 20_000);
+    eprintln!(
+        "DBG {:?}",
+        net.applied
+            .iter()
+            .map(|a| (a[0].0, a[0].1.iter().map(|x| x.map(|h| h[0])).collect::<Vec<_>>()))
+            .collect::<Vec<_>>()
+    );
     assert_eq!(net.applied[withholder][0].1[0], None, "shard 0 given up, applied as zero");
     assert!(net.applied[withholder][0].1[1..].iter().all(Option::is_some));
     assert_eq!(net.applied[backup][0].1, net.applied[third][0].1);

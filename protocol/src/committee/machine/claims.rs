@@ -174,11 +174,17 @@ impl CommitteeMachine {
         claims.len() > 1
     }
 
-    /// Every member that counts signed a result (in an open round: every
-    /// announcer).
+    /// Every member that counts of a committee that had the shard (its
+    /// own, or a backup it went to) signed a result (in an open round:
+    /// every announcer).
     pub(super) fn all_members_in(&self, s: usize) -> bool {
         let v = &self.shards[s];
-        let c = self.members(s as u32);
-        !c.is_empty() && c.iter().filter(|k| self.counts(k)).all(|k| v.results.contains_key(k))
+        let all_in = |c: &[PublicKey]| {
+            !c.is_empty() && c.iter().filter(|k| self.counts(k)).all(|k| v.results.contains_key(k))
+        };
+        all_in(&self.members(s as u32))
+            || (1..=v.level)
+                .filter_map(|l| self.plan.fallback(s as u32, l))
+                .any(|f| all_in(self.plan.committee(f)))
     }
 }

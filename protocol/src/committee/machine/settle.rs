@@ -219,10 +219,21 @@ impl CommitteeMachine {
         }
         let best = self.best_claim(s);
         let level = self.shards[s].level;
+        // A backup's members aggregate a grace period after it took the
+        // shard: its claims are decided once they all signed, or when the
+        // shard would go on to the next backup, not by the first result
+        // that came (one a member signed before the hand-over).
+        let (settled_at, decided_at) = match level {
+            0 => (self.result_deadline(), self.decide_deadline()),
+            _ => {
+                let t = self.shards[s].level_since + 2 * self.cfg.grace_ms;
+                (t, t)
+            }
+        };
         let ready = match &best {
             None => false,
-            Some(_) if self.conflicted(s) => now >= self.decide_deadline(),
-            Some(_) => self.all_members_in(s) || now >= self.result_deadline(),
+            Some(_) if self.conflicted(s) => now >= decided_at,
+            Some(_) => self.all_members_in(s) || now >= settled_at,
         };
         if ready {
             if let Some((hash, mut signers)) = best {
