@@ -284,9 +284,6 @@ impl CatchUp {
         } else if !new.roster.is_empty() {
             self.tally.retain(|k| new.roster.binary_search(k).is_ok());
         }
-        let former = &self.former;
-        self.outside.retain(|k| former.contains_key(k));
-        self.heard.retain(|k, _| former.contains_key(k));
     }
 
     /// Former members a node remembered before it restarted (its store
