@@ -12,7 +12,9 @@
 //! The electorate is the roster of the state the node holds (the keys
 //! seated in its round, the excluded left out): results from any other key
 //! never count, so no number of keys off that roster, and no minority of
-//! it, moves the node, whatever round they name. The tally keeps each
+//! it, moves the node, whatever round they name. The node has no vote in
+//! a round it has not closed: one that moved to a state whose roster seats
+//! it, after the others went on without it, follows them. The tally keeps each
 //! signer's own newest rounds, so one key's results for many rounds push
 //! out only its own. A node with no roster (the run's first round, or a
 //! node without the ledger of its state) has no electorate: it counts a
@@ -123,8 +125,15 @@ impl CommitTally {
     /// The newest round with a state backed by a strict majority of
     /// `electorate`, or split evenly between two states (each backed by
     /// exactly half: the smaller StateId, so both halves end on one state),
-    /// with its backers.
-    pub fn decided(&self, electorate: &Electorate) -> Option<(u64, StateId, Vec<PublicKey>)> {
+    /// with its backers. `me`, the node asking with the round it has open,
+    /// has no vote in that round or a later one unless it said what it
+    /// ended it on: it cannot hold out against a state for a round it has
+    /// not closed.
+    pub fn decided(
+        &self,
+        electorate: &Electorate,
+        me: Option<(&PublicKey, u64)>,
+    ) -> Option<(u64, StateId, Vec<PublicKey>)> {
         let mut votes: BTreeMap<u64, BTreeMap<StateId, Vec<PublicKey>>> = BTreeMap::new();
         for (signer, rounds) in &self.by_signer {
             if !electorate.counts(signer) {
@@ -136,7 +145,12 @@ impl CommitTally {
         }
         votes.into_iter().rev().find_map(|(round, by_state)| {
             let voters = match electorate {
-                Electorate::Roster(keys) => keys.len(),
+                Electorate::Roster(keys) => {
+                    let abstains = me.is_some_and(|(k, open)| {
+                        round >= open && keys.contains(k) && self.said(k, round).is_none()
+                    });
+                    keys.len() - usize::from(abstains)
+                }
                 Electorate::Operators(_) | Electorate::Committers => by_state.values().map(Vec::len).sum(),
             };
             let halves = by_state.values().filter(|b| 2 * b.len() == voters).count();
@@ -400,7 +414,7 @@ impl CatchUp {
         } else {
             Electorate::Roster(roster)
         };
-        let found = self.majority(&electorate, round, base).or_else(|| match &electorate {
+        let found = self.majority(&electorate, me, round, base).or_else(|| match &electorate {
             Electorate::Roster(keys) => self.rival(ledger, keys, round, me, fresh_since),
             Electorate::Operators(_) | Electorate::Committers => None,
         });
@@ -429,10 +443,11 @@ impl CatchUp {
     fn majority(
         &self,
         electorate: &Electorate,
+        me: &PublicKey,
         round: u64,
         base: StateId,
     ) -> Option<(u64, StateId, Vec<PublicKey>)> {
-        let (decided, state, backers) = self.tally.decided(electorate)?;
+        let (decided, state, backers) = self.tally.decided(electorate, Some((me, round)))?;
         let behind = round < decided
             || (round == decided + 1 && base != state)
             || (self.waiting && round <= decided + 1 && base != state);
@@ -509,27 +524,27 @@ mod tests {
     fn the_newest_round_decides_by_strict_majority_and_old_rounds_are_dropped() {
         let open = Electorate::Committers;
         let mut t = CommitTally::default();
-        assert_eq!(t.decided(&open), None);
+        assert_eq!(t.decided(&open, None), None);
         t.note(commit(1, 3, 7));
         t.note(commit(2, 3, 7));
         t.note(commit(3, 3, 8));
-        let (round, state, backers) = t.decided(&open).expect("decided");
+        let (round, state, backers) = t.decided(&open, None).expect("decided");
         assert_eq!((round, state, backers.len()), (3, StateId([7; 32]), 2));
         // A committer's second commit for a round does not count twice.
         t.note(commit(3, 3, 7));
-        assert_eq!(t.decided(&open).map(|d| d.2.len()), Some(2));
+        assert_eq!(t.decided(&open, None).map(|d| d.2.len()), Some(2));
         // An even split between two states goes to the smaller StateId.
         t.note(commit(1, 4, 2));
         t.note(commit(2, 4, 1));
-        assert_eq!(t.decided(&open).map(|d| (d.0, d.1)), Some((4, StateId([1; 32]))));
+        assert_eq!(t.decided(&open, None).map(|d| (d.0, d.1)), Some((4, StateId([1; 32]))));
         // A third committer on neither: one of three is no majority.
         t.note(commit(3, 4, 5));
-        assert_eq!(t.decided(&open).map(|d| d.0), Some(3));
+        assert_eq!(t.decided(&open, None).map(|d| d.0), Some(3));
         for r in 5..12 {
             t.note(commit(1, r, 1));
         }
         assert!(!t.committers(3).contains(&keys(&[1]).into_iter().next().unwrap()), "old rounds are dropped");
-        assert_eq!(t.decided(&open).map(|d| d.0), Some(11));
+        assert_eq!(t.decided(&open, None).map(|d| d.0), Some(11));
         // Commits for rounds older than a signer's kept ones are ignored.
         t.note(commit(1, 2, 2));
         assert!(t.committers(2).is_empty());
@@ -546,7 +561,7 @@ mod tests {
         for s in 100..140 {
             t.note(commit(s, 1_000_000, 9));
         }
-        let (round, state, backers) = t.decided(&roster).expect("the roster's majority decides");
+        let (round, state, backers) = t.decided(&roster, None).expect("the roster's majority decides");
         assert_eq!((round, state, backers.len()), (6, StateId([7; 32]), 3));
         // An even split of the roster goes to the smaller StateId; half of
         // it alone on a round the other half has not signed decides nothing.
@@ -555,11 +570,11 @@ mod tests {
         for (signer, state) in [(1, 9), (2, 9), (3, 4), (4, 4)] {
             even.note(commit(signer, 6, state));
         }
-        assert_eq!(even.decided(&four).map(|d| (d.1, d.2.len())), Some((StateId([4; 32]), 2)));
+        assert_eq!(even.decided(&four, None).map(|d| (d.1, d.2.len())), Some((StateId([4; 32]), 2)));
         let mut half = CommitTally::default();
         half.note(commit(1, 9_000, 1));
         half.note(commit(2, 9_000, 1));
-        assert_eq!(half.decided(&four), None);
+        assert_eq!(half.decided(&four, None), None);
         // Two of five is no majority of the roster, however many others agree.
         let mut u = CommitTally::default();
         u.note(commit(1, 6, 8));
@@ -567,7 +582,7 @@ mod tests {
         for s in 100..140 {
             u.note(commit(s, 6, 8));
         }
-        assert_eq!(u.decided(&roster), None);
+        assert_eq!(u.decided(&roster, None), None);
     }
 
     #[test]
@@ -635,7 +650,7 @@ mod tests {
         for r in 1_000..2_000 {
             t.note(commit(4, r, 9));
         }
-        assert_eq!(t.decided(&roster).map(|d| (d.0, d.1)), Some((6, StateId([7; 32]))));
+        assert_eq!(t.decided(&roster, None).map(|d| (d.0, d.1)), Some((6, StateId([7; 32]))));
         assert_eq!(t.committers(6).len(), 3);
     }
 
