@@ -953,10 +953,11 @@ impl CommitteeNode {
             (self.net.clone(), self.store.clone(), self.served.clone(), self.tx.clone());
         let fetching = self.fetching.clone();
         tokio::spawn(async move {
-            for (a, matches) in audit::sketch(net, store, served, fetching, reading, audits).await {
+            audit::sketch(net, store, served, fetching, reading, audits, |a, matches| {
                 let (result, included) = (a.result, a.included);
                 let _ = tx.send(WorkDone::Sketched { round, result, included, matches });
-            }
+            })
+            .await;
         });
     }
 
