@@ -1673,10 +1673,15 @@ fn a_node_that_moved_to_a_side_which_went_on_without_it_follows_that_side() {
     // Node 0 moved to node 1's state for round 11: the ledger seats both,
     // but node 1 closed round 12 without it and goes on alone.
     let keys: Vec<NodeKey> = (0..3u8).map(|i| NodeKey::from_seed([i + 30; 32])).collect();
-    let both = Ledger::genesis(vec![keys[0].public(), keys[1].public()]);
-    let mut m = CommitteeMachine::new(cfg(1), keys[0].clone(), 1, StateId([1; 32]), both.clone(), 0);
-    m.jump(0, 12, StateId([2; 32]), both);
-    fetches(&mut m);
+    // Node 0 in round 12 on a ledger that seats `seated`.
+    let moved = |seated: &[NodeKey]| {
+        let ledger = Ledger::genesis(seated.iter().map(NodeKey::public).collect());
+        let mut m = CommitteeMachine::new(cfg(1), keys[0].clone(), 1, StateId([1; 32]), ledger.clone(), 0);
+        m.jump(0, 12, StateId([2; 32]), ledger);
+        fetches(&mut m);
+        m
+    };
+    let mut m = moved(&keys[..2]);
     m.handle(1, CommitteeEvent::ResultReceived(result_of(&keys[1], 13, StateId([3; 32]))));
     assert!(fetches(&mut m).is_empty(), "a round the node has open is not one it is behind on");
     m.handle(2, CommitteeEvent::ResultReceived(result_of(&keys[1], 14, StateId([4; 32]))));
@@ -1684,10 +1689,7 @@ fn a_node_that_moved_to_a_side_which_went_on_without_it_follows_that_side() {
     assert_eq!(got.len(), 1, "the node has no word for round 13 to hold out with: {got:?}");
     assert_eq!((got[0].0, got[0].1), (13, StateId([4; 32])));
     // Of three, one other key ahead is no majority of the two that vote.
-    let three = Ledger::genesis(keys.iter().map(NodeKey::public).collect());
-    let mut m = CommitteeMachine::new(cfg(1), keys[0].clone(), 1, StateId([1; 32]), three.clone(), 0);
-    m.jump(0, 12, StateId([2; 32]), three);
-    fetches(&mut m);
+    let mut m = moved(&keys);
     m.handle(1, CommitteeEvent::ResultReceived(result_of(&keys[1], 14, StateId([4; 32]))));
     assert!(fetches(&mut m).is_empty(), "one of the two others");
     m.handle(2, CommitteeEvent::ResultReceived(result_of(&keys[2], 14, StateId([4; 32]))));
